@@ -1,0 +1,1 @@
+"""Command-line entry points: ``gpud`` for daemons and admins, ``gpuctl`` for users."""

@@ -1,0 +1,5 @@
+"""The pure scheduling core: a snapshot and a policy in, a plan out; no I/O, no clock."""
+
+from gpud.core.cycle import schedule
+
+__all__ = ["schedule"]

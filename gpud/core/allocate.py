@@ -1,0 +1,116 @@
+"""The allocate action: place pending jobs into free resources, most deprived queue first."""
+
+from __future__ import annotations
+
+from gpud.core.admission import refusal
+from gpud.core.order import Skip, serve_in_order
+from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, Placer, explain_unplaced
+from gpud.core.queues import QueueState
+from gpud.core.state import ClusterState, Statement
+from gpud.model import JobSpec
+
+
+class FailedShapes:
+    """Requests that found no room this cycle; a request at least as large cannot fit either.
+
+    Valid while free capacity only shrinks (during allocation); shapes are
+    grouped by pool, node selector and kind (whole GPUs, fractions, memory
+    slices, CPU-only), since a fraction may fit where a whole GPU does not.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._failed: dict[tuple, list[tuple[tuple, tuple[str, str]]]] = {}
+
+    def _shape(self, job: JobSpec, tasks: int) -> tuple[tuple, tuple]:
+        r = job.request
+        if not r.uses_gpu:
+            kind, size = "cpu", 0.0
+        elif r.gpu_memory_gib is not None:
+            kind, size = "memory", r.gpu_memory_gib
+        else:
+            kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
+        selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+        return (self.state.pool_of(job), selector, kind), (size, r.cpus, r.memory_gib, tasks)
+
+    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "") -> None:
+        """Remember that ``tasks`` tasks of ``job`` found no room, why, and the kind of wait."""
+        group, dims = self._shape(job, tasks)
+        self._failed.setdefault(group, []).append((dims, (detail, kind)))
+
+    def find(self, job: JobSpec, tasks: int) -> tuple[str, str] | None:
+        """(reason, kind) of a failed job that this one is at least as large as, or None."""
+        if not self._failed:
+            return None
+        group, dims = self._shape(job, tasks)
+        for failed, detail in self._failed.get(group, ()):
+            if all(d >= f for d, f in zip(dims, failed)):
+                return detail
+        return None
+
+
+def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
+    """The job's pending task indices and how many of them must start together."""
+    pending = state.pending_tasks(job.id)
+    running = job.tasks - len(pending)
+    return pending, max(0, job.gang_minimum - running)
+
+
+def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
+                 queue: QueueState) -> str | None:
+    """Place the job's pending tasks into free resources; the reason it waits, or None when placed."""
+    pending, minimum = needed_tasks(state, job)
+    need = state.need(job, len(pending))
+    refused = refusal(queue, job, need)
+    if refused and minimum < len(pending):
+        pending = pending[:max(minimum, 1)]
+        refused = refusal(queue, job, state.need(job, len(pending)))
+    if refused:
+        return refused
+    if placer.place(stmt, job, pending, max(minimum, 1)):
+        return None
+    return ""
+
+
+def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+    """Bind every pending job that fits into free resources, recording why the others wait."""
+    stmt = Statement(state)
+    failed = FailedShapes(state)
+    reasons = state.reasons
+
+    fragmented = state.fragmented
+
+    def record(job: JobSpec, queue: QueueState, found: tuple[str, str]) -> None:
+        reasons[job.id] = (queue, found[0])
+        if found[1] == FRAGMENTED:
+            fragmented.add(job.id)
+
+    def skip_same(job: JobSpec) -> bool:
+        _, minimum = needed_tasks(state, job)
+        found = failed.find(job, max(minimum, 1))
+        if found is None:
+            return False
+        record(job, state.queue_of(job), found)
+        return True
+
+    def visit(job: JobSpec) -> Skip | None:
+        queue = state.queue_of(job)
+        _, minimum = needed_tasks(state, job)
+        found = failed.find(job, max(minimum, 1))
+        if found is None:
+            refused = try_allocate(state, placer, stmt, job, queue)
+            if refused is None:
+                reasons.pop(job.id, None)
+                return None
+            if refused:
+                reasons[job.id] = (queue, refused)
+                return None
+            detail, kind = explain_unplaced(state, job, max(minimum, 1))
+            if kind == IMPOSSIBLE:
+                detail = "cannot run as asked: " + detail
+            found = (detail, kind)
+            failed.add(job, max(minimum, 1), detail, kind)
+        record(job, queue, found)
+        return skip_same
+
+    serve_in_order(state, grouped, visit)

@@ -1,0 +1,120 @@
+"""The consolidate action: move running jobs so a job blocked only by scattered free GPUs fits."""
+
+from __future__ import annotations
+
+from gpud.core.allocate import needed_tasks
+from gpud.core.evict import VictimLists
+from gpud.core.nodes import NodeState
+from gpud.core.order import Skip, serve_in_order
+from gpud.core.placement import Placer, largest_fit
+from gpud.core.queues import QueueState
+from gpud.core.state import ClusterState, Statement, Victim
+from gpud.model import EPS, JobSpec
+
+RULE = "consolidate"
+MAX_NODES_TRIED = 16
+MAX_JOBS_PER_CYCLE = 32
+
+
+def consolidate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+    """For pending jobs that would fit in the pool's free capacity, clear a node by moving others.
+
+    A move happens only if every moved job is placed again in the same
+    cycle; among the nodes that could be cleared, the one needing the
+    fewest moves wins.
+    """
+    lists = VictimLists(state)
+    attempts = [0]
+
+    def visit(job: JobSpec) -> Skip | None:
+        pending, minimum = needed_tasks(state, job)
+        if not pending or not job.request.uses_gpu or attempts[0] >= MAX_JOBS_PER_CYCLE:
+            return None
+        if minimum == 0 and len(pending) < job.tasks:
+            return None
+        tasks = pending[:max(minimum, 1)] if minimum else pending[:1]
+        index = state.indexes.get(state.pool_of(job))
+        if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
+            return None
+        attempts[0] += 1
+        stmt = Statement(state)
+        for task in tasks:
+            placement = placer.find(job)
+            if placement is not None:
+                stmt.bind(job, task, placement)
+            elif not _clear_node_for(state, placer, stmt, lists, job, task):
+                stmt.rollback()
+                return None
+        state.reasons.pop(job.id, None)
+        return None
+
+    serve_in_order(state, grouped, visit)
+
+
+def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState) -> list[tuple[JobSpec, int]]:
+    found = []
+    for job_id, task in list(node.tasks):
+        other = state.jobs[job_id]
+        if not other.preemptible or other.id == job.id:
+            continue
+        victim = Victim(other, state.queue_of(other), [task])
+        if lists.protected(victim, job, RULE) is None:
+            found.append((other, task))
+    found.sort(key=lambda item: -(node.tasks[(item[0].id, item[1])].gpu_share
+                                   * len(node.tasks[(item[0].id, item[1])].gpu_index)))
+    return found
+
+
+def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
+                    job: JobSpec, task: int) -> bool:
+    """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
+    index = state.indexes[state.pool_of(job)]
+    request = job.request
+    best: tuple[int, NodeState] | None = None
+    tried = 0
+    nodes = sorted((n for n in index.nodes if largest_fit(n, job) and n.matches(job.node_selector)),
+                   key=lambda n: -sum(n.free_share))
+    for node in nodes:
+        if tried >= MAX_NODES_TRIED:
+            break
+        movable = _movable(state, lists, job, node)
+        if not movable:
+            continue
+        tried += 1
+        mark = stmt.checkpoint()
+        moves = _try_node(state, placer, stmt, job, task, node, movable)
+        stmt.rollback(mark)
+        if moves is not None and (best is None or moves < best[0]):
+            best = (moves, node)
+            if moves == 1:
+                break
+    if best is None:
+        return False
+    return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1])) is not None
+
+
+def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec, task: int,
+              node: NodeState, movable: list[tuple[JobSpec, int]]) -> int | None:
+    mark = stmt.checkpoint()
+    moved: list[tuple[JobSpec, int]] = []
+    placement = None
+    for other, other_task in movable:
+        reason = f"consolidate: moved to make room on node {node.name} for job {job.id}"
+        stmt.evict(other, other_task, RULE, reason, job.id)
+        moved.append((other, other_task))
+        if node.holds_host_resources(job.request):
+            order = sorted(range(node.gpus), key=lambda i: (node.free_share[i], i))
+            placement = node.pick_gpus(job.request, order)
+            if placement is not None:
+                break
+    if placement is None:
+        stmt.rollback(mark)
+        return None
+    stmt.bind(job, task, placement)
+    for other, other_task in moved:
+        found = placer.find(other, exclude=frozenset())
+        if found is None:
+            stmt.rollback(mark)
+            return None
+        stmt.bind(other, other_task, found)
+    return len(moved)

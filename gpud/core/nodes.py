@@ -1,0 +1,188 @@
+"""Mutable per-cycle node state and the per-pool index of nodes by free capacity."""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
+
+SHARE_BUCKETS = 100
+
+
+class NodeState:
+    """One node's free capacity during a cycle, and the tasks it holds."""
+
+    __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
+                 "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket")
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.pool = spec.pool
+        self.labels: Mapping[str, str] = spec.labels
+        self.gpu_memory_gib = spec.gpu_memory_gib
+        self.free_share = [1.0] * spec.gpus
+        self.free_whole = spec.gpus
+        self.free_cpu = float(spec.cpus)
+        self.free_mem = float(spec.memory_gib)
+        self.tasks: dict[tuple[str, int], TaskPlacement] = {}
+        self._whole_bucket = -1
+        self._cpu_bucket = -1
+        self._share_bucket: list[int] = [-1] * spec.gpus
+
+    @property
+    def gpus(self) -> int:
+        """How many GPUs the node has."""
+        return self.spec.gpus
+
+    @property
+    def used_gpus(self) -> float:
+        """GPUs in use, counting each shared GPU by the share taken."""
+        return self.spec.gpus - sum(self.free_share)
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """True when the node carries every label of ``selector``."""
+        labels = self.labels
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    def holds_host_resources(self, request: TaskRequest) -> bool:
+        """True when the node has the CPUs and memory a task asks for free."""
+        return request.cpus <= self.free_cpu + EPS and request.memory_gib <= self.free_mem + EPS
+
+    def shared_gpus_fitting(self, share: float) -> list[int]:
+        """Indices of GPUs already partly used that still have ``share`` free."""
+        return [i for i, free in enumerate(self.free_share) if 1.0 - EPS > free >= share - EPS]
+
+    def pick_gpus(self, request: TaskRequest, order: list[int]) -> TaskPlacement | None:
+        """Choose GPUs for a task in the given order of preference; None when they are not free."""
+        if not request.uses_gpu:
+            return TaskPlacement(self.name, (), 0.0)
+        if request.is_shared:
+            if request.gpu_memory_gib is not None and request.gpu_memory_gib > self.gpu_memory_gib + EPS:
+                return None
+            share = request.gpu_share_on(self.gpu_memory_gib)
+            for i in order:
+                if self.free_share[i] >= share - EPS:
+                    return TaskPlacement(self.name, (i,), share)
+            return None
+        count = request.whole_gpus
+        chosen = [i for i in order if self.free_share[i] >= 1.0 - EPS][:count]
+        if len(chosen) < count:
+            return None
+        return TaskPlacement(self.name, tuple(sorted(chosen)), 1.0)
+
+    def take(self, key: tuple[str, int], placement: TaskPlacement, request: TaskRequest) -> None:
+        """Reserve a placement's GPUs, CPUs and memory for task ``key``."""
+        for i in placement.gpu_index:
+            before = self.free_share[i]
+            after = before - placement.gpu_share
+            self.free_share[i] = 0.0 if after < EPS else after
+            if before >= 1.0 - EPS:
+                self.free_whole -= 1
+        self.free_cpu -= request.cpus
+        self.free_mem -= request.memory_gib
+        self.tasks[key] = placement
+
+    def give_back(self, key: tuple[str, int], request: TaskRequest) -> TaskPlacement:
+        """Release what task ``key`` held on this node and return its placement."""
+        placement = self.tasks.pop(key)
+        for i in placement.gpu_index:
+            after = self.free_share[i] + placement.gpu_share
+            if after >= 1.0 - EPS:
+                after = 1.0
+                self.free_whole += 1
+            self.free_share[i] = after
+        self.free_cpu += request.cpus
+        self.free_mem += request.memory_gib
+        return placement
+
+
+def _share_bucket(free: float) -> int:
+    if free >= 1.0 - EPS or free < EPS:
+        return -1
+    return min(SHARE_BUCKETS - 1, int(free * SHARE_BUCKETS + EPS))
+
+
+class NodeIndex:
+    """The nodes of one pool, bucketed by free whole GPUs, free CPUs and free share of shared GPUs.
+
+    Placement strategies walk the buckets in the order they prefer, so finding
+    a node costs about the number of buckets, not the number of nodes. The
+    iterators are lazy: a caller stops iterating before it changes a node.
+    """
+
+    def __init__(self, pool: str, nodes: list[NodeState]) -> None:
+        self.pool = pool
+        self.nodes = nodes
+        self.max_gpus = max((n.gpus for n in nodes), default=0)
+        self.max_cpus = int(max((n.spec.cpus for n in nodes), default=0))
+        self.max_gpu_memory = max((n.gpu_memory_gib for n in nodes if n.gpus), default=0.0)
+        self.capacity = Resources(sum(n.gpus for n in nodes), sum(n.spec.cpus for n in nodes),
+                                  sum(n.spec.memory_gib for n in nodes))
+        self.by_whole: list[dict[NodeState, None]] = [{} for _ in range(self.max_gpus + 1)]
+        self.by_cpu: list[dict[NodeState, None]] = [{} for _ in range(self.max_cpus + 1)]
+        self.by_share: list[dict[tuple[NodeState, int], None]] = [{} for _ in range(SHARE_BUCKETS)]
+        self.free_gpu = float(self.capacity.gpu)
+        self.free_cpu = float(self.capacity.cpu)
+        self.free_mem = float(self.capacity.memory)
+        for node in nodes:
+            self.update(node)
+
+    def update(self, node: NodeState) -> None:
+        """Move a node to the buckets that match its free capacity now."""
+        whole = node.free_whole
+        if whole != node._whole_bucket:
+            if node._whole_bucket >= 0:
+                del self.by_whole[node._whole_bucket][node]
+            self.by_whole[whole][node] = None
+            node._whole_bucket = whole
+        cpu = max(0, min(self.max_cpus, int(node.free_cpu + EPS)))
+        if cpu != node._cpu_bucket:
+            if node._cpu_bucket >= 0:
+                del self.by_cpu[node._cpu_bucket][node]
+            self.by_cpu[cpu][node] = None
+            node._cpu_bucket = cpu
+        for i, free in enumerate(node.free_share):
+            bucket = _share_bucket(free)
+            old = node._share_bucket[i]
+            if bucket != old:
+                if old >= 0:
+                    del self.by_share[old][(node, i)]
+                if bucket >= 0:
+                    self.by_share[bucket][(node, i)] = None
+                node._share_bucket[i] = bucket
+
+    def with_free_gpus(self, count: int, most_free_first: bool = False) -> Iterator[NodeState]:
+        """Nodes with at least ``count`` whole GPUs free: fewest free first, or most free first."""
+        count = max(count, 0)
+        if count > self.max_gpus:
+            return
+        buckets = range(self.max_gpus, count - 1, -1) if most_free_first else range(count, self.max_gpus + 1)
+        for k in buckets:
+            yield from self.by_whole[k]
+
+    def with_free_cpus(self, cpus: float, most_free_first: bool = False) -> Iterator[NodeState]:
+        """Nodes with at least ``cpus`` CPUs free: fewest free first, or most free first."""
+        low = int(cpus) if cpus == int(cpus) else int(cpus) + 1
+        low = max(low, 0)
+        if low > self.max_cpus:
+            return
+        buckets = range(self.max_cpus, low - 1, -1) if most_free_first else range(low, self.max_cpus + 1)
+        for k in buckets:
+            for node in self.by_cpu[k]:
+                if node.free_cpu >= cpus - EPS:
+                    yield node
+
+    def shared_gpus(self, share: float, most_free_first: bool = False) -> Iterator[tuple[NodeState, int]]:
+        """Partly used GPUs with at least ``share`` free, as (node, GPU index): least free first or most."""
+        low = max(0, int(share * SHARE_BUCKETS - EPS) if share > 0 else 0)
+        low = min(low, SHARE_BUCKETS - 1)
+        buckets = range(SHARE_BUCKETS - 1, low - 1, -1) if most_free_first else range(low, SHARE_BUCKETS)
+        for k in buckets:
+            for node, i in self.by_share[k]:
+                if node.free_share[i] >= share - EPS:
+                    yield node, i
+
+    def free(self) -> Resources:
+        """Free GPUs (shares summed), CPUs and memory over the pool's nodes."""
+        return Resources(self.free_gpu, self.free_cpu, self.free_mem)

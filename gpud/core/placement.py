@@ -1,0 +1,146 @@
+"""Finding nodes and GPUs for a job's tasks, and saying why none were found."""
+
+from __future__ import annotations
+
+from gpud.core.hooks import first_result, has_implementations
+from gpud.core.nodes import NodeState
+from gpud.core.queues import format_amount
+from gpud.core.state import ClusterState, Statement
+from gpud.model import EPS, JobSpec, TaskPlacement
+
+
+class Placer:
+    """Places tasks with the pool's placement strategies (plugins), through a statement."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        hook = state.hook
+        self._candidates = first_result(hook.gpud_node_candidates)
+        self._gpu_order = first_result(hook.gpud_gpu_order)
+        self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
+
+    def find(self, job: JobSpec, exclude: frozenset[str] = frozenset()) -> TaskPlacement | None:
+        """The best free placement for one more task of ``job``, or None when no node fits."""
+        state = self.state
+        pool = state.pool_of(job)
+        index = state.indexes.get(pool)
+        if index is None or not index.nodes:
+            return None
+        settings = state.policy.pool(pool)
+        request = job.request
+        strategy = settings.placement if request.uses_gpu else settings.cpu_placement
+        candidates = self._candidates(strategy=strategy, request=request, index=index)
+        if candidates is None:
+            return None
+        selector = job.node_selector
+        for node in candidates:
+            if selector and not node.matches(selector):
+                continue
+            if exclude and node.name in exclude:
+                continue
+            if not node.holds_host_resources(request):
+                continue
+            if self._filter is not None and any(self._filter(job=job, node=node)):
+                continue
+            order = (self._gpu_order(strategy=settings.gpu_placement, request=request, node=node)
+                     if request.uses_gpu else [])
+            placement = node.pick_gpus(request, order or [])
+            if placement is not None:
+                return placement
+        return None
+
+    def place(self, stmt: Statement, job: JobSpec, tasks: list[int], minimum: int,
+              exclude: frozenset[str] = frozenset()) -> int:
+        """Place as many of ``tasks`` as fit, at least ``minimum``, or none at all.
+
+        Returns how many were placed; on failure everything this call placed
+        is rolled back and 0 is returned (0 is also success when minimum is 0
+        and nothing fitted).
+        """
+        mark = stmt.checkpoint()
+        placed = 0
+        for task in tasks:
+            placement = self.find(job, exclude)
+            if placement is None:
+                break
+            stmt.bind(job, task, placement)
+            placed += 1
+        if placed < minimum:
+            stmt.rollback(mark)
+            return 0
+        return placed
+
+    def restore(self, stmt: Statement, job: JobSpec, task: int, placement: TaskPlacement) -> bool:
+        """Put a task back on the very GPUs it had, if they are still free."""
+        node = self.state.nodes[placement.node]
+        if not node.holds_host_resources(job.request):
+            return False
+        if any(node.free_share[i] < placement.gpu_share - EPS for i in placement.gpu_index):
+            return False
+        stmt.bind(job, task, placement)
+        return True
+
+
+def largest_fit(node: NodeState, job: JobSpec) -> bool:
+    """True when the task would fit on ``node`` if the node were empty."""
+    request = job.request
+    spec = node.spec
+    if request.cpus > spec.cpus + EPS or request.memory_gib > spec.memory_gib + EPS:
+        return False
+    if request.gpu_memory_gib is not None:
+        return spec.gpus > 0 and request.gpu_memory_gib <= spec.gpu_memory_gib + EPS
+    if request.is_shared:
+        return spec.gpus > 0
+    return request.whole_gpus <= spec.gpus
+
+
+IMPOSSIBLE, WAITING, FRAGMENTED = "impossible", "waiting", "fragmented"
+
+
+def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str, str]:
+    """Why ``tasks`` tasks of ``job`` found no room, and what kind of wait it is.
+
+    The kind is IMPOSSIBLE for jobs no amount of free capacity would place
+    (no such nodes, a task larger than any node), WAITING when the pool lacks
+    free capacity, FRAGMENTED when the free capacity is there but scattered.
+    """
+    pool = state.pool_of(job)
+    index = state.indexes.get(pool)
+    if index is None or not index.nodes:
+        return f"no schedulable nodes in pool {pool}", IMPOSSIBLE
+    selector = job.node_selector
+    matching = [n for n in index.nodes if n.matches(selector)] if selector else index.nodes
+    if not matching:
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        return f"no node in pool {pool} matches constraint {wanted}", IMPOSSIBLE
+    if not any(largest_fit(n, job) for n in matching):
+        return f"no node in pool {pool} is large enough for one task ({_describe(job)})", IMPOSSIBLE
+    if matching is index.nodes:
+        free_gpu, free_cpu = index.free_gpu, index.free_cpu
+    else:
+        free_gpu = sum(sum(n.free_share) for n in matching)
+        free_cpu = sum(n.free_cpu for n in matching)
+    need = state.need(job, tasks)
+    where = f"pool {pool}" + (" on matching nodes" if selector else "")
+    if need.gpu > free_gpu + EPS:
+        return (f"waiting for GPUs: {where} has {format_amount(max(free_gpu, 0.0))} free, "
+                f"the job needs {format_amount(need.gpu)}"), WAITING
+    if need.cpu > free_cpu + EPS:
+        return f"waiting for CPUs: {where} has {format_amount(max(free_cpu, 0.0))} free, the job needs {format_amount(need.cpu)}", WAITING
+    if tasks > 1:
+        return (f"waiting for gang members: {where} has {format_amount(free_gpu)} GPUs free, but not "
+                f"{tasks} tasks of {_describe(job)} at once"), FRAGMENTED
+    return f"fragmented: {where} has {format_amount(free_gpu)} GPUs free, but no node holds {_describe(job)}", FRAGMENTED
+
+
+def _describe(job: JobSpec) -> str:
+    r = job.request
+    if r.gpu_memory_gib is not None:
+        gpu = f"{format_amount(r.gpu_memory_gib)} GiB of one GPU"
+    elif r.is_shared:
+        gpu = f"{format_amount(r.gpus)} of a GPU"
+    elif r.gpus:
+        gpu = f"{format_amount(r.gpus)} GPUs"
+    else:
+        gpu = "no GPU"
+    return f"{gpu}, {format_amount(r.cpus)} CPUs, {format_amount(r.memory_gib)} GiB"

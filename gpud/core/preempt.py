@@ -1,0 +1,47 @@
+"""The preempt action: inside one project and pool, a higher-priority job evicts lower-priority ones."""
+
+from __future__ import annotations
+
+from gpud.core.admission import refusal
+from gpud.core.allocate import needed_tasks
+from gpud.core.evict import VictimLists, make_room
+from gpud.core.order import Skip, serve_in_order
+from gpud.core.placement import Placer
+from gpud.core.queues import QueueState
+from gpud.core.state import ClusterState, Victim
+from gpud.model import JobSpec
+
+RULE = "preempt"
+
+
+def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+    """Let each pending job evict preemptible jobs of lower priority in its own queue.
+
+    Priority means nothing across projects. A non-preemptible preemptor is
+    placed only once the evictions bring its project (and department) back
+    within quota for it.
+    """
+    lists = VictimLists(state)
+
+    def visit(job: JobSpec) -> Skip | None:
+        pending, minimum = needed_tasks(state, job)
+        if not pending or (minimum == 0 and len(pending) < job.tasks):
+            return None
+        queue = state.queue_of(job)
+        need = state.need(job, max(minimum, 1))
+        candidates = [v for v in lists.merged([queue]) if v.job.priority < job.priority]
+        if not candidates:
+            return None
+
+        def eligible(victim: Victim) -> str | None:
+            return (f"preempt: job {job.id} (priority {job.priority}) of project {queue.name} "
+                    f"outranks job {victim.job.id} (priority {victim.job.priority})")
+
+        def ready() -> bool:
+            return refusal(queue, job, need) is None
+
+        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready):
+            state.reasons.pop(job.id, None)
+        return None
+
+    serve_in_order(state, grouped, visit)

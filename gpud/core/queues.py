@@ -1,0 +1,184 @@
+"""Queues (a project or department in one node pool): allocation, demand and fair share."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from gpud.core.fairshare import INF, Claim, divide
+from gpud.model import EPS, RESOURCES, Resources
+from gpud.policy import Policy, QueueSettings
+
+UNLIMITED = Resources(INF, INF, INF)
+
+
+class QueueState:
+    """One queue during a cycle: its settings, what it holds now and what it deserves."""
+
+    __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
+                 "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "declared", "over_quota_priority",
+                 "implicit", "children", "quota_bound")
+
+    def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
+                 parent: QueueState | None = None, implicit: bool = False) -> None:
+        self.name = name
+        self.kind = kind
+        self.pool = pool
+        self.parent = parent
+        self.settings = settings
+        self.quota = settings.quota_in(pool)
+        self.quota_bound = _bound(self.quota)
+        self.limit = settings.limit_in(pool) or UNLIMITED
+        self.fair_share = Resources()
+        self.demand = Resources()
+        self.alloc_gpu = self.alloc_cpu = self.alloc_mem = 0.0
+        self.declared = declared
+        self.over_quota_priority = settings.over_quota_priority
+        self.implicit = implicit
+        self.children: list[QueueState] = []
+
+    @property
+    def allocated(self) -> Resources:
+        """What the queue's running tasks hold now."""
+        return Resources(self.alloc_gpu, self.alloc_cpu, self.alloc_mem)
+
+    def charge(self, amount: Resources, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) an allocation here and in the parent queue."""
+        queue: QueueState | None = self
+        while queue is not None:
+            queue.alloc_gpu += sign * amount.gpu
+            queue.alloc_cpu += sign * amount.cpu
+            queue.alloc_mem += sign * amount.memory
+            queue = queue.parent
+
+    def _exceeds(self, level: Resources, need: Resources) -> bool:
+        alloc = self.allocated
+        for r in RESOURCES:
+            n = need.get(r)
+            if n > EPS and alloc.get(r) + n > level.get(r) + EPS:
+                return True
+        return False
+
+    def fits_fair_share(self, need: Resources) -> bool:
+        """True when the queue stays within its fair share after taking ``need``."""
+        return not self._exceeds(self.fair_share, need)
+
+    def fits_quota(self, need: Resources) -> bool:
+        """True when the queue stays within its quota after taking ``need`` (an implicit department always does)."""
+        return self.implicit or not self._exceeds(self.quota_bound, need)
+
+    def fits_limit(self, need: Resources) -> bool:
+        """True when the queue stays within its hard limit after taking ``need``."""
+        return not self._exceeds(self.limit, need)
+
+    def over(self, level: Resources, held: Resources) -> bool:
+        """True when the queue holds more than ``level`` in some resource that ``held`` uses."""
+        alloc = self.allocated
+        return any(held.get(r) > EPS and alloc.get(r) > level.get(r) + EPS for r in RESOURCES)
+
+    def dominant_share(self, need: Resources) -> float:
+        """max over resources of (allocated + need) / max(quota, fair share): how served the queue would be."""
+        alloc = self.allocated
+        worst = 0.0
+        for r in RESOURCES:
+            after = alloc.get(r) + need.get(r)
+            if after <= EPS:
+                continue
+            base = max(self.quota.get(r), self.fair_share.get(r))
+            worst = max(worst, after / base if base > EPS else INF)
+        return worst
+
+    def describe(self, resource: str = "gpu") -> str:
+        """A short account such as ``project vision: 6/4 GPUs (fair share 5.5)``."""
+        unit = {"gpu": "GPUs", "cpu": "CPUs", "memory": "GiB memory"}[resource]
+        return (f"{self.kind} {self.name}: {format_amount(self.allocated.get(resource))}/"
+                f"{format_amount(self.quota.get(resource))} {unit} of quota (fair share "
+                f"{format_amount(self.fair_share.get(resource))})")
+
+    def __repr__(self) -> str:
+        return f"QueueState({self.kind} {self.name} in {self.pool})"
+
+
+def _bound(quota: Resources) -> Resources:
+    """The amounts a quota enforces: GPUs always; CPUs and memory only where a quota is set."""
+    return Resources(quota.gpu, quota.cpu or INF, quota.memory or INF)
+
+
+def format_amount(value: float) -> str:
+    """A quantity for people: whole numbers plain, fractions to two decimals, inf as unlimited."""
+    if value == INF:
+        return "unlimited"
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+
+
+def build_queues(policy: Policy, pools: Iterable[str]) -> dict[tuple[str, str], QueueState]:
+    """Create the project and department queues of every pool, keyed by (name, pool).
+
+    Department queues are keyed by ("dept:" + name, pool).
+    """
+    queues: dict[tuple[str, str], QueueState] = {}
+    for pool in pools:
+        depts: dict[str, QueueState] = {}
+        for i, dept in enumerate(policy.departments.values()):
+            queue = QueueState(dept.name, "department", pool, dept, i, implicit=dept.implicit)
+            depts[dept.name] = queue
+            queues[("dept:" + dept.name, pool)] = queue
+        for i, project in enumerate(policy.projects.values()):
+            parent = depts[project.department]
+            queue = QueueState(project.name, "project", pool, project, i, parent=parent)
+            parent.children.append(queue)
+            queues[(project.name, pool)] = queue
+        for dept in depts.values():
+            if dept.implicit:
+                dept.quota = sum((c.quota for c in dept.children), Resources())
+                dept.quota_bound = _bound(dept.quota)
+    return queues
+
+
+def compute_fair_shares(policy: Policy, queues: dict[tuple[str, str], QueueState],
+                        capacity: dict[str, Resources], demand: dict[tuple[str, str], Resources]) -> None:
+    """Set demand and fair share on every queue, per pool and per resource, departments first.
+
+    ``demand`` maps (project, pool) to what the project's jobs in that pool
+    ask for (running plus pending).
+    """
+    by_pool: dict[str, list[QueueState]] = defaultdict(list)
+    for (key, pool), queue in queues.items():
+        if queue.kind == "department":
+            by_pool[pool].append(queue)
+    for pool, depts in by_pool.items():
+        for dept in depts:
+            for project in dept.children:
+                project.demand = demand.get((project.name, pool), Resources())
+            dept.demand = sum((p.demand for p in dept.children), Resources())
+        dept_shares = _divide_level(policy, capacity[pool], depts, scale_quotas=False)
+        for dept, share in zip(depts, dept_shares):
+            dept.fair_share = share
+            shares = _divide_level(policy, share, dept.children, scale_quotas=True)
+            for project, project_share in zip(dept.children, shares):
+                project.fair_share = project_share
+
+
+def _cap(queue: QueueState, resource: str) -> float:
+    if queue.children:
+        cap = sum(_cap(c, resource) for c in queue.children)
+    else:
+        cap = queue.demand.get(resource)
+    cap = min(cap, queue.limit.get(resource))
+    if not queue.settings.over_quota and not queue.implicit:
+        cap = min(cap, queue.quota.get(resource))
+    return cap
+
+
+def _divide_level(policy: Policy, capacity: Resources, members: list[QueueState],
+                  scale_quotas: bool) -> list[Resources]:
+    """Fair shares of ``members``; with weights off the surplus goes by quota (equally if none has one)."""
+    per_resource = []
+    for r in RESOURCES:
+        by_quota = not policy.over_quota_weights and any(q.quota.get(r) > 0 for q in members)
+        claims = [Claim(quota=q.quota.get(r),
+                        weight=q.quota.get(r) if by_quota else
+                        (q.settings.over_quota_weight if policy.over_quota_weights else 1.0),
+                        priority=q.over_quota_priority, cap=_cap(q, r)) for q in members]
+        per_resource.append(divide(capacity.get(r), claims, scale_quotas))
+    return [Resources(g, c, m) for g, c, m in zip(*per_resource)]

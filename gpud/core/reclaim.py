@@ -1,0 +1,91 @@
+"""The reclaim action: a queue below its fair share takes resources back from queues above theirs."""
+
+from __future__ import annotations
+
+import itertools
+
+from gpud.core.admission import refusal
+from gpud.core.allocate import FailedShapes, needed_tasks
+from gpud.core.evict import VictimLists, make_room
+from gpud.core.order import Skip, serve_in_order
+from gpud.core.placement import Placer
+from gpud.core.queues import QueueState, format_amount
+from gpud.core.state import ClusterState, Victim
+from gpud.model import JobSpec, Resources
+
+RULE = "reclaim"
+
+
+def _level_pair(reclaimer: QueueState, victim: QueueState) -> list[tuple[QueueState, QueueState]]:
+    """The (reclaimer side, victim side) queues compared: departments if they differ, and projects."""
+    pairs = []
+    if reclaimer.parent is not victim.parent and reclaimer.parent and victim.parent:
+        pairs.append((reclaimer.parent, victim.parent))
+    pairs.append((reclaimer, victim))
+    return pairs
+
+
+def _gpu_text(queue: QueueState, level: Resources) -> str:
+    return f"{format_amount(queue.alloc_gpu)}/{format_amount(level.gpu)}"
+
+
+def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+    """For each pending job whose queue stays within its fair share, evict from queues above theirs.
+
+    Victims come first from queues over their fair share, then from queues
+    over their quota (only while the reclaimer stays within its own quota);
+    the test is made before each victim, so a queue at or below its quota is
+    never a victim. Departments are compared first, then projects.
+    """
+    lists = VictimLists(state)
+    failed: dict[QueueState, FailedShapes] = {}
+    by_pool: dict[str, list[QueueState]] = {}
+    for queue in state.queues.values():
+        if queue.kind == "project":
+            by_pool.setdefault(queue.pool, []).append(queue)
+
+    def visit(job: JobSpec) -> Skip | None:
+        pending, minimum = needed_tasks(state, job)
+        if not pending or (minimum == 0 and len(pending) < job.tasks):
+            return None
+        queue = state.queue_of(job)
+        tasks = max(minimum, 1)
+        need = state.need(job, tasks)
+        shapes = failed.setdefault(queue, FailedShapes(state))
+        if shapes.find(job, tasks) is not None:
+            return None
+        if not queue.fits_fair_share(need):
+            shapes.add(job, tasks, "")
+            return None
+        if refusal(queue, job, need):
+            return None
+        held = state.task_need(job)
+        others = [q for q in by_pool[queue.pool] if q is not queue]
+        over_share = [q for q in others if q.over(q.fair_share, held)
+                      or (q.parent is not queue.parent and q.parent and q.parent.over(q.parent.fair_share, held))]
+        over_quota = [q for q in others if q not in over_share and q.over(q.quota_bound, held)]
+        candidates = itertools.chain(lists.merged(over_share), lists.merged(over_quota))
+
+        def eligible(victim: Victim) -> str | None:
+            why = []
+            for mine, theirs in _level_pair(queue, victim.queue):
+                if not mine.fits_fair_share(need):
+                    return None
+                if theirs.over(theirs.fair_share, held):
+                    why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.fair_share)} "
+                               f"GPUs over fair share")
+                elif not theirs.implicit and theirs.over(theirs.quota_bound, held) and mine.fits_quota(need):
+                    why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.quota)} GPUs over quota")
+                else:
+                    return None
+            after = Resources(queue.alloc_gpu + need.gpu)
+            return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
+                    f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
+
+        if make_room(state, placer, job, candidates, RULE, eligible, lists):
+            state.reasons.pop(job.id, None)
+            return None
+        shapes.add(job, tasks, "")
+        return None
+
+    serve_in_order(state, grouped, visit)

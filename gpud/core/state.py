@@ -1,0 +1,214 @@
+"""The working state of one cycle: nodes, queues and placements, changed only through statements."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pluggy
+
+from gpud.core.nodes import NodeIndex, NodeState
+from gpud.core.queues import QueueState, build_queues, compute_fair_shares
+from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
+from gpud.policy import Policy
+
+
+class Victim:
+    """A running job as a candidate for eviction: the job, its queue and its running tasks."""
+
+    __slots__ = ("job", "queue", "tasks", "started")
+
+    def __init__(self, job: JobSpec, queue: QueueState, tasks: list[int]) -> None:
+        self.job = job
+        self.queue = queue
+        self.tasks = tasks
+        self.started = job.started if job.started is not None else job.submitted
+
+    def __repr__(self) -> str:
+        return f"Victim({self.job.id}, tasks={self.tasks})"
+
+
+class ClusterState:
+    """Everything a cycle reads and changes; the snapshot itself is never modified."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
+        self.policy = policy
+        self.pm = pm
+        self.hook = pm.hook
+        self.now = snapshot.now
+        self.nodes = {spec.name: NodeState(spec) for spec in snapshot.nodes}
+        pool_nodes: dict[str, list[NodeState]] = defaultdict(list)
+        for node in self.nodes.values():
+            if node.spec.schedulable:
+                pool_nodes[node.pool].append(node)
+        self.jobs = {job.id: job for job in snapshot.jobs}
+        pools = set(pool_nodes) | {n.pool for n in self.nodes.values()}
+        pools |= {self.pool_of(job) for job in snapshot.jobs}
+        self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
+        self.queues = build_queues(policy, sorted(pools))
+        self.placements: dict[str, list[TaskPlacement | None]] = {}
+        self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
+        self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
+        self.reasons: dict[str, tuple[QueueState | None, str]] = {}
+        self.pending_jobs: list[JobSpec] = []
+        self.touched: set[str] = set()
+        self.fragmented: set[str] = set()
+        pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        default_pool = policy.default_pool
+        for job in snapshot.jobs:
+            self.placements[job.id] = [None] * job.tasks
+            queue = self.queues.get((job.project, job.pool or default_pool))
+            if queue is None:
+                self.reasons[job.id] = (None, f"project {job.project} is not in the policy")
+                continue
+            pending = job.tasks
+            for task, placement in enumerate(job.placements):
+                if placement is not None and placement.node in self.nodes:
+                    self._bind(job, task, placement)
+                    pending -= 1
+            if pending:
+                self.pending_jobs.append(job)
+                need = self.task_need(job)
+                acc = pending_need[queue]
+                acc[0] += need.gpu * pending
+                acc[1] += need.cpu * pending
+                acc[2] += need.memory * pending
+        demand = {(q.name, q.pool): q.allocated + Resources(*pending_need.get(q, (0.0, 0.0, 0.0)))
+                  for q in self.queues.values() if q.kind == "project"}
+        capacity = {pool: self._capacity(pool) for pool in self.indexes}
+        compute_fair_shares(policy, self.queues, capacity, demand)
+
+    def _capacity(self, pool: str) -> Resources:
+        return sum((Resources(n.gpus, n.spec.cpus, n.spec.memory_gib)
+                    for n in self.nodes.values() if n.pool == pool), Resources())
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def pool_of(self, job: JobSpec) -> str:
+        """The node pool a job runs in: its own, or the policy's default pool."""
+        return job.pool or self.policy.default_pool
+
+    def queue_of(self, job: JobSpec) -> QueueState | None:
+        """The project queue a job belongs to, None when the policy does not know its project."""
+        return self.queues.get((job.project, self.pool_of(job)))
+
+    def task_need(self, job: JobSpec) -> Resources:
+        """What one pending task of the job will hold (a memory slice counted on the pool's largest GPU)."""
+        request = job.request
+        if request.gpu_memory_gib is not None:
+            largest = self.indexes[self.pool_of(job)].max_gpu_memory or request.gpu_memory_gib
+            gpu = request.gpu_memory_gib / largest
+        else:
+            gpu = request.gpus
+        return Resources(gpu, request.cpus, request.memory_gib)
+
+    def need(self, job: JobSpec, tasks: int) -> Resources:
+        """What ``tasks`` pending tasks of the job will hold."""
+        return self.task_need(job).scaled(tasks) if tasks else Resources()
+
+    def held(self, job: JobSpec) -> Resources:
+        """What the job's running tasks hold now."""
+        total = Resources()
+        for placement in self.placements[job.id]:
+            if placement is not None:
+                total += self._charge(job, placement)
+        return total
+
+    @staticmethod
+    def _charge(job: JobSpec, placement: TaskPlacement) -> Resources:
+        return Resources(placement.gpu_share * len(placement.gpu_index), job.request.cpus,
+                         job.request.memory_gib)
+
+    def running_tasks(self, job_id: str) -> list[int]:
+        """Indices of the job's tasks that hold a placement now."""
+        return [i for i, p in enumerate(self.placements[job_id]) if p is not None]
+
+    def pending_tasks(self, job_id: str) -> list[int]:
+        """Indices of the job's tasks that wait for a placement."""
+        return [i for i, p in enumerate(self.placements[job_id]) if p is None]
+
+    def victims(self, queue: QueueState) -> list[Victim]:
+        """The running jobs of one queue, as eviction candidates."""
+        return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id))
+                for job_id in self.running[queue]]
+
+    # --- changing (only through a Statement) ---------------------------------------------------
+
+    def _bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
+        self.touched.add(job.id)
+        node = self.nodes[placement.node]
+        node.take((job.id, task), placement, job.request)
+        index = self.indexes.get(node.pool)
+        charge = self._charge(job, placement)
+        if node.spec.schedulable and index is not None:
+            index.update(node)
+            index.free_gpu -= charge.gpu
+            index.free_cpu -= charge.cpu
+            index.free_mem -= charge.memory
+        self.placements[job.id][task] = placement
+        queue = self.queue_of(job)
+        if queue is not None:
+            queue.charge(charge, 1)
+            self.running[queue][job.id] = None
+
+    def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
+        placement = self.placements[job.id][task]
+        node = self.nodes[placement.node]
+        node.give_back((job.id, task), job.request)
+        index = self.indexes.get(node.pool)
+        charge = self._charge(job, placement)
+        if node.spec.schedulable and index is not None:
+            index.update(node)
+            index.free_gpu += charge.gpu
+            index.free_cpu += charge.cpu
+            index.free_mem += charge.memory
+        self.placements[job.id][task] = None
+        queue = self.queue_of(job)
+        if queue is not None:
+            queue.charge(charge, -1)
+            if not any(p is not None for p in self.placements[job.id]):
+                del self.running[queue][job.id]
+        return placement
+
+
+class Statement:
+    """A sequence of tentative changes to a ClusterState that commits whole or rolls back.
+
+    ``checkpoint`` marks a point; ``rollback`` undoes everything after a mark
+    (or everything). Nothing needs doing to commit: the changes are already in
+    the state, and dropping the statement keeps them.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._undo: list[tuple] = []
+
+    def bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
+        """Place task ``task`` of ``job``."""
+        self.state._bind(job, task, placement)
+        self._undo.append(("bind", job, task))
+
+    def evict(self, job: JobSpec, task: int, rule: str, reason: str, for_job: str | None) -> TaskPlacement:
+        """Remove task ``task`` of ``job`` from its node, recording why; returns where it was."""
+        placement = self.state._unbind(job, task)
+        self._undo.append(("evict", job, task, placement, self.state.evicted_by.get(job.id)))
+        self.state.evicted_by[job.id] = (rule, reason, for_job)
+        return placement
+
+    def checkpoint(self) -> int:
+        """A mark to roll back to."""
+        return len(self._undo)
+
+    def rollback(self, mark: int = 0) -> None:
+        """Undo every change made after ``mark``, latest first."""
+        state = self.state
+        while len(self._undo) > mark:
+            op = self._undo.pop()
+            if op[0] == "bind":
+                state._unbind(op[1], op[2])
+            else:
+                _, job, task, placement, previous = op
+                state._bind(job, task, placement)
+                if previous is None:
+                    state.evicted_by.pop(job.id, None)
+                else:
+                    state.evicted_by[job.id] = previous

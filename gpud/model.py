@@ -1,0 +1,195 @@
+"""The immutable types the scheduling core reads (snapshots) and writes (plans)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+EPS = 1e-9
+RESOURCES = ("gpu", "cpu", "memory")
+NON_PREEMPTIBLE_PRIORITY = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """An amount of GPUs (fractions allowed), CPU cores and memory in GiB."""
+
+    gpu: float = 0.0
+    cpu: float = 0.0
+    memory: float = 0.0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
+
+    def scaled(self, factor: float) -> Resources:
+        """This amount multiplied by ``factor`` in every resource."""
+        return Resources(self.gpu * factor, self.cpu * factor, self.memory * factor)
+
+    def get(self, name: str) -> float:
+        """The amount of one resource by name: "gpu", "cpu" or "memory"."""
+        return getattr(self, name)
+
+    def fits_in(self, other: Resources) -> bool:
+        """True when no resource of this amount exceeds ``other`` (with float tolerance)."""
+        return (self.gpu <= other.gpu + EPS and self.cpu <= other.cpu + EPS
+                and self.memory <= other.memory + EPS)
+
+
+ZERO = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One GPU host as the scheduler sees it."""
+
+    name: str
+    gpus: int = 0
+    gpu_memory_gib: float = 80.0
+    cpus: float = 64.0
+    memory_gib: float = 512.0
+    pool: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """What one task of a job asks for.
+
+    ``gpus`` is a whole number of GPUs, or a fraction (0 < gpus < 1) of one GPU.
+    ``gpu_memory_gib``, when set, asks for a slice of one GPU's memory instead.
+    """
+
+    gpus: float = 0.0
+    gpu_memory_gib: float | None = None
+    cpus: float = 1.0
+    memory_gib: float = 1.0
+
+    @property
+    def is_shared(self) -> bool:
+        """True when the task takes part of one GPU (a fraction or a memory slice)."""
+        return self.gpu_memory_gib is not None or 0 < self.gpus < 1
+
+    @property
+    def whole_gpus(self) -> int:
+        """The number of whole GPUs the task holds (0 for shared and CPU-only tasks)."""
+        return 0 if self.is_shared else int(self.gpus)
+
+    @property
+    def uses_gpu(self) -> bool:
+        """True for GPU tasks, False for CPU-only ones."""
+        return self.gpus > 0 or self.gpu_memory_gib is not None
+
+    def gpu_share_on(self, gpu_memory_gib: float) -> float:
+        """The part of one GPU with ``gpu_memory_gib`` of memory a shared task takes."""
+        if self.gpu_memory_gib is not None:
+            return self.gpu_memory_gib / gpu_memory_gib
+        return self.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    """Where a task runs: a node, the GPU indices it holds and the share of each it takes."""
+
+    node: str
+    gpu_index: tuple[int, ...] = ()
+    gpu_share: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job of one or more tasks; ``placements`` holds one entry per task, None when pending."""
+
+    id: str
+    project: str
+    request: TaskRequest
+    priority: int = 50
+    tasks: int = 1
+    min_tasks: int | None = None
+    submitted: float = 0.0
+    started: float | None = None
+    placements: tuple[TaskPlacement | None, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    pool: str | None = None
+    seq: int = 0
+
+    @property
+    def gang_minimum(self) -> int:
+        """The fewest tasks the job runs with: ``min_tasks``, or all of them."""
+        return self.tasks if self.min_tasks is None else self.min_tasks
+
+    @property
+    def preemptible(self) -> bool:
+        """Jobs below priority 100 may be evicted; 100 and above never are."""
+        return self.priority < NON_PREEMPTIBLE_PRIORITY
+
+    def task_placement(self, index: int) -> TaskPlacement | None:
+        """The placement of task ``index``, None when that task is pending."""
+        return self.placements[index] if index < len(self.placements) else None
+
+    @property
+    def running_tasks(self) -> int:
+        """How many tasks of the job hold a placement."""
+        return sum(1 for p in self.placements if p is not None)
+
+    @property
+    def is_running(self) -> bool:
+        """True when at least one task holds a placement."""
+        return any(p is not None for p in self.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster at one instant: the scheduler's whole input besides the policy."""
+
+    nodes: tuple[NodeSpec, ...]
+    jobs: tuple[JobSpec, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Start task ``task`` of job ``job`` at ``placement``."""
+
+    job: str
+    task: int
+    placement: TaskPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Stop tasks of a job (or move them, when ``moved``) and why."""
+
+    job: str
+    tasks: tuple[int, ...]
+    rule: str
+    reason: str
+    for_job: str | None = None
+    moved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReport:
+    """One queue (a project or department in one pool) as the last cycle saw it."""
+
+    name: str
+    kind: str
+    pool: str
+    department: str | None
+    quota: Resources
+    fair_share: Resources
+    allocated: Resources
+    demand: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one scheduling cycle decided: binds, evictions and why each pending job waits."""
+
+    binds: tuple[Bind, ...]
+    evictions: tuple[Eviction, ...]
+    pending_reasons: Mapping[str, str]
+    queues: tuple[QueueReport, ...]

@@ -1,0 +1,102 @@
+"""Builds the plugin manager: built-in policies, entry-point plugins, then site-local files."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import pluggy
+
+from gpud import hookspecs
+from gpud.core.hooks import TRACE_ENV
+from gpud.errors import ConfigError
+
+BUILTIN_PLUGINS = (
+    "gpud.policies.binpack",
+    "gpud.policies.spread",
+    "gpud.policies.job_order",
+    "gpud.policies.queue_order",
+    "gpud.policies.victim_order",
+)
+ENTRY_POINT_GROUP = "gpud"
+
+
+def short_name(module_name: str) -> str:
+    """The name a policy file uses for a plugin module: its last dotted part."""
+    return module_name.rsplit(".", 1)[-1]
+
+
+def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLike | None = None,
+                        load_entry_points: bool = True) -> pluggy.PluginManager:
+    """Return a plugin manager with every enabled plugin registered.
+
+    Load order: the built-in policies, the ``gpud`` entry-point group, then the
+    ``*.py`` files of ``directory``. A name in ``disable`` (a plugin's short
+    name such as ``"spread"`` or its full module name) is not registered;
+    a name that matches no built-in and no entry point is a ConfigError.
+    Setting the environment variable GPUD_TRACE_HOOKS prints every hook call.
+    """
+    pm = pluggy.PluginManager("gpud")
+    pm.add_hookspecs(hookspecs)
+    blocked = set(disable)
+    known = set()
+    for module_name in BUILTIN_PLUGINS:
+        known.update({module_name, short_name(module_name)})
+        if module_name in blocked or short_name(module_name) in blocked:
+            pm.set_blocked(short_name(module_name))
+            continue
+        pm.register(importlib.import_module(module_name), name=short_name(module_name))
+    if load_entry_points:
+        for name in blocked:
+            pm.set_blocked(name)
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        known.update(ep_name for ep_name, _ in _entry_point_names())
+    if directory is not None:
+        for module in load_directory(directory):
+            known.add(module.__name__)
+            if module.__name__ not in blocked:
+                pm.register(module, name=module.__name__)
+    unknown = sorted(blocked - known)
+    if unknown:
+        raise ConfigError("policy", "plugins.disable",
+                          f"no plugin named {', '.join(map(repr, unknown))}; "
+                          f"plugins: {', '.join(sorted(short_name(m) for m in BUILTIN_PLUGINS))}")
+    if os.environ.get(TRACE_ENV):
+        pm.trace.root.setwriter(lambda msg: sys.stderr.write(msg))
+        pm.enable_tracing()
+    return pm
+
+
+def _entry_point_names() -> list[tuple[str, str]]:
+    from importlib.metadata import entry_points
+    return [(ep.name, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+
+
+def load_directory(directory: str | os.PathLike) -> list:
+    """Import every ``*.py`` file of ``directory`` as a module named after the file, in name order."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "", "plugins directory does not exist")
+    modules = []
+    for path in sorted(folder.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"gpud_site_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # a broken site plugin must name itself
+            raise ConfigError(str(path), "", f"plugin failed to load: {exc!r}") from exc
+        module.__name__ = path.stem
+        modules.append(module)
+    return modules
+
+
+def placement_strategies(pm: pluggy.PluginManager) -> frozenset[str]:
+    """Every placement strategy name some registered plugin implements."""
+    names: set[str] = set()
+    for result in pm.hook.gpud_placement_strategies():
+        names.update(result)
+    return frozenset(names)

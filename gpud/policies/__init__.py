@@ -1,0 +1,1 @@
+"""Built-in scheduling policies: ordinary gpud plugins the policy file can switch off."""

@@ -1,0 +1,106 @@
+"""The scheduling policy: departments, projects, node pools, placement and priority classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from gpud.model import Resources
+
+DEFAULT_POOL = "default"
+DEFAULT_DEPARTMENT = "default"
+DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = {
+    "inference": 125,
+    "build": 100,
+    "interactive-preemptible": 75,
+    "train": 50,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Quota and sharing settings of one project or department.
+
+    ``quota`` and ``limit`` map a node pool name to an amount; a pool missing
+    from ``quota`` has a zero quota, one missing from ``limit`` has no limit.
+    """
+
+    name: str
+    quota: Mapping[str, Resources] = field(default_factory=dict)
+    limit: Mapping[str, Resources] = field(default_factory=dict)
+    over_quota_weight: float = 1.0
+    over_quota_priority: int = 0
+    over_quota: bool = True
+
+    def quota_in(self, pool: str) -> Resources:
+        """The deserved quota in ``pool`` (zero when the policy gives none)."""
+        return self.quota.get(pool, Resources())
+
+    def limit_in(self, pool: str) -> Resources | None:
+        """The hard cap in ``pool``, or None when unlimited."""
+        return self.limit.get(pool)
+
+
+@dataclass(frozen=True, slots=True)
+class Project(QueueSettings):
+    """A project: the queue jobs are submitted to, inside one department."""
+
+    department: str = DEFAULT_DEPARTMENT
+    users: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Department(QueueSettings):
+    """A department: a group of projects sharing one quota.
+
+    ``implicit`` marks the department projects fall into when they name none:
+    it has no quota of its own and never blocks anything.
+    """
+
+    implicit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """A named set of nodes with its own placement strategies."""
+
+    name: str
+    placement: str = "binpack"
+    cpu_placement: str = "binpack"
+    gpu_placement: str = "binpack"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """Which plugins the policy switches off, and where site-local plugins live."""
+
+    disable: tuple[str, ...] = ()
+    directory: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The whole scheduling policy, as read from the policy file."""
+
+    departments: Mapping[str, Department] = field(default_factory=dict)
+    projects: Mapping[str, Project] = field(default_factory=dict)
+    pools: Mapping[str, NodePool] = field(default_factory=dict)
+    default_pool: str = DEFAULT_POOL
+    over_quota_weights: bool = True
+    priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    min_runtime_s: float = 300.0
+    plugins: PluginSettings = field(default_factory=PluginSettings)
+    placement: str = "binpack"
+    cpu_placement: str = "binpack"
+    gpu_placement: str | None = None
+
+    def pool(self, name: str) -> NodePool:
+        """The settings of pool ``name``; pools the policy does not list use the top-level placement."""
+        found = self.pools.get(name)
+        if found is not None:
+            return found
+        return NodePool(name, self.placement, self.cpu_placement, self.gpu_placement or self.placement)
+
+    def department_of(self, project: str) -> Department:
+        """The department a project belongs to."""
+        return self.departments[self.projects[project].department]

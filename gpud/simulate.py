@@ -1,0 +1,167 @@
+"""Running the real scheduling core on a scenario, in memory, and checking what it expects."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import pluggy
+
+from gpud.core import schedule
+from gpud.model import EPS, Eviction, JobSpec, Plan, Snapshot
+from gpud.scenario import Expectations, Scenario
+
+
+@dataclass
+class Simulation:
+    """What the cycles did: the final snapshot, every plan, and the jobs evicted or moved."""
+
+    snapshot: Snapshot
+    plans: list[Plan] = field(default_factory=list)
+    preempted: set[str] = field(default_factory=set)
+    evictions: list[tuple[int, Eviction]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def last_plan(self) -> Plan:
+        """The plan of the last cycle run."""
+        return self.plans[-1]
+
+    def running(self) -> set[str]:
+        """Jobs with at least one task placed after the last cycle."""
+        return {job.id for job in self.snapshot.jobs if job.is_running}
+
+    def pending(self) -> set[str]:
+        """Jobs with no task placed after the last cycle."""
+        return {job.id for job in self.snapshot.jobs if not job.is_running}
+
+
+def apply_plan(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot after a plan is carried out (evictions first, then binds), at the same instant."""
+    changes: dict[str, list] = {}
+    jobs = {job.id: job for job in snapshot.jobs}
+
+    def slots(job_id: str) -> list:
+        if job_id not in changes:
+            job = jobs[job_id]
+            changes[job_id] = [job.task_placement(i) for i in range(job.tasks)]
+        return changes[job_id]
+
+    for eviction in plan.evictions:
+        for task in eviction.tasks:
+            slots(eviction.job)[task] = None
+    for bind in plan.binds:
+        slots(bind.job)[bind.task] = bind.placement
+    updated = []
+    for job in snapshot.jobs:
+        if job.id not in changes:
+            updated.append(job)
+            continue
+        placements = tuple(changes[job.id])
+        running = any(p is not None for p in placements)
+        started = job.started if job.is_running and running else (snapshot.now if running else None)
+        updated.append(dataclasses.replace(job, placements=placements, started=started))
+    return dataclasses.replace(snapshot, jobs=tuple(updated))
+
+
+def simulate(scenario: Scenario, pm: pluggy.PluginManager) -> Simulation:
+    """Run the scenario's cycles, then its stable cycles, checking [expect] after the last cycle and each stable one."""
+    sim = Simulation(scenario.snapshot)
+    total = scenario.cycles + scenario.stable_cycles
+    for cycle in range(1, total + 1):
+        plan = schedule(sim.snapshot, scenario.policy, pm)
+        sim.snapshot = apply_plan(sim.snapshot, plan)
+        sim.plans.append(plan)
+        still_running = sim.running()
+        for eviction in plan.evictions:
+            sim.evictions.append((cycle, eviction))
+            if eviction.moved or eviction.job not in still_running:
+                sim.preempted.add(eviction.job)
+        if scenario.expect is not None and cycle >= scenario.cycles:
+            failures = check(scenario.expect, sim)
+            if failures:
+                sim.failures = [f"after cycle {cycle}: {f}" for f in failures]
+                break
+    return sim
+
+
+def _names(values) -> str:
+    return "[" + ", ".join(sorted(values)) + "]" if values else "[]"
+
+
+def _queue_total(plan: Plan, name: str, attribute: str) -> float | None:
+    for kind in ("project", "department"):
+        reports = [q for q in plan.queues if q.name == name and q.kind == kind]
+        if reports:
+            return sum(getattr(q, attribute).gpu for q in reports)
+    return None
+
+
+def check(expect: Expectations, sim: Simulation) -> list[str]:
+    """Every expectation that does not hold, each saying what was expected and what happened."""
+    failures = []
+    for label, wanted, actual in (("running", expect.running, sim.running()),
+                                  ("pending", expect.pending, sim.pending()),
+                                  ("preempted", expect.preempted, sim.preempted)):
+        if wanted is not None and set(wanted) != actual:
+            failures.append(f"{label}: expected {_names(wanted)}, got {_names(actual)}")
+    jobs = {job.id: job for job in sim.snapshot.jobs}
+    for job_id, nodes in (expect.placement or {}).items():
+        actual = tuple(p.node if p else "" for p in (jobs[job_id].task_placement(i)
+                                                    for i in range(jobs[job_id].tasks)))
+        if tuple(nodes) != actual:
+            failures.append(f"placement of {job_id}: expected {list(nodes)}, got {list(actual)}")
+    for job_id, indices in (expect.gpu_index or {}).items():
+        actual = tuple(tuple(p.gpu_index) if p else () for p in (jobs[job_id].task_placement(i)
+                                                                  for i in range(jobs[job_id].tasks)))
+        if tuple(tuple(i) for i in indices) != actual:
+            failures.append(f"gpu_index of {job_id}: expected {[list(i) for i in indices]}, "
+                            f"got {[list(i) for i in actual]}")
+    for job_id, count in (expect.running_tasks or {}).items():
+        actual = jobs[job_id].running_tasks
+        if actual != count:
+            failures.append(f"running_tasks of {job_id}: expected {count}, got {actual}")
+    for name, gpus in (expect.project_gpus or {}).items():
+        actual = _queue_total(sim.last_plan, name, "allocated") or 0.0
+        if abs(actual - gpus) > 1e-6:
+            failures.append(f"project_gpus of {name}: expected {gpus:g}, got {actual:g}")
+    for name, share in (expect.fair_share or {}).items():
+        actual = _queue_total(sim.last_plan, name, "fair_share") or 0.0
+        if abs(actual - share) > 0.01 + EPS:
+            failures.append(f"fair_share of {name}: expected {share:g}, got {actual:.4f}")
+    return failures
+
+
+def job_rows(sim: Simulation) -> list[dict]:
+    """One dict per job after the last cycle: state, project, nodes, GPUs and why it waits."""
+    reasons = sim.last_plan.pending_reasons
+    rows = []
+    for job in sorted(sim.snapshot.jobs, key=lambda j: (j.seq, j.id)):
+        placements = [job.task_placement(i) for i in range(job.tasks)]
+        rows.append({
+            "job": job.id,
+            "project": job.project,
+            "priority": job.priority,
+            "state": "running" if job.is_running else "pending",
+            "tasks_running": job.running_tasks,
+            "tasks": job.tasks,
+            "nodes": [p.node if p else "" for p in placements],
+            "gpu_index": [list(p.gpu_index) if p else [] for p in placements],
+            "reason": reasons[job.id] if job.id in reasons else None,
+        })
+    return rows
+
+
+def queue_rows(sim: Simulation) -> list[dict]:
+    """One dict per queue in the last cycle: allocated GPUs, quota and fair share, by pool."""
+    return [{"queue": q.name, "kind": q.kind, "pool": q.pool, "department": q.department,
+             "allocated_gpus": round(q.allocated.gpu, 6), "quota_gpus": round(q.quota.gpu, 6),
+             "fair_share_gpus": round(q.fair_share.gpu, 6), "demand_gpus": round(q.demand.gpu, 6),
+             "allocated_cpus": round(q.allocated.cpu, 6), "fair_share_cpus": round(q.fair_share.cpu, 6)}
+            for q in sim.last_plan.queues]
+
+
+def eviction_rows(sim: Simulation) -> list[dict]:
+    """One dict per eviction or move, in the order the cycles made them."""
+    return [{"cycle": cycle, "job": e.job, "tasks": list(e.tasks), "moved": e.moved, "rule": e.rule,
+             "for_job": e.for_job, "reason": e.reason} for cycle, e in sim.evictions]
