@@ -9,7 +9,8 @@ import sys
 from gpud.cli.render import table
 from gpud.core.queues import format_amount
 from gpud.errors import ConfigError
-from gpud.plugins import make_plugin_manager
+from gpud.plugins import make_plugin_manager, placement_strategies
+from gpud.policy_file import ANY_PLACEMENT, check_placements
 from gpud.scenario import load_scenario
 from gpud.simulate import Simulation, eviction_rows, job_rows, queue_rows, simulate
 
@@ -49,13 +50,14 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load, simulate, print; returns the exit status."""
     try:
-        scenario = load_scenario(args.file)
+        scenario = load_scenario(args.file, ANY_PLACEMENT)
         if args.cycles is not None:
             if args.cycles < 1:
                 raise ConfigError(args.file, "--cycles", f"must be at least 1 (got {args.cycles})")
             scenario = scenario.__class__(scenario.source, scenario.policy, scenario.snapshot, args.cycles,
                                           scenario.stable_cycles, scenario.expect)
         pm = make_plugin_manager(scenario.policy.plugins.disable, scenario.policy.plugins.directory)
+        check_placements(scenario.policy, placement_strategies(pm), scenario.source, "policy.")
     except ConfigError as exc:
         print(f"gpuctl simulate: {exc}", file=sys.stderr)
         return EXIT_BAD_FILE

@@ -1,0 +1,199 @@
+"""Reading the policy file (etc/gpud/policy.toml) into a Policy, refusing every mistake by file, table and key."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from gpud.errors import ConfigError
+from gpud.model import EPS, RESOURCES, Resources
+from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, Department, NodePool,
+                         PluginSettings, Policy, Project)
+from gpud.tomlcheck import Table, as_number, choices, fmt, quote, read_toml, suggestion
+
+DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
+
+
+class _AnyName(frozenset):
+    """A set that holds every name: reading a file before the plugins that name strategies are known."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+ANY_PLACEMENT: frozenset[str] = _AnyName()
+POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime",
+               "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools")
+QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
+LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
+DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quota_priority", "over_quota",
+                   *LIMIT_KEYS.values())
+PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users")
+POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement")
+PLUGIN_KEYS = ("disable", "directory")
+MAX_QUEUES = 10_000
+MAX_POOLS = 1_000
+
+
+def load_policy(path: str | os.PathLike, known_placements: frozenset[str] = DEFAULT_PLACEMENTS) -> Policy:
+    """Read a policy file; a missing file, a TOML syntax error or a bad setting is a ConfigError."""
+    data, source = read_toml(path)
+    return parse_policy(data, source, known_placements)
+
+
+def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEFAULT_PLACEMENTS,
+                 *, where: str = "") -> Policy:
+    """Build a Policy from the parsed TOML of a policy file (or a scenario's [policy] table).
+
+    ``source`` names the file in messages and ``where`` is the path of the
+    table inside it ("" for a policy file, "policy" in a scenario).
+    ``known_placements`` are the placement strategies the plugins implement.
+    """
+    top = Table(data, source, where, POLICY_KEYS)
+    placement = _strategy(top, "placement", known_placements) or "binpack"
+    cpu_placement = _strategy(top, "cpu_placement", known_placements) or "binpack"
+    gpu_placement = _strategy(top, "gpu_placement", known_placements)
+    default_pool = top.string("default_pool", DEFAULT_POOL)
+    pools = _node_pools(top, known_placements, placement, cpu_placement)
+    known_pools = (frozenset(pools) | {default_pool}) if pools else None
+    departments = {}
+    for index, raw in top.tables("departments", MAX_QUEUES):
+        table = top.named("departments", index, raw, DEPARTMENT_KEYS, departments)
+        departments[table.data["name"]] = Department(**_queue_settings(table, default_pool, known_pools))
+    projects = {}
+    for index, raw in top.tables("projects", MAX_QUEUES):
+        table = top.named("projects", index, raw, PROJECT_KEYS, projects)
+        department = table.string("department", DEFAULT_DEPARTMENT)
+        if department not in departments and department != DEFAULT_DEPARTMENT:
+            known = [*departments, DEFAULT_DEPARTMENT]
+            raise table.error("department", f"unknown department {quote(department)}"
+                                            f"{suggestion(department, known)} (departments: {choices(known)})")
+        projects[table.data["name"]] = Project(**_queue_settings(table, default_pool, known_pools),
+                                               department=department, users=table.strings("users"))
+    if DEFAULT_DEPARTMENT not in departments and any(
+            p.department == DEFAULT_DEPARTMENT for p in projects.values()):
+        departments[DEFAULT_DEPARTMENT] = Department(DEFAULT_DEPARTMENT, implicit=True)
+    plugins = top.table("plugins", PLUGIN_KEYS)
+    return Policy(
+        departments=departments,
+        projects=projects,
+        pools=pools,
+        default_pool=default_pool,
+        over_quota_weights=top.boolean("over_quota_weights", True),
+        priority_classes=_priority_classes(top),
+        min_runtime_s=top.number("min_runtime", 300.0, lo=0),
+        plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
+        placement=placement,
+        cpu_placement=cpu_placement,
+        gpu_placement=gpu_placement,
+    )
+
+
+def _strategy(table: Table, key: str, known: frozenset[str]) -> str | None:
+    name = table.string(key, None)
+    if name is not None and name not in known:
+        raise table.error(key, f"unknown placement strategy {quote(name)}{suggestion(name, known)} "
+                               f"(known strategies: {choices(known)})")
+    return name
+
+
+def _node_pools(top: Table, known: frozenset[str], placement: str, cpu_placement: str) -> dict[str, NodePool]:
+    pools: dict[str, NodePool] = {}
+    for index, raw in top.tables("node_pools", MAX_POOLS):
+        table = top.named("node_pools", index, raw, POOL_KEYS, pools)
+        pool_placement = _strategy(table, "placement", known) or placement
+        pools[table.data["name"]] = NodePool(
+            name=table.data["name"],
+            placement=pool_placement,
+            cpu_placement=_strategy(table, "cpu_placement", known) or cpu_placement,
+            gpu_placement=_strategy(table, "gpu_placement", known) or pool_placement,
+        )
+    return pools
+
+
+def _priority_classes(top: Table) -> dict[str, int]:
+    table = top.table("priority_classes", None)
+    classes = dict(DEFAULT_PRIORITY_CLASSES)
+    for name in table.data:
+        if not name:
+            raise table.error(name, "a priority class needs a non-empty name")
+        classes[name] = table.integer(name, lo=-1_000_000_000, hi=1_000_000_000)
+    return classes
+
+
+def _queue_settings(table: Table, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, Any]:
+    """The QueueSettings fields of a department or project table."""
+    quota = _per_pool(table, QUOTA_KEYS, default_pool, known_pools, 0.0)
+    limit = _per_pool(table, LIMIT_KEYS, default_pool, known_pools, math.inf)
+    for pool, cap in limit.items():
+        deserved = quota.get(pool, Resources())
+        for resource in RESOURCES:
+            if cap.get(resource) < deserved.get(resource) - EPS:
+                key = LIMIT_KEYS[resource]
+                raise table.error(key, f"{key} ({fmt(cap.get(resource))}) is below {QUOTA_KEYS[resource]} "
+                                       f"({fmt(deserved.get(resource))}) in node pool {quote(pool)}")
+    return dict(
+        name=table.data["name"],
+        quota=quota,
+        limit=limit,
+        over_quota_weight=table.number("over_quota_weight", 1.0, lo=0),
+        over_quota_priority=table.integer("over_quota_priority", 0, lo=-1_000_000_000, hi=1_000_000_000),
+        over_quota=table.boolean("over_quota", True),
+    )
+
+
+def _per_pool(table: Table, keys: dict[str, str], default_pool: str, known_pools: frozenset[str] | None,
+              fill: float) -> dict[str, Resources]:
+    """Amounts per pool for the three keys of ``keys``; a resource not given in a pool is ``fill``."""
+    amounts = {resource: _amounts(table, key, default_pool, known_pools) for resource, key in keys.items()}
+    pools = [pool for per_pool in amounts.values() for pool in per_pool]
+    return {pool: Resources(**{resource: amounts[resource].get(pool, fill) for resource in RESOURCES})
+            for pool in dict.fromkeys(pools)}
+
+
+def _amounts(table: Table, key: str, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, float]:
+    if key not in table:
+        return {}
+    value = table.data[key]
+    if not isinstance(value, dict):
+        expected = "a number or a table of node pool = number"
+        return {default_pool: float(as_number(value, table.source, table.at(key), lo=0, expected=expected))}
+    pools = Table(value, table.source, table.at(key), None)
+    amounts = {}
+    for pool, amount in value.items():
+        if known_pools is not None and pool not in known_pools:
+            raise pools.error(pool, f"unknown node pool {quote(pool)}{suggestion(pool, known_pools)} "
+                                    f"(node pools: {choices(known_pools)})")
+        amounts[pool] = float(as_number(amount, table.source, pools.at(pool), lo=0))
+    return amounts
+
+
+def check_pool(table: Table, key: str, policy: Policy) -> str | None:
+    """The pool named by ``key`` of ``table``; when the policy declares node pools it must be one of them."""
+    pool = table.string(key, None)
+    if pool is not None and policy.pools and pool not in policy.pools and pool != policy.default_pool:
+        known = {*policy.pools, policy.default_pool}
+        raise table.error(key, f"unknown node pool {quote(pool)}{suggestion(pool, known)} "
+                               f"(node pools: {choices(known)})")
+    return pool
+
+
+
+def check_placements(policy: Policy, known: frozenset[str], source: str, prefix: str = "") -> None:
+    """Refuse a policy that names a placement strategy no registered plugin implements.
+
+    ``prefix`` is the path of the policy table in the file ("policy." in a scenario).
+    """
+    settings = [(prefix, "placement", policy.placement), (prefix, "cpu_placement", policy.cpu_placement),
+                (prefix, "gpu_placement", policy.gpu_placement)]
+    for pool in policy.pools.values():
+        where = f"{prefix}node_pools (name = {quote(pool.name)})."
+        settings += [(where, "placement", pool.placement), (where, "cpu_placement", pool.cpu_placement),
+                     (where, "gpu_placement", pool.gpu_placement)]
+    for where, key, name in settings:
+        if name is not None and name not in known:
+            raise ConfigError(source, where + key,
+                              f"unknown placement strategy {quote(name)}{suggestion(name, known)} "
+                              f"(known strategies: {choices(known)}; is the plugin that provides it "
+                              f"installed and enabled?)")
