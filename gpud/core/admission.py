@@ -6,40 +6,45 @@ from gpud.core.queues import QueueState, format_amount
 from gpud.model import JobSpec, Resources
 
 
-def refusal(queue: QueueState, job: JobSpec, need: Resources) -> str | None:
+NON_PREEMPTIBLE_ONLY, EVERY_JOB = 1, 0
+
+
+def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int] | None:
     """Why the job's queues may not take ``need`` more, or None when they may.
 
     Checked at the project and its department: hard limits for every job;
     quota for non-preemptible jobs (they run only within quota) and for
     queues that may not go over quota at all. An implicit department never
-    refuses anything.
+    refuses anything. The second value says whom the rule binds:
+    NON_PREEMPTIBLE_ONLY or EVERY_JOB.
     """
     for level in (queue, queue.parent):
         if level is None or level.implicit:
             continue
         if not level.fits_limit(need):
-            return f"{level.kind} {level.name} would pass its limit of {_amounts(level.limit, need)}"
+            return (f"{level.kind} {level.name} is at its limit of {_amounts(level.limit, need)} "
+                    f"(holds {_held(level, level.limit, need)})"), EVERY_JOB
         if not job.preemptible and not level.fits_quota(need):
-            return (f"{level.kind} {level.name} would pass its quota: {_after(level, need)} "
-                    f"(non-preemptible jobs run only within quota)")
+            return (f"{level.kind} {level.name} has no quota left for it ({_held(level, level.quota_bound, need)}; "
+                    f"non-preemptible jobs run only within quota)"), NON_PREEMPTIBLE_ONLY
         if not level.settings.over_quota and not level.fits_quota(need):
-            return f"{level.kind} {level.name} may not go over quota: {_after(level, need)}"
+            return (f"{level.kind} {level.name} may not go over quota "
+                    f"({_held(level, level.quota_bound, need)})"), EVERY_JOB
     return None
 
 
-def _after(queue: QueueState, need: Resources) -> str:
+def _held(queue: QueueState, level: Resources, need: Resources) -> str:
     alloc = queue.allocated
     parts = []
     for name, unit in (("gpu", "GPUs"), ("cpu", "CPUs"), ("memory", "GiB")):
-        if need.get(name) > 0:
-            parts.append(f"{format_amount(alloc.get(name))}+{format_amount(need.get(name))}/"
-                         f"{format_amount(queue.quota.get(name))} {unit}")
+        if need.get(name) > 0 and level.get(name) != float("inf"):
+            parts.append(f"{format_amount(alloc.get(name))}/{format_amount(level.get(name))} {unit}")
     return ", ".join(parts)
 
 
 def _amounts(level: Resources, need: Resources) -> str:
     parts = []
     for name, unit in (("gpu", "GPUs"), ("cpu", "CPUs"), ("memory", "GiB")):
-        if need.get(name) > 0:
+        if need.get(name) > 0 and level.get(name) != float("inf"):
             parts.append(f"{format_amount(level.get(name))} {unit}")
     return ", ".join(parts)

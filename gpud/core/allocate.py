@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpud.core.admission import refusal
+from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, Placer, explain_unplaced
 from gpud.core.queues import QueueState
@@ -22,7 +22,7 @@ class FailedShapes:
         self.state = state
         self._failed: dict[tuple, list[tuple[tuple, tuple[str, str]]]] = {}
 
-    def _shape(self, job: JobSpec, tasks: int) -> tuple[tuple, tuple]:
+    def _shape(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[tuple, tuple]:
         r = job.request
         if not r.uses_gpu:
             kind, size = "cpu", 0.0
@@ -31,18 +31,21 @@ class FailedShapes:
         else:
             kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
         selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-        return (self.state.pool_of(job), selector, kind), (size, r.cpus, r.memory_gib, tasks)
+        return (self.state.pool_of(job), selector, kind), (size, r.cpus, r.memory_gib, tasks, *extra)
 
-    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "") -> None:
-        """Remember that ``tasks`` tasks of ``job`` found no room, why, and the kind of wait."""
-        group, dims = self._shape(job, tasks)
+    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:
+        """Remember that ``tasks`` tasks of ``job`` found no room, why, and the kind of wait.
+
+        ``extra`` adds dimensions of the caller's own (larger means harder).
+        """
+        group, dims = self._shape(job, tasks, extra)
         self._failed.setdefault(group, []).append((dims, (detail, kind)))
 
-    def find(self, job: JobSpec, tasks: int) -> tuple[str, str] | None:
+    def find(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[str, str] | None:
         """(reason, kind) of a failed job that this one is at least as large as, or None."""
         if not self._failed:
             return None
-        group, dims = self._shape(job, tasks)
+        group, dims = self._shape(job, tasks, extra)
         for failed, detail in self._failed.get(group, ()):
             if all(d >= f for d, f in zip(dims, failed)):
                 return detail
@@ -57,8 +60,12 @@ def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
 
 
 def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
-                 queue: QueueState) -> str | None:
-    """Place the job's pending tasks into free resources; the reason it waits, or None when placed."""
+                 queue: QueueState) -> tuple[str, int] | None:
+    """Place the job's pending tasks into free resources.
+
+    Returns None when placed; (reason, whom the rule binds) when a queue rule
+    refuses the job; ("", EVERY_JOB) when no room was found.
+    """
     pending, minimum = needed_tasks(state, job)
     need = state.need(job, len(pending))
     refused = refusal(queue, job, need)
@@ -69,15 +76,38 @@ def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobS
         return refused
     if placer.place(stmt, job, pending, max(minimum, 1)):
         return None
-    return ""
+    return "", EVERY_JOB
+
+
+class Blocks:
+    """Why jobs cannot start this action: shapes that found no room, and queue rules that refused.
+
+    A job at least as large as a blocked one, in the same pool (and, for
+    queue rules, the same queue and bound by the same rule), is blocked too.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.room = FailedShapes(state)
+        self.rules: dict[QueueState, FailedShapes] = {}
+
+    def find(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[str, str] | None:
+        """(reason, kind) when the job is blocked by an earlier failure, else None."""
+        found = self.room.find(job, tasks)
+        if found is None and queue in self.rules:
+            found = self.rules[queue].find(job, tasks, (0 if job.preemptible else 1,))
+        return found
+
+    def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: str, binds: int) -> None:
+        """Remember a queue rule that refused the job (``binds``: EVERY_JOB or NON_PREEMPTIBLE_ONLY)."""
+        self.rules.setdefault(queue, FailedShapes(self.state)).add(job, tasks, reason, "", (binds,))
 
 
 def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
     """Bind every pending job that fits into free resources, recording why the others wait."""
     stmt = Statement(state)
-    failed = FailedShapes(state)
+    blocks = Blocks(state)
     reasons = state.reasons
-
     fragmented = state.fragmented
 
     def record(job: JobSpec, queue: QueueState, found: tuple[str, str]) -> None:
@@ -86,30 +116,33 @@ def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list
             fragmented.add(job.id)
 
     def skip_same(job: JobSpec) -> bool:
+        queue = state.queue_of(job)
         _, minimum = needed_tasks(state, job)
-        found = failed.find(job, max(minimum, 1))
+        found = blocks.find(job, queue, max(minimum, 1))
         if found is None:
             return False
-        record(job, state.queue_of(job), found)
+        record(job, queue, found)
         return True
 
     def visit(job: JobSpec) -> Skip | None:
         queue = state.queue_of(job)
         _, minimum = needed_tasks(state, job)
-        found = failed.find(job, max(minimum, 1))
+        tasks = max(minimum, 1)
+        found = blocks.find(job, queue, tasks)
         if found is None:
             refused = try_allocate(state, placer, stmt, job, queue)
             if refused is None:
                 reasons.pop(job.id, None)
                 return None
-            if refused:
-                reasons[job.id] = (queue, refused)
-                return None
-            detail, kind = explain_unplaced(state, job, max(minimum, 1))
-            if kind == IMPOSSIBLE:
-                detail = "cannot run as asked: " + detail
-            found = (detail, kind)
-            failed.add(job, max(minimum, 1), detail, kind)
+            if refused[0]:
+                found = (refused[0], "")
+                blocks.refuse(job, queue, tasks, refused[0], refused[1])
+            else:
+                detail, kind = explain_unplaced(state, job, tasks)
+                if kind == IMPOSSIBLE:
+                    detail = "cannot run as asked: " + detail
+                found = (detail, kind)
+                blocks.room.add(job, tasks, detail, kind)
         record(job, queue, found)
         return skip_same
 

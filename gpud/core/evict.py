@@ -7,10 +7,11 @@ from typing import Callable, Iterable, Iterator
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
-from gpud.core.placement import Placer
+from gpud.core.nodes import NodeState
+from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
-from gpud.model import EPS, JobSpec
+from gpud.model import EPS, JobSpec, TaskPlacement, TaskRequest
 
 Eligibility = Callable[[Victim], str | None]
 
@@ -26,10 +27,14 @@ class VictimLists:
         self._min_runtime = state.policy.min_runtime_s
 
     def ordered(self, queue: QueueState) -> list[tuple]:
-        """(key, victim) pairs of one queue's preemptible running jobs, first victim first."""
+        """(key, victim) pairs of one queue's preemptible running jobs, first victim first.
+
+        Only jobs that ran before this cycle are victims: one placed earlier
+        in the same cycle has not started and is never evicted for another.
+        """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue) if v.job.preemptible]
+            victims = [v for v in self.state.victims(queue) if v.job.preemptible and v.job.is_running]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
         return found
@@ -50,70 +55,152 @@ class VictimLists:
         return None
 
 
-def next_unit(state: ClusterState, victim: Victim) -> list[int]:
-    """The tasks to evict next from a victim: one task above its gang minimum, else all that run."""
+def tasks_to_evict(state: ClusterState, victim: Victim, node: str | None) -> list[int]:
+    """The tasks a victim loses to free room on ``node`` (any node when None).
+
+    An elastic job above its gang minimum loses only tasks above the
+    minimum (the last started first), on that node; otherwise the whole job goes.
+    """
     running = state.running_tasks(victim.job.id)
-    if len(running) > victim.job.gang_minimum:
-        return running[-1:]
+    placements = state.placements[victim.job.id]
+    here = [t for t in running if node is None or placements[t].node == node]
+    spare = len(running) - victim.job.gang_minimum
+    if spare > 0 and here:
+        return here[::-1][:spare] if node is not None else running[-1:]
     return running
+
+
+class Lazy:
+    """A list filled from an iterator only as far as anyone has read it; may be read many times."""
+
+    def __init__(self, source: Iterable[Victim]) -> None:
+        self._source = iter(source)
+        self._seen: list[Victim] = []
+
+    def __iter__(self) -> Iterator[Victim]:
+        yield from self._seen
+        for item in self._source:
+            self._seen.append(item)
+            yield item
+
+
+class _NodeRoom:
+    """What one node would have free if some victims' tasks on it were gone (nothing is changed)."""
+
+    __slots__ = ("node", "share", "cpu", "mem", "victims")
+
+    def __init__(self, node: NodeState) -> None:
+        self.node = node
+        self.share = list(node.free_share)
+        self.cpu = node.free_cpu
+        self.mem = node.free_mem
+        self.victims: list[Victim] = []
+
+    def release(self, placement: TaskPlacement, job: JobSpec) -> None:
+        for i in placement.gpu_index:
+            self.share[i] = min(1.0, self.share[i] + placement.gpu_share)
+        self.cpu += job.request.cpus
+        self.mem += job.request.memory_gib
+
+    def holds(self, request: TaskRequest) -> bool:
+        if request.cpus > self.cpu + EPS or request.memory_gib > self.mem + EPS:
+            return False
+        if not request.uses_gpu:
+            return True
+        if request.is_shared:
+            if request.gpu_memory_gib is not None and request.gpu_memory_gib > self.node.gpu_memory_gib + EPS:
+                return False
+            share = request.gpu_share_on(self.node.gpu_memory_gib)
+            return any(free >= share - EPS for free in self.share)
+        return sum(1 for free in self.share if free >= 1.0 - EPS) >= request.whole_gpus
+
+
+def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim]) -> _NodeRoom | None:
+    """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
+
+    Victims are added in victim order, each to the nodes its tasks sit on;
+    the first node that would fit is the one whose needed victims come
+    earliest in that order (lowest priority, most recently started).
+    """
+    pool = state.pool_of(job)
+    rooms: dict[str, _NodeRoom | None] = {}
+    placements = state.placements
+    for victim in ordered:
+        for task in state.running_tasks(victim.job.id):
+            placement = placements[victim.job.id][task]
+            room = rooms.get(placement.node, False)
+            if room is False:
+                node = state.nodes[placement.node]
+                usable = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
+                          and node.matches(job.node_selector))
+                room = rooms[placement.node] = _NodeRoom(node) if usable else None
+            if room is None:
+                continue
+            room.release(placement, victim.job)
+            if not room.victims or room.victims[-1] is not victim:
+                room.victims.append(victim)
+            if room.holds(job.request):
+                return room
+    return None
 
 
 def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
               ready: Callable[[], bool] = lambda: True) -> bool:
-    """Evict candidates in order until ``job`` fits, then keep every victim that can stay.
+    """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
-    Before each eviction ``eligible`` is asked again (the state changes as
-    victims go) and returns the reason text recorded with the eviction, or
-    None to pass the victim over. ``ready`` says whether the job may be
-    placed yet (e.g. a non-preemptible job back within quota). Once the job
-    is placed, evicted tasks are put back on their very GPUs where those are
-    still free (they did not move), else placed elsewhere (moved); the rest
-    are stopped. If the job never fits, nothing changes.
+    Victims are taken in victim order. When the job's queue must first give
+    resources back (``ready`` false, e.g. a non-preemptible job over quota),
+    victims go in that order until it is ready. Then, for each task, the node
+    whose needed victims come earliest in the order is cleared. Before each
+    eviction ``eligible`` is asked again (the state changes as victims go)
+    and returns the reason recorded with the eviction, or None to pass the
+    victim over. Once the job is placed, evicted tasks are put back on their
+    very GPUs where those are still free (they did not move), else placed
+    elsewhere (moved); the rest are stopped. If the job does not fit,
+    nothing changes.
     """
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
-    evicted: list[tuple[JobSpec, int, object]] = []
-    placed = 0
-    for victim in candidates:
-        if not state.running_tasks(victim.job.id):
-            continue
-        while not placed:
-            if lists.protected(victim, job, rule) is not None:
-                break
-            reason = eligible(victim)
-            if reason is None:
-                break
-            unit = next_unit(state, victim)
-            if not unit:
-                break
-            for task in unit:
-                evicted.append((victim.job, task, stmt.evict(victim.job, task, rule, reason, job.id)))
-            if ready() and _worth_trying(state, job, evicted[-1][2]):
-                placed = placer.place(stmt, job, pending, max(minimum, 1))
-        if placed:
+    wanted = pending[:max(minimum, 1)]
+    ordered = Lazy(v for v in candidates
+                   if lists.protected(v, job, rule) is None and eligible(v) is not None)
+    evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
+
+    def evict(victim: Victim, node: str | None) -> bool:
+        reason = eligible(victim)
+        if reason is None:
+            return False
+        for task in tasks_to_evict(state, victim, node):
+            evicted.append((victim.job, task, stmt.evict(victim.job, task, rule, reason, job.id)))
+        return True
+
+    for victim in ordered:
+        if ready():
             break
-    if not placed:
+        if state.running_tasks(victim.job.id):
+            evict(victim, None)
+    if not ready():
         stmt.rollback()
         return False
+    for task in wanted:
+        placement = placer.find(job)
+        if placement is None:
+            room = _cheapest_node(state, job, ordered)
+            if room is None:
+                stmt.rollback()
+                return False
+            for victim in room.victims:
+                evict(victim, room.node.name)
+            order = sorted(range(room.node.gpus), key=lambda i: (room.node.free_share[i], i))
+            placement = room.node.pick_gpus(job.request, order) if room.node.holds_host_resources(
+                job.request) else None
+            if placement is None:
+                stmt.rollback()
+                return False
+        stmt.bind(job, task, placement)
     _settle_victims(state, placer, stmt, evicted)
     return True
-
-
-def _worth_trying(state: ClusterState, job: JobSpec, freed) -> bool:
-    """Cheap test before a placement attempt: could the node just freed, or the pool, hold the job now?"""
-    request = job.request
-    if job.tasks - len(state.pending_tasks(job.id)) == 0 and job.gang_minimum > 1:
-        index = state.indexes[state.pool_of(job)]
-        return index.free_gpu + EPS >= state.need(job, job.gang_minimum).gpu
-    node = state.nodes[freed.node]
-    if not node.holds_host_resources(request):
-        return False
-    if not request.uses_gpu:
-        return True
-    if request.is_shared:
-        return any(f >= request.gpu_share_on(node.gpu_memory_gib) - EPS for f in node.free_share)
-    return node.free_whole >= request.whole_gpus
 
 
 def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import needed_tasks
-from gpud.core.evict import VictimLists, make_room
+from gpud.core.allocate import FailedShapes, needed_tasks
+from gpud.core.evict import Lazy, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
@@ -22,16 +22,26 @@ def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
     within quota for it.
     """
     lists = VictimLists(state)
+    failed: dict[QueueState, FailedShapes] = {}
+
+    def hopeless(job: JobSpec) -> bool:
+        shapes = failed.get(state.queue_of(job))
+        return shapes is not None and shapes.find(job, max(needed_tasks(state, job)[1], 1),
+                                                  (-job.priority,)) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks):
+        if not pending or (minimum == 0 and len(pending) < job.tasks) or hopeless(job):
             return None
         queue = state.queue_of(job)
-        need = state.need(job, max(minimum, 1))
-        candidates = [v for v in lists.merged([queue]) if v.job.priority < job.priority]
-        if not candidates:
-            return None
+        tasks = max(minimum, 1)
+        need = state.need(job, tasks)
+        shapes = failed.setdefault(queue, FailedShapes(state))
+        candidates = Lazy(v for v in lists.merged([queue])
+                          if v.job.priority < job.priority and state.running_tasks(v.job.id))
+        if next(iter(candidates), None) is None:
+            shapes.add(job, tasks, "", extra=(-job.priority,))
+            return hopeless
 
         def eligible(victim: Victim) -> str | None:
             return (f"preempt: job {job.id} (priority {job.priority}) of project {queue.name} "
@@ -42,6 +52,8 @@ def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
 
         if make_room(state, placer, job, candidates, RULE, eligible, lists, ready):
             state.reasons.pop(job.id, None)
-        return None
+            return None
+        shapes.add(job, tasks, "", extra=(-job.priority,))
+        return hopeless
 
     serve_in_order(state, grouped, visit)

@@ -52,12 +52,9 @@ class QueueState:
             queue = queue.parent
 
     def _exceeds(self, level: Resources, need: Resources) -> bool:
-        alloc = self.allocated
-        for r in RESOURCES:
-            n = need.get(r)
-            if n > EPS and alloc.get(r) + n > level.get(r) + EPS:
-                return True
-        return False
+        return ((need.gpu > EPS and self.alloc_gpu + need.gpu > level.gpu + EPS)
+                or (need.cpu > EPS and self.alloc_cpu + need.cpu > level.cpu + EPS)
+                or (need.memory > EPS and self.alloc_mem + need.memory > level.memory + EPS))
 
     def fits_fair_share(self, need: Resources) -> bool:
         """True when the queue stays within its fair share after taking ``need``."""
@@ -73,8 +70,9 @@ class QueueState:
 
     def over(self, level: Resources, held: Resources) -> bool:
         """True when the queue holds more than ``level`` in some resource that ``held`` uses."""
-        alloc = self.allocated
-        return any(held.get(r) > EPS and alloc.get(r) > level.get(r) + EPS for r in RESOURCES)
+        return ((held.gpu > EPS and self.alloc_gpu > level.gpu + EPS)
+                or (held.cpu > EPS and self.alloc_cpu > level.cpu + EPS)
+                or (held.memory > EPS and self.alloc_mem > level.memory + EPS))
 
     def dominant_share(self, need: Resources) -> float:
         """max over resources of (allocated + need) / max(quota, fair share): how served the queue would be."""

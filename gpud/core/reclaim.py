@@ -44,19 +44,21 @@ def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
         if queue.kind == "project":
             by_pool.setdefault(queue.pool, []).append(queue)
 
+    def hopeless(job: JobSpec) -> bool:
+        shapes = failed.get(state.queue_of(job))
+        return shapes is not None and shapes.find(job, max(needed_tasks(state, job)[1], 1)) is not None
+
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks):
+        if not pending or (minimum == 0 and len(pending) < job.tasks) or hopeless(job):
             return None
         queue = state.queue_of(job)
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))
-        if shapes.find(job, tasks) is not None:
-            return None
         if not queue.fits_fair_share(need):
             shapes.add(job, tasks, "")
-            return None
+            return hopeless
         if refusal(queue, job, need):
             return None
         held = state.task_need(job)
@@ -86,6 +88,6 @@ def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
             state.reasons.pop(job.id, None)
             return None
         shapes.add(job, tasks, "")
-        return None
+        return hopeless
 
     serve_in_order(state, grouped, visit)

@@ -1,0 +1,55 @@
+"""``gpud``: the daemon and admin command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpud import __version__
+from gpud.errors import ConfigError
+from gpud.plugins import make_plugin_manager, placement_strategies
+from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
+
+
+def check_config(args: argparse.Namespace) -> int:
+    """Validate policy files; print what is wrong and where, exit 1 if any file is bad."""
+    status = 0
+    for path in args.files:
+        try:
+            policy = load_policy(path, ANY_PLACEMENT)
+            pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
+            check_placements(policy, placement_strategies(pm), path)
+        except ConfigError as exc:
+            print(f"gpud check-config: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{path}: ok ({len(policy.projects)} projects, {len(policy.departments)} departments, "
+              f"{len(policy.pools) or 1} node pools)")
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The gpud argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="gpud", description="gpud daemons and admin tools.")
+    parser.add_argument("--version", action="version", version=f"gpud {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    check = subparsers.add_parser("check-config", help="validate policy files",
+                                  description="Check policy files and say what is wrong and where "
+                                              "(file, table, key, and line for syntax errors).")
+    check.add_argument("files", nargs="+", metavar="FILE", help="policy file (TOML)")
+    check.set_defaults(func=check_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the sub-command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
