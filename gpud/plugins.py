@@ -12,7 +12,7 @@ from typing import Iterable
 import pluggy
 
 from gpud import hookspecs
-from gpud.core.hooks import TRACE_ENV
+from gpud.core.hooks import TRACING
 from gpud.errors import ConfigError
 
 BUILTIN_PLUGINS = (
@@ -23,6 +23,7 @@ BUILTIN_PLUGINS = (
     "gpud.policies.victim_order",
 )
 ENTRY_POINT_GROUP = "gpud"
+TRACE_ENV = "GPUD_TRACE_HOOKS"
 
 
 def short_name(module_name: str) -> str:
@@ -68,6 +69,7 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     if os.environ.get(TRACE_ENV):
         pm.trace.root.setwriter(lambda msg: sys.stderr.write(msg))
         pm.enable_tracing()
+        setattr(pm, TRACING, True)
     return pm
 
 

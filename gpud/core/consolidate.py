@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpud.core.allocate import needed_tasks
+from gpud.core.allocate import FailedShapes, needed_tasks
 from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order
@@ -24,18 +24,24 @@ def consolidate(state: ClusterState, placer: Placer, grouped: dict[QueueState, l
     fewest moves wins.
     """
     lists = VictimLists(state)
+    failed = FailedShapes(state)
     attempts = [0]
+
+    def hopeless(job: JobSpec) -> bool:
+        return (attempts[0] >= MAX_JOBS_PER_CYCLE
+                or failed.find(job, max(needed_tasks(state, job)[1], 1)) is not None)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or not job.request.uses_gpu or attempts[0] >= MAX_JOBS_PER_CYCLE:
-            return None
+        if not pending or not job.request.uses_gpu or hopeless(job):
+            return hopeless
         if minimum == 0 and len(pending) < job.tasks:
             return None
         tasks = pending[:max(minimum, 1)] if minimum else pending[:1]
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
-            return None
+            failed.add(job, len(tasks), "")
+            return hopeless
         attempts[0] += 1
         stmt = Statement(state)
         for task in tasks:
@@ -44,7 +50,8 @@ def consolidate(state: ClusterState, placer: Placer, grouped: dict[QueueState, l
                 stmt.bind(job, task, placement)
             elif not _clear_node_for(state, placer, stmt, lists, job, task):
                 stmt.rollback()
-                return None
+                failed.add(job, len(tasks), "")
+                return hopeless
         state.reasons.pop(job.id, None)
         return None
 
@@ -57,7 +64,7 @@ def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeSt
         other = state.jobs[job_id]
         if not other.preemptible or other.id == job.id:
             continue
-        victim = Victim(other, state.queue_of(other), [task])
+        victim = Victim(other, state.queue_of(other), [task], state.now)
         if lists.protected(victim, job, RULE) is None:
             found.append((other, task))
     found.sort(key=lambda item: -(node.tasks[(item[0].id, item[1])].gpu_share

@@ -21,7 +21,7 @@ class VictimLists:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._key = first_result(state.hook.gpud_victim_order_key)
+        self._key = first_result(state.hook.gpud_victim_order_key, state.pm)
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
         self._lists: dict[QueueState, list[tuple]] = {}
         self._min_runtime = state.policy.min_runtime_s
@@ -29,12 +29,12 @@ class VictimLists:
     def ordered(self, queue: QueueState) -> list[tuple]:
         """(key, victim) pairs of one queue's preemptible running jobs, first victim first.
 
-        Only jobs that ran before this cycle are victims: one placed earlier
-        in the same cycle has not started and is never evicted for another.
+        A job placed earlier in the same cycle counts as started just now, so
+        it comes first among jobs of its priority: undoing it loses no work.
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue) if v.job.preemptible and v.job.is_running]
+            victims = [v for v in self.state.victims(queue) if v.job.preemptible]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
         return found
@@ -46,7 +46,7 @@ class VictimLists:
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
         """Why a victim may not be evicted at all: too young, or vetoed by a plugin."""
-        if self.state.now - victim.started < self._min_runtime - EPS:
+        if not victim.placed_this_cycle and self.state.now - victim.started < self._min_runtime - EPS:
             return "ran less than the minimum run time"
         if self._veto is not None:
             vetoes = [v for v in self._veto(victim=victim, preemptor=preemptor, rule=rule) if v]
@@ -163,8 +163,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
-    ordered = Lazy(v for v in candidates
-                   if lists.protected(v, job, rule) is None and eligible(v) is not None)
+    ordered = Lazy(v for v in candidates if lists.protected(v, job, rule) is None)
     evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
 
     def evict(victim: Victim, node: str | None) -> bool:

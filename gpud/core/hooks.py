@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
-TRACE_ENV = "GPUD_TRACE_HOOKS"
+TRACING = "gpud_tracing"
 
 
-def first_result(caller: Any) -> Callable[..., Any]:
+def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
     """A callable with the hook's first-result meaning, cheaper when one plugin implements it.
 
-    With exactly one implementation (no wrappers, no tracing) the
-    implementation is called directly, which skips pluggy's dispatch; a None
-    answer still falls back to the full hook call.
+    With exactly one implementation (no wrappers, and hook tracing off for
+    ``pm``) the implementation is called directly, which skips pluggy's
+    dispatch; a None answer still falls back to the full hook call.
     """
     impls = caller.get_hookimpls()
-    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper or os.environ.get(TRACE_ENV):
+    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper or getattr(pm, TRACING, False):
         return caller
     function = impls[0].function
     names = tuple(impls[0].argnames)

@@ -17,7 +17,7 @@ Skip = Callable[[JobSpec], bool]
 
 def jobs_by_queue(state: ClusterState, jobs: Iterable[JobSpec]) -> dict[QueueState, list[JobSpec]]:
     """Group jobs by project queue, each list sorted by the job-order plugin."""
-    job_key = first_result(state.hook.gpud_job_order_key)
+    job_key = first_result(state.hook.gpud_job_order_key, state.pm)
     grouped: dict[QueueState, list[JobSpec]] = defaultdict(list)
     for job in jobs:
         queue = state.queue_of(job)
@@ -39,7 +39,7 @@ def serve_in_order(state: ClusterState, grouped: dict[QueueState, list[JobSpec]]
     records why they wait), which keeps a cycle from trying, one by one,
     thousands of jobs that cannot be easier than one that just failed.
     """
-    queue_key = first_result(state.hook.gpud_queue_order_key)
+    queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     cursor: dict[QueueState, int] = {queue: 0 for queue in grouped}
     tiebreak = itertools.count()
 

@@ -15,19 +15,40 @@ class Placer:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         hook = state.hook
-        self._candidates = first_result(hook.gpud_node_candidates)
-        self._gpu_order = first_result(hook.gpud_gpu_order)
+        self._candidates = first_result(hook.gpud_node_candidates, state.pm)
+        self._gpu_order = first_result(hook.gpud_gpu_order, state.pm)
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
+        self._no_room: dict[tuple, int] = {}
 
     def find(self, job: JobSpec, exclude: frozenset[str] = frozenset()) -> TaskPlacement | None:
-        """The best free placement for one more task of ``job``, or None when no node fits."""
+        """The best free placement for one more task of ``job``, or None when no node fits.
+
+        A request that found no room is not searched again until some
+        resource has been released (free capacity only shrinks otherwise).
+        """
+        state = self.state
+        key = None
+        if not exclude and self._filter is None:
+            key = (job.request, job.pool, tuple(sorted(job.node_selector.items())) if job.node_selector else ())
+            if self._no_room.get(key) == state.releases:
+                return None
+        found = self._search(job, exclude)
+        if found is None and key is not None:
+            self._no_room[key] = state.releases
+        return found
+
+    def _search(self, job: JobSpec, exclude: frozenset[str]) -> TaskPlacement | None:
         state = self.state
         pool = state.pool_of(job)
         index = state.indexes.get(pool)
         if index is None or not index.nodes:
             return None
-        settings = state.policy.pool(pool)
         request = job.request
+        if (request.cpus > index.free_cpu + EPS or request.memory_gib > index.free_mem + EPS
+                or (request.uses_gpu and index.free_gpu < EPS)
+                or (request.whole_gpus and request.whole_gpus > index.free_gpu + EPS)):
+            return None
+        settings = state.policy.pool(pool)
         strategy = settings.placement if request.uses_gpu else settings.cpu_placement
         candidates = self._candidates(strategy=strategy, request=request, index=index)
         if candidates is None:

@@ -164,7 +164,7 @@ def _cap(queue: QueueState, resource: str) -> float:
         cap = queue.demand.get(resource)
     cap = min(cap, queue.limit.get(resource))
     if not queue.settings.over_quota and not queue.implicit:
-        cap = min(cap, queue.quota.get(resource))
+        cap = min(cap, queue.quota_bound.get(resource))
     return cap
 
 

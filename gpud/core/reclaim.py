@@ -66,17 +66,21 @@ def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
         over_share = [q for q in others if q.over(q.fair_share, held)
                       or (q.parent is not queue.parent and q.parent and q.parent.over(q.parent.fair_share, held))]
         over_quota = [q for q in others if q not in over_share and q.over(q.quota_bound, held)]
-        candidates = itertools.chain(lists.merged(over_share), lists.merged(over_quota))
 
         def eligible(victim: Victim) -> str | None:
+            return rule_for(victim.queue)
+
+        def rule_for(victim_queue: QueueState) -> str | None:
             why = []
-            for mine, theirs in _level_pair(queue, victim.queue):
+            for mine, theirs in _level_pair(queue, victim_queue):
                 if not mine.fits_fair_share(need):
+                    return None
+                if not theirs.implicit and not theirs.over(theirs.quota_bound, held):
                     return None
                 if theirs.over(theirs.fair_share, held):
                     why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.fair_share)} "
                                f"GPUs over fair share")
-                elif not theirs.implicit and theirs.over(theirs.quota_bound, held) and mine.fits_quota(need):
+                elif not theirs.implicit and mine.fits_quota(need):
                     why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.quota)} GPUs over quota")
                 else:
                     return None
@@ -84,6 +88,8 @@ def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
                     f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
 
+        candidates = itertools.chain(lists.merged(q for q in over_share if rule_for(q)),
+                                     lists.merged(q for q in over_quota if rule_for(q)))
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None

@@ -17,11 +17,19 @@ class Victim:
 
     __slots__ = ("job", "queue", "tasks", "started")
 
-    def __init__(self, job: JobSpec, queue: QueueState, tasks: list[int]) -> None:
+    def __init__(self, job: JobSpec, queue: QueueState, tasks: list[int], now: float) -> None:
         self.job = job
         self.queue = queue
         self.tasks = tasks
-        self.started = job.started if job.started is not None else job.submitted
+        if not job.is_running:
+            self.started = now
+        else:
+            self.started = job.started if job.started is not None else job.submitted
+
+    @property
+    def placed_this_cycle(self) -> bool:
+        """True for a job the running cycle placed: it has not started, so nothing is lost by undoing it."""
+        return not self.job.is_running
 
     def __repr__(self) -> str:
         return f"Victim({self.job.id}, tasks={self.tasks})"
@@ -52,6 +60,7 @@ class ClusterState:
         self.pending_jobs: list[JobSpec] = []
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
+        self.releases = 0
         pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         default_pool = policy.default_pool
         for job in snapshot.jobs:
@@ -128,7 +137,7 @@ class ClusterState:
 
     def victims(self, queue: QueueState) -> list[Victim]:
         """The running jobs of one queue, as eviction candidates."""
-        return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id))
+        return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id), self.now)
                 for job_id in self.running[queue]]
 
     # --- changing (only through a Statement) ---------------------------------------------------
@@ -151,6 +160,7 @@ class ClusterState:
             self.running[queue][job.id] = None
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
+        self.releases += 1
         placement = self.placements[job.id][task]
         node = self.nodes[placement.node]
         node.give_back((job.id, task), job.request)

@@ -1,0 +1,832 @@
+"""Eviction: reclaim, preemption, consolidation, gangs, minimum run time, reasons and stability.
+
+One test per rule of DESIGN.md items 4-7; each scenario's outcome would differ if the rule were broken.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sched_helpers import evicted_jobs, evictions, fair_share, gpus, job, nodes_of, reason, run, scenario
+from gpud.plugins import make_plugin_manager
+from gpud.simulate import simulate
+
+
+# --- reclaim --------------------------------------------------------------------------------------
+
+RECLAIM_OVER_FAIR_SHARE_FIRST = """
+    # p1 holds 7 (fair share 5), p2 holds 5 (fair share 5, quota 2): p2's jobs are the lowest priority
+    # and the most recent, so victim order alone would pick them; p1 is over its fair share and goes first.
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 2
+    [[policy.projects]]
+    name = "p2"
+    gpu_quota = 2
+    [[policy.projects]]
+    name = "p3"
+    gpu_quota = 6
+    [[nodes]]
+    name = "n1"
+    gpus = 12
+    [[jobs]]
+    name = "x"
+    count = 7
+    project = "p1"
+    gpus = 1
+    submitted = 0
+    running_on = ["n1"]
+    [[jobs]]
+    name = "y"
+    count = 5
+    project = "p2"
+    priority = 40
+    gpus = 1
+    submitted = 50
+    running_on = ["n1"]
+    [[jobs]]
+    name = "z"
+    count = 2
+    project = "p3"
+    gpus = 1
+    submitted = 100
+"""
+
+
+def test_reclaim_takes_from_queues_over_fair_share_first():
+    sim = run(RECLAIM_OVER_FAIR_SHARE_FIRST)
+    assert evicted_jobs(sim) == {"x-6", "x-7"}
+    assert all(e.rule == "reclaim" for e in evictions(sim))
+    assert (gpus(sim, "p1"), gpus(sim, "p2"), gpus(sim, "p3")) == (5, 5, 2)
+
+
+OVER_QUOTA_ONLY = """
+    # p1 holds all of n1 and is at its fair share (4) but over its quota ({p1_quota}); the free GPUs of n2
+    # do not carry the label p3's job needs.
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = {p1_quota}
+    [[policy.projects]]
+    name = "p3"
+    gpu_quota = {p3_quota}
+    [[nodes]]
+    name = "n1"
+    gpus = 4
+    labels = {{ kind = "a" }}
+    [[nodes]]
+    name = "n2"
+    gpus = 4
+    labels = {{ kind = "b" }}
+    [[jobs]]
+    name = "x"
+    count = 4
+    project = "p1"
+    gpus = 1
+    running_on = ["n1"]
+    [[jobs]]
+    name = "z"
+    project = "p3"
+    gpus = 1
+    node_selector = {{ kind = "a" }}
+    submitted = 100
+"""
+
+
+def test_reclaim_from_a_queue_over_quota_when_none_is_over_fair_share():
+    sim = run(OVER_QUOTA_ONLY.format(p1_quota=0, p3_quota=2))
+    assert evicted_jobs(sim) == {"x-4"}
+    assert nodes_of(sim, "z") == ["n1"]
+    (eviction,) = evictions(sim)
+    assert "project p1 4/0 GPUs over quota" in eviction.reason
+
+
+def test_reclaim_from_over_quota_queue_only_while_reclaimer_stays_within_its_quota():
+    sim = run(OVER_QUOTA_ONLY.format(p1_quota=0, p3_quota=0))
+    assert evictions(sim) == []
+    assert sim.pending() == {"z"}
+
+
+def test_a_queue_at_its_quota_is_never_a_victim():
+    # Quotas add up to more than the pool: p2 deserves 4 and holds nothing, but p1 is within its quota.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "x"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 2
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        """)
+    assert evictions(sim) == []
+    assert gpus(sim, "p1") == 4
+    assert sim.pending() == {"y-1", "y-2"}
+
+
+def test_reclaimer_never_ends_above_its_fair_share():
+    # 3 GPUs, two projects: fair share 1.5 each. p2 takes one GPU; a second would put it at 2 > 1.5.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 3
+        [[jobs]]
+        name = "x"
+        count = 3
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 3
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        """)
+    assert (gpus(sim, "p1"), gpus(sim, "p2")) == (2, 1)
+    assert evicted_jobs(sim) == {"x-3"}
+
+
+def test_elastic_reclaimer_stays_within_its_fair_share():
+    # Fair share 1.5 each. Evicting p1's 2-GPU job frees 2 GPUs, but the elastic job may take only one.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 3
+        [[jobs]]
+        name = "one"
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "two"
+        project = "p1"
+        gpus = 2
+        submitted = 10
+        running_on = ["n1"]
+        [[jobs]]
+        name = "e"
+        project = "p2"
+        tasks = 3
+        min_tasks = 1
+        gpus = 1
+        submitted = 100
+        """)
+    assert gpus(sim, "p2") <= 1.5
+
+
+@pytest.mark.parametrize("setting", ["over_quota = false", "over_quota_weight = 0"])
+def test_queue_within_gpu_quota_is_not_reclaimed_for_cpus(setting):
+    # Same as test_a_queue_at_its_quota_is_never_a_victim, with a setting that only limits surplus.
+    sim = run(f"""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        {setting}
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        [[jobs]]
+        name = "x"
+        count = 2
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 2
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        """)
+    assert evictions(sim) == []
+    assert gpus(sim, "p1") == 2
+
+
+def test_queue_at_quota_is_not_reclaimed_for_a_job_started_this_cycle():
+    sim = run("""
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 1
+        [[policy.projects]]
+        name = "p3"
+        gpu_quota = 1
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "old"
+        project = "p2"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "big"
+        project = "p2"
+        gpus = 3
+        submitted = 10
+        [[jobs]]
+        name = "gang"
+        project = "p3"
+        tasks = 2
+        gpus = 2
+        submitted = 5
+        [[jobs]]
+        name = "small"
+        project = "p3"
+        gpus = 1
+        submitted = 20
+        """)
+    assert "old" not in sim.preempted
+    assert gpus(sim, "p2") <= fair_share(sim, "p2")
+
+
+def test_reclaim_compares_departments_first():
+    # Both departments sit at their fair share (4). Inside each, one project holds everything. p1 may
+    # reclaim only from p2 (same department) and p4 only from p3, though p3's jobs are the most recent.
+    sim = run("""
+        [[policy.departments]]
+        name = "D1"
+        [[policy.departments]]
+        name = "D2"
+        [[policy.projects]]
+        name = "p1"
+        department = "D1"
+        [[policy.projects]]
+        name = "p2"
+        department = "D1"
+        [[policy.projects]]
+        name = "p3"
+        department = "D2"
+        [[policy.projects]]
+        name = "p4"
+        department = "D2"
+        [[nodes]]
+        name = "n1"
+        gpus = 8
+        [[jobs]]
+        name = "old"
+        count = 4
+        project = "p2"
+        gpus = 1
+        submitted = 0
+        running_on = ["n1"]
+        [[jobs]]
+        name = "new"
+        count = 4
+        project = "p3"
+        gpus = 1
+        submitted = 50
+        running_on = ["n1"]
+        [[jobs]]
+        name = "a"
+        count = 2
+        project = "p1"
+        gpus = 1
+        submitted = 100
+        [[jobs]]
+        name = "b"
+        count = 2
+        project = "p4"
+        gpus = 1
+        submitted = 100
+        """)
+    project = {j.id: j.project for j in sim.snapshot.jobs}
+    pairs = {(project[e.for_job], project[e.job]) for e in evictions(sim)}
+    assert pairs == {("p1", "p2"), ("p4", "p3")}
+    assert [gpus(sim, p) for p in ("p1", "p2", "p3", "p4")] == [2, 2, 2, 2]
+
+
+def test_reclaim_across_departments_names_both_levels():
+    sim = run("""
+        [[policy.departments]]
+        name = "D1"
+        [[policy.departments]]
+        name = "D2"
+        [[policy.projects]]
+        name = "p1"
+        department = "D1"
+        [[policy.projects]]
+        name = "p2"
+        department = "D2"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "x"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 2
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        """)
+    assert (gpus(sim, "p1"), gpus(sim, "p2")) == (2, 2)
+    first = evictions(sim)[0]
+    assert "department D1" in first.reason and "project p1" in first.reason
+
+
+# --- preemption -----------------------------------------------------------------------------------
+
+def test_higher_priority_job_preempts_the_most_recent_lower_priority_job_of_its_project():
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "t"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "ws"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 100
+        """)
+    assert sim.preempted == {"t-4"}
+    assert "ws" in sim.running()
+    (eviction,) = evictions(sim)
+    assert eviction.rule == "preempt" and eviction.for_job == "ws"
+
+
+def test_priority_means_nothing_across_projects():
+    # p1 and p2 are at their fair share. p1's urgent job may only preempt p1's own training job.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "mine"
+        count = 2
+        project = "p1"
+        gpus = 1
+        submitted = 0
+        running_on = ["n1"]
+        [[jobs]]
+        name = "theirs"
+        count = 2
+        project = "p2"
+        priority = 10
+        gpus = 1
+        submitted = 50
+        running_on = ["n1"]
+        [[jobs]]
+        name = "urgent"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 1
+        submitted = 100
+        """)
+    assert evicted_jobs(sim) == {"mine-2"}
+    assert gpus(sim, "p2") == 2
+
+
+def test_non_preemptible_jobs_are_never_evicted():
+    # p1's build jobs hold its quota; p2 deserves 2 and may reclaim only p1's training jobs; p1's own
+    # inference job cannot preempt the build jobs either.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "keep"
+        count = 2
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 50
+        running_on = ["n1"]
+        [[jobs]]
+        name = "t"
+        count = 2
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 2
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        [[jobs]]
+        name = "inf"
+        project = "p1"
+        priority = "inference"
+        gpus = 1
+        submitted = 100
+        """)
+    assert {"keep-1", "keep-2"} <= sim.running()
+    assert evicted_jobs(sim) == {"t-1", "t-2"}
+    assert gpus(sim, "p2") == 2
+
+
+@pytest.mark.parametrize("quota, outcome", [(1, "preempts"), (0, "waits")])
+def test_non_preemptible_preemptor_must_fit_its_quota(quota, outcome):
+    sim = run(f"""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = {quota}
+        [[nodes]]
+        name = "n1"
+        gpus = 1
+        [[jobs]]
+        name = "t"
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "ws"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 100
+        """)
+    if outcome == "preempts":
+        assert sim.running() == {"ws"} and sim.preempted == {"t"}
+    else:
+        assert sim.running() == {"t"} and evictions(sim) == []
+        assert "non-preemptible" in reason(sim, "ws")
+
+
+def test_elastic_non_preemptible_preemptor_stays_within_quota():
+    # Quota 2: the inference job may hold at most 2 GPUs however many training GPUs it could free.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "t"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "inf"
+        project = "p1"
+        priority = "inference"
+        tasks = 4
+        min_tasks = 1
+        gpus = 1
+        submitted = 100
+        """)
+    assert 1 <= job(sim, "inf").running_tasks <= 2
+
+
+# --- consolidation --------------------------------------------------------------------------------
+
+def test_consolidation_moves_as_few_jobs_as_possible():
+    # n1 has 3 of 4 GPUs taken by a-1..a-3, n2 one by b: moving b (1 move) beats moving the a's (3 moves).
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 8
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[nodes]]
+        name = "n2"
+        gpus = 4
+        [[jobs]]
+        name = "a"
+        count = 3
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "b"
+        project = "p1"
+        gpus = 1
+        running_on = ["n2"]
+        [[jobs]]
+        name = "big"
+        project = "p1"
+        gpus = 4
+        submitted = 100
+        """)
+    (move,) = evictions(sim)
+    assert move.job == "b" and move.moved and move.rule == "consolidate"
+    assert nodes_of(sim, "b") == ["n1"] and nodes_of(sim, "big") == ["n2"]
+    assert sim.pending() == set()
+
+
+def test_consolidation_does_nothing_when_a_moved_job_could_not_be_placed_again():
+    # Clearing n2 for big means moving b (2 GPUs); no other node has 2 free GPUs, so nothing moves.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 12
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[nodes]]
+        name = "n2"
+        gpus = 4
+        [[nodes]]
+        name = "n3"
+        gpus = 4
+        [[jobs]]
+        name = "fixed1"
+        project = "p1"
+        priority = "build"
+        gpus = 3
+        running_on = ["n1"]
+        [[jobs]]
+        name = "b"
+        project = "p1"
+        gpus = 2
+        running_on = ["n2"]
+        [[jobs]]
+        name = "fixed3"
+        project = "p1"
+        priority = "build"
+        gpus = 3
+        running_on = ["n3"]
+        [[jobs]]
+        name = "big"
+        project = "p1"
+        gpus = 4
+        submitted = 100
+        """)
+    assert evictions(sim) == []
+    assert nodes_of(sim, "b") == ["n2"]
+    assert sim.pending() == {"big"}
+    assert "fragmented" in reason(sim, "big")
+
+
+# --- gangs ----------------------------------------------------------------------------------------
+
+def test_evicting_below_a_gangs_minimum_evicts_the_whole_gang():
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "g"
+        project = "p1"
+        tasks = 2
+        gpus = 2
+        running_on = ["n1", "n1"]
+        [[jobs]]
+        name = "y"
+        project = "p2"
+        gpus = 2
+        submitted = 100
+        """)
+    assert job(sim, "g").running_tasks == 0
+    assert sim.preempted == {"g"}
+    assert sorted(t for e in evictions(sim) for t in e.tasks) == [0, 1]
+    assert nodes_of(sim, "y") == ["n1"]
+
+
+@pytest.mark.parametrize("reclaimers, left", [(1, 3), (2, 2), (3, 2)])
+def test_elastic_gang_loses_tasks_above_its_minimum_one_at_a_time_and_keeps_running(reclaimers, left):
+    # g holds all 4 GPUs; p2 deserves 2. Each reclaimer takes one task; the gang never drops below 2.
+    sim = run(f"""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "g"
+        project = "p1"
+        tasks = 4
+        min_tasks = 2
+        gpus = 1
+        running_on = ["n1", "n1", "n1", "n1"]
+        [[jobs]]
+        name = "y"
+        count = {reclaimers}
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        [expect]
+        running_tasks = {{ g = {left} }}
+        preempted = []
+        """)
+    (eviction,) = evictions(sim)
+    assert eviction.job == "g" and not eviction.moved and len(eviction.tasks) == 4 - left
+    assert gpus(sim, "p2") == 4 - left
+
+
+# --- minimum run time -----------------------------------------------------------------------------
+
+def test_min_runtime_protects_young_jobs():
+    # Victim order would take the most recent (b-3, b-4); they ran 100 s of the 600 s minimum.
+    sim = run("""
+        now = 1000
+        [policy]
+        min_runtime = 600
+        [[policy.projects]]
+        name = "bob"
+        [[policy.projects]]
+        name = "alice"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "old"
+        count = 2
+        project = "bob"
+        gpus = 1
+        started = 0
+        running_on = ["n1"]
+        [[jobs]]
+        name = "young"
+        count = 2
+        project = "bob"
+        gpus = 1
+        submitted = 900
+        started = 900
+        running_on = ["n1"]
+        [[jobs]]
+        name = "a"
+        count = 2
+        project = "alice"
+        gpus = 1
+        submitted = 950
+        """)
+    assert sim.preempted == {"old-1", "old-2"}
+    assert {"young-1", "young-2", "a-1", "a-2"} == sim.running()
+
+
+def test_min_runtime_can_leave_the_reclaimer_waiting():
+    sim = run("""
+        now = 1000
+        [policy]
+        min_runtime = 600
+        [[policy.projects]]
+        name = "bob"
+        [[policy.projects]]
+        name = "alice"
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        [[jobs]]
+        name = "young"
+        count = 2
+        project = "bob"
+        gpus = 1
+        submitted = 900
+        running_on = ["n1"]
+        [[jobs]]
+        name = "a"
+        project = "alice"
+        gpus = 1
+        submitted = 950
+        """)
+    assert evictions(sim) == []
+    assert sim.pending() == {"a"}
+
+
+# --- reasons --------------------------------------------------------------------------------------
+
+def test_reclaim_reason_names_the_rule_the_queue_and_the_numbers():
+    sim = run(RECLAIM_OVER_FAIR_SHARE_FIRST)
+    reasons = {e.job: e.reason for e in evictions(sim)}
+    assert reasons["x-7"].startswith("reclaim: project p1 7/5 GPUs over fair share")
+    assert "for job z-1 of project p3" in reasons["x-7"]
+    assert reasons["x-6"].startswith("reclaim: project p1 6/5 GPUs over fair share")
+
+
+def test_preempt_reason_names_both_jobs_and_priorities():
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 1
+        [[nodes]]
+        name = "n1"
+        gpus = 1
+        [[jobs]]
+        name = "t"
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "ws"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 100
+        """)
+    (eviction,) = evictions(sim)
+    assert eviction.reason == "preempt: job ws (priority 100) of project p1 outranks job t (priority 50)"
+
+
+# --- stability ------------------------------------------------------------------------------------
+
+STABLE_CASES = {
+    "reclaim": RECLAIM_OVER_FAIR_SHARE_FIRST,
+    "over-quota reclaim": OVER_QUOTA_ONLY.format(p1_quota=0, p3_quota=2),
+    "elastic gang": """
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 5
+        [[jobs]]
+        name = "g"
+        project = "p1"
+        tasks = 4
+        min_tasks = 2
+        gpus = 1
+        running_on = ["n1", "n1", "n1", "n1"]
+        [[jobs]]
+        name = "y"
+        count = 3
+        project = "p2"
+        gpus = 1
+        submitted = 100
+    """,
+    "fractional shares": """
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[policy.projects]]
+        name = "p3"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "x"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        count = 4
+        project = "p2"
+        gpus = 0.5
+        submitted = 100
+        [[jobs]]
+        name = "z"
+        count = 4
+        project = "p3"
+        gpus = 1
+        submitted = 200
+    """,
+}
+
+
+@pytest.mark.parametrize("text", STABLE_CASES.values(), ids=STABLE_CASES.keys())
+def test_after_convergence_further_cycles_change_nothing(text):
+    sc = scenario("cycles = 3\nstable_cycles = 5\n" + text)
+    sim = simulate(sc, make_plugin_manager())
+    assert len(sim.plans) == 8
+    for number, plan in enumerate(sim.plans[3:], start=4):
+        assert plan.binds == () and plan.evictions == (), f"cycle {number} changed something: {plan}"

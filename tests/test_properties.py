@@ -1,0 +1,353 @@
+"""Invariants of the scheduling core over random small clusters (hypothesis).
+
+Snapshots and policies are built directly from gpud.model and gpud.policy. Running jobs in a
+generated snapshot are placed consistently (no GPU shared beyond 1, no node over its CPUs or
+memory, gangs at or above their minimum), so every violation found is the scheduler's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpud.core import schedule
+from gpud.model import EPS, JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.plugins import make_plugin_manager
+from gpud.policy import Department, Policy, Project
+from gpud.simulate import apply_plan
+
+POOL = "default"
+NOW = 1000.0
+TOL = 1e-6
+PM = make_plugin_manager()
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass
+class Case:
+    policy: Policy
+    snapshot: Snapshot
+    cycles: int
+
+
+# --- generating clusters ------------------------------------------------------------------------
+
+@st.composite
+def nodes(draw) -> list[NodeSpec]:
+    count = draw(st.integers(1, 4))
+    return [NodeSpec(name=f"n{i}", gpus=draw(st.integers(1, 8)),
+                     gpu_memory_gib=draw(st.sampled_from([40.0, 80.0])),
+                     cpus=float(draw(st.integers(2, 32))), memory_gib=float(draw(st.integers(8, 128))),
+                     pool=POOL)
+            for i in range(1, count + 1)]
+
+
+@st.composite
+def policies(draw) -> Policy:
+    """1-3 projects with GPU quotas (and sometimes CPU and memory quotas) and weights, optionally in departments.
+
+    A department's quota is at least the sum of its projects' quotas, so no project's deserved
+    quota is scaled down: "at or below its quota" then means the same at both levels.
+    """
+    count = draw(st.integers(1, 3))
+    use_departments = draw(st.booleans())
+    host_quotas = draw(st.booleans())
+    projects, members = {}, defaultdict(list)
+    for i in range(1, count + 1):
+        department = draw(st.sampled_from(["D1", "D2", "default"])) if use_departments else "default"
+        quota = Resources(float(draw(st.integers(0, 6))),
+                          float(draw(st.integers(1, 16))) if host_quotas else 0.0,
+                          float(draw(st.integers(1, 64))) if host_quotas else 0.0)
+        projects[f"p{i}"] = Project(
+            name=f"p{i}", quota={POOL: quota},
+            over_quota_weight=float(draw(st.integers(0, 3))),
+            over_quota_priority=draw(st.sampled_from([0, 0, 0, 10])),
+            over_quota=draw(st.sampled_from([True, True, True, False])),
+            department=department)
+        members[department].append(quota)
+    departments = {}
+    for name, quotas in members.items():
+        if name == "default":
+            departments[name] = Department(name, implicit=True)
+        else:
+            extra = Resources(*(float(draw(st.integers(0, 3))) for _ in range(3)))
+            departments[name] = Department(name, quota={POOL: sum(quotas, Resources()) + extra},
+                                           over_quota_weight=float(draw(st.integers(0, 2))))
+    placement = draw(st.sampled_from(["binpack", "spread"]))
+    return Policy(departments=departments, projects=projects,
+                  over_quota_weights=draw(st.booleans()),
+                  min_runtime_s=draw(st.sampled_from([0.0, 0.0, 300.0])),
+                  placement=placement, cpu_placement=placement,
+                  gpu_placement=draw(st.sampled_from([None, "binpack", "spread"])))
+
+
+@st.composite
+def requests(draw) -> TaskRequest:
+    kind = draw(st.sampled_from(["whole", "whole", "fraction", "memory", "cpu"]))
+    cpus = float(draw(st.integers(0, 4)))
+    memory = float(draw(st.integers(0, 16)))
+    if kind == "whole":
+        return TaskRequest(gpus=float(draw(st.integers(1, 4))), cpus=cpus, memory_gib=memory)
+    if kind == "fraction":
+        return TaskRequest(gpus=draw(st.sampled_from([0.25, 0.5, 0.75])), cpus=cpus, memory_gib=memory)
+    if kind == "memory":
+        return TaskRequest(gpus=0.0, gpu_memory_gib=float(draw(st.sampled_from([10, 20, 40, 60]))),
+                           cpus=cpus, memory_gib=memory)
+    return TaskRequest(gpus=0.0, cpus=float(draw(st.integers(1, 8))), memory_gib=memory)
+
+
+class Room:
+    """Free capacity of the generated nodes while running tasks are placed."""
+
+    def __init__(self, specs: list[NodeSpec]) -> None:
+        self.specs = {n.name: n for n in specs}
+        self.share = {n.name: [1.0] * n.gpus for n in specs}
+        self.cpu = {n.name: n.cpus for n in specs}
+        self.mem = {n.name: n.memory_gib for n in specs}
+
+    def take(self, node: str, request: TaskRequest) -> TaskPlacement | None:
+        spec = self.specs[node]
+        if request.cpus > self.cpu[node] + EPS or request.memory_gib > self.mem[node] + EPS:
+            return None
+        free = self.share[node]
+        if not request.uses_gpu:
+            placement = TaskPlacement(node, (), 0.0)
+        elif request.is_shared:
+            if request.gpu_memory_gib is not None and request.gpu_memory_gib > spec.gpu_memory_gib:
+                return None
+            share = request.gpu_share_on(spec.gpu_memory_gib)
+            fits = [i for i, f in enumerate(free) if f >= share - EPS]
+            if not fits:
+                return None
+            placement = TaskPlacement(node, (fits[0],), share)
+        else:
+            whole = [i for i, f in enumerate(free) if f >= 1.0 - EPS][:request.whole_gpus]
+            if len(whole) < request.whole_gpus:
+                return None
+            placement = TaskPlacement(node, tuple(whole), 1.0)
+        for i in placement.gpu_index:
+            free[i] -= placement.gpu_share
+        self.cpu[node] -= request.cpus
+        self.mem[node] -= request.memory_gib
+        return placement
+
+
+@st.composite
+def cases(draw) -> Case:
+    policy = draw(policies())
+    specs = draw(nodes())
+    room = Room(specs)
+    jobs = []
+    for seq in range(draw(st.integers(0, 10))):
+        request = draw(requests())
+        tasks = draw(st.integers(1, 3))
+        min_tasks = draw(st.one_of(st.none(), st.integers(1, tasks)))
+        job = JobSpec(id=f"j{seq}", project=draw(st.sampled_from(sorted(policy.projects))), request=request,
+                      priority=draw(st.sampled_from([50, 50, 75, 100, 125])), tasks=tasks, min_tasks=min_tasks,
+                      submitted=float(draw(st.integers(0, 500))), seq=seq, placements=(None,) * tasks)
+        if draw(st.booleans()):
+            minimum = job.gang_minimum
+            want = draw(st.integers(minimum, tasks))
+            placements = []
+            for _ in range(want):
+                placement = room.take(draw(st.sampled_from(sorted(room.specs))), request)
+                if placement is None:
+                    break
+                placements.append(placement)
+            if len(placements) >= minimum:
+                placements += [None] * (tasks - len(placements))
+                started = float(draw(st.integers(int(job.submitted), int(NOW))))
+                job = JobSpec(**{**_fields(job), "placements": tuple(placements), "started": started})
+            else:  # give back what a gang that could not start took
+                for placement in placements:
+                    for i in placement.gpu_index:
+                        room.share[placement.node][i] += placement.gpu_share
+                    room.cpu[placement.node] += request.cpus
+                    room.mem[placement.node] += request.memory_gib
+        jobs.append(job)
+    return Case(policy, Snapshot(tuple(specs), tuple(jobs), NOW), draw(st.integers(1, 3)))
+
+
+def _fields(job: JobSpec) -> dict:
+    return {name: getattr(job, name) for name in JobSpec.__slots__}
+
+
+# --- reading snapshots and plans ----------------------------------------------------------------
+
+def project_alloc(snapshot: Snapshot, only=lambda job: True) -> dict[str, Resources]:
+    """What each project's running tasks hold."""
+    held: dict[str, Resources] = defaultdict(Resources)
+    for job in snapshot.jobs:
+        if not only(job):
+            continue
+        for p in job.placements:
+            if p is not None:
+                held[job.project] += Resources(p.gpu_share * len(p.gpu_index), job.request.cpus,
+                                               job.request.memory_gib)
+    return held
+
+
+def department_total(policy: Policy, per_project: dict[str, Resources], department: str) -> Resources:
+    return sum((r for name, r in per_project.items() if policy.projects[name].department == department),
+               Resources())
+
+
+def run_cycles(case: Case, cycles: int):
+    """Yield (before, plan, after) for each cycle, the clock standing still."""
+    snapshot = case.snapshot
+    for _ in range(cycles):
+        plan = schedule(snapshot, case.policy, PM)
+        after = apply_plan(snapshot, plan)
+        yield snapshot, plan, after
+        snapshot = after
+
+
+def assert_not_overcommitted(snapshot: Snapshot) -> None:
+    specs = {n.name: n for n in snapshot.nodes}
+    share = {n.name: [0.0] * n.gpus for n in snapshot.nodes}
+    cpu, mem = defaultdict(float), defaultdict(float)
+    for job in snapshot.jobs:
+        r = job.request
+        for task, p in enumerate(job.placements):
+            if p is None:
+                continue
+            spec = specs[p.node]
+            cpu[p.node] += r.cpus
+            mem[p.node] += r.memory_gib
+            assert len(set(p.gpu_index)) == len(p.gpu_index), f"{job.id}/{task} holds a GPU twice: {p}"
+            if not r.uses_gpu:
+                assert p.gpu_index == (), f"CPU-only {job.id}/{task} holds GPUs: {p}"
+            elif r.is_shared:
+                assert len(p.gpu_index) == 1
+                assert abs(p.gpu_share - r.gpu_share_on(spec.gpu_memory_gib)) < TOL, f"{job.id}: {p}"
+            else:
+                assert len(p.gpu_index) == r.whole_gpus and p.gpu_share == 1.0, f"{job.id}: {p}"
+            for i in p.gpu_index:
+                assert 0 <= i < spec.gpus, f"{job.id}/{task} on GPU {i} of {spec.name} ({spec.gpus} GPUs)"
+                share[p.node][i] += p.gpu_share
+    for name, used in share.items():
+        assert all(u <= 1 + TOL for u in used), f"node {name} GPUs over-committed: {used}"
+        assert cpu[name] <= specs[name].cpus + TOL, f"node {name}: {cpu[name]} CPUs of {specs[name].cpus}"
+        assert mem[name] <= specs[name].memory_gib + TOL, f"node {name}: {mem[name]} GiB of memory"
+
+
+def changed(plan: Plan) -> bool:
+    return bool(plan.binds or plan.evictions)
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+@SETTINGS
+@given(cases())
+def test_no_node_or_gpu_is_ever_overcommitted(case):
+    assert_not_overcommitted(case.snapshot)  # the generator's own promise
+    for _, _, after in run_cycles(case, case.cycles):
+        assert_not_overcommitted(after)
+
+
+@SETTINGS
+@given(cases())
+def test_gangs_run_whole_or_not_at_all(case):
+    for _, _, after in run_cycles(case, case.cycles):
+        for job in after.jobs:
+            assert job.running_tasks == 0 or job.running_tasks >= job.gang_minimum, (
+                f"{job.id} runs {job.running_tasks} of {job.tasks} tasks (minimum {job.gang_minimum})")
+
+
+@SETTINGS
+@given(cases())
+def test_non_preemptible_jobs_are_never_evicted_nor_moved(case):
+    for before, plan, _ in run_cycles(case, case.cycles):
+        jobs = {j.id: j for j in before.jobs}
+        for eviction in plan.evictions:
+            assert jobs[eviction.job].preemptible, f"non-preemptible {eviction.job} evicted: {eviction}"
+
+
+@SETTINGS
+@given(cases())
+def test_non_preemptible_jobs_start_only_within_quota(case):
+    # A non-preemptible job that starts with GPUs leaves its project and department within their GPU
+    # quota, counting every non-preemptible job (they are never evicted, so any that ran over quota
+    # before the cycle would have blocked this one).
+    policy = case.policy
+    for before, plan, after in run_cycles(case, case.cycles):
+        jobs = {j.id: j for j in before.jobs}
+        moved = {e.job for e in plan.evictions if e.moved}
+        started = [jobs[b.job] for b in plan.binds if b.job not in moved]
+        held = project_alloc(after, only=lambda job: not job.preemptible)
+        for project in {job.project for job in started if not job.preemptible and job.request.uses_gpu}:
+            quota = policy.projects[project].quota_in(POOL).gpu
+            assert held[project].gpu <= quota + TOL, (
+                f"project {project} holds {held[project].gpu:g} non-preemptible GPUs, quota {quota:g}")
+            department = policy.departments[policy.projects[project].department]
+            if not department.implicit:
+                total = department_total(policy, held, department.name).gpu
+                limit = department.quota_in(POOL).gpu
+                assert total <= limit + TOL, (
+                    f"department {department.name} holds {total:g} non-preemptible GPUs, quota {limit:g}")
+
+
+@SETTINGS
+@given(cases())
+def test_reclaim_never_takes_from_a_queue_at_or_below_its_quota(case):
+    # The victim's project must be above its quota in some resource, counting what it held before the
+    # cycle plus what the same cycle gave it before reclaim ran (allocation comes first). A CPU or
+    # memory quota that is not set is not enforced, so it is never exceeded.
+    policy = case.policy
+    for before, plan, _ in run_cycles(case, case.cycles):
+        jobs = {j.id: j for j in before.jobs}
+        held = project_alloc(before)
+        moved = {e.job for e in plan.evictions if e.moved}
+        for bind in plan.binds:
+            job = jobs[bind.job]
+            if bind.job not in moved and job.task_placement(bind.task) is None:
+                p = bind.placement
+                held[job.project] += Resources(p.gpu_share * len(p.gpu_index), job.request.cpus,
+                                               job.request.memory_gib)
+        for eviction in plan.evictions:
+            if eviction.rule != "reclaim":
+                continue
+            project = jobs[eviction.job].project
+            written = policy.projects[project].quota_in(POOL)
+            quota = Resources(written.gpu, written.cpu or float("inf"), written.memory or float("inf"))
+            assert any(held[project].get(r) > quota.get(r) + TOL for r in ("gpu", "cpu", "memory")), (
+                f"reclaim took {eviction.job} from project {project} holding at most {held[project]} "
+                f"of quota {quota}: {eviction.reason}")
+
+
+@SETTINGS
+@given(cases())
+def test_reclaimer_never_ends_above_its_fair_share(case):
+    # Preemption runs after reclaim and may add to the reclaimer's project; such cycles are left out.
+    for before, plan, after in run_cycles(case, case.cycles):
+        jobs = {j.id: j for j in before.jobs}
+        preempting = {jobs[e.for_job].project for e in plan.evictions if e.rule == "preempt"}
+        reclaimers = {e.for_job for e in plan.evictions if e.rule == "reclaim"}
+        held = project_alloc(after)
+        shares = {q.name: q for q in plan.queues if q.kind == "project"}
+        for job_id in reclaimers:
+            job = jobs[job_id]
+            if job.project in preempting:
+                continue
+            share = shares[job.project].fair_share
+            need = Resources(1.0 if job.request.uses_gpu else 0.0, job.request.cpus, job.request.memory_gib)
+            for r in ("gpu", "cpu", "memory"):
+                if need.get(r) > 0:
+                    assert held[job.project].get(r) <= share.get(r) + TOL, (
+                        f"reclaimer {job_id} left project {job.project} with {held[job.project].get(r):g} "
+                        f"{r}, fair share {share.get(r):g}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_a_converged_cluster_stays_put(case):
+    cycles = list(run_cycles(case, 11))
+    quiet = next((n for n, (_, plan, _) in enumerate(cycles[:10]) if not changed(plan)), None)
+    assert quiet is not None, "no cycle of the first 10 left the cluster unchanged: " + "; ".join(
+        f"cycle {n + 1}: {len(p.binds)} binds, {[(e.job, e.rule) for e in p.evictions]}"
+        for n, (_, p, _) in enumerate(cycles[:10]))
+    _, next_plan, _ = cycles[quiet + 1]
+    assert not changed(next_plan), f"cycle {quiet + 2} changed a converged cluster: {next_plan}"
