@@ -1,0 +1,333 @@
+"""Benchmark of one gpud scheduling cycle (`gpud.core.schedule`) on large, seeded workloads.
+
+big: 1,000 nodes x 8 GPUs, 100 projects, 6,000 running tasks, 100,000 pending jobs; (a) a full
+cycle from a fresh snapshot, (b) steady cycles after 100 submissions + 100 completions applied to
+the previous plan's result. contended: every GPU busy, 20 projects far over their fair share and
+20 below it with pending work: a cycle that reclaims.
+    python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import hashlib
+import io
+import json
+import os
+import pathlib
+import platform
+import pstats
+import random
+import statistics
+import sys
+import time
+
+import gpud
+from gpud.core import schedule
+from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.plugins import make_plugin_manager
+from gpud.policy import Department, Policy, Project
+from gpud.simulate import apply_plan
+
+NOW = 1_000_000.0
+POOL = "default"
+TRAIN, INTERACTIVE, BUILD, INFERENCE = 50, 75, 100, 125
+TARGETS = {"fresh": 1.0, "steady": 0.050}
+
+
+def make_nodes(count: int) -> tuple[NodeSpec, ...]:
+    """``count`` identical nodes: 8 GPUs of 80 GiB, 64 CPUs, 512 GiB, in the default pool."""
+    return tuple(NodeSpec(f"n{i:04d}", gpus=8, gpu_memory_gib=80.0, cpus=64, memory_gib=512)
+                 for i in range(count))
+
+
+def make_policy(rng: random.Random, depts: int, per_dept: int, gpus: int) -> Policy:
+    """Departments x projects with varied GPU quotas summing to about ``gpus`` (some zero),
+    weights 1-3 and a few projects with over-quota priority."""
+    raw = [0.0 if rng.random() < 0.15 else rng.uniform(0.2, 1.0) for _ in range(depts * per_dept)]
+    scale = gpus / sum(raw)
+    departments, projects = {}, {}
+    for d in range(depts):
+        names = [f"p{d:02d}{k}" for k in range(per_dept)]
+        quotas = [round(raw[d * per_dept + k] * scale) for k in range(per_dept)]
+        departments[f"d{d:02d}"] = Department(f"d{d:02d}", quota={POOL: Resources(gpu=sum(quotas))},
+                                              over_quota_weight=rng.choice([1, 2, 3]))
+        for name, quota in zip(names, quotas):
+            projects[name] = Project(name, quota={POOL: Resources(gpu=quota)}, department=f"d{d:02d}",
+                                     over_quota_weight=rng.choice([1, 2, 3]),
+                                     over_quota_priority=1 if rng.random() < 0.05 else 0)
+    return Policy(departments=departments, projects=projects)
+
+
+class Filler:
+    """Places running tasks consistently (explicit gpu_index, no GPU or node over-committed)."""
+
+    def __init__(self, nodes: tuple[NodeSpec, ...], rng: random.Random) -> None:
+        self.nodes, self.rng = nodes, rng
+        self.free = [[[1.0] * n.gpus, float(n.cpus), float(n.memory_gib)] for n in nodes]
+
+    def place(self, req: TaskRequest) -> TaskPlacement | None:
+        """A placement for one task, scanning from a random node; None when nothing fits."""
+        start = self.rng.randrange(len(self.nodes))
+        for i in [(start + k) % len(self.nodes) for k in range(len(self.nodes))]:
+            share, cpu, mem = self.free[i]
+            whole = [g for g, f in enumerate(share) if f >= 1.0]
+            if req.is_shared:  # a partly used GPU first, else a whole one
+                gpus = ([g for g, f in enumerate(share) if 1.0 > f >= req.gpus] or whole)[:1]
+            else:
+                gpus = whole[:req.whole_gpus] if len(whole) >= req.whole_gpus else []
+            if req.cpus > cpu or req.memory_gib > mem or (req.uses_gpu and not gpus):
+                continue
+            size = req.gpus if req.is_shared else 1.0
+            for g in gpus:
+                share[g] -= size
+            self.free[i][1:] = [cpu - req.cpus, mem - req.memory_gib]
+            return TaskPlacement(self.nodes[i].name, tuple(gpus), size if req.uses_gpu else 0.0)
+        return None
+
+
+def gpu_request(rng: random.Random, gpus: float) -> TaskRequest:
+    """A task request for ``gpus`` GPUs (a fraction below 1, 0 for CPU-only) with matching CPUs/memory."""
+    if gpus == 0:
+        return TaskRequest(0, cpus=rng.randint(1, 16), memory_gib=rng.choice([4, 8, 16, 32, 64]))
+    if gpus < 1:
+        return TaskRequest(gpus, cpus=rng.choice([2, 4]), memory_gib=rng.choice([16, 32]))
+    return TaskRequest(gpus, cpus=min(64, gpus * rng.randint(4, 7)), memory_gib=min(448, gpus * rng.choice([32, 48])))
+
+
+def pending_job(rng: random.Random, job_id: str, project: str, seq: int, submitted: float) -> JobSpec:
+    """One pending job: mostly whole GPUs, some fractions, gangs of 2-8 tasks and CPU-only jobs."""
+    kind, tasks = rng.random(), 1
+    if kind < 0.60:
+        gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
+    elif kind < 0.75:
+        gpus = rng.choice([0.25, 0.5])
+    elif kind < 0.90:
+        gpus, tasks = rng.choice([1, 2, 4, 8]), rng.randint(2, 8)
+    else:
+        gpus = 0
+    priority = rng.choices([TRAIN, INTERACTIVE, BUILD, INFERENCE], [70, 15, 8, 7])[0]
+    return JobSpec(job_id, project, gpu_request(rng, gpus), priority=priority, tasks=tasks,
+                   submitted=submitted, seq=seq)
+
+
+def big_cluster(seed: int, nodes: int, running_tasks: int, pending: int) -> tuple[Snapshot, Policy]:
+    """The issue-target workload: the cluster, 100 projects, placed running tasks and a long queue."""
+    rng = random.Random(seed)
+    specs = make_nodes(nodes)
+    policy = make_policy(rng, 10, 10, nodes * 8)
+    names = list(policy.projects)
+    appetite = [rng.uniform(0.1, 1.0) for _ in names]
+    sizes = [(8, 1), (4, 1), (2, 1), (1, 1), (0.5, 1), (1, 2), (2, 2), (1, 4)]
+    shapes = rng.choices(sizes, [1.5, 5, 12, 48, 28, 2, 1, 0.5], k=running_tasks)
+    shapes.sort(key=lambda s: -s[0] * s[1])  # largest first, so the filler does not fragment them out
+    filler, jobs, count = Filler(specs, rng), [], 0
+    for seq, (gpus, tasks) in enumerate(shapes):
+        if count >= running_tasks:
+            break
+        req = gpu_request(rng, gpus)
+        placements = tuple(filler.place(req) for _ in range(tasks))
+        if None in placements:
+            continue
+        count += tasks
+        started = NOW - (rng.uniform(0, 300) if rng.random() < 0.1 else rng.uniform(300, 86400))
+        jobs.append(JobSpec(f"r{seq}", rng.choices(names, appetite)[0], req,
+                            priority=rng.choices([TRAIN, INTERACTIVE, BUILD, INFERENCE], [70, 15, 8, 7])[0],
+                            tasks=tasks, submitted=started - rng.uniform(1, 3600), started=started,
+                            placements=placements, seq=seq))
+    base = len(shapes)
+    for i in range(pending):
+        jobs.append(pending_job(rng, f"q{i}", rng.choices(names, appetite)[0], base + i,
+                                NOW - 86400 + i * 0.5))
+    return Snapshot(specs, tuple(jobs), NOW), policy
+
+
+def churn(snapshot: Snapshot, rng: random.Random, cycle: int, count: int) -> Snapshot:
+    """The snapshot ``count`` job completions and ``count`` submissions later, 10 s on."""
+    running = [j.id for j in snapshot.jobs if j.is_running]
+    done = set(rng.sample(running, min(count, len(running))))
+    names = sorted({j.project for j in snapshot.jobs})
+    seq = max(j.seq for j in snapshot.jobs) + 1
+    now = snapshot.now + 10.0
+    jobs = [j for j in snapshot.jobs if j.id not in done]
+    jobs += [pending_job(rng, f"s{cycle}-{i}", rng.choice(names), seq + i, now - 10 + i * 0.01)
+             for i in range(count)]
+    return Snapshot(snapshot.nodes, tuple(jobs), now)
+
+
+def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
+    """Every GPU busy with old preemptible train jobs of 20 'hog' projects; 20 'starved' projects
+    (same quota each: capacity/40) have only pending work, so they are below their fair share."""
+    rng = random.Random(seed + 1)
+    specs = make_nodes(nodes)
+    quota = nodes * 8 / 40
+    departments, projects = {}, {}
+    for d in range(4):
+        departments[f"d{d}"] = Department(f"d{d}", quota={POOL: Resources(gpu=quota * 10)})
+        for k in range(10):
+            name = f"{'hog' if k < 5 else 'starved'}{d}{k}"
+            projects[name] = Project(name, quota={POOL: Resources(gpu=quota)}, department=f"d{d}")
+    hogs, starved = [p for p in projects if p[0] == "h"], [p for p in projects if p[0] == "s"]
+    jobs, seq = [], 0
+    for n, spec in enumerate(specs):
+        used = 0
+        for g in rng.choice([[1] * 8, [2] * 4, [4, 4], [8], [4, 2, 1, 1], [2, 2, 2, 1, 1]]):
+            started = NOW - rng.uniform(3600, 86400)
+            placement = TaskPlacement(spec.name, tuple(range(used, used + g)), 1.0)
+            jobs.append(JobSpec(f"h{seq}", hogs[n % len(hogs)], TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
+                                priority=TRAIN, submitted=started - 60, started=started,
+                                placements=(placement,), seq=seq))
+            used, seq = used + g, seq + 1
+    for project in starved:
+        wanted = 0.0
+        while wanted < 1.5 * quota:
+            g = rng.choice([1, 1, 2, 4])
+            jobs.append(JobSpec(f"w{seq}", project, TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
+                                priority=rng.choice([TRAIN, TRAIN, INTERACTIVE]),
+                                submitted=NOW - 600 + seq * 0.01, seq=seq))
+            wanted, seq = wanted + g, seq + 1
+    return Snapshot(specs, tuple(jobs), NOW), Policy(departments=departments, projects=projects)
+
+
+def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | None = None):
+    """(figures, plan) of one schedule() call after a gc.collect(): wall and CPU seconds, and what
+    the plan did (binds, evictions that stop tasks, moves, jobs left pending); profiled when asked."""
+    gc.collect()
+    if profile is not None:
+        profile.enable()  # only around schedule(): snapshot building is not profiled
+    cpu, start = time.process_time(), time.perf_counter()
+    plan = schedule(snapshot, policy, pm)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if profile is not None:
+        profile.disable()
+    return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
+            "evictions": sum(1 for e in plan.evictions if not e.moved),
+            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}, plan
+
+
+def measure_big(args, pm, prof: dict) -> dict:
+    """Workload 1: figures of fresh cycles and of steady cycles under churn."""
+    nodes, running, pending = (100, 600, 10_000) if args.quick else (1000, 6000, 100_000)
+    t0 = time.perf_counter()
+    snapshot, policy = big_cluster(args.seed, nodes, running, pending)
+    out = {"nodes": nodes, "gpus": nodes * 8, "projects": len(policy.projects), "jobs": len(snapshot.jobs),
+           "running_tasks": sum(j.running_tasks for j in snapshot.jobs), "build_s": time.perf_counter() - t0}
+    fresh = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
+    plan, out["fresh"] = fresh[-1][1], [figures for figures, _ in fresh]
+    if prof:
+        timed(snapshot, policy, pm, prof["fresh"])
+    rng, state, out["steady"] = random.Random(args.seed + 7), apply_plan(snapshot, plan), []
+    for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
+        state = churn(state, rng, cycle, args.churn)
+        profiled = bool(prof) and cycle == args.warmup + args.repeat
+        figures, plan = timed(state, policy, pm, prof["steady"] if profiled else None)
+        if not profiled:
+            out["steady"].append({**figures, "warmup": cycle < args.warmup})
+        state = apply_plan(state, plan)
+    return out
+
+
+def measure_contended(args, pm, prof: dict) -> dict:
+    """Workload 2: figures of the reclaim cycle, and how far the starved projects got."""
+    snapshot, policy = contended_cluster(args.seed, args.contended_nodes or (100 if args.quick else 1000))
+    out = {"nodes": len(snapshot.nodes), "projects": len(policy.projects), "jobs": len(snapshot.jobs)}
+    cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
+    plan, out["cycles"] = cycles[-1][1], [figures for figures, _ in cycles]
+    if prof:
+        timed(snapshot, policy, pm, prof["reclaim"])
+    starved = [q for q in plan.queues if q.kind == "project" and q.name.startswith("starved")]
+    out["starved_gpus_after"] = sum(q.allocated.gpu for q in starved)
+    out["starved_fair_share"] = sum(q.fair_share.gpu for q in starved)
+    if min(c["evictions"] for c in out["cycles"]) == 0:
+        raise SystemExit("contended cluster: the cycle evicted nothing, yet 20 projects hold 0 GPUs "
+                         "against a fair share of capacity/40 each while 20 others hold twice theirs "
+                         "with old preemptible jobs: reclaim did not run (see the pending reasons)")
+    return out
+
+
+def run(args) -> dict:
+    """Run the workloads and return the figures (and cProfile stats texts when --profile)."""
+    pm = make_plugin_manager()
+    out = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
+           "machine": platform.machine(), "cpu_count": os.cpu_count(), "seed": args.seed,
+           "repeat": args.repeat, "quick": args.quick,  # a hash of the gpud sources measured:
+           "gpud_sources": hashlib.sha1(b"".join(  # others edit them while benchmarks run
+               p.read_bytes() for p in sorted(pathlib.Path(gpud.__file__).parent.rglob("*.py")))).hexdigest()[:12],
+           "load_average": os.getloadavg()[0]}
+    prof = {k: cProfile.Profile() for k in ("fresh", "steady", "reclaim")} if args.profile else {}
+    if args.only in (None, "big"):
+        out["big"] = measure_big(args, pm, prof)
+    if args.only in (None, "contended"):
+        out["contended"] = measure_contended(args, pm, prof)
+    for name, profile in prof.items():
+        if not profile.getstats():
+            continue
+        if args.profile_dir:
+            os.makedirs(args.profile_dir, exist_ok=True)
+            profile.dump_stats(os.path.join(args.profile_dir, f"{name}.prof"))
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
+        out.setdefault("profiles", {})[name] = text.getvalue()
+    return out
+
+
+def report(out: dict) -> str:
+    """The figures as a readable table."""
+    median = lambda cycles: statistics.median(c["seconds"] for c in cycles if not c.get("warmup"))  # noqa: E731
+    row = "  {:<18}{:>10}{:>9}{:>8}{:>7}{:>7}{:>9}"
+    head = row.format("cycle", "wall s", "cpu s", "binds", "evict", "moves", "pending")
+    line = lambda tag, c: row.format(tag, f"{c['seconds']:.4f}", f"{c['cpu_s']:.3f}", c["binds"],  # noqa: E731
+                                     c["evictions"], c["moves"], c["pending"])
+    lines = [f"Python {out['python']} ({out['implementation']}) on {out['machine']}, os.cpu_count()="
+             f"{out['cpu_count']}, load average {out['load_average']:.1f}, seed {out['seed']}, repeat "
+             f"{out['repeat']}, gpud sources {out['gpud_sources']}" + (", QUICK" if out["quick"] else "")]
+    summary = [f"\n  {'measure (median)':<36}{'wall s':>10}{'target':>9}{'ratio':>8}"]
+    if "big" in out:
+        big = out["big"]
+        lines += [f"\nBig cluster: {big['nodes']} nodes / {big['gpus']} GPUs, {big['projects']} projects, "
+                  f"{big['running_tasks']} running tasks, {big['jobs']} jobs (built in {big['build_s']:.1f} s)", head]
+        lines += [line(f"fresh {i + 1}", c) for i, c in enumerate(big["fresh"])]
+        lines += [line(f"steady {i + 1}" + (" warmup" if c["warmup"] else ""), c)
+                  for i, c in enumerate(big["steady"])]
+        for key, label in (("fresh", "(a) big: full cycle, fresh snapshot"),
+                           ("steady", "(b) big: steady, 100+100 churn")):
+            m = median(big[key])
+            summary.append(f"  {label:<36}{m:>10.4f}{TARGETS[key]:>9.3f}{m / TARGETS[key]:>7.1f}x"
+                           + ("  OK" if m < TARGETS[key] else "  MISSED"))
+    if "contended" in out:
+        con = out["contended"]
+        lines += [f"\nContended cluster: {con['nodes']} nodes / {con['nodes'] * 8} GPUs all busy, "
+                  f"{con['projects']} projects (20 over fair share, 20 below), {con['jobs']} jobs", head]
+        lines += [line(f"reclaim {i + 1}", c) for i, c in enumerate(con["cycles"])]
+        summary.append(f"  {'contended: reclaim cycle':<36}{median(con['cycles']):>10.4f}{'-':>9}{'':>8}  "
+                       f"evictions {con['cycles'][0]['evictions']}; the starved projects hold "
+                       f"{con['starved_gpus_after']:g} of their {con['starved_fair_share']:g} GPUs of fair share")
+    lines += summary
+    for name, text in out.get("profiles", {}).items():
+        lines.append(f"\n=== cProfile, one {name} cycle (schedule() only), by cumulative time ===\n{text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments, run the workloads, print a table or JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="timed cycles per measure (default 5)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the workloads (default 1)")
+    parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steady cycles first (default 1)")
+    parser.add_argument("--churn", type=int, default=100, help="submissions and completions per steady cycle")
+    parser.add_argument("--contended-nodes", type=int, default=0, help="nodes of the contended cluster "
+                        "(default: as the big cluster)")
+    parser.add_argument("--only", choices=("big", "contended"), help="run one workload only")
+    parser.add_argument("--profile", action="store_true", help="profile one extra cycle of each kind")
+    parser.add_argument("--profile-dir", help="with --profile, also dump <kind>.prof pstats files here")
+    args = parser.parse_args(argv)
+    out = run(args)
+    print(json.dumps(out, indent=2) if args.json else report(out))
+
+
+if __name__ == "__main__":
+    main()
