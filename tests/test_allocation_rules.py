@@ -302,6 +302,35 @@ def test_non_preemptible_jobs_run_only_within_project_quota():
     assert gpus(sim, "p1") == 2
 
 
+def test_non_preemptible_quota_counts_only_non_preemptible_jobs():
+    # Training jobs already use idle GPUs over the project's quota; a notebook still starts within quota
+    # on an idle GPU (without stopping anything), and a second one would pass the quota and waits.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 8
+        [[jobs]]
+        name = "t"
+        count = 5
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "ws"
+        count = 3
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 100
+        """)
+    assert sim.running() == {"t-1", "t-2", "t-3", "t-4", "t-5", "ws-1", "ws-2"}
+    assert sim.preempted == set()
+    assert "non-preemptible jobs hold 2/2 GPUs" in reason(sim, "ws-3")
+
+
 def test_non_preemptible_jobs_run_only_within_department_quota():
     # The project's own quota (4) would allow more; the department's (2) does not.
     sim = run("""

@@ -13,8 +13,9 @@ def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int]
     """Why the job's queues may not take ``need`` more, or None when they may.
 
     Checked at the project and its department: hard limits for every job;
-    quota for non-preemptible jobs (they run only within quota) and for
-    queues that may not go over quota at all. An implicit department never
+    quota for non-preemptible jobs (together they run only within quota,
+    whatever preemptible jobs use over it) and for queues that may not go
+    over quota at all. An implicit department never
     refuses anything. The second value says whom the rule binds:
     NON_PREEMPTIBLE_ONLY or EVERY_JOB.
     """
@@ -24,17 +25,18 @@ def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int]
         if not level.fits_limit(need):
             return (f"{level.kind} {level.name} is at its limit of {_amounts(level.limit, need)} "
                     f"(holds {_held(level, level.limit, need)})"), EVERY_JOB
-        if not job.preemptible and not level.fits_quota(need):
-            return (f"{level.kind} {level.name} has no quota left for it ({_held(level, level.quota_bound, need)}; "
-                    f"non-preemptible jobs run only within quota)"), NON_PREEMPTIBLE_ONLY
+        if not job.preemptible and not level.fits_quota_fixed(need):
+            return (f"{level.kind} {level.name} has no quota left for it (non-preemptible jobs hold "
+                    f"{_held(level, level.quota_bound, need, level.fixed)}; they run only within quota)"), \
+                NON_PREEMPTIBLE_ONLY
         if not level.settings.over_quota and not level.fits_quota(need):
             return (f"{level.kind} {level.name} may not go over quota "
                     f"({_held(level, level.quota_bound, need)})"), EVERY_JOB
     return None
 
 
-def _held(queue: QueueState, level: Resources, need: Resources) -> str:
-    alloc = queue.allocated
+def _held(queue: QueueState, level: Resources, need: Resources, alloc: Resources | None = None) -> str:
+    alloc = queue.allocated if alloc is None else alloc
     parts = []
     for name, unit in (("gpu", "GPUs"), ("cpu", "CPUs"), ("memory", "GiB")):
         if need.get(name) > 0 and level.get(name) != float("inf"):

@@ -6,50 +6,9 @@ from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, Placer, explain_unplaced
 from gpud.core.queues import QueueState
+from gpud.core.shapes import FailedShapes
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec
-
-
-class FailedShapes:
-    """Requests that found no room this cycle; a request at least as large cannot fit either.
-
-    Valid while free capacity only shrinks (during allocation); shapes are
-    grouped by pool, node selector and kind (whole GPUs, fractions, memory
-    slices, CPU-only), since a fraction may fit where a whole GPU does not.
-    """
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self._failed: dict[tuple, list[tuple[tuple, tuple[str, str]]]] = {}
-
-    def _shape(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[tuple, tuple]:
-        r = job.request
-        if not r.uses_gpu:
-            kind, size = "cpu", 0.0
-        elif r.gpu_memory_gib is not None:
-            kind, size = "memory", r.gpu_memory_gib
-        else:
-            kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
-        selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-        return (self.state.pool_of(job), selector, kind), (size, r.cpus, r.memory_gib, tasks, *extra)
-
-    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:
-        """Remember that ``tasks`` tasks of ``job`` found no room, why, and the kind of wait.
-
-        ``extra`` adds dimensions of the caller's own (larger means harder).
-        """
-        group, dims = self._shape(job, tasks, extra)
-        self._failed.setdefault(group, []).append((dims, (detail, kind)))
-
-    def find(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[str, str] | None:
-        """(reason, kind) of a failed job that this one is at least as large as, or None."""
-        if not self._failed:
-            return None
-        group, dims = self._shape(job, tasks, extra)
-        for failed, detail in self._failed.get(group, ()):
-            if all(d >= f for d, f in zip(dims, failed)):
-                return detail
-        return None
 
 
 def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
@@ -110,18 +69,13 @@ def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list
     reasons = state.reasons
     fragmented = state.fragmented
 
-    def record(job: JobSpec, queue: QueueState, found: tuple[str, str]) -> None:
-        reasons[job.id] = (queue, found[0])
-        if found[1] == FRAGMENTED:
-            fragmented.add(job.id)
-
     def skip_same(job: JobSpec) -> bool:
         queue = state.queue_of(job)
         _, minimum = needed_tasks(state, job)
         found = blocks.find(job, queue, max(minimum, 1))
         if found is None:
             return False
-        record(job, queue, found)
+        reasons[job.id] = (queue, found[0])
         return True
 
     def visit(job: JobSpec) -> Skip | None:
@@ -143,7 +97,9 @@ def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list
                     detail = "cannot run as asked: " + detail
                 found = (detail, kind)
                 blocks.room.add(job, tasks, detail, kind)
-        record(job, queue, found)
+            if found[1] == FRAGMENTED:
+                fragmented.add(job.id)
+        reasons[job.id] = (queue, found[0])
         return skip_same
 
     serve_in_order(state, grouped, visit)

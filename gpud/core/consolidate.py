@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpud.core.allocate import FailedShapes, needed_tasks
+from gpud.core.allocate import needed_tasks
+from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order

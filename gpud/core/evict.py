@@ -17,36 +17,60 @@ Eligibility = Callable[[Victim], str | None]
 
 
 class VictimLists:
-    """Each queue's running jobs in victim order, sorted once per action and filtered as they change."""
+    """Each queue's evictable running jobs in victim order, sorted once per action.
+
+    Jobs too young to be victims (minimum run time) are left out when a
+    list is built; a cursor per queue moves past the jobs already evicted at
+    its front, so walking a list again costs only what is still there.
+    """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._key = first_result(state.hook.gpud_victim_order_key, state.pm)
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
+        self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[tuple]] = {}
+        self._cursor: dict[QueueState, int] = {}
         self._min_runtime = state.policy.min_runtime_s
 
+    def _young(self, victim: Victim) -> bool:
+        return not victim.placed_this_cycle and self.state.now - victim.started < self._min_runtime - EPS
+
     def ordered(self, queue: QueueState) -> list[tuple]:
-        """(key, victim) pairs of one queue's preemptible running jobs, first victim first.
+        """(key, n, victim) triples of one queue's evictable jobs, first victim first.
 
         A job placed earlier in the same cycle counts as started just now, so
         it comes first among jobs of its priority: undoing it loses no work.
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue) if v.job.preemptible]
+            victims = [v for v in self.state.victims(queue) if v.job.preemptible and not self._young(v)]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
+            self._cursor[queue] = 0
         return found
 
+    def _live(self, queue: QueueState) -> Iterator[tuple]:
+        entries = self.ordered(queue)
+        placements = self.state.placements
+        i = self._cursor[queue]
+        while i < len(entries) and not any(placements[entries[i][2].job.id]):
+            i += 1
+        self._cursor[queue] = i
+        for entry in entries[i:]:
+            if any(placements[entry[2].job.id]):
+                yield entry
+
     def merged(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
-        """The victims of several queues in one victim order."""
-        for _, _, victim in heapq.merge(*(self.ordered(q) for q in queues), key=lambda t: t[0]):
-            yield victim
+        """The running victims of several queues in one victim order."""
+        streams = [self._live(q) for q in queues]
+        if len(streams) == 1:
+            return (entry[2] for entry in streams[0])
+        return (entry[2] for entry in heapq.merge(*streams, key=lambda t: t[:2]))
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
-        """Why a victim may not be evicted at all: too young, or vetoed by a plugin."""
-        if not victim.placed_this_cycle and self.state.now - victim.started < self._min_runtime - EPS:
+        """Why a victim may not be evicted for ``preemptor``: too young, or vetoed by a plugin."""
+        if self._young(victim):
             return "ran less than the minimum run time"
         if self._veto is not None:
             vetoes = [v for v in self._veto(victim=victim, preemptor=preemptor, rule=rule) if v]
@@ -163,7 +187,8 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
-    ordered = Lazy(v for v in candidates if lists.protected(v, job, rule) is None)
+    ordered = Lazy(v for v in candidates if lists.protected(v, job, rule) is None) if lists.vetoes else \
+        Lazy(candidates)
     evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
 
     def evict(victim: Victim, node: str | None) -> bool:

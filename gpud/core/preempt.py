@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpud.core.admission import refusal
-from gpud.core.allocate import FailedShapes, needed_tasks
+from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
+from gpud.core.allocate import needed_tasks
+from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Lazy, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
@@ -17,9 +18,9 @@ RULE = "preempt"
 def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
     """Let each pending job evict preemptible jobs of lower priority in its own queue.
 
-    Priority means nothing across projects. A non-preemptible preemptor is
-    placed only once the evictions bring its project (and department) back
-    within quota for it.
+    Priority means nothing across projects. A non-preemptible preemptor must
+    fit its quota with the other non-preemptible jobs; evictions may also
+    bring a project back under its limit.
     """
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
@@ -46,6 +47,10 @@ def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
         def eligible(victim: Victim) -> str | None:
             return (f"preempt: job {job.id} (priority {job.priority}) of project {queue.name} "
                     f"outranks job {victim.job.id} (priority {victim.job.priority})")
+
+        refused = refusal(queue, job, need)
+        if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
+            return None
 
         def ready() -> bool:
             return refusal(queue, job, need) is None

@@ -16,7 +16,8 @@ class QueueState:
     """One queue during a cycle: its settings, what it holds now and what it deserves."""
 
     __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
-                 "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "declared", "over_quota_priority",
+                 "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "fixed_gpu", "fixed_cpu", "fixed_mem",
+                 "declared", "over_quota_priority",
                  "implicit", "children", "quota_bound")
 
     def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
@@ -32,6 +33,7 @@ class QueueState:
         self.fair_share = Resources()
         self.demand = Resources()
         self.alloc_gpu = self.alloc_cpu = self.alloc_mem = 0.0
+        self.fixed_gpu = self.fixed_cpu = self.fixed_mem = 0.0
         self.declared = declared
         self.over_quota_priority = settings.over_quota_priority
         self.implicit = implicit
@@ -42,14 +44,35 @@ class QueueState:
         """What the queue's running tasks hold now."""
         return Resources(self.alloc_gpu, self.alloc_cpu, self.alloc_mem)
 
-    def charge(self, amount: Resources, sign: int) -> None:
-        """Add (sign 1) or remove (sign -1) an allocation here and in the parent queue."""
+    def charge(self, amount: Resources, sign: int, preemptible: bool = True) -> None:
+        """Add (sign 1) or remove (sign -1) an allocation here and in the parent queue.
+
+        Allocations of non-preemptible jobs are also counted apart: those
+        jobs must fit the quota on their own.
+        """
         queue: QueueState | None = self
         while queue is not None:
             queue.alloc_gpu += sign * amount.gpu
             queue.alloc_cpu += sign * amount.cpu
             queue.alloc_mem += sign * amount.memory
+            if not preemptible:
+                queue.fixed_gpu += sign * amount.gpu
+                queue.fixed_cpu += sign * amount.cpu
+                queue.fixed_mem += sign * amount.memory
             queue = queue.parent
+
+    @property
+    def fixed(self) -> Resources:
+        """What the queue's running non-preemptible jobs hold now."""
+        return Resources(self.fixed_gpu, self.fixed_cpu, self.fixed_mem)
+
+    def fits_quota_fixed(self, need: Resources) -> bool:
+        """True when the queue's non-preemptible jobs plus ``need`` stay within its quota."""
+        bound = self.quota_bound
+        return self.implicit or not (
+            (need.gpu > EPS and self.fixed_gpu + need.gpu > bound.gpu + EPS)
+            or (need.cpu > EPS and self.fixed_cpu + need.cpu > bound.cpu + EPS)
+            or (need.memory > EPS and self.fixed_mem + need.memory > bound.memory + EPS))
 
     def _exceeds(self, level: Resources, need: Resources) -> bool:
         return ((need.gpu > EPS and self.alloc_gpu + need.gpu > level.gpu + EPS)

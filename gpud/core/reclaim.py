@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import FailedShapes, needed_tasks
+from gpud.core.allocate import needed_tasks
+from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer

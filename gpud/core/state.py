@@ -156,7 +156,7 @@ class ClusterState:
         self.placements[job.id][task] = placement
         queue = self.queue_of(job)
         if queue is not None:
-            queue.charge(charge, 1)
+            queue.charge(charge, 1, job.preemptible)
             self.running[queue][job.id] = None
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
@@ -174,7 +174,7 @@ class ClusterState:
         self.placements[job.id][task] = None
         queue = self.queue_of(job)
         if queue is not None:
-            queue.charge(charge, -1)
+            queue.charge(charge, -1, job.preemptible)
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
         return placement

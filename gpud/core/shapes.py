@@ -1,0 +1,69 @@
+"""Remembering requests that failed, so a request at least as large is refused without a search."""
+
+from __future__ import annotations
+
+from gpud.core.state import ClusterState
+from gpud.model import JobSpec
+
+
+class FailedShapes:
+    """Requests that found no room; a request at least as large cannot succeed either.
+
+    Valid while what makes requests succeed only shrinks (free capacity
+    during allocation, victims during reclaim). Shapes are grouped by pool,
+    node selector and kind (whole GPUs, fractions, memory slices, CPU-only),
+    since a fraction may fit where a whole GPU does not. Only the minimal
+    failed shapes are kept, and answers are remembered per exact shape.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._frontier: dict[tuple, list[tuple[tuple, tuple[str, str]]]] = {}
+        self._answers: dict[tuple, tuple[int, tuple[str, str] | None]] = {}
+        self._version = 0
+        self._shapes: dict[str, tuple[tuple, tuple]] = {}
+
+    def _shape(self, job: JobSpec, tasks: int, extra: tuple) -> tuple[tuple, tuple]:
+        base = self._shapes.get(job.id)
+        if base is None:
+            r = job.request
+            if not r.uses_gpu:
+                kind, size = "cpu", 0.0
+            elif r.gpu_memory_gib is not None:
+                kind, size = "memory", r.gpu_memory_gib
+            else:
+                kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
+            selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+            base = self._shapes[job.id] = ((self.state.pool_of(job), selector, kind),
+                                           (size, r.cpus, r.memory_gib))
+        return base[0], (*base[1], tasks, *extra)
+
+    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:
+        """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
+
+        ``extra`` adds dimensions of the caller's own (larger means harder).
+        """
+        group, dims = self._shape(job, tasks, extra)
+        frontier = self._frontier.setdefault(group, [])
+        if any(all(d >= f for d, f in zip(dims, failed)) for failed, _ in frontier):
+            return
+        frontier[:] = [(f, why) for f, why in frontier if not all(x >= d for x, d in zip(f, dims))]
+        frontier.append((dims, (detail, kind)))
+        self._version += 1
+
+    def find(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[str, str] | None:
+        """(reason, kind) of a failed request this one is at least as large as, or None."""
+        if not self._frontier:
+            return None
+        group, dims = self._shape(job, tasks, extra)
+        key = (group, dims)
+        known = self._answers.get(key)
+        if known is not None and (known[1] is not None or known[0] == self._version):
+            return known[1]
+        found = None
+        for failed, why in self._frontier.get(group, ()):
+            if all(d >= f for d, f in zip(dims, failed)):
+                found = why
+                break
+        self._answers[key] = (self._version, found)
+        return found
