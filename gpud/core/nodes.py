@@ -7,13 +7,22 @@ from typing import Iterator, Mapping
 from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
 
 SHARE_BUCKETS = 100
+CPU_CLASSES = 9
+
+
+def cpu_class(cpus: float) -> int:
+    """Nodes are also grouped by free CPUs in powers of two: class k holds [2**(k-1), 2**k) free CPUs."""
+    if cpus < 1:
+        return 0
+    return min(CPU_CLASSES - 1, int(cpus).bit_length())
 
 
 class NodeState:
     """One node's free capacity during a cycle, and the tasks it holds."""
 
     __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
-                 "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket")
+                 "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket",
+                 "_cpu_class")
 
     def __init__(self, spec: NodeSpec) -> None:
         self.spec = spec
@@ -29,6 +38,7 @@ class NodeState:
         self._whole_bucket = -1
         self._cpu_bucket = -1
         self._share_bucket: list[int] = [-1] * spec.gpus
+        self._cpu_class = -1
 
     @property
     def gpus(self) -> int:
@@ -117,24 +127,38 @@ class NodeIndex:
         self.max_gpus = max((n.gpus for n in nodes), default=0)
         self.max_cpus = int(max((n.spec.cpus for n in nodes), default=0))
         self.max_gpu_memory = max((n.gpu_memory_gib for n in nodes if n.gpus), default=0.0)
+        self.gpu_memories = sorted({n.gpu_memory_gib for n in nodes if n.gpus})
         self.capacity = Resources(sum(n.gpus for n in nodes), sum(n.spec.cpus for n in nodes),
                                   sum(n.spec.memory_gib for n in nodes))
-        self.by_whole: list[dict[NodeState, None]] = [{} for _ in range(self.max_gpus + 1)]
+        self.by_whole: list[list[dict[NodeState, None]]] = [[{} for _ in range(CPU_CLASSES)]
+                                                             for _ in range(self.max_gpus + 1)]
         self.by_cpu: list[dict[NodeState, None]] = [{} for _ in range(self.max_cpus + 1)]
-        self.by_share: list[dict[tuple[NodeState, int], None]] = [{} for _ in range(SHARE_BUCKETS)]
+        self.by_share: list[list[dict[tuple[NodeState, int], None]]] = [[{} for _ in range(CPU_CLASSES)]
+                                                                        for _ in range(SHARE_BUCKETS)]
         self.free_gpu = float(self.capacity.gpu)
         self.free_cpu = float(self.capacity.cpu)
         self.free_mem = float(self.capacity.memory)
         for node in nodes:
             self.update(node)
 
+    def smallest_gpu_holding(self, memory_gib: float) -> float | None:
+        """The least GPU memory in the pool that can hold a slice of ``memory_gib``, None if none can."""
+        for size in self.gpu_memories:
+            if size >= memory_gib - EPS:
+                return size
+        return None
+
     def update(self, node: NodeState) -> None:
         """Move a node to the buckets that match its free capacity now."""
+        klass = cpu_class(node.free_cpu + EPS)
+        old_class = node._cpu_class
+        moved_class = klass != old_class
+        node._cpu_class = klass
         whole = node.free_whole
-        if whole != node._whole_bucket:
+        if whole != node._whole_bucket or moved_class:
             if node._whole_bucket >= 0:
-                del self.by_whole[node._whole_bucket][node]
-            self.by_whole[whole][node] = None
+                del self.by_whole[node._whole_bucket][old_class][node]
+            self.by_whole[whole][klass][node] = None
             node._whole_bucket = whole
         cpu = max(0, min(self.max_cpus, int(node.free_cpu + EPS)))
         if cpu != node._cpu_bucket:
@@ -145,21 +169,29 @@ class NodeIndex:
         for i, free in enumerate(node.free_share):
             bucket = _share_bucket(free)
             old = node._share_bucket[i]
-            if bucket != old:
+            if bucket != old or moved_class:
                 if old >= 0:
-                    del self.by_share[old][(node, i)]
+                    del self.by_share[old][old_class][(node, i)]
                 if bucket >= 0:
-                    self.by_share[bucket][(node, i)] = None
+                    self.by_share[bucket][klass][(node, i)] = None
                 node._share_bucket[i] = bucket
 
-    def with_free_gpus(self, count: int, most_free_first: bool = False) -> Iterator[NodeState]:
-        """Nodes with at least ``count`` whole GPUs free: fewest free first, or most free first."""
+    def with_free_gpus(self, count: int, most_free_first: bool = False,
+                       cpus: float = 0.0) -> Iterator[NodeState]:
+        """Nodes with at least ``count`` whole GPUs free: fewest free first, or most free first.
+
+        Nodes with far fewer than ``cpus`` CPUs free are passed over (callers
+        still check each node they are given).
+        """
         count = max(count, 0)
         if count > self.max_gpus:
             return
         buckets = range(self.max_gpus, count - 1, -1) if most_free_first else range(count, self.max_gpus + 1)
+        classes = range(cpu_class(cpus), CPU_CLASSES)
         for k in buckets:
-            yield from self.by_whole[k]
+            row = self.by_whole[k]
+            for c in classes:
+                yield from row[c]
 
     def with_free_cpus(self, cpus: float, most_free_first: bool = False) -> Iterator[NodeState]:
         """Nodes with at least ``cpus`` CPUs free: fewest free first, or most free first."""
@@ -173,15 +205,19 @@ class NodeIndex:
                 if node.free_cpu >= cpus - EPS:
                     yield node
 
-    def shared_gpus(self, share: float, most_free_first: bool = False) -> Iterator[tuple[NodeState, int]]:
+    def shared_gpus(self, share: float, most_free_first: bool = False,
+                    cpus: float = 0.0) -> Iterator[tuple[NodeState, int]]:
         """Partly used GPUs with at least ``share`` free, as (node, GPU index): least free first or most."""
         low = max(0, int(share * SHARE_BUCKETS - EPS) if share > 0 else 0)
         low = min(low, SHARE_BUCKETS - 1)
         buckets = range(SHARE_BUCKETS - 1, low - 1, -1) if most_free_first else range(low, SHARE_BUCKETS)
+        classes = range(cpu_class(cpus), CPU_CLASSES)
         for k in buckets:
-            for node, i in self.by_share[k]:
-                if node.free_share[i] >= share - EPS:
-                    yield node, i
+            row = self.by_share[k]
+            for c in classes:
+                for node, i in row[c]:
+                    if node.free_share[i] >= share - EPS:
+                        yield node, i
 
     def free(self) -> Resources:
         """Free GPUs (shares summed), CPUs and memory over the pool's nodes."""

@@ -101,11 +101,16 @@ class ClusterState:
         return self.queues.get((job.project, self.pool_of(job)))
 
     def task_need(self, job: JobSpec) -> Resources:
-        """What one pending task of the job will hold (a memory slice counted on the pool's largest GPU)."""
+        """What one pending task of the job will hold at most.
+
+        A memory slice is counted on the smallest GPU that can hold it, the
+        largest share it may take, so quota checks made before placement
+        still hold after it.
+        """
         request = job.request
         if request.gpu_memory_gib is not None:
-            largest = self.indexes[self.pool_of(job)].max_gpu_memory or request.gpu_memory_gib
-            gpu = request.gpu_memory_gib / largest
+            size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
+            gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
         else:
             gpu = request.gpus
         return Resources(gpu, request.cpus, request.memory_gib)

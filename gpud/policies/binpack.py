@@ -32,10 +32,10 @@ def _candidates(request: TaskRequest, index: NodeIndex) -> Iterator[NodeState]:
         yield from index.with_free_cpus(request.cpus)
     elif request.is_shared:
         share = smallest_share(request, index)
-        yield from unique(node for node, _ in index.shared_gpus(share))
-        yield from index.with_free_gpus(1)
+        yield from unique(node for node, _ in index.shared_gpus(share, cpus=request.cpus))
+        yield from index.with_free_gpus(1, cpus=request.cpus)
     else:
-        yield from index.with_free_gpus(request.whole_gpus)
+        yield from index.with_free_gpus(request.whole_gpus, cpus=request.cpus)
 
 
 @hookimpl

@@ -16,11 +16,11 @@ def _candidates(request: TaskRequest, index: NodeIndex) -> Iterator[NodeState]:
     if not request.uses_gpu:
         yield from index.with_free_cpus(request.cpus, most_free_first=True)
     elif request.is_shared:
-        yield from index.with_free_gpus(1, most_free_first=True)
+        yield from index.with_free_gpus(1, most_free_first=True, cpus=request.cpus)
         share = smallest_share(request, index)
-        yield from unique(node for node, _ in index.shared_gpus(share, most_free_first=True))
+        yield from unique(node for node, _ in index.shared_gpus(share, most_free_first=True, cpus=request.cpus))
     else:
-        yield from index.with_free_gpus(request.whole_gpus, most_free_first=True)
+        yield from index.with_free_gpus(request.whole_gpus, most_free_first=True, cpus=request.cpus)
 
 
 @hookimpl
