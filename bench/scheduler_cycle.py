@@ -1,8 +1,8 @@
 """Benchmark of one gpud scheduling cycle (`gpud.core.schedule`) on large, seeded workloads.
 
 big: 1,000 nodes x 8 GPUs, 100 projects, 6,000 running tasks, 100,000 pending jobs; (a) a full
-cycle from a fresh snapshot, (b) steady cycles after 100 submissions + 100 completions applied to
-the previous plan's result. contended: every GPU busy, 20 projects far over their fair share and
+cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core.Scheduler`, as the
+controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
     python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile]
 """
@@ -25,11 +25,10 @@ import sys
 import time
 
 import gpud
-from gpud.core import schedule
+from gpud.core import Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
-from gpud.simulate import apply_plan
 
 NOW = 1_000_000.0
 POOL = "default"
@@ -144,19 +143,6 @@ def big_cluster(seed: int, nodes: int, running_tasks: int, pending: int) -> tupl
     return Snapshot(specs, tuple(jobs), NOW), policy
 
 
-def churn(snapshot: Snapshot, rng: random.Random, cycle: int, count: int) -> Snapshot:
-    """The snapshot ``count`` job completions and ``count`` submissions later, 10 s on."""
-    running = [j.id for j in snapshot.jobs if j.is_running]
-    done = set(rng.sample(running, min(count, len(running))))
-    names = sorted({j.project for j in snapshot.jobs})
-    seq = max(j.seq for j in snapshot.jobs) + 1
-    now = snapshot.now + 10.0
-    jobs = [j for j in snapshot.jobs if j.id not in done]
-    jobs += [pending_job(rng, f"s{cycle}-{i}", rng.choice(names), seq + i, now - 10 + i * 0.01)
-             for i in range(count)]
-    return Snapshot(snapshot.nodes, tuple(jobs), now)
-
-
 def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
     """Every GPU busy with old preemptible train jobs of 20 'hog' projects; 20 'starved' projects
     (same quota each: capacity/40) have only pending work, so they are below their fair share."""
@@ -218,15 +204,44 @@ def measure_big(args, pm, prof: dict) -> dict:
     plan, out["fresh"] = fresh[-1][1], [figures for figures, _ in fresh]
     if prof:
         timed(snapshot, policy, pm, prof["fresh"])
-    rng, state, out["steady"] = random.Random(args.seed + 7), apply_plan(snapshot, plan), []
+    scheduler = Scheduler(snapshot, policy, pm)
+    scheduler.cycle()
+    rng, out["steady"] = random.Random(args.seed + 7), []
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
-        state = churn(state, rng, cycle, args.churn)
         profiled = bool(prof) and cycle == args.warmup + args.repeat
-        figures, plan = timed(state, policy, pm, prof["steady"] if profiled else None)
+        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None)
         if not profiled:
             out["steady"].append({**figures, "warmup": cycle < args.warmup})
-        state = apply_plan(state, plan)
     return out
+
+
+def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
+               profile: cProfile.Profile | None = None) -> dict:
+    """Figures of one warm cycle: ``count`` completions and ``count`` submissions handed to the
+    running scheduler, then its cycle 10 s later; the time covers both."""
+    jobs = scheduler.jobs()
+    running = [j.id for j in jobs if j.is_running]
+    done = rng.sample(running, min(count, len(running)))
+    names = sorted({j.project for j in jobs})
+    seq = max(j.seq for j in jobs) + 1
+    now = scheduler.state.now + 10.0
+    new = [pending_job(rng, f"s{cycle}-{i}", rng.choice(names), seq + i, now - 10 + i * 0.01)
+           for i in range(count)]
+    gc.collect()
+    if profile is not None:
+        profile.enable()
+    cpu, start = time.process_time(), time.perf_counter()
+    for job_id in done:
+        scheduler.finish(job_id)
+    for job in new:
+        scheduler.submit(job)
+    plan = scheduler.cycle(now)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if profile is not None:
+        profile.disable()
+    return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
+            "evictions": sum(1 for e in plan.evictions if not e.moved),
+            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}
 
 
 def measure_contended(args, pm, prof: dict) -> dict:

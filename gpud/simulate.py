@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pluggy
 
-from gpud.core import schedule
+from gpud.core import Scheduler
 from gpud.model import EPS, Eviction, JobSpec, Plan, Snapshot
 from gpud.scenario import Expectations, Scenario
 
@@ -67,10 +67,11 @@ def apply_plan(snapshot: Snapshot, plan: Plan) -> Snapshot:
 def simulate(scenario: Scenario, pm: pluggy.PluginManager) -> Simulation:
     """Run the scenario's cycles, then its stable cycles, checking [expect] after the last cycle and each stable one."""
     sim = Simulation(scenario.snapshot)
+    scheduler = Scheduler(scenario.snapshot, scenario.policy, pm)
     total = scenario.cycles + scenario.stable_cycles
     for cycle in range(1, total + 1):
-        plan = schedule(sim.snapshot, scenario.policy, pm)
-        sim.snapshot = apply_plan(sim.snapshot, plan)
+        plan = scheduler.cycle()
+        sim.snapshot = dataclasses.replace(sim.snapshot, jobs=scheduler.jobs())
         sim.plans.append(plan)
         still_running = sim.running()
         for eviction in plan.evictions:

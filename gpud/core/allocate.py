@@ -62,7 +62,7 @@ class Blocks:
         self.rules.setdefault(queue, FailedShapes(self.state)).add(job, tasks, reason, "", (binds,))
 
 
-def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+def allocate(state: ClusterState, placer: Placer) -> None:
     """Bind every pending job that fits into free resources, recording why the others wait."""
     stmt = Statement(state)
     blocks = Blocks(state)
@@ -102,4 +102,4 @@ def allocate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list
         reasons[job.id] = (queue, found[0])
         return skip_same
 
-    serve_in_order(state, grouped, visit)
+    serve_in_order(state, state.backlog, visit, record_reasons=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gpud.core.allocate import needed_tasks
+from gpud.core.backlog import Backlog
+from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
@@ -17,7 +19,7 @@ MAX_NODES_TRIED = 16
 MAX_JOBS_PER_CYCLE = 32
 
 
-def consolidate(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+def consolidate(state: ClusterState, placer: Placer) -> None:
     """For pending jobs that would fit in the pool's free capacity, clear a node by moving others.
 
     A move happens only if every moved job is placed again in the same
@@ -56,7 +58,13 @@ def consolidate(state: ClusterState, placer: Placer, grouped: dict[QueueState, l
         state.reasons.pop(job.id, None)
         return None
 
-    serve_in_order(state, grouped, visit)
+    if not state.fragmented:
+        return
+    blocked = Backlog(first_result(state.hook.gpud_job_order_key, state.pm))
+    for job_id in state.fragmented:
+        job = state.jobs[job_id]
+        blocked.add(job, state.queue_of(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
+    serve_in_order(state, blocked, visit)
 
 
 def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState) -> list[tuple[JobSpec, int]]:

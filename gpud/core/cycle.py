@@ -1,4 +1,4 @@
-"""One scheduling cycle: allocate, consolidate, reclaim, preempt; then the plan as a diff."""
+"""Scheduling cycles: allocate, consolidate, reclaim, preempt; then the plan as a diff."""
 
 from __future__ import annotations
 
@@ -10,12 +10,60 @@ from gpud.core.allocate import allocate
 from gpud.core.consolidate import consolidate
 from gpud.core.preempt import preempt
 from gpud.core.reclaim import reclaim
-from gpud.core.order import jobs_by_queue
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot
 from gpud.policy import Policy
+
+
+class Scheduler:
+    """The scheduling core kept warm between cycles: jobs come and go, each cycle returns a plan.
+
+    Built from a snapshot, it keeps the cluster state, the backlog of
+    pending jobs in order and the placements of the last cycle, so a cycle
+    costs what changed, not the size of the backlog. Nothing outside is
+    changed: a plan is a value the caller carries out.
+    """
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
+        self.state = ClusterState(snapshot, policy, pm)
+
+    def submit(self, job: JobSpec) -> None:
+        """Add a job (pending, or already running where its placements say)."""
+        if job.id in self.state.jobs:
+            raise ValueError(f"job {job.id} is already known")
+        self.state.add_job(job)
+
+    def finish(self, job_id: str) -> None:
+        """Forget a job that completed, failed or was cancelled; its resources are free again."""
+        self.state.remove_job(job_id)
+
+    def job(self, job_id: str) -> JobSpec:
+        """The job as the scheduler knows it now (placements as of the last cycle)."""
+        return self.state.jobs[job_id]
+
+    def jobs(self) -> tuple[JobSpec, ...]:
+        """Every job the scheduler knows, as of the last cycle."""
+        return tuple(self.state.jobs.values())
+
+    def cycle(self, now: float | None = None) -> Plan:
+        """Run one cycle at ``now`` (default: the last time given) and return its plan.
+
+        The plan's binds and evictions are taken as carried out: the next
+        cycle starts from them.
+        """
+        state = self.state
+        state.begin_cycle(now)
+        placer = Placer(state)
+        allocate(state, placer)
+        consolidate(state, placer)
+        reclaim(state, placer)
+        preempt(state, placer)
+        binds, evictions = plan_changes(state)
+        queues = tuple(_report(q) for q in state.queues.values())
+        state.commit()
+        return Plan(binds, evictions, PendingReasons(state), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -24,52 +72,11 @@ def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Pl
     Pure: reads the snapshot and the policy, asks the plugins, and returns a
     plan; nothing outside is changed.
     """
-    state = ClusterState(snapshot, policy, pm)
-    placer = Placer(state)
-    grouped = jobs_by_queue(state, state.pending_jobs)
-    allocate(state, placer, grouped)
-    consolidate(state, placer, _still_pending(state, grouped, lambda job: job.id in state.fragmented))
-    reclaim(state, placer, _still_pending(state, grouped, _may_reclaim(state)))
-    preempt(state, placer, _still_pending(state, grouped, _may_preempt(state)))
-    return build_plan(state, snapshot)
+    return Scheduler(snapshot, policy, pm).cycle()
 
 
-def _still_pending(state: ClusterState, grouped: dict[QueueState, list[JobSpec]],
-                   keep: Callable[[JobSpec], bool]) -> dict[QueueState, list[JobSpec]]:
-    """The jobs of ``grouped`` that still wait and pass ``keep``, in the same order."""
-    placements = state.placements
-    result = {}
-    for queue, jobs in grouped.items():
-        kept = [job for job in jobs if None in placements[job.id] and keep(job)]
-        if kept:
-            result[queue] = kept
-    return result
-
-
-def _may_reclaim(state: ClusterState) -> Callable[[JobSpec], bool]:
-    """A cheap first test for reclaim: the job's queue stays within its fair share with one task."""
-    def keep(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
-        return queue.fits_fair_share(state.task_need(job))
-    return keep
-
-
-def _may_preempt(state: ClusterState) -> Callable[[JobSpec], bool]:
-    """A cheap first test for preemption: the job outranks some preemptible job running in its queue."""
-    lowest: dict[QueueState, int] = {}
-    for queue, running in state.running.items():
-        priorities = [state.jobs[job_id].priority for job_id in running if state.jobs[job_id].preemptible]
-        if priorities:
-            lowest[queue] = min(priorities)
-
-    def keep(job: JobSpec) -> bool:
-        floor = lowest.get(state.queue_of(job))
-        return floor is not None and job.priority > floor
-    return keep
-
-
-def build_plan(state: ClusterState, snapshot: Snapshot) -> Plan:
-    """The difference between the snapshot and the state after the actions, as binds and evictions.
+def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:
+    """The difference between the last baseline and the state after the actions, as binds and evictions.
 
     A task put back on the very GPUs it had has not moved and appears in
     neither list.
@@ -93,10 +100,7 @@ def build_plan(state: ClusterState, snapshot: Snapshot) -> Plan:
             evictions.append(Eviction(job_id, tuple(stopped), rule, reason, for_job))
         if moved:
             evictions.append(Eviction(job_id, tuple(moved), rule, reason, for_job, moved=True))
-    waiting = [job.id for job in state.pending_jobs if None in state.placements[job.id]]
-    waiting += [job_id for job_id, (queue, _) in state.reasons.items() if queue is None]
-    return Plan(tuple(binds), tuple(evictions), PendingReasons(state, waiting),
-                tuple(_report(q) for q in state.queues.values()))
+    return tuple(binds), tuple(evictions)
 
 
 def _report(queue: QueueState) -> QueueReport:
@@ -106,26 +110,39 @@ def _report(queue: QueueState) -> QueueReport:
 
 
 class PendingReasons(Mapping[str, str]):
-    """Why each pending job waits, formatted only when read (a cycle may leave 100,000 waiting)."""
+    """Why each job still waits after a cycle, formatted only when read (there may be 100,000).
 
-    def __init__(self, state: ClusterState, job_ids: list[str]) -> None:
+    Captured when the plan is built: the cycle's own reasons, each group's
+    shared reason, the evictions, and the queues' numbers at that moment.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        cycle = state.cycle
         self._reasons = state.reasons
-        self._ids = dict.fromkeys(job_ids)
-        self._prefix: dict[QueueState, str] = {}
+        self._evicted = state.evicted_by
+        self._orphans = dict(state.orphans)
+        self._group_of = dict(state.backlog.group_of)
+        self._group_reason = {group: group.reason for groups in state.backlog.by_queue.values()
+                              for group in groups.values() if group.reason_cycle == cycle}
+        self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:
-        if job_id not in self._ids:
-            raise KeyError(job_id)
-        queue, detail = self._reasons.get(job_id, (None, "not considered this cycle"))
+        if job_id in self._orphans:
+            return self._orphans[job_id]
+        group = self._group_of[job_id]
+        found = self._reasons.get(job_id) or self._group_reason.get(group)
+        if found is None:
+            evicted = self._evicted.get(job_id)
+            return f"evicted this cycle: {evicted[1]}" if evicted else "not considered this cycle"
+        queue, detail = found
         if queue is None:
             return detail
-        prefix = self._prefix.get(queue)
-        if prefix is None:
-            prefix = self._prefix[queue] = queue.describe()
+        prefix = self._prefix[queue]
         return f"{prefix}; {detail}" if detail else prefix
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._ids)
+        yield from self._group_of
+        yield from self._orphans
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._group_of) + len(self._orphans)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from typing import Callable, Iterable
+from typing import Callable
 
+from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
@@ -15,58 +16,93 @@ from gpud.model import JobSpec
 Skip = Callable[[JobSpec], bool]
 
 
-def jobs_by_queue(state: ClusterState, jobs: Iterable[JobSpec]) -> dict[QueueState, list[JobSpec]]:
-    """Group jobs by project queue, each list sorted by the job-order plugin."""
-    job_key = first_result(state.hook.gpud_job_order_key, state.pm)
-    grouped: dict[QueueState, list[JobSpec]] = defaultdict(list)
-    for job in jobs:
-        queue = state.queue_of(job)
-        if queue is not None:
-            grouped[queue].append(job)
-    for queue_jobs in grouped.values():
-        queue_jobs.sort(key=lambda job: job_key(job=job))
-    return grouped
+class _QueueCursor:
+    """Where one action stands in one queue: a heap of its groups by their next job."""
+
+    __slots__ = ("queue", "heap", "at")
+
+    def __init__(self, queue: QueueState) -> None:
+        self.queue = queue
+        self.heap: list[tuple] = []
+        self.at: dict[Group, int] = {}
 
 
-def serve_in_order(state: ClusterState, grouped: dict[QueueState, list[JobSpec]],
-                   visit: Callable[[JobSpec], Skip | None]) -> None:
-    """Visit every job once, always taking the next job of the most deprived queue.
+def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
+                   admit: Callable[[JobSpec], bool] | None = None, record_reasons: bool = False) -> None:
+    """Visit pending jobs, always taking the next job of the most deprived queue.
 
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
     is recomputed after each of its jobs. ``visit`` may return a predicate:
-    the queue's following jobs are then passed over while it holds (it
-    records why they wait), which keeps a cycle from trying, one by one,
-    thousands of jobs that cannot be easier than one that just failed.
+    every group of the queue whose next job it holds for is then passed over
+    whole (the predicate records why its first job waits, and with
+    ``record_reasons`` the group keeps that reason for all its jobs). A group
+    whose first job ``admit`` refuses is not visited at all. Jobs that
+    stopped waiting earlier in the cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
-    cursor: dict[QueueState, int] = {queue: 0 for queue in grouped}
     tiebreak = itertools.count()
+    placements = state.placements
+    cycle = state.cycle
 
-    def key(queue: QueueState, head: QueueState) -> tuple:
-        job = grouped[head][cursor[head]]
+    def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
+        i = cursor.at[group]
+        jobs = group.jobs
+        while i < len(jobs) and None not in placements[jobs[i].id]:
+            i += 1
+        cursor.at[group] = i
+        return jobs[i] if i < len(jobs) else None
+
+    def push_group(cursor: _QueueCursor, group: Group) -> None:
+        job = head(cursor, group)
+        if job is not None:
+            heapq.heappush(cursor.heap, (group.keys[cursor.at[group]], next(tiebreak), group))
+
+    def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
+        group = cursor.heap[0][2]
+        job = group.jobs[cursor.at[group]]
         need = state.need(job, len(state.pending_tasks(job.id)))
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
+    cursors: dict[QueueState, _QueueCursor] = {}
+    for queue, groups in backlog.by_queue.items():
+        cursor = _QueueCursor(queue)
+        for group in groups.values():
+            cursor.at[group] = 0
+            if admit is None or (group.jobs and admit(group.jobs[0])):
+                push_group(cursor, group)
+        if cursor.heap:
+            cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
-    for project in grouped:
-        if grouped[project]:
-            heapq.heappush(project_heaps[project.parent], (key(project, project), project))
-    dept_heap = [(key(dept, heap[0][1]), dept) for dept, heap in project_heaps.items()]
+    for project, cursor in cursors.items():
+        heapq.heappush(project_heaps[project.parent], (key(project, cursor), project))
+    dept_heap = [(key(dept, cursors[heap[0][1]]), dept) for dept, heap in project_heaps.items()]
     heapq.heapify(dept_heap)
     while dept_heap:
         _, dept = heapq.heappop(dept_heap)
         heap = project_heaps[dept]
         _, project = heapq.heappop(heap)
-        queue_jobs = grouped[project]
-        i = cursor[project]
-        skip = visit(queue_jobs[i])
-        i += 1
-        if skip is not None:
-            while i < len(queue_jobs) and skip(queue_jobs[i]):
-                i += 1
-        cursor[project] = i
-        if i < len(queue_jobs):
-            heapq.heappush(heap, (key(project, project), project))
+        cursor = cursors[project]
+        _, _, group = heapq.heappop(cursor.heap)
+        job = group.jobs[cursor.at[group]]
+        skip = visit(job)
+        cursor.at[group] += 1
+        if skip is None:
+            push_group(cursor, group)
+        else:
+            waiting = [group] + [entry[2] for entry in cursor.heap]
+            cursor.heap = []
+            for candidate in waiting:
+                first = head(cursor, candidate)
+                if first is None:
+                    continue
+                if skip(first):
+                    if record_reasons and first.id in state.reasons:
+                        candidate.reason = state.reasons[first.id]
+                        candidate.reason_cycle = cycle
+                else:
+                    heapq.heappush(cursor.heap, (candidate.keys[cursor.at[candidate]], next(tiebreak), candidate))
+        if cursor.heap:
+            heapq.heappush(heap, (key(project, cursor), project))
         if heap:
-            heapq.heappush(dept_heap, (key(dept, heap[0][1]), dept))
+            heapq.heappush(dept_heap, (key(dept, cursors[heap[0][1]]), dept))

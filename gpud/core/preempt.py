@@ -15,7 +15,7 @@ from gpud.model import JobSpec
 RULE = "preempt"
 
 
-def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+def preempt(state: ClusterState, placer: Placer) -> None:
     """Let each pending job evict preemptible jobs of lower priority in its own queue.
 
     Priority means nothing across projects. A non-preemptible preemptor must
@@ -61,4 +61,14 @@ def preempt(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
         shapes.add(job, tasks, "", extra=(-job.priority,))
         return hopeless
 
-    serve_in_order(state, grouped, visit)
+    lowest: dict[QueueState, int] = {}
+    for queue, running in state.running.items():
+        priorities = [state.jobs[job_id].priority for job_id in running if state.jobs[job_id].preemptible]
+        if priorities:
+            lowest[queue] = min(priorities)
+
+    def admit(job: JobSpec) -> bool:
+        floor = lowest.get(state.queue_of(job))
+        return floor is not None and job.priority > floor
+
+    serve_in_order(state, state.backlog, visit, admit)

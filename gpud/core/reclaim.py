@@ -30,7 +30,7 @@ def _gpu_text(queue: QueueState, level: Resources) -> str:
     return f"{format_amount(queue.alloc_gpu)}/{format_amount(level.gpu)}"
 
 
-def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[JobSpec]]) -> None:
+def reclaim(state: ClusterState, placer: Placer) -> None:
     """For each pending job whose queue stays within its fair share, evict from queues above theirs.
 
     Victims come first from queues over their fair share, then from queues
@@ -97,4 +97,8 @@ def reclaim(state: ClusterState, placer: Placer, grouped: dict[QueueState, list[
         shapes.add(job, tasks, "")
         return hopeless
 
-    serve_in_order(state, grouped, visit)
+    def admit(job: JobSpec) -> bool:
+        queue = state.queue_of(job)
+        return queue.fits_fair_share(state.task_need(job))
+
+    serve_in_order(state, state.backlog, visit, admit)

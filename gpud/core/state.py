@@ -1,11 +1,14 @@
-"""The working state of one cycle: nodes, queues and placements, changed only through statements."""
+"""The scheduler's state: nodes, queues, placements and the backlog, changed only through statements."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import pluggy
 
+from gpud.core.backlog import Backlog
+from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
@@ -36,57 +39,122 @@ class Victim:
 
 
 class ClusterState:
-    """Everything a cycle reads and changes; the snapshot itself is never modified."""
+    """Everything the scheduler reads and changes, kept from one cycle to the next.
+
+    Built from a snapshot; afterwards jobs come and go through ``add_job`` and
+    ``remove_job``, each cycle starts with ``begin_cycle`` and ends with
+    ``commit``, which makes the cycle's placements the new baseline. The
+    snapshot itself is never modified.
+    """
 
     def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
         self.policy = policy
         self.pm = pm
         self.hook = pm.hook
         self.now = snapshot.now
+        self.cycle = 0
         self.nodes = {spec.name: NodeState(spec) for spec in snapshot.nodes}
         pool_nodes: dict[str, list[NodeState]] = defaultdict(list)
         for node in self.nodes.values():
             if node.spec.schedulable:
                 pool_nodes[node.pool].append(node)
-        self.jobs = {job.id: job for job in snapshot.jobs}
         pools = set(pool_nodes) | {n.pool for n in self.nodes.values()}
-        pools |= {self.pool_of(job) for job in snapshot.jobs}
+        pools |= {self.pool_of(job) for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
         self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
         self.queues = build_queues(policy, sorted(pools))
+        self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
+        self.jobs: dict[str, JobSpec] = {}
         self.placements: dict[str, list[TaskPlacement | None]] = {}
         self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
+        self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm))
+        self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, str]] = {}
-        self.pending_jobs: list[JobSpec] = []
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
-        pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        default_pool = policy.default_pool
         for job in snapshot.jobs:
-            self.placements[job.id] = [None] * job.tasks
-            queue = self.queues.get((job.project, job.pool or default_pool))
-            if queue is None:
-                self.reasons[job.id] = (None, f"project {job.project} is not in the policy")
+            self.add_job(job)
+        self.touched = set()
+
+    # --- jobs coming and going, cycles beginning and ending ------------------------------------
+
+    def add_job(self, job: JobSpec) -> None:
+        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog."""
+        self.jobs[job.id] = job
+        self.placements[job.id] = [None] * job.tasks
+        queue = self.queue_of(job)
+        if queue is None:
+            self.orphans[job.id] = f"project {job.project} is not in the policy"
+            return
+        self._add_pending(queue, job, job.tasks)
+        running = 0
+        for task, placement in enumerate(job.placements):
+            if placement is not None and placement.node in self.nodes:
+                self._bind(job, task, placement)
+                running += 1
+        if running < job.tasks:
+            self.backlog.add(job, queue, partly_running=running > 0)
+
+    def remove_job(self, job_id: str) -> None:
+        """Forget a job that finished or was cancelled, releasing what its tasks held."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        self.orphans.pop(job_id, None)
+        queue = self.queue_of(job)
+        if queue is not None:
+            for task in self.running_tasks(job_id):
+                self._unbind(job, task)
+            self._add_pending(queue, job, -job.tasks)
+        self.backlog.remove(job_id)
+        del self.placements[job_id]
+
+    def begin_cycle(self, now: float | None = None) -> None:
+        """Start a cycle at ``now``: forget the last cycle's reasons, compute every queue's fair share."""
+        if now is not None:
+            self.now = now
+        self.cycle += 1
+        self.reasons = {}
+        self.evicted_by = {}
+        self.touched = set()
+        self.fragmented = set()
+        demand = {}
+        for queue in self.queues.values():
+            if queue.kind == "project":
+                need = self.pending_need.get(queue)
+                demand[(queue.name, queue.pool)] = queue.allocated + (Resources(*need) if need else Resources())
+        compute_fair_shares(self.policy, self.queues, self.capacity, demand)
+
+    def commit(self) -> None:
+        """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
+        backlog = self.backlog
+        for job_id in self.touched:
+            job = self.jobs.get(job_id)
+            if job is None:
                 continue
-            pending = job.tasks
-            for task, placement in enumerate(job.placements):
-                if placement is not None and placement.node in self.nodes:
-                    self._bind(job, task, placement)
-                    pending -= 1
-            if pending:
-                self.pending_jobs.append(job)
-                need = self.task_need(job)
-                acc = pending_need[queue]
-                acc[0] += need.gpu * pending
-                acc[1] += need.cpu * pending
-                acc[2] += need.memory * pending
-        demand = {(q.name, q.pool): q.allocated + Resources(*pending_need.get(q, (0.0, 0.0, 0.0)))
-                  for q in self.queues.values() if q.kind == "project"}
-        capacity = {pool: self._capacity(pool) for pool in self.indexes}
-        compute_fair_shares(policy, self.queues, capacity, demand)
+            current = tuple(self.placements[job_id])
+            before = tuple(job.task_placement(i) for i in range(job.tasks))
+            if current == before:
+                continue
+            running = any(p is not None for p in current)
+            started = (job.started if job.is_running and running else self.now) if running else None
+            updated = dataclasses.replace(job, placements=current, started=started)
+            self.jobs[job_id] = updated
+            backlog.remove(job_id)
+            if None in current:
+                backlog.add(updated, self.queue_of(updated), partly_running=running)
+
+    def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
+        need = self.task_need(job)
+        acc = self.pending_need[queue]
+        acc[0] += need.gpu * tasks
+        acc[1] += need.cpu * tasks
+        acc[2] += need.memory * tasks
 
     def _capacity(self, pool: str) -> Resources:
+        """All the GPUs, CPUs and memory of a pool's nodes."""
         return sum((Resources(n.gpus, n.spec.cpus, n.spec.memory_gib)
                     for n in self.nodes.values() if n.pool == pool), Resources())
 
@@ -163,8 +231,10 @@ class ClusterState:
         if queue is not None:
             queue.charge(charge, 1, job.preemptible)
             self.running[queue][job.id] = None
+            self._add_pending(queue, job, -1)
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
+        self.touched.add(job.id)
         self.releases += 1
         placement = self.placements[job.id][task]
         node = self.nodes[placement.node]
@@ -180,6 +250,7 @@ class ClusterState:
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(charge, -1, job.preemptible)
+            self._add_pending(queue, job, 1)
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
         return placement

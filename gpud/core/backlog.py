@@ -1,0 +1,91 @@
+"""The pending jobs of every queue, kept in order across cycles and grouped by the shape of their request.
+
+Jobs of one shape (same request, gang size, node selector, pool and
+preemptibility) in one queue succeed or fail alike whenever the reason is
+capacity or a queue rule, so a cycle that finds the first of them blocked
+passes over the whole group at once instead of trying thousands of jobs one
+by one.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Callable, Iterator
+
+from gpud.core.queues import QueueState
+from gpud.model import JobSpec
+
+
+class Group:
+    """Pending jobs of one queue and one shape, in job order."""
+
+    __slots__ = ("queue", "shape", "jobs", "keys", "reason", "reason_cycle")
+
+    def __init__(self, queue: QueueState, shape: tuple) -> None:
+        self.queue = queue
+        self.shape = shape
+        self.jobs: list[JobSpec] = []
+        self.keys: list[Any] = []
+        self.reason: tuple[QueueState | None, str] | None = None
+        self.reason_cycle = -1
+
+    def __repr__(self) -> str:
+        return f"Group({self.queue.name}, {len(self.jobs)} jobs)"
+
+
+def shape_of(job: JobSpec, partly_running: bool) -> tuple:
+    """The grouping key of a pending job; a job that already runs some tasks is a group of its own."""
+    if partly_running:
+        return ("job", job.id)
+    selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+    return (job.request, job.tasks, job.gang_minimum, selector, job.pool, job.preemptible)
+
+
+class Backlog:
+    """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
+
+    def __init__(self, job_key: Callable[..., Any]) -> None:
+        self._job_key = job_key
+        self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
+        self.group_of: dict[str, Group] = {}
+        self._key_of: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.group_of)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.group_of
+
+    def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
+        """Put a pending job into its queue's group, in order."""
+        shape = shape_of(job, partly_running)
+        groups = self.by_queue.setdefault(queue, {})
+        group = groups.get(shape)
+        if group is None:
+            group = groups[shape] = Group(queue, shape)
+        key = self._job_key(job=job)
+        at = bisect.bisect_right(group.keys, key)
+        group.keys.insert(at, key)
+        group.jobs.insert(at, job)
+        self.group_of[job.id] = group
+        self._key_of[job.id] = key
+
+    def remove(self, job_id: str) -> None:
+        """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""
+        group = self.group_of.pop(job_id, None)
+        if group is None:
+            return
+        key = self._key_of.pop(job_id)
+        at = bisect.bisect_left(group.keys, key)
+        while group.jobs[at].id != job_id:
+            at += 1
+        del group.keys[at]
+        del group.jobs[at]
+        if not group.jobs:
+            del self.by_queue[group.queue][group.shape]
+
+    def jobs(self) -> Iterator[JobSpec]:
+        """Every job of the backlog, group by group."""
+        for groups in self.by_queue.values():
+            for group in groups.values():
+                yield from group.jobs
