@@ -38,7 +38,9 @@ def shape_of(job: JobSpec, partly_running: bool) -> tuple:
     if partly_running:
         return ("job", job.id)
     selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-    return (job.request, job.tasks, job.gang_minimum, selector, job.pool, job.preemptible)
+    r = job.request
+    return (r.gpus, r.gpu_memory_gib, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, selector, job.pool,
+            job.preemptible)
 
 
 class Backlog:
@@ -69,6 +71,26 @@ class Backlog:
         group.jobs.insert(at, job)
         self.group_of[job.id] = group
         self._key_of[job.id] = key
+
+    def extend(self, entries: list[tuple[JobSpec, QueueState, bool]]) -> None:
+        """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
+        touched: set[Group] = set()
+        key_of, group_of, job_key = self._key_of, self.group_of, self._job_key
+        for job, queue, partly_running in entries:
+            shape = shape_of(job, partly_running)
+            groups = self.by_queue.setdefault(queue, {})
+            group = groups.get(shape)
+            if group is None:
+                group = groups[shape] = Group(queue, shape)
+            key = key_of[job.id] = job_key(job=job)
+            group.keys.append(key)
+            group.jobs.append(job)
+            group_of[job.id] = group
+            touched.add(group)
+        for group in touched:
+            order = sorted(range(len(group.jobs)), key=group.keys.__getitem__)
+            group.keys = [group.keys[i] for i in order]
+            group.jobs = [group.jobs[i] for i in order]
 
     def remove(self, job_id: str) -> None:
         """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""

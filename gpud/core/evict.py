@@ -111,18 +111,26 @@ class Lazy:
 class _NodeRoom:
     """What one node would have free if some victims' tasks on it were gone (nothing is changed)."""
 
-    __slots__ = ("node", "share", "cpu", "mem", "victims")
+    __slots__ = ("node", "share", "whole", "cpu", "mem", "victims")
 
     def __init__(self, node: NodeState) -> None:
         self.node = node
         self.share = list(node.free_share)
+        self.whole = node.free_whole
         self.cpu = node.free_cpu
         self.mem = node.free_mem
         self.victims: list[Victim] = []
 
     def release(self, placement: TaskPlacement, job: JobSpec) -> None:
+        share = self.share
         for i in placement.gpu_index:
-            self.share[i] = min(1.0, self.share[i] + placement.gpu_share)
+            before = share[i]
+            after = before + placement.gpu_share
+            if after >= 1.0 - EPS:
+                after = 1.0
+                if before < 1.0 - EPS:
+                    self.whole += 1
+            share[i] = after
         self.cpu += job.request.cpus
         self.mem += job.request.memory_gib
 
@@ -136,7 +144,7 @@ class _NodeRoom:
                 return False
             share = request.gpu_share_on(self.node.gpu_memory_gib)
             return any(free >= share - EPS for free in self.share)
-        return sum(1 for free in self.share if free >= 1.0 - EPS) >= request.whole_gpus
+        return self.whole >= request.whole_gpus
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim]) -> _NodeRoom | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
@@ -19,26 +19,29 @@ Skip = Callable[[JobSpec], bool]
 class _QueueCursor:
     """Where one action stands in one queue: a heap of its groups by their next job."""
 
-    __slots__ = ("queue", "heap", "at")
+    __slots__ = ("queue", "heap", "at", "skip")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
         self.heap: list[tuple] = []
         self.at: dict[Group, int] = {}
+        self.skip: Skip | None = None
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
-                   admit: Callable[[JobSpec], bool] | None = None, record_reasons: bool = False) -> None:
+                   admit: Callable[[JobSpec], bool] | None = None, record_reasons: bool = False,
+                   queues: Iterable[QueueState] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
 
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
     is recomputed after each of its jobs. ``visit`` may return a predicate:
-    every group of the queue whose next job it holds for is then passed over
-    whole (the predicate records why its first job waits, and with
-    ``record_reasons`` the group keeps that reason for all its jobs). A group
-    whose first job ``admit`` refuses is not visited at all. Jobs that
-    stopped waiting earlier in the cycle are passed over.
+    from then on, a group of that queue whose next job it holds for is
+    passed over whole (the predicate records why that job waits, and with
+    ``record_reasons`` the group keeps the reason for all its jobs). A group
+    whose first job ``admit`` refuses is not visited at all, nor are queues
+    left out of ``queues`` when it is given. Jobs that stopped waiting
+    earlier in the cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count()
@@ -54,9 +57,25 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         return jobs[i] if i < len(jobs) else None
 
     def push_group(cursor: _QueueCursor, group: Group) -> None:
-        job = head(cursor, group)
-        if job is not None:
+        if head(cursor, group) is not None:
             heapq.heappush(cursor.heap, (group.keys[cursor.at[group]], next(tiebreak), group))
+
+    def clean(cursor: _QueueCursor) -> None:
+        """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
+        heap, skip = cursor.heap, cursor.skip
+        while heap:
+            group = heap[0][2]
+            first = head(cursor, group)
+            if first is not None and (skip is None or not skip(first)):
+                current = group.keys[cursor.at[group]]
+                if current != heap[0][0]:
+                    heapq.heapreplace(heap, (current, next(tiebreak), group))
+                    continue
+                return
+            heapq.heappop(heap)
+            if first is not None and record_reasons and first.id in state.reasons:
+                group.reason = state.reasons[first.id]
+                group.reason_cycle = cycle
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
         group = cursor.heap[0][2]
@@ -65,7 +84,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
-    for queue, groups in backlog.by_queue.items():
+    chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
+                                                         if q in backlog.by_queue}
+    for queue, groups in chosen.items():
         cursor = _QueueCursor(queue)
         for group in groups.values():
             cursor.at[group] = 0
@@ -87,21 +108,10 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         job = group.jobs[cursor.at[group]]
         skip = visit(job)
         cursor.at[group] += 1
-        if skip is None:
-            push_group(cursor, group)
-        else:
-            waiting = [group] + [entry[2] for entry in cursor.heap]
-            cursor.heap = []
-            for candidate in waiting:
-                first = head(cursor, candidate)
-                if first is None:
-                    continue
-                if skip(first):
-                    if record_reasons and first.id in state.reasons:
-                        candidate.reason = state.reasons[first.id]
-                        candidate.reason_cycle = cycle
-                else:
-                    heapq.heappush(cursor.heap, (candidate.keys[cursor.at[candidate]], next(tiebreak), candidate))
+        if skip is not None:
+            cursor.skip = skip
+        push_group(cursor, group)
+        clean(cursor)
         if cursor.heap:
             heapq.heappush(heap, (key(project, cursor), project))
         if heap:

@@ -24,16 +24,23 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     """
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
+    over_quota: dict[QueueState, FailedShapes] = {}
 
     def hopeless(job: JobSpec) -> bool:
-        shapes = failed.get(state.queue_of(job))
-        return shapes is not None and shapes.find(job, max(needed_tasks(state, job)[1], 1),
-                                                  (-job.priority,)) is not None
+        queue = state.queue_of(job)
+        tasks = max(needed_tasks(state, job)[1], 1)
+        shapes = failed.get(queue)
+        if shapes is not None and shapes.find(job, tasks, (-job.priority,)) is not None:
+            return True
+        refused = over_quota.get(queue)
+        return not job.preemptible and refused is not None and refused.find(job, tasks) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks) or hopeless(job):
+        if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
+        if hopeless(job):
+            return hopeless
         queue = state.queue_of(job)
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
@@ -50,7 +57,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
         refused = refusal(queue, job, need)
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
-            return None
+            over_quota.setdefault(queue, FailedShapes(state)).add(job, tasks, "")
+            return hopeless
 
         def ready() -> bool:
             return refusal(queue, job, need) is None
@@ -71,4 +79,4 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         floor = lowest.get(state.queue_of(job))
         return floor is not None and job.priority > floor
 
-    serve_in_order(state, state.backlog, visit, admit)
+    serve_in_order(state, state.backlog, visit, admit, queues=lowest)

@@ -12,7 +12,7 @@ from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState, format_amount
 from gpud.core.state import ClusterState, Victim
-from gpud.model import JobSpec, Resources
+from gpud.model import EPS, JobSpec, Resources
 
 RULE = "reclaim"
 
@@ -51,8 +51,10 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks) or hopeless(job):
+        if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
+        if hopeless(job):
+            return hopeless
         queue = state.queue_of(job)
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
@@ -101,4 +103,6 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         queue = state.queue_of(job)
         return queue.fits_fair_share(state.task_need(job))
 
-    serve_in_order(state, state.backlog, visit, admit)
+    below = [q for q in state.backlog.by_queue if q.alloc_gpu < q.fair_share.gpu - EPS
+             or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS]
+    serve_in_order(state, state.backlog, visit, admit, queues=below)

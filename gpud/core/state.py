@@ -74,14 +74,19 @@ class ClusterState:
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
+        entries: list[tuple[JobSpec, QueueState, bool]] = []
         for job in snapshot.jobs:
-            self.add_job(job)
+            self.add_job(job, entries)
+        self.backlog.extend(entries)
         self.touched = set()
 
     # --- jobs coming and going, cycles beginning and ending ------------------------------------
 
-    def add_job(self, job: JobSpec) -> None:
-        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog."""
+    def add_job(self, job: JobSpec, later: list[tuple[JobSpec, QueueState, bool]] | None = None) -> None:
+        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog.
+
+        With ``later``, the backlog entry is appended there for one bulk insertion instead.
+        """
         self.jobs[job.id] = job
         self.placements[job.id] = [None] * job.tasks
         queue = self.queue_of(job)
@@ -95,7 +100,10 @@ class ClusterState:
                 self._bind(job, task, placement)
                 running += 1
         if running < job.tasks:
-            self.backlog.add(job, queue, partly_running=running > 0)
+            if later is None:
+                self.backlog.add(job, queue, partly_running=running > 0)
+            else:
+                later.append((job, queue, running > 0))
 
     def remove_job(self, job_id: str) -> None:
         """Forget a job that finished or was cancelled, releasing what its tasks held."""
@@ -147,11 +155,15 @@ class ClusterState:
                 backlog.add(updated, self.queue_of(updated), partly_running=running)
 
     def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
-        need = self.task_need(job)
+        request = job.request
+        if request.gpu_memory_gib is None:
+            gpu = request.gpus
+        else:
+            gpu = self.task_need(job).gpu
         acc = self.pending_need[queue]
-        acc[0] += need.gpu * tasks
-        acc[1] += need.cpu * tasks
-        acc[2] += need.memory * tasks
+        acc[0] += gpu * tasks
+        acc[1] += request.cpus * tasks
+        acc[2] += request.memory_gib * tasks
 
     def _capacity(self, pool: str) -> Resources:
         """All the GPUs, CPUs and memory of a pool's nodes."""
