@@ -33,9 +33,9 @@ class Group:
         return f"Group({self.queue.name}, {len(self.jobs)} jobs)"
 
 
-def shape_of(job: JobSpec, partly_running: bool) -> tuple:
+def shape_of(job: JobSpec, partly_running: bool, alone: bool = False) -> tuple:
     """The grouping key of a pending job; a job that already runs some tasks is a group of its own."""
-    if partly_running:
+    if partly_running or alone:
         return ("job", job.id)
     selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
     r = job.request
@@ -46,8 +46,10 @@ def shape_of(job: JobSpec, partly_running: bool) -> tuple:
 class Backlog:
     """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
 
-    def __init__(self, job_key: Callable[..., Any]) -> None:
+    def __init__(self, job_key: Callable[..., Any], one_per_group: bool = False) -> None:
+        """``one_per_group`` puts every job in a group of its own, for plugins that judge job by job."""
         self._job_key = job_key
+        self._alone = one_per_group
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
@@ -60,7 +62,7 @@ class Backlog:
 
     def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
         """Put a pending job into its queue's group, in order."""
-        shape = shape_of(job, partly_running)
+        shape = shape_of(job, partly_running, self._alone)
         groups = self.by_queue.setdefault(queue, {})
         group = groups.get(shape)
         if group is None:
@@ -77,7 +79,7 @@ class Backlog:
         touched: set[Group] = set()
         key_of, group_of, job_key = self._key_of, self.group_of, self._job_key
         for job, queue, partly_running in entries:
-            shape = shape_of(job, partly_running)
+            shape = shape_of(job, partly_running, self._alone)
             groups = self.by_queue.setdefault(queue, {})
             group = groups.get(shape)
             if group is None:

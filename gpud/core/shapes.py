@@ -14,6 +14,8 @@ class FailedShapes:
     node selector and kind (whole GPUs, fractions, memory slices, CPU-only),
     since a fraction may fit where a whole GPU does not. Only the minimal
     failed shapes are kept, and answers are remembered per exact shape.
+    When plugins judge nodes or victims job by job, a failure speaks for
+    that job only.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -34,8 +36,10 @@ class FailedShapes:
             else:
                 kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
             selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-            base = self._shapes[job.id] = ((self.state.pool_of(job), selector, kind),
-                                           (size, r.cpus, r.memory_gib))
+            group = (self.state.pool_of(job), selector, kind)
+            if self.state.job_specific_plugins:
+                group += (job.id,)
+            base = self._shapes[job.id] = (group, (size, r.cpus, r.memory_gib))
         return base[0], (*base[1], tasks, *extra)
 
     def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:

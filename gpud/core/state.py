@@ -67,7 +67,9 @@ class ClusterState:
         self.placements: dict[str, list[TaskPlacement | None]] = {}
         self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm))
+        self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
+                                         or self.hook.gpud_can_evict.get_hookimpls())
+        self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, str]] = {}

@@ -1,0 +1,168 @@
+"""The warm scheduler (gpud.core.Scheduler): jobs submitted and finished between cycles.
+
+The controller keeps one Scheduler alive and feeds it submissions and completions; its books
+(what each queue holds and asks for, what each node has free, which jobs wait) must always
+equal what a scheduler built afresh from the same jobs would have, and its plans must keep
+every invariant the snapshot path keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpud.core import Scheduler, schedule
+from gpud.core.state import ClusterState
+from gpud.model import JobSpec, Snapshot, TaskRequest
+from gpud.plugins import make_plugin_manager
+from test_properties import PM, SETTINGS, Case, assert_not_overcommitted, cases, requests
+
+from sched_helpers import scenario
+
+
+def books(state: ClusterState) -> dict:
+    """Everything a cycle starts from, rounded so float sums in another order compare equal."""
+    def r(x: float) -> float:
+        return round(x, 6)
+    queues = {key: (r(q.alloc_gpu), r(q.alloc_cpu), r(q.alloc_mem), r(q.fixed_gpu))
+              for key, q in state.queues.items()}
+    pending = {q.name: tuple(r(x) for x in need) for q, need in state.pending_need.items()
+               if any(abs(x) > 1e-9 for x in need)}
+    nodes = {name: (tuple(r(f) for f in n.free_share), r(n.free_cpu), r(n.free_mem))
+             for name, n in state.nodes.items()}
+    waiting = sorted(state.backlog.group_of)
+    return {"queues": queues, "pending": pending, "nodes": nodes, "waiting": waiting}
+
+
+def fresh_state(scheduler: Scheduler, case: Case) -> ClusterState:
+    snapshot = Snapshot(case.snapshot.nodes, scheduler.jobs(), scheduler.state.now)
+    return ClusterState(snapshot, case.policy, PM)
+
+
+@st.composite
+def churned(draw):
+    case = draw(cases())
+    steps = []
+    for step in range(draw(st.integers(1, 4))):
+        new = [JobSpec(id=f"s{step}-{i}", project=draw(st.sampled_from(sorted(case.policy.projects))),
+                       request=draw(requests()), priority=draw(st.sampled_from([50, 75, 100])),
+                       tasks=draw(st.integers(1, 2)), submitted=float(step), seq=1000 + 10 * step + i,
+                       placements=(None, None))
+               for i in range(draw(st.integers(0, 3)))]
+        new = [dataclasses.replace(j, placements=(None,) * j.tasks) for j in new]
+        steps.append((new, draw(st.integers(0, 3))))
+    return case, steps
+
+
+@SETTINGS
+@given(churned())
+def test_warm_books_equal_a_fresh_build_after_every_cycle(data):
+    case, steps = data
+    scheduler = Scheduler(case.snapshot, case.policy, PM)
+    scheduler.cycle()
+    for new, finishing in steps:
+        running = [j.id for j in scheduler.jobs() if j.is_running][:finishing]
+        for job_id in running:
+            scheduler.finish(job_id)
+        for job in new:
+            scheduler.submit(job)
+        scheduler.cycle()
+        assert books(scheduler.state) == books(fresh_state(scheduler, case))
+        after = Snapshot(case.snapshot.nodes, scheduler.jobs(), scheduler.state.now)
+        assert_not_overcommitted(after)
+        for job in after.jobs:
+            running_tasks = job.running_tasks
+            assert running_tasks == 0 or running_tasks >= job.gang_minimum, f"gang {job.id} broken"
+
+
+@SETTINGS
+@given(cases())
+def test_first_warm_cycle_is_the_snapshot_schedule(case):
+    warm = Scheduler(case.snapshot, case.policy, PM).cycle()
+    cold = schedule(case.snapshot, case.policy, PM)
+    assert warm.binds == cold.binds
+    assert warm.evictions == cold.evictions
+    assert dict(warm.pending_reasons) == dict(cold.pending_reasons)
+
+
+def test_finished_job_frees_its_gpus_for_the_next_cycle():
+    sc = scenario("""
+        [[policy.projects]]
+        name = "p1"
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        [[jobs]]
+        name = "old"
+        project = "p1"
+        gpus = 2
+        running_on = ["n1"]
+        [[jobs]]
+        name = "next"
+        project = "p1"
+        gpus = 2
+        submitted = 100
+        """)
+    scheduler = Scheduler(sc.snapshot, sc.policy, PM)
+    first = scheduler.cycle()
+    assert first.binds == () and "next" in first.pending_reasons
+    scheduler.finish("old")
+    second = scheduler.cycle()
+    assert [(b.job, b.placement.node, b.placement.gpu_index) for b in second.binds] == [("next", "n1", (0, 1))]
+    assert "next" not in second.pending_reasons
+    assert scheduler.job("next").is_running
+
+
+def test_submitting_a_known_job_twice_is_refused():
+    sc = scenario("""
+        [[policy.projects]]
+        name = "p1"
+        [[nodes]]
+        name = "n1"
+        gpus = 1
+        [[jobs]]
+        name = "a"
+        project = "p1"
+        gpus = 1
+        """)
+    scheduler = Scheduler(sc.snapshot, sc.policy, PM)
+    with pytest.raises(ValueError, match="already known"):
+        scheduler.submit(JobSpec("a", "p1", TaskRequest(1), placements=(None,)))
+
+
+def test_a_node_filter_plugin_judges_each_job_on_its_own(tmp_path):
+    # The plugin keeps project "picky" off node n1. A picky job that finds no room must not make
+    # the scheduler pass over a same-shaped job of another project that n1 would take.
+    (tmp_path / "picky.py").write_text(
+        "from gpud import hookimpl\n\n"
+        "@hookimpl\n"
+        "def gpud_filter_node(job, node):\n"
+        "    if job.project == 'picky' and node.name == 'n1':\n"
+        "        return 'picky jobs stay off n1'\n"
+        "    return None\n")
+    sc = scenario("""
+        [[policy.projects]]
+        name = "picky"
+        [[policy.projects]]
+        name = "easy"
+        [[nodes]]
+        name = "n1"
+        gpus = 1
+        [[jobs]]
+        name = "p"
+        project = "picky"
+        gpus = 1
+        submitted = 0
+        [[jobs]]
+        name = "e"
+        project = "easy"
+        gpus = 1
+        submitted = 10
+        """)
+    pm = make_plugin_manager(directory=tmp_path)
+    plan = schedule(sc.snapshot, sc.policy, pm)
+    assert [b.job for b in plan.binds] == ["e"]
+    assert "p" in plan.pending_reasons
