@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpud import __version__
+from gpud.cli import dispatch
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
@@ -43,12 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sub-command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "func"):
-        parser.print_help()
-        return 2
-    return args.func(args)
+    return dispatch(build_parser(), argv)
 
 
 if __name__ == "__main__":
