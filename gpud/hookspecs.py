@@ -54,7 +54,8 @@ def gpud_gpu_order(strategy: str, request: TaskRequest, node: NodeState) -> list
     Called once a node is chosen for a GPU task. ``strategy`` is the pool's
     ``gpu_placement``. Return GPU indices in order of preference (the scheduler
     takes the first ones that have room), or None when the strategy is not
-    this plugin's. First result.
+    this plugin's; when no plugin answers, the lowest free indices are taken.
+    First result.
     """
 
 

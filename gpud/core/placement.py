@@ -65,7 +65,9 @@ class Placer:
                 continue
             order = (self._gpu_order(strategy=settings.gpu_placement, request=request, node=node)
                      if request.uses_gpu else [])
-            placement = node.pick_gpus(request, order or [])
+            if order is None:  # no plugin orders GPUs for this strategy: lowest index first
+                order = range(node.gpus)
+            placement = node.pick_gpus(request, order)
             if placement is not None:
                 return placement
         return None
