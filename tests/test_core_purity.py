@@ -52,7 +52,7 @@ def test_there_is_a_core_to_check():
     assert "core/cycle.py" in names and "policies/binpack.py" in names
 
 
-@pytest.mark.parametrize("path", params())
+@pytest.mark.parametrize("path", list(params()))
 def test_core_module_imports_nothing_impure(path):
     bad = sorted(m for m in imported_modules(path) if m.split(".")[0] in FORBIDDEN)
     assert not bad, f"{relative_name(path)} imports {bad}"

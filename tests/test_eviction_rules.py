@@ -823,7 +823,7 @@ STABLE_CASES = {
 }
 
 
-@pytest.mark.parametrize("text", STABLE_CASES.values(), ids=STABLE_CASES.keys())
+@pytest.mark.parametrize("text", list(STABLE_CASES.values()), ids=list(STABLE_CASES.keys()))
 def test_after_convergence_further_cycles_change_nothing(text):
     sc = scenario("cycles = 3\nstable_cycles = 5\n" + text)
     sim = simulate(sc, make_plugin_manager())
