@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pluggy
 
 from gpud.core import Scheduler
-from gpud.model import EPS, Eviction, JobSpec, Plan, Snapshot
+from gpud.model import EPS, Eviction, Plan, Snapshot
 from gpud.scenario import Expectations, Scenario
 
 

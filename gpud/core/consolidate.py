@@ -10,7 +10,6 @@ from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
-from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, JobSpec
 
@@ -85,7 +84,6 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
                     job: JobSpec, task: int) -> bool:
     """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
     index = state.indexes[state.pool_of(job)]
-    request = job.request
     best: tuple[int, NodeState] | None = None
     tried = 0
     nodes = sorted((n for n in index.nodes if largest_fit(n, job) and n.matches(job.node_selector)),

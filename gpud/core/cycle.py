@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import pluggy
 
@@ -130,10 +130,12 @@ class PendingReasons(Mapping[str, str]):
         if job_id in self._orphans:
             return self._orphans[job_id]
         group = self._group_of[job_id]
+        evicted = self._evicted.get(job_id)
+        if evicted is not None:
+            return f"evicted this cycle: {evicted[1]}"
         found = self._reasons.get(job_id) or self._group_reason.get(group)
         if found is None:
-            evicted = self._evicted.get(job_id)
-            return f"evicted this cycle: {evicted[1]}" if evicted else "not considered this cycle"
+            return "not considered this cycle"
         queue, detail = found
         if queue is None:
             return detail

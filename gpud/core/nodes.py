@@ -45,11 +45,6 @@ class NodeState:
         """How many GPUs the node has."""
         return self.spec.gpus
 
-    @property
-    def used_gpus(self) -> float:
-        """GPUs in use, counting each shared GPU by the share taken."""
-        return self.spec.gpus - sum(self.free_share)
-
     def matches(self, selector: Mapping[str, str]) -> bool:
         """True when the node carries every label of ``selector``."""
         labels = self.labels
@@ -58,10 +53,6 @@ class NodeState:
     def holds_host_resources(self, request: TaskRequest) -> bool:
         """True when the node has the CPUs and memory a task asks for free."""
         return request.cpus <= self.free_cpu + EPS and request.memory_gib <= self.free_mem + EPS
-
-    def shared_gpus_fitting(self, share: float) -> list[int]:
-        """Indices of GPUs already partly used that still have ``share`` free."""
-        return [i for i, free in enumerate(self.free_share) if 1.0 - EPS > free >= share - EPS]
 
     def pick_gpus(self, request: TaskRequest, order: list[int]) -> TaskPlacement | None:
         """Choose GPUs for a task in the given order of preference; None when they are not free."""
@@ -218,7 +209,3 @@ class NodeIndex:
                 for node, i in row[c]:
                     if node.free_share[i] >= share - EPS:
                         yield node, i
-
-    def free(self) -> Resources:
-        """Free GPUs (shares summed), CPUs and memory over the pool's nodes."""
-        return Resources(self.free_gpu, self.free_cpu, self.free_mem)

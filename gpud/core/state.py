@@ -140,7 +140,7 @@ class ClusterState:
     def commit(self) -> None:
         """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
         backlog = self.backlog
-        for job_id in self.touched:
+        for job_id in sorted(self.touched):
             job = self.jobs.get(job_id)
             if job is None:
                 continue
@@ -200,14 +200,6 @@ class ClusterState:
     def need(self, job: JobSpec, tasks: int) -> Resources:
         """What ``tasks`` pending tasks of the job will hold."""
         return self.task_need(job).scaled(tasks) if tasks else Resources()
-
-    def held(self, job: JobSpec) -> Resources:
-        """What the job's running tasks hold now."""
-        total = Resources()
-        for placement in self.placements[job.id]:
-            if placement is not None:
-                total += self._charge(job, placement)
-        return total
 
     @staticmethod
     def _charge(job: JobSpec, placement: TaskPlacement) -> Resources:
