@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -129,3 +130,17 @@ def test_cli_json_reports_failures_with_exit_1(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["expect"]["ok"] is False
     assert any("pending" in f for f in doc["expect"]["failures"])
+
+
+def test_simulate_output_does_not_depend_on_the_hash_seed():
+    # The quickstart reclaims, leaves evicted jobs pending and prints every reason: a run must give
+    # the same document whatever order Python happens to hash strings in.
+    quickstart = HERE.parent / "examples" / "quickstart.toml"
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "simulate", "--json", str(quickstart)],
+                                capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1
