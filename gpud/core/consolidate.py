@@ -116,17 +116,15 @@ def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec
         reason = f"consolidate: moved to make room on node {node.name} for job {job.id}"
         stmt.evict(other, other_task, RULE, reason, job.id)
         moved.append((other, other_task))
-        if node.holds_host_resources(job.request):
-            order = sorted(range(node.gpus), key=lambda i: (node.free_share[i], i))
-            placement = node.pick_gpus(job.request, order)
-            if placement is not None:
-                break
+        placement = placer.fit_on(job, node)
+        if placement is not None:
+            break
     if placement is None:
         stmt.rollback(mark)
         return None
     stmt.bind(job, task, placement)
     for other, other_task in moved:
-        found = placer.find(other, exclude=frozenset())
+        found = placer.find(other)
         if found is None:
             stmt.rollback(mark)
             return None

@@ -224,9 +224,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 return False
             for victim in room.victims:
                 evict(victim, room.node.name)
-            order = sorted(range(room.node.gpus), key=lambda i: (room.node.free_share[i], i))
-            placement = room.node.pick_gpus(job.request, order) if room.node.holds_host_resources(
-                job.request) else None
+            placement = placer.fit_on(job, room.node)
             if placement is None:
                 stmt.rollback()
                 return False
@@ -236,8 +234,8 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
 
 
 def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
-                    evicted: list[tuple[JobSpec, int, object]]) -> None:
-    by_job: dict[str, tuple[JobSpec, list[tuple[int, object]]]] = {}
+                    evicted: list[tuple[JobSpec, int, TaskPlacement]]) -> None:
+    by_job: dict[str, tuple[JobSpec, list[tuple[int, TaskPlacement]]]] = {}
     for vjob, task, placement in evicted:
         by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
     for vjob, tasks in by_job.values():

@@ -63,14 +63,25 @@ class Placer:
                 continue
             if self._filter is not None and any(self._filter(job=job, node=node)):
                 continue
-            order = (self._gpu_order(strategy=settings.gpu_placement, request=request, node=node)
-                     if request.uses_gpu else [])
-            if order is None:  # no plugin orders GPUs for this strategy: lowest index first
-                order = range(node.gpus)
-            placement = node.pick_gpus(request, order)
+            placement = self._pick(job, node, settings.gpu_placement)
             if placement is not None:
                 return placement
         return None
+
+    def _pick(self, job: JobSpec, node: NodeState, gpu_strategy: str) -> TaskPlacement | None:
+        request = job.request
+        if not request.uses_gpu:
+            return node.pick_gpus(request, [])
+        order = self._gpu_order(strategy=gpu_strategy, request=request, node=node)
+        if order is None:  # no plugin orders GPUs for this strategy: lowest index first
+            order = range(node.gpus)
+        return node.pick_gpus(request, order)
+
+    def fit_on(self, job: JobSpec, node: NodeState) -> TaskPlacement | None:
+        """A placement for one task of ``job`` on this very node (GPUs in the pool's order), or None."""
+        if not node.holds_host_resources(job.request):
+            return None
+        return self._pick(job, node, self.state.policy.pool(node.pool).gpu_placement)
 
     def place(self, stmt: Statement, job: JobSpec, tasks: list[int], minimum: int,
               exclude: frozenset[str] = frozenset()) -> int:
