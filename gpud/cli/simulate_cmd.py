@@ -18,7 +18,7 @@ EXIT_OK, EXIT_EXPECT_FAILED, EXIT_BAD_FILE = 0, 1, 2
 
 DESCRIPTION = """\
 Run the scheduler, with the real policies and plugins, on a scenario file
-(a policy plus nodes and jobs; see docs or SCENARIOS.md) and print what runs
+(a policy plus nodes and jobs; the format is in docs/scenarios.md) and print what runs
 where, what was evicted or moved and why, each queue's allocation, quota and
 fair share, and why each pending job waits.
 

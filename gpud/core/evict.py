@@ -31,6 +31,9 @@ class VictimLists:
         self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[tuple]] = {}
         self._cursor: dict[QueueState, int] = {}
+        self._pools: dict[str, list[tuple]] = {}
+        self._usable: dict[tuple, dict[str, bool]] = {}
+        self._pool_cursor: dict[str, int] = {}
         self._min_runtime = state.policy.min_runtime_s
 
     def _young(self, victim: Victim) -> bool:
@@ -67,6 +70,34 @@ class VictimLists:
         if len(streams) == 1:
             return (entry[2] for entry in streams[0])
         return (entry[2] for entry in heapq.merge(*streams, key=lambda t: t[:2]))
+
+    def of_queues(self, pool: str, queues: set[QueueState]) -> Iterator[Victim]:
+        """The running victims of the given queues of one pool, in victim order.
+
+        Walks one list of the whole pool, sorted once per action, instead of
+        merging the queues' lists anew for every job that needs room.
+        """
+        entries = self._pools.get(pool)
+        if entries is None:
+            entries = sorted((entry for q in self.state.queues.values()
+                              if q.kind == "project" and q.pool == pool for entry in self.ordered(q)),
+                             key=lambda t: t[:2])
+            self._pools[pool] = entries
+            self._pool_cursor[pool] = 0
+        placements = self.state.placements
+        i = self._pool_cursor[pool]
+        while i < len(entries) and not any(placements[entries[i][2].job.id]):
+            i += 1
+        self._pool_cursor[pool] = i
+        for entry in entries[i:]:
+            victim = entry[2]
+            if victim.queue in queues and any(placements[victim.job.id]):
+                yield victim
+
+    def usable_nodes(self, job: JobSpec) -> dict[str, bool]:
+        """A memo, shared by jobs of the same request, pool and selector, of the nodes that could hold one task."""
+        selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+        return self._usable.setdefault((job.request, job.pool, selector), {})
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
         """Why a victim may not be evicted for ``preemptor``: too young, or vetoed by a plugin."""
@@ -147,31 +178,39 @@ class _NodeRoom:
         return self.whole >= request.whole_gpus
 
 
-def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim]) -> _NodeRoom | None:
+def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
+                   usable: dict[str, bool]) -> _NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
 
     Victims are added in victim order, each to the nodes its tasks sit on;
     the first node that would fit is the one whose needed victims come
     earliest in that order (lowest priority, most recently started).
+    ``usable`` remembers, by node name, whether the node could hold a task
+    of the job at all.
     """
     pool = state.pool_of(job)
     rooms: dict[str, _NodeRoom | None] = {}
     placements = state.placements
+    request = job.request
     for victim in ordered:
-        for task in state.running_tasks(victim.job.id):
-            placement = placements[victim.job.id][task]
-            room = rooms.get(placement.node, False)
+        for placement in placements[victim.job.id]:
+            if placement is None:
+                continue
+            name = placement.node
+            room = rooms.get(name, False)
             if room is False:
-                node = state.nodes[placement.node]
-                usable = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
-                          and node.matches(job.node_selector))
-                room = rooms[placement.node] = _NodeRoom(node) if usable else None
+                fits = usable.get(name)
+                if fits is None:
+                    node = state.nodes[name]
+                    fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
+                                           and node.matches(job.node_selector))
+                room = rooms[name] = _NodeRoom(state.nodes[name]) if fits else None
             if room is None:
                 continue
             room.release(placement, victim.job)
             if not room.victims or room.victims[-1] is not victim:
                 room.victims.append(victim)
-            if room.holds(job.request):
+            if room.holds(request):
                 return room
     return None
 
@@ -218,7 +257,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     for task in wanted:
         placement = placer.find(job)
         if placement is None:
-            room = _cheapest_node(state, job, ordered)
+            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job))
             if room is None:
                 stmt.rollback()
                 return False
