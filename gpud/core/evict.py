@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from typing import Callable, Iterable, Iterator
 
 from gpud.core.allocate import needed_tasks
@@ -53,23 +52,20 @@ class VictimLists:
             self._cursor[queue] = 0
         return found
 
-    def _live(self, queue: QueueState) -> Iterator[tuple]:
-        entries = self.ordered(queue)
+    def _running(self, entries: list[tuple], cursors: dict, key: object) -> Iterator[Victim]:
+        """The victims of ``entries`` that still run, moving ``cursors[key]`` past the evicted at the front."""
         placements = self.state.placements
-        i = self._cursor[queue]
+        i = cursors[key]
         while i < len(entries) and not any(placements[entries[i][2].job.id]):
             i += 1
-        self._cursor[queue] = i
+        cursors[key] = i
         for entry in entries[i:]:
             if any(placements[entry[2].job.id]):
-                yield entry
+                yield entry[2]
 
-    def merged(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
-        """The running victims of several queues in one victim order."""
-        streams = [self._live(q) for q in queues]
-        if len(streams) == 1:
-            return (entry[2] for entry in streams[0])
-        return (entry[2] for entry in heapq.merge(*streams, key=lambda t: t[:2]))
+    def of_queue(self, queue: QueueState) -> Iterator[Victim]:
+        """The running victims of one queue, in victim order."""
+        return self._running(self.ordered(queue), self._cursor, queue)
 
     def of_queues(self, pool: str, queues: set[QueueState]) -> Iterator[Victim]:
         """The running victims of the given queues of one pool, in victim order.
@@ -84,15 +80,7 @@ class VictimLists:
                              key=lambda t: t[:2])
             self._pools[pool] = entries
             self._pool_cursor[pool] = 0
-        placements = self.state.placements
-        i = self._pool_cursor[pool]
-        while i < len(entries) and not any(placements[entries[i][2].job.id]):
-            i += 1
-        self._pool_cursor[pool] = i
-        for entry in entries[i:]:
-            victim = entry[2]
-            if victim.queue in queues and any(placements[victim.job.id]):
-                yield victim
+        return (v for v in self._running(entries, self._pool_cursor, pool) if v.queue in queues)
 
     def usable_nodes(self, job: JobSpec) -> dict[str, bool]:
         """A memo, shared by jobs of the same request, pool and selector, of the nodes that could hold one task."""

@@ -45,8 +45,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))
-        candidates = Lazy(v for v in lists.merged([queue])
-                          if v.job.priority < job.priority and state.running_tasks(v.job.id))
+        candidates = Lazy(v for v in lists.of_queue(queue) if v.job.priority < job.priority)
         if next(iter(candidates), None) is None:
             shapes.add(job, tasks, "", extra=(-job.priority,))
             return hopeless
