@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Callable, Iterable, Iterator
 
 from gpud.core.allocate import needed_tasks
@@ -30,9 +31,7 @@ class VictimLists:
         self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[tuple]] = {}
         self._cursor: dict[QueueState, int] = {}
-        self._pools: dict[str, list[tuple]] = {}
         self._usable: dict[tuple, dict[str, bool]] = {}
-        self._pool_cursor: dict[str, int] = {}
         self._min_runtime = state.policy.min_runtime_s
 
     def _young(self, victim: Victim) -> bool:
@@ -52,35 +51,26 @@ class VictimLists:
             self._cursor[queue] = 0
         return found
 
-    def _running(self, entries: list[tuple], cursors: dict, key: object) -> Iterator[Victim]:
-        """The victims of ``entries`` that still run, moving ``cursors[key]`` past the evicted at the front."""
+    def _running(self, queue: QueueState) -> Iterator[tuple]:
+        """The entries of a queue whose job still runs, moving its cursor past the evicted at the front."""
+        entries = self.ordered(queue)
         placements = self.state.placements
-        i = cursors[key]
+        i = self._cursor[queue]
         while i < len(entries) and not any(placements[entries[i][2].job.id]):
             i += 1
-        cursors[key] = i
+        self._cursor[queue] = i
         for entry in entries[i:]:
             if any(placements[entry[2].job.id]):
-                yield entry[2]
+                yield entry
 
     def of_queue(self, queue: QueueState) -> Iterator[Victim]:
         """The running victims of one queue, in victim order."""
-        return self._running(self.ordered(queue), self._cursor, queue)
+        return (entry[2] for entry in self._running(queue))
 
-    def of_queues(self, pool: str, queues: set[QueueState]) -> Iterator[Victim]:
-        """The running victims of the given queues of one pool, in victim order.
-
-        Walks one list of the whole pool, sorted once per action, instead of
-        merging the queues' lists anew for every job that needs room.
-        """
-        entries = self._pools.get(pool)
-        if entries is None:
-            entries = sorted((entry for q in self.state.queues.values()
-                              if q.kind == "project" and q.pool == pool for entry in self.ordered(q)),
-                             key=lambda t: t[:2])
-            self._pools[pool] = entries
-            self._pool_cursor[pool] = 0
-        return (v for v in self._running(entries, self._pool_cursor, pool) if v.queue in queues)
+    def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
+        """The running victims of several queues, merged in one victim order."""
+        streams = [self._running(q) for q in queues]
+        return (entry[2] for entry in heapq.merge(*streams, key=lambda t: t[:2]))
 
     def usable_nodes(self, job: JobSpec) -> dict[str, bool]:
         """A memo, shared by jobs of the same request, pool and selector, of the nodes that could hold one task."""

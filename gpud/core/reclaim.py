@@ -91,8 +91,8 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
                     f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
 
-        candidates = itertools.chain(lists.of_queues(queue.pool, {q for q in over_share if rule_for(q)}),
-                                     lists.of_queues(queue.pool, {q for q in over_quota if rule_for(q)}))
+        candidates = itertools.chain(lists.of_queues(q for q in over_share if rule_for(q)),
+                                     lists.of_queues(q for q in over_quota if rule_for(q)))
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None
