@@ -554,6 +554,42 @@ def test_consolidation_moves_as_few_jobs_as_possible():
     assert sim.pending() == set()
 
 
+def test_consolidation_gathers_scattered_fractions_to_free_a_whole_gpu():
+    # Two halves on two GPUs leave one GPU's worth free but no whole GPU: one half moves next to the other.
+    sim = run("""
+        [policy]
+        gpu_placement = "spread"
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        [[jobs]]
+        name = "a"
+        project = "p1"
+        gpus = 0.5
+        running_on = ["n1"]
+        gpu_index = [[0]]
+        [[jobs]]
+        name = "b"
+        project = "p1"
+        gpus = 0.5
+        running_on = ["n1"]
+        gpu_index = [[1]]
+        [[jobs]]
+        name = "whole"
+        project = "p1"
+        gpus = 1
+        submitted = 100
+        """)
+    assert sim.running() == {"a", "b", "whole"}
+    (move,) = evictions(sim)
+    assert move.moved and move.rule == "consolidate"
+    moved = move.job
+    assert job(sim, "whole").task_placement(0).gpu_index != job(sim, moved).task_placement(0).gpu_index
+
+
 def test_consolidation_does_nothing_when_a_moved_job_could_not_be_placed_again():
     # Clearing n2 for big means moving b (2 GPUs); no other node has 2 free GPUs, so nothing moves.
     sim = run("""
