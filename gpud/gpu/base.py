@@ -1,0 +1,64 @@
+"""The GPU backend interface and the values it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+HEALTH_KINDS = ("lost", "ecc_uncorrectable")
+
+
+class NoGpuError(RuntimeError):
+    """The backend found no usable GPU (no driver, no device)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One GPU as the node reports it to the controller."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_gib: float
+    healthy: bool = True
+
+    def to_json(self) -> dict:
+        """The GPU as the node protocol's register/heartbeat ``gpus`` entry."""
+        return {"index": self.index, "uuid": self.uuid, "model": self.model,
+                "memory_gib": self.memory_gib, "healthy": self.healthy}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process using a GPU: its memory on that GPU and its share of the GPU's time (0-100)."""
+
+    pid: int
+    gpu_index: int
+    memory_gib: float
+    utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """A GPU that went bad: ``kind`` is "lost" or "ecc_uncorrectable"."""
+
+    gpu_index: int
+    uuid: str
+    kind: str
+    detail: str = ""
+
+
+class GpuBackend(Protocol):
+    """What the node daemon asks of a GPU backend; every call is cheap enough for a heartbeat."""
+
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        """Every GPU of the host in index order, each with its current health."""
+
+    def processes(self) -> tuple[GpuProcess, ...]:
+        """Every process using a GPU now, with its memory and utilisation."""
+
+    def health_events(self) -> tuple[HealthEvent, ...]:
+        """GPUs that became unhealthy since the previous call (each fault reported once)."""
+
+    def close(self) -> None:
+        """Release the backend's resources; no call is made after this."""

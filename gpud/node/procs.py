@@ -1,0 +1,119 @@
+"""Linux process helpers: process identity across pid reuse, process groups, descendants, the child subreaper."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None if there is no such process.
+
+    A pid plus its start time names one process even after the pid is reused.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name in parentheses may hold spaces; fields are counted after its closing ")".
+    fields = data[data.rfind(b")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def same_process(pid: int | None, ticks: int | None) -> bool:
+    """True when ``pid`` is alive and is the process that started at ``ticks`` (not a zombie)."""
+    if not pid:
+        return False
+    now = start_ticks(pid)
+    if now is None or (ticks is not None and now != ticks):
+        return False
+    return _state(pid) not in ("Z", "X", None)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:][:1].decode()
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process (zombies included) is left in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``pgid``; False when the group is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of every living descendant of ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def kill_descendants(pid: int) -> int:
+    """SIGKILL every descendant of ``pid``; returns how many were signalled."""
+    count = 0
+    for child in descendants(pid):
+        try:
+            os.kill(child, signal.SIGKILL)
+            count += 1
+        except OSError:
+            pass
+    return count
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (so none escapes it); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def group_is_ours(pgid: int, leader_ticks: int | None) -> bool:
+    """True when process group ``pgid`` still holds processes of the task whose leader started at ``leader_ticks``.
+
+    A group outlives its leader, but once the group is gone its number may
+    come back as a new process's pid: a living leader with another start
+    time means the group is someone else's.
+    """
+    if not group_alive(pgid):
+        return False
+    ticks = start_ticks(pgid)
+    return ticks is None or leader_ticks is None or ticks == leader_ticks

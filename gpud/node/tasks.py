@@ -1,0 +1,187 @@
+"""The node's table of tasks: started, adopted from disk after a restart, stopped, acknowledged."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from typing import Any, Mapping
+
+from gpud.node import procs
+from gpud.node.launch import Launcher
+from gpud.node.spec import SpecError, TaskKey, expand_path, parse_spec
+from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
+
+log = logging.getLogger(__name__)
+MAX_LOG_CHUNK = 1024 * 1024
+
+
+class TaskTable:
+    """Every task this node runs, plus exited ones the controller has not acknowledged yet."""
+
+    def __init__(self, layout: Layout, launcher: Launcher | None = None) -> None:
+        self.layout = layout
+        self.launcher = launcher or Launcher(layout)
+        self._states: dict[TaskKey, TaskState] = {}
+        self._reported: dict[TaskKey, dict] = {}
+
+    def adopt(self) -> list[TaskState]:
+        """Load the tasks recorded in the state directory (after a daemon restart) and return them."""
+        self.layout.create()
+        for name in sorted(os.listdir(self.layout.tasks_dir)):
+            key = TaskKey.from_dirname(name)
+            state = read_state(os.path.join(self.layout.tasks_dir, name)) if key else None
+            if key is None or state is None or state.key != key:
+                continue
+            self._states[key] = state
+        for key in list(self._states):
+            self._states[key] = self._check(self._states[key])
+        return sorted(self._states.values(), key=lambda s: s.key)
+
+    def get(self, key: TaskKey) -> TaskState | None:
+        """The task's latest known state, or None when the node does not know it."""
+        return self._states.get(key)
+
+    def states(self) -> list[TaskState]:
+        """Every known task, in key order."""
+        return sorted(self._states.values(), key=lambda s: s.key)
+
+    def reports(self) -> list[dict]:
+        """The task list of a register or heartbeat message."""
+        return [state.report() for state in self.states()]
+
+    def start(self, key: TaskKey, raw_spec: Any) -> TaskState | None:
+        """Start a task; None when the node already has it (the order is then ignored).
+
+        A spec that cannot be run is recorded as an exited task whose reason
+        says why, so the controller hears of it in the next report.
+        """
+        if key in self._states:
+            return None
+        try:
+            spec = parse_spec(raw_spec)
+        except SpecError as exc:
+            return self._failed(key, str(exc))
+        try:
+            state = self.launcher.launch(key, spec)
+        except OSError as exc:
+            return self._failed(key, f"cannot launch the supervisor: {exc}")
+        self._states[key] = state
+        return state
+
+    def _failed(self, key: TaskKey, message: str) -> TaskState:
+        state = TaskState(key).exited(reason=f"failed to start: {message}", ended=time.time())
+        task_dir = self.layout.task_dir(key)
+        os.makedirs(task_dir, mode=0o711, exist_ok=True)
+        write_state(task_dir, state)
+        self._states[key] = state
+        return state
+
+    def stop(self, key: TaskKey, reason: str, grace_s: float | None = None) -> bool:
+        """Stop a task (its stop signal, then SIGKILL after ``grace_s``); False when it is unknown or has exited."""
+        state = self._states.get(key)
+        if state is None or state.state == EXITED:
+            return False
+        if not self.launcher.request_stop(state, reason, grace_s):
+            # No supervisor to do it: the processes get SIGKILL at once, and _check records the exit.
+            self._states[key] = self._check(state)
+        return True
+
+    def ack(self, key: TaskKey) -> bool:
+        """Forget an exited task the controller has recorded; False when it is unknown or still running."""
+        state = self._states.get(key)
+        if state is None or state.state != EXITED:
+            return False
+        del self._states[key]
+        self._reported.pop(key, None)
+        self.launcher.forget(key)
+        return True
+
+    def refresh(self, keys: list[TaskKey] | None = None) -> list[TaskState]:
+        """Re-read the state of unfinished tasks (all, or ``keys``); returns those whose report changed."""
+        self.launcher.reap()
+        for key in keys if keys is not None else list(self._states):
+            state = self._states.get(key)
+            if state is not None and state.state != EXITED:
+                self._states[key] = self._check(state)
+        changed = []
+        for key, state in self._states.items():
+            report = state.report()
+            if self._reported.get(key) != report:
+                changed.append(state)
+        return sorted(changed, key=lambda s: s.key)
+
+    def mark_reported(self, states: list[TaskState]) -> None:
+        """Remember that these states were sent, so refresh reports only later changes."""
+        for state in states:
+            self._reported[state.key] = state.report()
+
+    def _check(self, known: TaskState) -> TaskState:
+        task_dir = self.layout.task_dir(known.key)
+        state = read_state(task_dir) or known
+        if state.state == EXITED or self.launcher.supervisor_alive(state):
+            return state
+        # The supervisor may have recorded the exit just before it ended: read again before deciding it is lost.
+        state = read_state(task_dir) or state
+        if state.state == EXITED:
+            return state
+        if state.pid and procs.group_is_ours(state.pid, state.pid_start):
+            log.warning("task %s lost its supervisor; killing its processes", known.key.dirname)
+            procs.signal_group(state.pid, signal.SIGKILL)
+            return state
+        reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
+        lost = state.exited(reason=reason, ended=time.time())
+        write_state(task_dir, lost)
+        return lost
+
+    def read_log(self, request: Mapping[str, Any]) -> dict:
+        """Answer a ``read_log`` order with up to ``limit`` bytes of a task's output from ``offset``.
+
+        ``path`` is the file to read; without it, the task's output file.
+        The answer's ``offset`` is where the next read should start.
+        """
+        answer = {"type": "log", "request": request.get("request"), "data": "", "missing": True}
+        offset = request.get("offset") or 0
+        limit = request.get("limit") or 65536
+        if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit <= 0:
+            return {**answer, "offset": 0, "error": "offset and limit must be non-negative integers"}
+        path = request.get("path") or self._output_path(request)
+        answer["offset"] = offset
+        if not isinstance(path, str) or not os.path.isabs(path):
+            return answer
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(min(limit, MAX_LOG_CHUNK))
+        except OSError:
+            return answer
+        cut = _complete_utf8(data)
+        return {**answer, "data": data[:cut].decode("utf-8", errors="replace"), "offset": offset + cut,
+                "missing": False}
+
+    def _output_path(self, request: Mapping[str, Any]) -> str | None:
+        try:
+            key = TaskKey.from_order(request)
+        except SpecError:
+            return None
+        order = read_json(os.path.join(self.layout.task_dir(key), ORDER_FILE))
+        if not isinstance(order, dict):
+            return None
+        spec = order.get("spec") or {}
+        stream = spec.get("error") if request.get("stream") == "err" and spec.get("error") else spec.get("output")
+        return expand_path(stream or "gpud-%j.out", spec.get("workdir", "/"), key)
+
+
+def _complete_utf8(data: bytes) -> int:
+    """How many leading bytes of ``data`` to send so no multi-byte character is cut (its rest comes next read)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue
+        if byte >= 0xC0:
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            if need > back and back < len(data):
+                return len(data) - back
+        return len(data)
+    return len(data)

@@ -1,0 +1,137 @@
+"""Where a node keeps its tasks on disk, and the state file each task's supervisor writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpud.node.spec import TaskKey
+
+STARTING, RUNNING, EXITED = "starting", "running", "exited"
+ORDER_FILE, STATE_FILE, STOP_FILE = "task.json", "state.json", "stop.json"
+SOCKET_NAME = "node.sock"
+
+
+def write_json(path: str, data: Any, mode: int = 0o600) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: str) -> Any:
+    """The JSON in ``path``, or None when the file is missing or not valid JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The node state directory: ``tasks/<job>.<task>.<attempt>/`` per task, ``checkpoints/<job>/`` per job."""
+
+    state_dir: str
+
+    @property
+    def tasks_dir(self) -> str:
+        """The directory holding one directory per task the node knows."""
+        return os.path.join(self.state_dir, "tasks")
+
+    @property
+    def socket_path(self) -> str:
+        """The datagram socket supervisors poke when their task changes state."""
+        return os.path.join(self.state_dir, SOCKET_NAME)
+
+    def task_dir(self, key: TaskKey) -> str:
+        """The directory of one task: its order, state, stop request and script."""
+        return os.path.join(self.tasks_dir, key.dirname)
+
+    def checkpoint_dir(self, job: str) -> str:
+        """The job's checkpoint directory, kept across requeues of the job."""
+        return os.path.join(self.state_dir, "checkpoints", job)
+
+    def create(self) -> None:
+        """Make the state directory and its sub-directories; jobs' users may traverse but not list them."""
+        os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
+        for sub in (self.tasks_dir, os.path.join(self.state_dir, "checkpoints")):
+            os.makedirs(sub, exist_ok=True)
+            os.chmod(sub, 0o711)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """What the node knows of a task's processes: written by the daemon at launch, then by the supervisor."""
+
+    key: TaskKey
+    state: str = STARTING
+    supervisor_pid: int | None = None
+    supervisor_start: int | None = None
+    pid: int | None = None
+    pid_start: int | None = None
+    exit_code: int | None = None
+    term_signal: int | None = None
+    reason: str = ""
+    started: float | None = None
+    ended: float | None = None
+
+    def to_json(self) -> dict:
+        """The state as written to the task's state file."""
+        return {**self.key.to_json(), "state": self.state, "supervisor_pid": self.supervisor_pid,
+                "supervisor_start": self.supervisor_start, "pid": self.pid, "pid_start": self.pid_start,
+                "exit_code": self.exit_code,
+                "term_signal": self.term_signal, "reason": self.reason, "started": self.started,
+                "ended": self.ended}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskState | None:
+        """A state read back from its file; None when the data is not a task state."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            key = TaskKey(str(data["job"]), int(data["task"]), int(data["attempt"]))
+            if data["state"] not in (STARTING, RUNNING, EXITED):
+                return None
+            return cls(key, data["state"], data.get("supervisor_pid"), data.get("supervisor_start"),
+                       data.get("pid"), data.get("pid_start"), data.get("exit_code"), data.get("term_signal"),
+                       str(data.get("reason") or ""), data.get("started"), data.get("ended"))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def exited(self, *, exit_code: int | None = None, term_signal: int | None = None, reason: str = "",
+               ended: float) -> TaskState:
+        """This task, finished."""
+        return replace(self, state=EXITED, exit_code=exit_code, term_signal=term_signal, reason=reason,
+                       ended=ended)
+
+    def report(self) -> dict:
+        """The task report of the node protocol (a starting task reports as running)."""
+        return {**self.key.to_json(), "state": EXITED if self.state == EXITED else RUNNING, "pid": self.pid,
+                "exit_code": self.exit_code, "term_signal": self.term_signal, "reason": self.reason,
+                "started": self.started, "ended": self.ended}
+
+
+def write_state(task_dir: str, state: TaskState) -> None:
+    """Record a task's state in its directory, atomically; readable by anyone on the host."""
+    write_json(os.path.join(task_dir, STATE_FILE), state.to_json(), mode=0o644)
+
+
+def read_state(task_dir: str) -> TaskState | None:
+    """The state recorded in a task directory, or None when there is none (yet)."""
+    return TaskState.from_json(read_json(os.path.join(task_dir, STATE_FILE)))
