@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from gpud import __version__
-from gpud.cli import dispatch
+from gpud.cli import controller_cmd, dispatch, node_cmd
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(file, table, key, and line for syntax errors).")
     check.add_argument("files", nargs="+", metavar="FILE", help="policy file (TOML)")
     check.set_defaults(func=check_config)
+    controller_cmd.add_parser(subparsers)
+    node_cmd.add_parser(subparsers)
     return parser
 
 

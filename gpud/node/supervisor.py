@@ -25,6 +25,7 @@ from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_nu
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
 CLEANUP_POLL_S = 0.01
+LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class Supervisor:
         self.kill_at: float | None = None
         self.leader_status: int | None = None
         self.pid = 0
+        self.proc = None
 
     # -- recording ---------------------------------------------------------
 
@@ -163,6 +165,8 @@ class Supervisor:
             os.close(out)
             if err != out:
                 os.close(err)
+        # Kept so that Popen.__del__ never reaps the task behind our back: we wait for it ourselves.
+        self.proc = proc
         self.pid = proc.pid
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                                      pid_start=procs.start_ticks(proc.pid), started=time.time()))
@@ -177,6 +181,8 @@ class Supervisor:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
+                if self.leader_status is None:
+                    self.leader_status = LOST_STATUS
                 return
             if pid == 0:
                 return
@@ -240,8 +246,10 @@ class Supervisor:
 
     def finish(self) -> None:
         """Record the task's exit code or terminating signal and why it ended."""
-        status = self.leader_status or 0
-        code = os.waitstatus_to_exitcode(status)
+        if self.leader_status == LOST_STATUS:
+            self._record(self.state.exited(reason=self.stopping_reason or "exit status lost", ended=time.time()))
+            return
+        code = os.waitstatus_to_exitcode(self.leader_status or 0)
         self._record(self.state.exited(exit_code=code if code >= 0 else None,
                                        term_signal=-code if code < 0 else None,
                                        reason=self.stopping_reason or "", ended=time.time()))

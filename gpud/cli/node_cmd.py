@@ -1,0 +1,43 @@
+"""``gpud node``: the node daemon's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gpud.errors import ConfigError
+
+
+def run_node(args: argparse.Namespace) -> int:
+    """Load the node configuration with the flags' overrides and run the daemon; 1 when it cannot start."""
+    from gpud.node.config import load_node_config
+    from gpud.node.daemon import NodeStartError, run
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_node_config(args.config, controller=args.controller, state_dir=args.state_dir,
+                                  fake_gpus=args.fake_gpus, name=args.name,
+                                  cluster_key_file=args.cluster_key_file)
+        run(config)
+    except (ConfigError, NodeStartError) as exc:
+        print(f"gpud node: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``node`` sub-command on ``subparsers`` and return its parser."""
+    node = subparsers.add_parser(
+        "node", help="run the node daemon of a GPU host",
+        description="Register this host's GPUs with the controller and run the tasks it orders. "
+                    "Tasks keep running when the daemon restarts; it adopts them again.")
+    node.add_argument("--config", metavar="FILE", help="node configuration (TOML), e.g. /etc/gpud/node.toml")
+    node.add_argument("--controller", metavar="URL", help="the controller's URL (overrides controller_url)")
+    node.add_argument("--state-dir", metavar="DIR", help="where tasks' state is kept (overrides state_dir)")
+    node.add_argument("--cluster-key-file", metavar="FILE", help="the cluster key (overrides cluster_key_file)")
+    node.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
+    node.add_argument("--name", help="the node's name (default: the host name)")
+    node.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    node.set_defaults(func=run_node)
+    return node

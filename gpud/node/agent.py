@@ -1,0 +1,177 @@
+"""NodeAgent: the node daemon's logic, usable as a daemon of its own or inside another process (``gpud up``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any
+
+import psutil
+
+import gpud
+from gpud.gpu import GpuBackend
+from gpud.node.config import NodeConfig
+from gpud.node.link import ControllerLink
+from gpud.node.spec import SpecError, TaskKey
+from gpud.node.taskstate import Layout, TaskState
+from gpud.node.tasks import TaskTable
+
+log = logging.getLogger(__name__)
+MAX_SOCKET_PATH = 107
+
+
+class _Poke(asyncio.DatagramProtocol):
+    """Wakes the agent when a supervisor says its task changed state."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.agent.poke()
+
+
+class NodeAgent:
+    """One node: its GPUs (from ``backend``), its tasks (in ``config.state_dir``) and its link to the controller.
+
+    ``await start()`` adopts the tasks a previous daemon left running and
+    connects; ``await stop()`` disconnects and leaves the tasks running, as
+    a daemon restart must.
+    """
+
+    def __init__(self, config: NodeConfig, backend: GpuBackend) -> None:
+        self.config = config
+        self.backend = backend
+        self.layout = Layout(config.state_dir)
+        self.tasks = TaskTable(self.layout)
+        self.link = ControllerLink(config.connect_url, config.cluster_key, self,
+                                   reconnect_max_s=config.reconnect_max_s)
+        self._poked = asyncio.Event()
+        self._background: list[asyncio.Task] = []
+        self._transport: asyncio.DatagramTransport | None = None
+        self._register_snapshot: list[TaskState] = []
+        self._gpus = backend.gpus()
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def start(self) -> None:
+        """Adopt the tasks recorded in the state directory, listen for supervisors, and connect."""
+        adopted = self.tasks.adopt()
+        if adopted:
+            log.info("adopted %d task(s) from %s", len(adopted), self.layout.tasks_dir)
+        await self._listen()
+        self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
+                            asyncio.create_task(self._watch(), name="gpud-node-watch")]
+
+    async def stop(self) -> None:
+        """Disconnect and stop watching; the tasks keep running under their supervisors."""
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+            try:
+                os.unlink(self.layout.socket_path)
+            except OSError:
+                pass
+
+    async def _listen(self) -> None:
+        path = self.layout.socket_path
+        if len(path.encode()) > MAX_SOCKET_PATH:
+            log.warning("state directory path too long for %s; task changes are seen by polling", path)
+            return
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Poke(self), sock=sock)
+
+    def poke(self) -> None:
+        """Look at the tasks now rather than at the next poll."""
+        self._poked.set()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._poked.wait(), timeout=self.config.poll_s)
+            except asyncio.TimeoutError:
+                pass
+            self._poked.clear()
+            try:
+                await self.sync()
+            except Exception:  # noqa: BLE001 - the watcher must keep running
+                log.exception("checking the tasks failed")
+
+    async def sync(self) -> None:
+        """Re-read the tasks and GPU health; report what changed to the controller."""
+        for event in self.backend.health_events():
+            log.warning("GPU %d (%s) is out of service: %s (%s)", event.gpu_index, event.uuid, event.kind,
+                        event.detail)
+            self.link.heartbeat_soon()
+        for state in self.tasks.refresh():
+            if await self.link.send({"type": "task", **state.report()}):
+                self.tasks.mark_reported([state])
+
+    # -- messages --------------------------------------------------------
+
+    def resources(self) -> dict:
+        """The node's CPUs and memory, from psutil."""
+        return {"cpus": psutil.cpu_count() or 1,
+                "memory_gib": round(psutil.virtual_memory().total / 1024 ** 3, 2)}
+
+    def gpus(self) -> list[dict]:
+        """The node's GPUs with their current health."""
+        self._gpus = self.backend.gpus()
+        return [gpu.to_json() for gpu in self._gpus]
+
+    def register_message(self) -> dict:
+        """The ``register`` message: identity, resources, GPUs and every known task."""
+        self.tasks.refresh()
+        self._register_snapshot = self.tasks.states()
+        return {"type": "register", "node": self.config.name, "pool": self.config.pool,
+                "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
+                "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__}
+
+    def heartbeat_message(self) -> dict:
+        """The ``heartbeat`` message: GPUs and every known task."""
+        self.tasks.refresh()
+        states = self.tasks.states()
+        self.tasks.mark_reported(states)
+        return {"type": "heartbeat", "gpus": self.gpus(), "tasks": [state.report() for state in states]}
+
+    def registered(self, message: dict) -> None:
+        """The controller has the task list sent with ``register``; report only later changes."""
+        self.tasks.mark_reported(self._register_snapshot)
+        self.poke()
+
+    async def handle(self, message: dict) -> dict | None:
+        """Carry out one order (start, stop, ack, read_log); returns the answer to send, if any."""
+        kind = message.get("type")
+        if kind == "read_log":
+            return await asyncio.to_thread(self.tasks.read_log, message)
+        if kind not in ("start", "stop", "ack"):
+            log.warning("ignoring an unknown message type %r from the controller", kind)
+            return None
+        try:
+            key = TaskKey.from_order(message)
+        except SpecError as exc:
+            log.warning("ignoring a %s order: %s", kind, exc)
+            return None
+        if kind == "start":
+            if self.tasks.start(key, message.get("spec")) is not None:
+                self.poke()
+        elif kind == "stop":
+            grace = message.get("grace_s")
+            grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
+            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
+            self.poke()
+        else:
+            self.tasks.ack(key)
+        return None

@@ -1,0 +1,119 @@
+"""The node daemon's configuration file (etc/gpud/node.toml), with command-line overrides."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from gpud.errors import ConfigError
+from gpud.gpu import BACKENDS
+from gpud.tomlcheck import Table, choices, quote, read_toml
+
+DEFAULT_URL = "http://127.0.0.1:6830"
+DEFAULT_STATE_DIR = "/var/lib/gpud/node"
+TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "name", "pool", "labels", "gpu_backend",
+            "fake_gpus", "poll_s", "reconnect_max_s")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Who the node is, where its controller and state are, and which GPU backend it uses.
+
+    ``cluster_key`` is the key itself; a daemon reads it from
+    ``cluster_key_file``, an in-process node is handed it directly.
+    """
+
+    controller_url: str = DEFAULT_URL
+    cluster_key: str = ""
+    cluster_key_file: str | None = None
+    state_dir: str = DEFAULT_STATE_DIR
+    name: str = field(default_factory=socket.gethostname)
+    pool: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_backend: str = "nvml"
+    fake_gpus: int = 0
+    poll_s: float = 1.0
+    reconnect_max_s: float = 10.0
+
+    @property
+    def connect_url(self) -> str:
+        """The WebSocket URL of the controller's node endpoint."""
+        parts = urlsplit(self.controller_url)
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/api/v1/node/connect"
+
+
+def _check_url(url: str, source: str, where: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+        raise ConfigError(source, where, f"expected a URL such as {DEFAULT_URL}, got {quote(url)}")
+    return url
+
+
+def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file") -> str:
+    """The cluster key in ``path`` (one line, surrounding whitespace ignored); a ConfigError if unusable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.read().strip()
+    except OSError as exc:
+        raise ConfigError(source or path, where if source else "",
+                          f"cannot read the cluster key file {path}: {exc.strerror or exc}") from None
+    if not key:
+        raise ConfigError(source or path, where if source else "", f"the cluster key file {path} is empty")
+    return key
+
+
+def load_node_config(path: str | None, *, controller: str | None = None, state_dir: str | None = None,
+                     fake_gpus: int | None = None, name: str | None = None,
+                     cluster_key_file: str | None = None) -> NodeConfig:
+    """The configuration from ``path`` (or the defaults when None), then the flags that override it.
+
+    Relative paths in the file are relative to the file's directory.
+    ``fake_gpus`` from a flag selects the fake backend. The cluster key
+    file, when one is named, is read here.
+    """
+    config = NodeConfig()
+    source = path or "command line"
+    changes: dict = {}
+    if path is not None:
+        data, source = read_toml(path)
+        top = Table(data, source, "", TOP_KEYS)
+        base = os.path.dirname(os.path.abspath(path))
+        if "controller_url" in top:
+            changes["controller_url"] = _check_url(top.string("controller_url"), source, "controller_url")
+        for key in ("state_dir", "cluster_key_file"):
+            if key in top:
+                changes[key] = os.path.join(base, top.string(key))
+        for key in ("name", "pool"):
+            if key in top:
+                changes[key] = top.string(key)
+        changes["labels"] = top.labels("labels")
+        backend = top.string("gpu_backend", config.gpu_backend)
+        if backend not in BACKENDS:
+            raise top.error("gpu_backend", f"unknown GPU backend {quote(backend)} (known: {choices(BACKENDS)})")
+        changes["gpu_backend"] = backend
+        changes["fake_gpus"] = top.integer("fake_gpus", 0, lo=0, hi=4096)
+        if backend == "fake" and "fake_gpus" not in top:
+            raise top.error("fake_gpus", 'is required when gpu_backend = "fake"')
+        changes["poll_s"] = top.number("poll_s", config.poll_s, above=0)
+        changes["reconnect_max_s"] = top.number("reconnect_max_s", config.reconnect_max_s, above=0)
+    if controller is not None:
+        changes["controller_url"] = _check_url(controller, "--controller", "")
+    if state_dir is not None:
+        changes["state_dir"] = os.path.abspath(state_dir)
+    if name is not None:
+        changes["name"] = name
+    if cluster_key_file is not None:
+        changes["cluster_key_file"] = os.path.abspath(cluster_key_file)
+    if fake_gpus is not None:
+        if fake_gpus < 0:
+            raise ConfigError("--fake-gpus", "", f"must not be negative (got {fake_gpus})")
+        changes["gpu_backend"], changes["fake_gpus"] = "fake", fake_gpus
+    config = replace(config, **changes)
+    if config.cluster_key_file:
+        where_source = source if path is not None and cluster_key_file is None else ""
+        config = replace(config, cluster_key=read_cluster_key(config.cluster_key_file, where_source))
+    return config

@@ -1,0 +1,143 @@
+"""The node's WebSocket to the controller: connect, register, heartbeat, pass orders on; reconnect with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from typing import Protocol
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+FIRST_BACKOFF_S = 0.2
+DEFAULT_HEARTBEAT_S = 5.0
+
+
+class LinkOwner(Protocol):
+    """What the link asks of the node it serves."""
+
+    def register_message(self) -> dict:
+        """The ``register`` message, with the node's whole task list (sent on every connect)."""
+
+    def heartbeat_message(self) -> dict:
+        """The ``heartbeat`` message: GPUs and the whole task list."""
+
+    def registered(self, message: dict) -> None:
+        """Called when the controller has answered ``registered``; all tasks were reported."""
+
+    async def handle(self, message: dict) -> dict | None:
+        """Carry out one order from the controller; returns an answer to send, or None."""
+
+
+class ControllerLink:
+    """One WebSocket to ``url``, kept open for as long as :meth:`run` runs."""
+
+    def __init__(self, url: str, key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0) -> None:
+        self.url = url
+        self.key = key
+        self.owner = owner
+        self.reconnect_max_s = reconnect_max_s
+        self.heartbeat_s = DEFAULT_HEARTBEAT_S
+        self.connected = asyncio.Event()
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._send_lock = asyncio.Lock()
+        self._heartbeat_now = asyncio.Event()
+
+    async def send(self, message: dict) -> bool:
+        """Send one message if registered with the controller; False when it could not be sent."""
+        ws = self._ws
+        if ws is None or ws.closed or not self.connected.is_set():
+            return False
+        try:
+            async with self._send_lock:
+                await ws.send_str(json.dumps(message))
+        except (ConnectionError, aiohttp.ClientError, RuntimeError):
+            return False
+        return True
+
+    def heartbeat_soon(self) -> None:
+        """Send a heartbeat now rather than at the next tick (after a GPU health change)."""
+        self._heartbeat_now.set()
+
+    async def run(self) -> None:
+        """Connect, serve the connection until it drops, wait with backoff, and again, until cancelled."""
+        backoff = FIRST_BACKOFF_S
+        async with aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    if await self._serve(session):
+                        backoff = FIRST_BACKOFF_S
+                except aiohttp.WSServerHandshakeError as exc:
+                    if exc.status in (401, 403):
+                        log.error("the controller at %s refused this node's cluster key (HTTP %s)",
+                                  self.url, exc.status)
+                    else:
+                        log.warning("cannot connect to the controller at %s: HTTP %s", self.url, exc.status)
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    log.info("no controller at %s: %s", self.url, exc or type(exc).__name__)
+                finally:
+                    self.connected.clear()
+                    self._ws = None
+                await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, self.reconnect_max_s)
+
+    async def _serve(self, session: aiohttp.ClientSession) -> bool:
+        """One connection; True when the node was registered on it."""
+        headers = {"Authorization": f"Bearer {self.key}"}
+        async with session.ws_connect(self.url, headers=headers, heartbeat=30.0) as ws:
+            self._ws = ws
+            await ws.send_str(json.dumps(self.owner.register_message()))
+            beating: asyncio.Task | None = None
+            try:
+                async for frame in ws:
+                    if frame.type != aiohttp.WSMsgType.TEXT:
+                        if frame.type == aiohttp.WSMsgType.ERROR:
+                            break
+                        continue
+                    try:
+                        message = json.loads(frame.data)
+                    except ValueError:
+                        log.warning("ignoring a frame from the controller that is not JSON")
+                        continue
+                    if not isinstance(message, dict):
+                        continue
+                    if message.get("type") == "registered":
+                        self._registered(message)
+                        if beating is None:
+                            beating = asyncio.create_task(self._heartbeats())
+                        continue
+                    await self._dispatch(message)
+            finally:
+                if beating is not None:
+                    beating.cancel()
+                    await asyncio.gather(beating, return_exceptions=True)
+        log.info("the controller closed the connection")
+        return beating is not None
+
+    def _registered(self, message: dict) -> None:
+        heartbeat = message.get("heartbeat_s")
+        if isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and heartbeat > 0:
+            self.heartbeat_s = float(heartbeat)
+        self.connected.set()
+        self.owner.registered(message)
+        log.info("registered with the controller at %s", self.url)
+
+    async def _dispatch(self, message: dict) -> None:
+        try:
+            answer = await self.owner.handle(message)
+        except Exception:  # noqa: BLE001 - one bad order must not drop the connection
+            log.exception("failed to carry out %s order", message.get("type"))
+            return
+        if answer is not None:
+            await self.send(answer)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(), timeout=self.heartbeat_s)
+            except asyncio.TimeoutError:
+                pass
+            self._heartbeat_now.clear()
+            await self.send(self.owner.heartbeat_message())

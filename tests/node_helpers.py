@@ -1,0 +1,73 @@
+"""Shared helpers for the node tests: run tasks through a TaskTable, wait for them, kill what they left."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import time
+from typing import Callable
+
+from gpud.node import procs
+from gpud.node.spec import TaskKey
+from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
+from gpud.node.tasks import TaskTable
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02) -> object:
+    """Poll ``predicate`` until it returns something true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+
+
+def spec(workdir: str, command: list[str] | None = None, **fields) -> dict:
+    """A start order's spec run as the test's own user."""
+    base = {"user": ME, "workdir": str(workdir), "grace_s": 2.0}
+    if command is not None:
+        base["command"] = command
+    return {**base, **fields}
+
+
+def run_to_end(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
+    """Wait until the task has exited and return its final state."""
+    def done():
+        table.refresh()
+        state = table.get(key)
+        return state if state is not None and state.state == EXITED else None
+    return wait_for(done, timeout)
+
+
+def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
+    """Wait until the task's process has started and return its state."""
+    def started():
+        table.refresh()
+        state = table.get(key)
+        return state if state is not None and state.pid else None
+    return wait_for(started, timeout)
+
+
+def kill_everything(state_dir: str) -> None:
+    """SIGKILL every supervisor and task process group recorded in a node state directory."""
+    tasks_dir = Layout(str(state_dir)).tasks_dir
+    if not os.path.isdir(tasks_dir):
+        return
+    for name in os.listdir(tasks_dir):
+        state = read_state(os.path.join(tasks_dir, name))
+        if state is None:
+            continue
+        if procs.same_process(state.supervisor_pid, state.supervisor_start):
+            os.kill(state.supervisor_pid, signal.SIGKILL)
+        if state.pid and procs.group_is_ours(state.pid, state.pid_start):
+            procs.signal_group(state.pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a living (not zombie) process."""
+    return procs.same_process(pid, None)

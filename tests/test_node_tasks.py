@@ -1,0 +1,272 @@
+"""Running tasks with real processes and signals: environment, output files, exits, stopping, time limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+import pytest
+
+from gpud.node.spec import TaskKey
+from gpud.node.taskstate import Layout
+from gpud.node.tasks import TaskTable
+from node_helpers import alive, kill_everything, run_to_end, running, spec, wait_for
+
+PRINT_ENV = ("import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'GPUD_JOB_ID', 'GPUD_TASK_INDEX', "
+             "'GPUD_NUM_TASKS', 'GPUD_RESTART_COUNT', 'GPUD_CHECKPOINT_DIR', 'MASTER_ADDR', 'MASTER_PORT', "
+             "'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'FROM_JOB']; "
+             "print(json.dumps({k: os.environ.get(k) for k in keys} | {'uid': os.getuid(), 'cwd': os.getcwd(), "
+             "'pgid': os.getpgid(0), 'pid': os.getpid()}))")
+
+# The user nobody may not reach a virtualenv under a private home; the system Python has what PRINT_ENV needs.
+SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+
+
+@pytest.fixture
+def table(tmp_path):
+    state_dir = tmp_path / "state"
+    table = TaskTable(Layout(str(state_dir)))
+    table.adopt()
+    yield table
+    kill_everything(str(state_dir))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def test_task_gets_its_gpus_and_gpud_variables(table, workdir):
+    uuids = ["GPU-aaaa", "GPU-bbbb"]
+    key = TaskKey("7", 0, 2)
+    table.start(key, spec(workdir, [sys.executable, "-c", PRINT_ENV], gpu_uuids=uuids, gpu_indices=[0, 1],
+                          env={"FROM_JOB": "yes", "CUDA_VISIBLE_DEVICES": "ignored"}, restart_count=2))
+    state = run_to_end(table, key)
+    assert (state.exit_code, state.term_signal, state.reason) == (0, None, "")
+    env = json.loads((workdir / "gpud-7.out").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
+    assert (env["GPUD_JOB_ID"], env["GPUD_TASK_INDEX"], env["GPUD_NUM_TASKS"], env["GPUD_RESTART_COUNT"]) == \
+        ("7", "0", "1", "2")
+    assert env["GPUD_CHECKPOINT_DIR"] == table.layout.checkpoint_dir("7")
+    assert os.path.isdir(env["GPUD_CHECKPOINT_DIR"])
+    assert env["FROM_JOB"] == "yes" and env["MASTER_ADDR"] is None
+    assert env["cwd"] == str(workdir)
+    assert env["pgid"] == env["pid"], "the task leads its own process group"
+
+
+def test_cpu_only_gang_task_gets_empty_gpus_and_rendezvous_variables(table, workdir):
+    key = TaskKey("8", 1, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", PRINT_ENV], num_tasks=2, master_addr="10.0.0.5",
+                          master_port=29511, rank=1, local_rank=0, world_size=2, output="out-%j-%t.txt"))
+    run_to_end(table, key)
+    env = json.loads((workdir / "out-8-1.txt").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"]) == \
+        ("10.0.0.5", "29511", "2", "1", "0")
+    assert env["GPUD_NUM_TASKS"] == "2"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON, reason="dropping privileges needs root")
+def test_task_runs_as_the_jobs_user_never_root(table):
+    workdir = tempfile.mkdtemp(prefix="gpud-test-")
+    try:
+        os.chmod(workdir, 0o777)
+        key = TaskKey("9", 0, 0)
+        table.start(key, spec(workdir, [SYSTEM_PYTHON, "-c", PRINT_ENV], user="nobody"))
+        assert run_to_end(table, key).exit_code == 0
+        out = os.path.join(workdir, "gpud-9.out")
+        env = json.loads(open(out).read())
+        assert env["uid"] == 65534 and os.stat(out).st_uid == 65534
+        assert os.stat(table.layout.checkpoint_dir("9")).st_uid == 65534
+    finally:
+        for name in os.listdir(workdir):
+            os.unlink(os.path.join(workdir, name))
+        os.rmdir(workdir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user is checked only when the node runs as root")
+def test_unknown_user_is_refused(table, workdir):
+    key = TaskKey("10", 0, 0)
+    table.start(key, spec(workdir, ["true"], user="no-such-user-gpud"))
+    state = run_to_end(table, key)
+    assert state.reason == "failed to start: unknown user 'no-such-user-gpud' on this node"
+    assert state.exit_code is None and state.pid is None
+
+
+def test_output_and_error_files_and_exit_code(table, workdir):
+    key = TaskKey("11", 0, 0)
+    code = "import sys; print('to out'); print('to err', file=sys.stderr); sys.exit(3)"
+    table.start(key, spec(workdir, [sys.executable, "-c", code], output="logs-%j.out", error="logs-%j.%t.err"))
+    state = run_to_end(table, key)
+    assert (state.exit_code, state.term_signal, state.state) == (3, None, "exited")
+    assert state.report()["exit_code"] == 3 and state.report()["ended"] >= state.report()["started"]
+    assert (workdir / "logs-11.out").read_text() == "to out\n"
+    assert (workdir / "logs-11.0.err").read_text() == "to err\n"
+
+
+def test_terminating_signal_is_recorded(table, workdir):
+    key = TaskKey("12", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", "import os; os.kill(os.getpid(), 6)"]))
+    state = run_to_end(table, key)
+    assert (state.exit_code, state.term_signal, state.reason) == (None, 6, "")
+
+
+def test_script_runs_with_its_interpreter_line(table, workdir):
+    key = TaskKey("13", 0, 0)
+    script = f"#!{sys.executable}\nimport sys\nprint('python script', sys.argv[0].endswith('script'))\n"
+    table.start(key, spec(workdir, script=script))
+    assert run_to_end(table, key).exit_code == 0
+    assert (workdir / "gpud-13.out").read_text() == "python script True\n"
+    key = TaskKey("14", 0, 0)
+    table.start(key, spec(workdir, script="echo from sh $GPUD_JOB_ID\nexit 4\n"))
+    assert run_to_end(table, key).exit_code == 4
+    assert (workdir / "gpud-14.out").read_text() == "from sh 14\n"
+
+
+def test_missing_program_and_bad_spec_fail_to_start(table, workdir):
+    key = TaskKey("15", 0, 0)
+    table.start(key, spec(workdir, ["/no/such/program"]))
+    assert run_to_end(table, key).reason.startswith("failed to start: cannot run /no/such/program")
+    key = TaskKey("16", 0, 0)
+    state = table.start(key, {"user": "x", "workdir": "relative", "command": ["true"]})
+    assert state.state == "exited" and "workdir must be an absolute path" in state.reason
+
+
+def test_a_start_for_a_known_task_is_ignored(table, workdir):
+    key = TaskKey("17", 0, 0)
+    assert table.start(key, spec(workdir, ["true"])) is not None
+    assert table.start(key, spec(workdir, ["false"])) is None
+    assert run_to_end(table, key).exit_code == 0
+
+
+def test_stop_sends_term_to_the_whole_group(table, workdir):
+    key = TaskKey("18", 0, 0)
+    table.start(key, spec(workdir, script="sleep 60 &\necho $! > child.pid\nwait\n"))
+    running(table, key)
+    child = int(wait_for(lambda: (workdir / "child.pid").exists() and (workdir / "child.pid").read_text().strip()))
+    started = time.monotonic()
+    assert table.stop(key, "cancelled", grace_s=10)
+    state = run_to_end(table, key)
+    assert time.monotonic() - started < 5
+    assert (state.term_signal, state.reason) == (signal.SIGTERM, "stopped")
+    assert not alive(child)
+
+
+def test_stop_waits_grace_then_kills_a_task_that_traps_term(table, workdir):
+    key = TaskKey("19", 0, 0)
+    trap = ("import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('got TERM', flush=True))\n"
+            "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n")
+    table.start(key, spec(workdir, [sys.executable, "-c", trap]))
+    running(table, key)
+    wait_for(lambda: "ready" in (workdir / "gpud-19.out").read_text())
+    started = time.monotonic()
+    table.stop(key, "preempted", grace_s=1.0)
+    state = run_to_end(table, key)
+    elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 5
+    assert (state.term_signal, state.exit_code, state.reason) == (signal.SIGKILL, None, "stopped")
+    assert "got TERM" in (workdir / "gpud-19.out").read_text()
+    assert not alive(state.pid)
+
+
+def test_stop_signal_of_the_job_is_used(table, workdir):
+    key = TaskKey("20", 0, 0)
+    table.start(key, spec(workdir, ["sleep", "60"], stop_signal="INT"))
+    running(table, key)
+    table.stop(key, "cancelled", grace_s=5)
+    assert run_to_end(table, key).term_signal == signal.SIGINT
+
+
+def test_time_limit_stops_the_task_with_reason_timeout(table, workdir):
+    key = TaskKey("21", 0, 0)
+    started = time.monotonic()
+    table.start(key, spec(workdir, ["sleep", "60"], time_limit_s=0.5, grace_s=1))
+    state = run_to_end(table, key)
+    assert 0.5 <= time.monotonic() - started < 5
+    assert (state.reason, state.term_signal) == ("timeout", signal.SIGTERM)
+
+
+def test_no_stray_process_survives_a_finished_task(table, workdir):
+    key = TaskKey("22", 0, 0)
+    # One child stays in the group, one escapes into a session of its own; both outlive the main process.
+    code = ("import subprocess, sys\n"
+            "a = subprocess.Popen(['sleep', '60'])\n"
+            "b = subprocess.Popen(['sleep', '61'], start_new_session=True)\n"
+            "open('kids', 'w').write(f'{a.pid} {b.pid}')\n")
+    table.start(key, spec(workdir, [sys.executable, "-c", code]))
+    state = run_to_end(table, key)
+    assert state.exit_code == 0
+    kids = [int(p) for p in (workdir / "kids").read_text().split()]
+    assert kids and not any(alive(pid) for pid in kids)
+
+
+def test_stop_before_the_supervisor_starts_the_task(table, workdir):
+    key = TaskKey("23", 0, 0)
+    table.start(key, spec(workdir, ["sleep", "60"]))
+    table.stop(key, "cancelled", grace_s=1)
+    state = run_to_end(table, key)
+    assert state.reason == "stopped"
+    assert state.term_signal in (None, signal.SIGTERM)
+
+
+def test_ack_forgets_an_exited_task_only(table, workdir):
+    key = TaskKey("24", 0, 0)
+    table.start(key, spec(workdir, ["sleep", "60"]))
+    running(table, key)
+    assert not table.ack(key)
+    table.stop(key, "cancelled", grace_s=1)
+    run_to_end(table, key)
+    assert table.ack(key)
+    assert table.get(key) is None and table.reports() == []
+    assert not os.path.exists(table.layout.task_dir(key))
+    assert os.path.isdir(table.layout.checkpoint_dir("24")), "the checkpoint directory outlives the task"
+
+
+def test_a_new_table_adopts_running_tasks_and_records_their_exit(tmp_path, workdir):
+    state_dir = str(tmp_path / "state")
+    try:
+        first = TaskTable(Layout(state_dir))
+        first.adopt()
+        key = TaskKey("25", 0, 0)
+        first.start(key, spec(workdir, [sys.executable, "-c",
+                                        "import os, time, sys\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
+                                        "sys.exit(5)"]))
+        pid = running(first, key).pid
+        del first
+        second = TaskTable(Layout(state_dir))
+        (adopted,) = second.adopt()
+        assert adopted.key == key and adopted.pid == pid and adopted.state == "running"
+        (workdir / "go").write_text("")
+        assert run_to_end(second, key).exit_code == 5
+    finally:
+        kill_everything(state_dir)
+
+
+def test_a_task_whose_supervisor_died_is_killed_and_reported_lost(table, workdir):
+    key = TaskKey("26", 0, 0)
+    table.start(key, spec(workdir, ["sleep", "60"]))
+    state = running(table, key)
+    wait_for(lambda: table.get(key).supervisor_pid)
+    os.kill(table.get(key).supervisor_pid, signal.SIGKILL)
+    final = run_to_end(table, key)
+    assert final.reason == "supervisor lost"
+    wait_for(lambda: not alive(state.pid))
+
+
+def test_read_log_from_an_offset(table, workdir):
+    key = TaskKey("27", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", "print('héllo wörld')"]))
+    run_to_end(table, key)
+    answer = table.read_log({"type": "read_log", "request": "r1", "job": "27", "task": 0, "attempt": 0,
+                             "offset": 0, "limit": 2})
+    assert answer == {"type": "log", "request": "r1", "data": "h", "offset": 1, "missing": False}
+    answer = table.read_log({"request": "r2", "job": "27", "task": 0, "attempt": 0, "offset": 1, "limit": 100})
+    assert answer["data"] == "éllo wörld\n" and answer["offset"] == len("héllo wörld\n".encode())
+    missing = table.read_log({"request": "r3", "path": str(workdir / "nope"), "offset": 0})
+    assert missing["missing"] is True and missing["data"] == ""
