@@ -1,8 +1,11 @@
-"""Plain-text tables for people, the way squeue and sinfo print them."""
+"""Plain-text tables for people, the way squeue and sinfo print them, and the cells that go in them."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from typing import Any, Mapping, Sequence
+
+from gpud.cli.units import format_duration, format_number, format_size_gib
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -10,3 +13,48 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def when(timestamp: float | None, now: float | None = None) -> str:
+    """A Unix time for people: ``14:03:12`` today, ``2024-05-01 14:03`` otherwise; ``-`` for None."""
+    if timestamp is None:
+        return "-"
+    now = time.time() if now is None else now
+    local = time.localtime(timestamp)
+    if time.localtime(now)[:3] == local[:3]:
+        return time.strftime("%H:%M:%S", local)
+    return time.strftime("%Y-%m-%d %H:%M", local)
+
+
+def elapsed(job: Mapping[str, Any], now: float | None = None) -> str:
+    """How long a job has run (or ran): ``1:02:03``; ``0:00`` when it never started."""
+    started = job.get("started")
+    if started is None:
+        return "0:00"
+    ended = job.get("ended")
+    end = ended if ended is not None else (time.time() if now is None else now)
+    return format_duration(end - started)
+
+
+def gpus(job: Mapping[str, Any]) -> str:
+    """A job's GPU request: ``2``, ``0.5``, ``20G`` (memory slice), ``4x8`` (tasks x per task)."""
+    if job.get("gpu_memory_gib"):
+        per_task = format_size_gib(job["gpu_memory_gib"])
+    else:
+        per_task = format_number(job.get("gpus") or 0)
+    tasks = job.get("tasks") or 1
+    return f"{tasks}x{per_task}" if tasks > 1 else per_task
+
+
+def nodes(job: Mapping[str, Any]) -> str:
+    """The nodes a job runs (or ran) on, each once, in order; ``-`` for none."""
+    names = [n for n in dict.fromkeys(job.get("nodes") or []) if n]
+    return ",".join(names) or "-"
+
+
+def exit_status(job: Mapping[str, Any]) -> str:
+    """How a job ended: ``0``, ``1``, ``signal 9``; ``-`` when unknown."""
+    if job.get("term_signal"):
+        return f"signal {job['term_signal']}"
+    code = job.get("exit_code")
+    return "-" if code is None else str(code)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from gpud.cli.render import table
-from gpud.core.queues import format_amount
-from gpud.errors import ConfigError
-from gpud.plugins import make_plugin_manager, placement_strategies
-from gpud.policy_file import ANY_PLACEMENT, check_placements
-from gpud.scenario import load_scenario
-from gpud.simulate import Simulation, eviction_rows, job_rows, queue_rows, simulate
 
-EXIT_OK, EXIT_EXPECT_FAILED, EXIT_BAD_FILE = 0, 1, 2
+if TYPE_CHECKING:
+    from gpud.simulate import Simulation
+
+# The scheduler is imported only when a simulation runs, so other gpuctl verbs start fast.
+EXIT_OK, EXIT_EXPECT_FAILED, EXIT_BAD_FILE, EXIT_UNREACHABLE = 0, 1, 2, 3
+STATE_KEYS = ("policy", "nodes", "jobs")
 
 DESCRIPTION = """\
 Run the scheduler, with the real policies and plugins, on a scenario file
@@ -22,9 +22,15 @@ Run the scheduler, with the real policies and plugins, on a scenario file
 where, what was evicted or moved and why, each queue's allocation, quota and
 fair share, and why each pending job waits.
 
+With --from-controller, start from the live cluster instead: the
+controller's current policy, nodes and jobs (admins only), plus the file's
+extra [[jobs]] (and [[nodes]]) to see what would happen to them; a [policy]
+table in the file replaces the live policy, to try a change before making it.
+
 Exit status: 0 when the scenario's [expect] table holds (or it has none),
-1 when an expectation fails (each failure is printed), 2 when the file is
-not a valid scenario (the message names the table and key).
+1 when an expectation fails (each failure is printed) or the controller
+refuses, 2 when the file is not a valid scenario (the message names the table
+and key), 3 when the controller cannot be reached.
 """
 
 EXAMPLES = """\
@@ -32,15 +38,19 @@ examples:
   gpuctl simulate examples/quickstart.toml
   gpuctl simulate --json my-cluster.toml | jq '.queues'
   gpuctl simulate --cycles 3 reclaim.toml
+  gpuctl simulate --from-controller                 # what the next cycle would do now
+  gpuctl simulate --from-controller big-job.toml    # would this job start, and whom would it evict?
 """
 
 
-def add_parser(subparsers) -> None:
+def add_parsers(subparsers) -> None:
     """Register ``simulate`` on a gpuctl sub-command parser."""
     parser = subparsers.add_parser(
         "simulate", help="try a policy on a scenario file, in memory",
         description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("file", help="scenario file (TOML)")
+    parser.add_argument("file", nargs="?", help="scenario file (TOML); optional with --from-controller")
+    parser.add_argument("--from-controller", action="store_true",
+                        help="start from the live cluster's state (GPUD_URL, GPUD_TOKEN; admin)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--cycles", type=int, metavar="N",
                         help="scheduling cycles to run (overrides the file's 'cycles')")
@@ -49,11 +59,29 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, simulate, print; returns the exit status."""
+    from gpud.errors import ConfigError
+    from gpud.plugins import make_plugin_manager, placement_strategies
+    from gpud.policy_file import ANY_PLACEMENT, check_placements
+    from gpud.scenario import load_scenario, parse_scenario
+    from gpud.simulate import simulate
+    if args.file is None and not args.from_controller:
+        print("gpuctl simulate: give a scenario file, or --from-controller", file=sys.stderr)
+        return EXIT_BAD_FILE
     try:
-        scenario = load_scenario(args.file, ANY_PLACEMENT)
+        if args.from_controller:
+            from gpud.client import ClientError
+            try:
+                state = fetch_state()
+            except ClientError as exc:
+                print(f"gpuctl simulate: {exc}", file=sys.stderr)
+                return exc.exit_code
+            data, source = merge_state(state, args.file)
+            scenario = parse_scenario(data, source, ANY_PLACEMENT)
+        else:
+            scenario = load_scenario(args.file, ANY_PLACEMENT)
         if args.cycles is not None:
             if args.cycles < 1:
-                raise ConfigError(args.file, "--cycles", f"must be at least 1 (got {args.cycles})")
+                raise ConfigError(scenario.source, "--cycles", f"must be at least 1 (got {args.cycles})")
             scenario = scenario.__class__(scenario.source, scenario.policy, scenario.snapshot, args.cycles,
                                           scenario.stable_cycles, scenario.expect)
         pm = make_plugin_manager(scenario.policy.plugins.disable, scenario.policy.plugins.directory)
@@ -69,8 +97,40 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_EXPECT_FAILED if sim.failures else EXIT_OK
 
 
+def fetch_state() -> dict:
+    """The live cluster as a scenario document (``GET /api/v1/state``)."""
+    from gpud.cli.common import client
+    state = client().get("state")
+    if not isinstance(state, dict):
+        from gpud.client import ApiError
+        raise ApiError(502, "GET /api/v1/state did not answer a JSON object")
+    return state
+
+
+def merge_state(state: dict, path: str | None) -> tuple[dict, str]:
+    """The live state plus a scenario file's extras, as one scenario document, and its name for messages.
+
+    The file's [[jobs]] and [[nodes]] are added to the live ones; its [policy]
+    replaces the live policy; its other keys (cycles, expect, ...) are used
+    as they are. A live entry and a file entry with the same name are
+    refused by the scenario reader, naming the key.
+    """
+    data = {key: value for key, value in state.items() if key in (*STATE_KEYS, "now")}
+    if path is None:
+        return data, "controller state"
+    from gpud.tomlcheck import read_toml
+    extra, source = read_toml(path)
+    for key, value in extra.items():
+        if key in ("jobs", "nodes") and isinstance(value, list):
+            data[key] = list(data.get(key, [])) + value
+        else:
+            data[key] = value
+    return data, f"controller state + {source}"
+
+
 def to_json(sim: Simulation, has_expect: bool) -> dict:
     """The simulation as one JSON-ready document."""
+    from gpud.simulate import eviction_rows, job_rows, queue_rows
     return {
         "cycles": len(sim.plans),
         "jobs": job_rows(sim),
@@ -83,6 +143,8 @@ def to_json(sim: Simulation, has_expect: bool) -> dict:
 
 def to_text(sim: Simulation, has_expect: bool) -> str:
     """The simulation as tables for people."""
+    from gpud.core.queues import format_amount
+    from gpud.simulate import eviction_rows, job_rows, queue_rows
     jobs = job_rows(sim)
     out = [f"After {len(sim.plans)} cycle(s):", "",
            table(["JOB", "PROJECT", "PRIO", "STATE", "TASKS", "NODES", "GPUS"],

@@ -1,0 +1,80 @@
+"""What every gpuctl verb that talks to the controller shares: the client, errors as exit codes, --json."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any, Callable
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+EXIT_STATUS_HELP = """\
+exit status: 0 ok, 1 the controller refused the request (4xx), 2 usage error,
+3 cannot reach the controller or it failed (5xx)."""
+
+ENVIRONMENT_HELP = """\
+environment: GPUD_URL (default http://127.0.0.1:6830), GPUD_TOKEN;
+otherwise url and token or token_file in $XDG_CONFIG_HOME/gpud/client.toml."""
+
+
+class UsageError(Exception):
+    """A command line or input file gpuctl refuses before asking the controller (exit 2)."""
+
+
+def add_verb(subparsers, name: str, *, help: str, description: str, examples: str,
+             func: Callable[[argparse.Namespace], int], json_flag: bool = False) -> argparse.ArgumentParser:
+    """Register one verb with a description, an epilog of examples, and optionally ``--json``."""
+    parser = subparsers.add_parser(
+        name, help=help, description=description,
+        epilog=f"examples:\n{examples.rstrip()}\n\n{EXIT_STATUS_HELP}\n{ENVIRONMENT_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print the controller's JSON answer")
+    parser.set_defaults(func=_guarded(name, func))
+    return parser
+
+
+def _guarded(verb: str, func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        from gpud.client import ClientError
+        try:
+            return func(args)
+        except UsageError as exc:
+            print(f"gpuctl {verb}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except ClientError as exc:
+            print(f"gpuctl {verb}: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except BrokenPipeError:  # `gpuctl queue | head` closes the pipe early; that is not an error
+            sys.stderr.close()
+            return EXIT_OK
+    return run
+
+
+def client():
+    """A client for the controller named by GPUD_URL/GPUD_TOKEN or the client config file."""
+    from gpud.client import Client
+    return Client.from_environment()
+
+
+def print_json(doc: Any) -> None:
+    """Print a JSON document, indented, as the API sent it."""
+    import json
+    print(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def for_each(ids: list[str], action: Callable[[str], Any]) -> int:
+    """Run ``action`` on every id, go on past failures (each printed), return the worst exit status."""
+    from gpud.client import ClientError
+    status = EXIT_OK
+    for job_id in ids:
+        try:
+            action(job_id)
+        except ClientError as exc:
+            if exc.exit_code == EXIT_UNREACHABLE:
+                raise  # the next ids would fail the same way
+            print(f"gpuctl: {job_id}: {exc}", file=sys.stderr)
+            status = max(status, exc.exit_code)
+    return status

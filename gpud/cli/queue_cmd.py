@@ -1,0 +1,154 @@
+"""``gpuctl queue`` and ``gpuctl history``: jobs waiting and running, and jobs that ended."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+
+from gpud.cli import render
+from gpud.cli.common import UsageError, add_verb, client, print_json
+from gpud.cli.units import format_number, parse_duration
+
+STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
+SHORT_STATES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
+                "TO": "TIMEOUT", "PR": "PREEMPTED", "NF": "NODE_FAIL"}
+NAME_WIDTH = 24
+_DATE = r"^\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?$"
+
+QUEUE_DESCRIPTION = """\
+List jobs, as squeue does: pending and running jobs of every user by default,
+with the reason each pending job waits (`gpuctl why JOB` explains it in full).
+TIME is how long a job has run; GPUS is per task, as TASKSxGPUS for gangs.
+"""
+
+QUEUE_EXAMPLES = """\
+  gpuctl queue
+  gpuctl queue --me
+  gpuctl queue --project vision --state PENDING
+  gpuctl queue --all --user alice         # every state, finished jobs too
+  gpuctl queue --json | jq '.jobs[].id'
+"""
+
+HISTORY_DESCRIPTION = """\
+List finished jobs, newest first, as sacct does: when they started and ended,
+where they ran, the GPU-hours they used and how they ended (exit code or
+signal). --since takes a time ago (2h, 1d, 90m) or a date (2024-05-01,
+"2024-05-01 14:00").
+"""
+
+HISTORY_EXAMPLES = """\
+  gpuctl history --me
+  gpuctl history --since 1d --project vision
+  gpuctl history --user alice --limit 20
+  gpuctl history --since 2024-05-01 --json
+"""
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``queue`` and ``history`` on the gpuctl sub-command parser."""
+    queue = add_verb(subparsers, "queue", help="list pending and running jobs", description=QUEUE_DESCRIPTION,
+                     examples=QUEUE_EXAMPLES, func=run_queue, json_flag=True)
+    _add_filters(queue)
+    queue.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
+                       help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
+    queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
+    history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
+                       examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
+    _add_filters(history)
+    history.add_argument("-S", "--since", type=_since, metavar="WHEN", help="only jobs that ended since then")
+    history.add_argument("-l", "--limit", type=int, metavar="N", help="at most N jobs")
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-u", "--user", help="only this user's jobs")
+    parser.add_argument("-p", "--project", help="only this project's jobs")
+    parser.add_argument("--me", action="store_true", help="only my jobs")
+
+
+def run_queue(args: argparse.Namespace) -> int:
+    """Print the job list (pending and running unless --all or --state)."""
+    api = client()
+    answer = api.get("jobs", {"state": ",".join(args.state) if args.state else None, "all": args.all,
+                              "user": _user(api, args), "project": args.project})
+    if args.json:
+        print_json(answer)
+        return 0
+    print(queue_table(answer.get("jobs", []), time.time()))
+    return 0
+
+
+def queue_table(jobs: list[dict], now: float) -> str:
+    """The squeue-like table of jobs."""
+    return render.table(
+        ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES", "REASON"],
+        [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
+          render.elapsed(job, now), render.gpus(job), render.nodes(job), job.get("reason") or ""]
+         for job in jobs])
+
+
+def run_history(args: argparse.Namespace) -> int:
+    """Print finished jobs, newest first."""
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    api = client()
+    answer = api.get("history", {"since": args.since, "user": _user(api, args), "project": args.project,
+                                 "limit": args.limit})
+    if args.json:
+        print_json(answer)
+        return 0
+    print(history_table(answer.get("jobs", []), time.time()))
+    return 0
+
+
+def history_table(jobs: list[dict], now: float) -> str:
+    """The sacct-like table of finished jobs."""
+    return render.table(
+        ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "EXIT"],
+        [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
+          render.when(job.get("started"), now), render.when(job.get("ended"), now),
+          render.elapsed(job, now), render.nodes(job), _gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
+         for job in jobs])
+
+
+def _gpu_hours(value) -> str:
+    return "-" if value is None else format_number(round(value, 2))
+
+
+def _user(api, args: argparse.Namespace) -> str | None:
+    if args.me and args.user:
+        raise UsageError("give --me or --user, not both")
+    if args.me:
+        return api.get("whoami")["user"]
+    return args.user
+
+
+def _short(name) -> str:
+    name = "" if name is None else str(name)
+    return name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "~"
+
+
+def _states(text: str) -> list[str]:
+    states = []
+    for part in text.upper().split(","):
+        state = SHORT_STATES.get(part.strip(), part.strip())
+        if state not in STATES:
+            raise argparse.ArgumentTypeError(f"unknown state {part!r} (states: {', '.join(STATES)})")
+        states.append(state)
+    return states
+
+
+def _since(text: str) -> float:
+    """A Unix time from a time ago (2h, 1d) or a local date and time (2024-05-01 14:00)."""
+    text = text.strip()
+    if re.match(_DATE, text):
+        from datetime import datetime
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"bad date {text!r}: {exc}") from None
+    try:
+        return round(time.time() - parse_duration(text), 3)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad time {text!r}: use a time ago (2h, 1d, 90m) or a date (2024-05-01, '2024-05-01 14:00')") from None

@@ -1,0 +1,388 @@
+"""``gpuctl submit``: submit a command, a batch script with ``#GPUD`` lines, or a file of many jobs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from gpud.cli.common import UsageError, add_verb
+from gpud.cli.units import parse_array, parse_duration, parse_size_gib
+
+MAX_BATCH = 10_000  # the API's limit for one POST /api/v1/jobs/batch
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
+NEVER_EXPORTED = ("GPUD_TOKEN",)  # a credential does not belong in a job's recorded environment
+
+DESCRIPTION = """\
+Submit a job, as sbatch does. Give either a command after `--` (run as an
+argv list, no shell) or a batch script whose `#GPUD` lines at the top set
+options the way `#SBATCH` lines do; options on the command line win over the
+script's. Every option is per task; --tasks N asks for a gang of N tasks that
+start together or not at all. With --from-file, submit many jobs in one call:
+a JSON list (or {"jobs": [...]}) or JSON lines of job objects in the API's
+format (docs/api.md); options given on the command line fill the fields a job
+leaves out.
+
+Sizes: 16G, 20GiB, 512M (powers of 1024; a bare number is GiB).
+Times: 90 (minutes), 1:30:00, 2-00:00:00 (days), 90m, 1.5h, 30s.
+"""
+
+EXAMPLES = """\
+  gpuctl submit --project vision --gpus 1 -- python train.py --lr 3e-4
+  gpuctl submit train.sh                  # with '#GPUD --project vision' lines at the top
+  gpuctl submit -p nlp --gpus 8 --tasks 4 --time 2-00:00:00 -- torchrun train.py
+  gpuctl submit -p nlp --gpus 0.5 --mem 32G -- python serve.py
+  gpuctl submit -p hpo --gpu-memory 20GiB --array 0-99%8 -- python trial.py
+  gpuctl submit -p nlp --depends afterok:$(gpuctl submit --parsable -p nlp -- ./prep.sh) -- ./train.sh
+  gpuctl submit -p sweep --from-file jobs.jsonl --parsable > ids.txt
+"""
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``submit`` on the gpuctl sub-command parser."""
+    parser = add_verb(subparsers, "submit", help="submit a job, a batch script or a file of jobs",
+                      description=DESCRIPTION, examples=EXAMPLES, func=run)
+    parser.add_argument("script", nargs="?", help="batch script to run ('-' reads it from stdin)")
+    add_options(parser)
+    parser.add_argument("--from-file", metavar="FILE", help="submit every job in a JSON or JSON-lines file")
+    parser.add_argument("--parsable", action="store_true", help="print only the job ids, one per line")
+    parser.set_defaults(takes_command=True, command_argv=None)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The job options shared by the command line and ``#GPUD`` lines; every default is None (unset)."""
+    add = parser.add_argument
+    add("-p", "--project", help="project (queue) to charge; default $GPUD_PROJECT")
+    add("-J", "--name", help="a name for people (default: the command or script name)")
+    add("--gpus", type=_gpus, metavar="N", help="GPUs per task: 0, a fraction such as 0.5, or a whole number")
+    add("--gpu-memory", type=_size, metavar="SIZE", help="a slice of one GPU's memory instead of --gpus")
+    add("-n", "--tasks", type=_positive_int, metavar="N", help="tasks in the gang (default 1)")
+    add("--min-tasks", type=_positive_int, metavar="N", help="elastic gang: run with at least N tasks")
+    add("-c", "--cpus", type=_positive_number, metavar="N", help="CPUs per task (default 1)")
+    add("--mem", type=_size, metavar="SIZE", help="memory per task (default 1G)")
+    add("--priority", metavar="CLASS", type=_priority,
+        help="priority class (inference, build, interactive-preemptible, train) or an integer")
+    add("--constraint", action="append", type=_pair, metavar="KEY=VALUE", help="node label to require (repeatable)")
+    add("--pool", help="node pool (default: the policy's)")
+    add("--workdir", metavar="DIR", help="directory the tasks start in (default: the current directory)")
+    add("--env", action="append", type=_env, metavar="K=V",
+        help="set a variable in the job (repeatable); a bare K copies it from here")
+    add("--export-env", action="store_const", const=True, help="copy this whole environment into the job")
+    add("-t", "--time", type=_duration, metavar="TIME", help="time limit; then the job ends TIMEOUT")
+    add("-a", "--array", type=_array, metavar="SPEC", help="job array: 0-99, 1,3,5-7, 0-99%%8 (8 at once)")
+    add("-d", "--depends", action="append", type=_depends, metavar="KIND:ID",
+        help="afterok:ID, afterany:ID or afternotok:ID (repeatable; afterok:1:2,afterany:3 also works)")
+    add("-H", "--hold", action="store_const", const=True, help="submit held until `gpuctl release`")
+    add("--no-requeue", action="store_const", const=True, help="end PREEMPTED instead of waiting again")
+    add("--signal", type=_signal, metavar="SIG", help="first signal when the job is stopped (default TERM)")
+    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default gpud-%%j.out)")
+    add("-e", "--error", metavar="FILE", help="stderr file (default: the same as --output)")
+
+
+OPTIONS = ("project", "name", "gpus", "gpu_memory", "tasks", "min_tasks", "cpus", "mem", "priority",
+           "constraint", "pool", "workdir", "env", "export_env", "time", "array", "depends", "hold",
+           "no_requeue", "signal", "output", "error")
+
+
+def directive_parser() -> argparse.ArgumentParser:
+    """A parser for the options of ``#GPUD`` lines: the job options, no positionals."""
+    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False)
+    add_options(parser)
+    return parser
+
+
+def merge(command_line: argparse.Namespace, directives: argparse.Namespace) -> argparse.Namespace:
+    """The options in effect: the command line's where it set them, else the script's directives."""
+    merged = argparse.Namespace(**vars(command_line))
+    for dest in OPTIONS:
+        if getattr(command_line, dest, None) is None and getattr(directives, dest, None) is not None:
+            setattr(merged, dest, getattr(directives, dest))
+    return merged
+
+
+def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, script: str | None = None,
+              script_name: str | None = None, cwd: str | None = None,
+              environ: dict[str, str] | None = None, base: dict | None = None) -> dict:
+    """The API's job object for these options; ``base`` (a job from a file) keeps the fields it sets.
+
+    Raises UsageError when the project is missing or a bare --env name is
+    not set here.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    job = dict(base or {})
+
+    def put(key, value):
+        if value is not None and key not in job:
+            job[key] = value
+
+    if command is not None:
+        job["command"] = list(command)
+    if script is not None:
+        job["script"] = script
+        put("name", opts.name or script_name)
+    put("project", opts.project or environ.get("GPUD_PROJECT"))
+    if "project" not in job:
+        raise UsageError("which project? give --project (or '#GPUD --project' in the script, or GPUD_PROJECT)")
+    put("name", opts.name)
+    put("workdir", os.path.abspath(opts.workdir) if opts.workdir else (cwd or os.getcwd()))
+    env = _job_env(opts, environ)
+    if env:
+        job["env"] = {**env, **job.get("env", {})}
+    put("gpus", opts.gpus)
+    put("gpu_memory_gib", opts.gpu_memory)
+    put("tasks", opts.tasks)
+    put("min_tasks", opts.min_tasks)
+    put("cpus", opts.cpus)
+    put("memory_gib", opts.mem)
+    put("priority", opts.priority)
+    if opts.constraint:
+        put("constraint", dict(opts.constraint))
+    put("pool", opts.pool)
+    put("time_limit_s", opts.time)
+    put("array", opts.array)
+    if opts.depends:
+        put("depends", [d for group in opts.depends for d in group])
+    put("hold", opts.hold)
+    if opts.no_requeue:
+        put("requeue", False)
+    put("stop_signal", opts.signal)
+    put("output", opts.output)
+    put("error", opts.error)
+    return job
+
+
+def _job_env(opts: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+    env = {}
+    if opts.export_env:
+        env.update({k: v for k, v in environ.items() if k not in NEVER_EXPORTED})
+    for key, value in opts.env or []:
+        if value is None:
+            if key not in environ:
+                raise UsageError(f"--env {key}: {key} is not set in this environment (use --env {key}=VALUE)")
+            value = environ[key]
+        env[key] = value
+    return env
+
+
+def load_jobs_file(path: str) -> list[dict]:
+    """The job objects in a JSON file (a list, or ``{"jobs": [...]}``) or a JSON-lines file.
+
+    Raises UsageError naming the file (and the line, for JSON lines) when it
+    cannot be read or an entry is not a JSON object.
+    """
+    import json
+    try:
+        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        doc = json.loads(text)
+        jobs = doc["jobs"] if isinstance(doc, dict) and "jobs" in doc else doc
+        if isinstance(jobs, dict):
+            jobs = [jobs]
+        where = lambda i: f"entry {i}"  # noqa: E731
+    except ValueError:
+        jobs, lines = [], []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    jobs.append(json.loads(line))
+                except ValueError as exc:
+                    raise UsageError(f"{path}, line {number}: not JSON: {exc}") from None
+                lines.append(number)
+        where = lambda i: f"line {lines[i]}"  # noqa: E731
+    if not isinstance(jobs, list):
+        raise UsageError(f"{path}: expected a list of jobs, {{\"jobs\": [...]}} or one job per line")
+    for index, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise UsageError(f"{path}, {where(index)}: a job must be a JSON object")
+    if not jobs:
+        raise UsageError(f"{path}: no jobs in the file")
+    return jobs
+
+
+def run(args: argparse.Namespace) -> int:
+    """Submit what the command line says and print the ids; returns the exit status."""
+    if args.from_file:
+        if args.script or args.command_argv is not None:
+            raise UsageError("--from-file takes its commands from the file; give no script or command")
+        jobs = [build_job(args, base=job) for job in load_jobs_file(args.from_file)]
+        return _submit_batch(jobs, args.parsable)
+    if args.script and args.command_argv is not None:
+        raise UsageError("give a script or a command after --, not both")
+    if args.command_argv is not None:
+        if not args.command_argv:
+            raise UsageError("nothing to run after --")
+        job = build_job(args, command=args.command_argv)
+    elif args.script:
+        text = _read_script(args.script)
+        from gpud.directives import DirectiveError, parse_directives, read_directives
+        source = "stdin" if args.script == "-" else args.script
+        try:
+            found = parse_directives(directive_parser(), read_directives(text, source), source)
+        except DirectiveError as exc:
+            raise UsageError(str(exc)) from None
+        name = None if args.script == "-" else os.path.basename(args.script)
+        job = build_job(merge(args, found), script=text, script_name=name)
+    else:
+        raise UsageError("nothing to run: give a batch script, or a command after -- "
+                         "(gpuctl submit -p PROJECT -- python train.py)")
+    from gpud.cli.common import client
+    answer = client().post("jobs", job)
+    _print_submitted(answer, args.parsable)
+    return 0
+
+
+def _read_script(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the script: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _submit_batch(jobs: list[dict], parsable: bool) -> int:
+    from gpud.cli.common import client
+    from gpud.client import ClientError
+    api = client()
+    ids: list[str] = []
+    for start in range(0, len(jobs), MAX_BATCH):
+        try:
+            answer = api.post("jobs/batch", {"jobs": jobs[start:start + MAX_BATCH]})
+        except ClientError as exc:
+            if ids:  # earlier batches were accepted: say which, so a rerun can skip them
+                _print_ids(ids, parsable)
+                print(f"gpuctl submit: {len(ids)} jobs were submitted before jobs {start}.. were refused",
+                      file=sys.stderr)
+            if getattr(exc, "index", None) is not None:
+                exc.args = (f"{exc} (entry {start + exc.index} of the file)",)
+            raise
+        ids.extend(str(i) for i in answer.get("ids", []))
+    _print_ids(ids, parsable)
+    return 0
+
+
+def _print_ids(ids: list[str], parsable: bool) -> None:
+    if parsable:
+        print("\n".join(ids))
+    elif len(ids) <= 10:
+        print(f"submitted {len(ids)} job{'s' if len(ids) != 1 else ''}: {' '.join(ids)}")
+    else:
+        print(f"submitted {len(ids)} jobs: {ids[0]} ... {ids[-1]}")
+
+
+def _print_submitted(answer: dict, parsable: bool) -> None:
+    ids = [str(i) for i in answer.get("ids", [])]
+    array_id = answer.get("array_id")
+    if parsable:
+        print(array_id if array_id is not None else "\n".join(ids))
+    elif array_id is not None:
+        span = f"{ids[0]} ... {ids[-1]}" if len(ids) > 3 else " ".join(ids)
+        print(f"submitted array job {array_id} ({len(ids)} jobs: {span})")
+    else:
+        print(f"submitted job {' '.join(ids)}")
+
+
+def _checked(convert):
+    def check(text: str):
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    check.__name__ = convert.__name__.strip("_")
+    return check
+
+
+def _number(text: str, integer: bool = False) -> float:
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise ValueError(f"not a{'n integer' if integer else ' number'}: {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text!r}")
+    return int(value) if value == int(value) else value
+
+
+@_checked
+def _gpus(text: str) -> float:
+    value = _number(text)
+    if value < 0 or (value > 1 and value != int(value)):
+        raise ValueError(f"bad GPU count {text!r}: use 0, a fraction below 1 such as 0.5, or a whole number")
+    return value
+
+
+@_checked
+def _positive_int(text: str) -> int:
+    value = _number(text, integer=True)
+    if value < 1:
+        raise ValueError(f"must be at least 1 (got {text})")
+    return value
+
+
+@_checked
+def _positive_number(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise ValueError(f"must be more than 0 (got {text})")
+    return value
+
+
+_size = _checked(parse_size_gib)
+_duration = _checked(parse_duration)
+
+
+@_checked
+def _priority(text: str) -> str | int:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+@_checked
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+@_checked
+def _env(text: str) -> tuple[str, str | None]:
+    key, sep, value = text.partition("=")
+    if not key or not (key[0].isalpha() or key[0] == "_") or not key.replace("_", "a").isalnum():
+        raise ValueError(f"bad variable name in {text!r}")
+    return key, (value if sep else None)
+
+
+@_checked
+def _array(text: str) -> str:
+    parse_array(text)
+    return text.strip()
+
+
+@_checked
+def _depends(text: str) -> list[str]:
+    out = []
+    for part in text.split(","):
+        kind, _, ids = part.partition(":")
+        if kind not in DEPENDENCY_KINDS or not ids or not all(ids.split(":")):
+            raise ValueError(f"bad dependency {part!r}: use afterok:ID, afterany:ID or afternotok:ID")
+        out.extend(f"{kind}:{job_id}" for job_id in ids.split(":"))
+    return out
+
+
+@_checked
+def _signal(text: str) -> str:
+    import signal
+    name = text.strip().upper()
+    if name.isdigit():
+        try:
+            return signal.Signals(int(name)).name[3:]
+        except ValueError:
+            raise ValueError(f"unknown signal number {text}") from None
+    name = name[3:] if name.startswith("SIG") else name
+    if not hasattr(signal, f"SIG{name}") or name in ("IGN", "DFL"):
+        raise ValueError(f"unknown signal {text!r} (TERM, INT, USR1, ...)")
+    return name

@@ -1,0 +1,291 @@
+"""A small HTTP client for the controller's REST API, on the standard library only.
+
+``gpuctl`` must start fast, so this module imports nothing heavy: no aiohttp,
+no gpud.core, not even http.client; ``socket`` is imported when the first request is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator, Mapping, NamedTuple
+from urllib.parse import quote, urlencode, urlsplit
+
+DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
+DEFAULT_TIMEOUT_S = 30.0
+STREAM_CHUNK = 64 * 1024
+
+EXIT_OK = 0
+EXIT_REFUSED = 1      # the controller answered 4xx
+EXIT_USAGE = 2        # the command line or an input file is wrong
+EXIT_UNREACHABLE = 3  # no answer, or the controller failed (5xx, not JSON)
+
+
+class ClientError(Exception):
+    """A request that did not succeed; ``exit_code`` is what gpuctl should exit with."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class Unreachable(ClientError):
+    """The controller could not be reached or did not answer."""
+
+    def __init__(self, url: str, why: str):
+        super().__init__(f"cannot reach the controller at {url} ({why}); is it running? set GPUD_URL")
+        self.url = url
+
+
+class ApiError(ClientError):
+    """The controller answered with an error status and its ``{"error": ...}`` message."""
+
+    def __init__(self, status: int, message: str, field: str | None = None, index: int | None = None):
+        where = "".join([f", field {field!r}" if field else "", f", job #{index}" if index is not None else ""])
+        hint = ""
+        if status == 401:
+            hint = "; set GPUD_TOKEN or 'token' in the client config"
+        text = f"{message} (HTTP {status}{where}){hint}" if status < 500 else \
+            f"the controller failed: {message} (HTTP {status})"
+        super().__init__(text)
+        self.status, self.message, self.field, self.index = status, message, field, index
+        self.exit_code = EXIT_REFUSED if 400 <= status < 500 else EXIT_UNREACHABLE
+
+
+class ConfigFileError(ClientError):
+    """The client config file exists but cannot be used."""
+
+    exit_code = EXIT_USAGE
+
+
+class Settings(NamedTuple):
+    """Where the controller is and the credential to show it."""
+
+    url: str
+    token: str | None
+
+
+def config_path(env: Mapping[str, str] = os.environ) -> str:
+    """The client config file: ``$XDG_CONFIG_HOME/gpud/client.toml``, default ``~/.config/gpud/client.toml``."""
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "gpud", "client.toml")
+
+
+def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
+    """The controller URL and token: ``GPUD_URL``/``GPUD_TOKEN`` win over the config file, which wins over defaults.
+
+    The config file holds ``url`` and ``token`` or ``token_file``; a config
+    file that is not valid TOML, or a token file that cannot be read, is a
+    ConfigFileError naming the file.
+    """
+    path = config_path(env)
+    config: dict[str, Any] = {}
+    if os.path.exists(path):
+        import tomllib  # only when there is a file to read
+        try:
+            with open(path, "rb") as f:
+                config = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigFileError(f"{path}: {exc}") from None
+    url = env.get("GPUD_URL") or config.get("url") or DEFAULT_URL
+    token = env.get("GPUD_TOKEN") or config.get("token")
+    if not token and config.get("token_file"):
+        token_file = os.path.expanduser(str(config["token_file"]))
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise ConfigFileError(f"{path}: token_file {token_file}: {exc.strerror or exc}") from None
+    return Settings(str(url).rstrip("/"), token or None)
+
+
+class Client:
+    """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S):
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
+        self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        self._parts = parts
+        self.token = token
+        self.timeout = timeout
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
+        """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file."""
+        settings = load_settings(env)
+        return cls(settings.url, settings.token)
+
+    def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
+        """GET ``/api/v1/<path>`` and return the parsed JSON answer."""
+        return self.request("GET", path, query=query)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        """POST a JSON body to ``/api/v1/<path>`` and return the parsed JSON answer."""
+        return self.request("POST", path, body=body)
+
+    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None) -> Any:
+        """Send one request and return the JSON answer; any failure is a ClientError with one clear line."""
+        response = self._open(method, path, query, body)
+        try:
+            data = self._read(response)
+        finally:
+            response.close()
+        try:
+            return json.loads(data) if data else None
+        except ValueError:
+            raise ApiError(502, "the answer is not JSON") from None
+
+    def stream(self, path: str, query: Mapping[str, Any] | None = None) -> Iterator[bytes]:
+        """GET ``/api/v1/<path>`` and yield the body's bytes as they arrive (for logs that follow a job)."""
+        response = self._open("GET", path, query, None, streaming=True)
+        try:
+            chunks = response.chunks()
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except (OSError, ValueError) as exc:
+                    raise Unreachable(self.url, _why(exc)) from None
+                if chunk is None:
+                    return
+                if chunk:
+                    yield chunk
+        finally:
+            response.close()
+
+    def _target(self, path: str, query: Mapping[str, Any] | None) -> str:
+        target = f"{self._parts.path.rstrip('/')}/api/v1/{path.lstrip('/')}"
+        pairs = {k: v for k, v in (query or {}).items() if v is not None and v is not False}
+        if pairs:
+            target += "?" + urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
+        return target
+
+    def _open(self, method: str, path: str, query, body, streaming: bool = False) -> "_Response":
+        headers = {"Accept": "application/json", "User-Agent": "gpuctl"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        payload = b""
+        if body is not None:
+            payload = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            response = _Response.send(self._parts, self.timeout, method, self._target(path, query), headers, payload)
+            if streaming:
+                response.sock.settimeout(None)  # a followed log may stay quiet for hours
+        except (OSError, ValueError) as exc:
+            raise Unreachable(self.url, _why(exc)) from None
+        if response.status >= 400:
+            try:
+                raise _api_error(response.status, self._read(response))
+            finally:
+                response.close()
+        return response
+
+    def _read(self, response: "_Response") -> bytes:
+        try:
+            return b"".join(response.chunks())
+        except (OSError, ValueError) as exc:
+            raise Unreachable(self.url, _why(exc)) from None
+
+
+class _Response:
+    """One HTTP/1.1 exchange on its own connection (``Connection: close``), read incrementally.
+
+    A plain socket rather than http.client: http.client pulls in the email
+    package, about 20 ms of every gpuctl call.
+    """
+
+    def __init__(self, sock, reader, status: int, headers: dict[str, str]):
+        self.sock, self._reader, self.status, self.headers = sock, reader, status, headers
+
+    @classmethod
+    def send(cls, parts, timeout: float, method: str, target: str, headers: dict[str, str],
+             payload: bytes) -> "_Response":
+        """Connect, send the request, and read the status line and headers; raises OSError or ValueError."""
+        import socket
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sock = socket.create_connection((parts.hostname, port), timeout=timeout)
+        try:
+            if parts.scheme == "https":
+                import ssl
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+            host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+            lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close",
+                     f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in headers.items())]
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
+            reader = sock.makefile("rb")
+            status_line = reader.readline(65537).decode("latin-1")
+            version, _, rest = status_line.partition(" ")
+            if not version.startswith("HTTP/") or not rest[:3].isdigit():
+                raise ValueError("the answer is not HTTP" if status_line else "the connection closed with no answer")
+            answer_headers = {}
+            while True:
+                line = reader.readline(65537).decode("latin-1").rstrip("\r\n")
+                if not line:
+                    break
+                key, _, value = line.partition(":")
+                answer_headers[key.strip().lower()] = value.strip()
+            return cls(sock, reader, int(rest[:3]), answer_headers)
+        except BaseException:
+            sock.close()
+            raise
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive, de-chunked; raises ValueError on a malformed body."""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = self._reader.readline(1026)
+                if not size_line:
+                    raise ValueError("the answer was cut short")
+                size = int(size_line.split(b";")[0].strip() or b"x", 16)
+                if size == 0:
+                    return
+                data = self._reader.read(size + 2)
+                if len(data) < size + 2:
+                    raise ValueError("the answer was cut short")
+                yield data[:size]
+        length = self.headers.get("content-length")
+        remaining = int(length) if length is not None else None
+        while remaining is None or remaining > 0:
+            data = self._reader.read1(STREAM_CHUNK if remaining is None else min(remaining, STREAM_CHUNK))
+            if not data:
+                if remaining:
+                    raise ValueError("the answer was cut short")
+                return
+            if remaining is not None:
+                remaining -= len(data)
+            yield data
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._reader.close()
+        self.sock.close()
+
+
+def job_path(job_id: str, *rest: str) -> str:
+    """The API path of a job (``jobs/42/why``), with the id escaped."""
+    return "/".join(["jobs", quote(str(job_id), safe=""), *rest])
+
+
+def _api_error(status: int, data: bytes) -> ApiError:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        index = doc.get("index")
+        return ApiError(status, doc["error"], doc.get("field"), index if isinstance(index, int) else None)
+    text = data.decode("utf-8", "replace").strip().splitlines()
+    return ApiError(status, text[0][:200] if text else "no message")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    import socket
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host: {exc.strerror}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__

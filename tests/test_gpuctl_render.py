@@ -1,0 +1,153 @@
+"""The tables and texts gpuctl prints for people, from API answers."""
+
+import time
+
+from gpud.cli import render
+from gpud.cli.job_cmd import describe, show_text, why_text
+from gpud.cli.nodes_cmd import nodes_text, pools_table
+from gpud.cli.projects_cmd import projects_table
+from gpud.cli.queue_cmd import history_table, queue_table
+
+NOW = time.mktime((2024, 5, 1, 12, 0, 0, 0, 0, -1))
+
+
+def job(**fields):
+    base = {"id": "42", "name": "train", "user": "alice", "project": "vision", "state": "PENDING",
+            "reason": "", "priority_class": "train", "priority": 50, "gpus": 1, "gpu_memory_gib": None,
+            "tasks": 1, "min_tasks": 1, "cpus": 1, "memory_gib": 1, "constraint": {}, "pool": None,
+            "workdir": "/home/alice", "command": ["python", "train.py"], "script": None, "env": {},
+            "time_limit_s": None, "array_id": None, "array_index": None, "array_limit": None, "depends": [],
+            "hold": False, "requeue": True, "stop_signal": "TERM", "output": "gpud-%j.out", "error": None,
+            "submitted": NOW - 100, "started": None, "ended": None, "restart_count": 0, "exit_code": None,
+            "term_signal": None, "nodes": [], "placements": [None], "gpu_hours": 0.0}
+    return {**base, **fields}
+
+
+def test_table_aligns_columns_and_trims_trailing_space():
+    assert render.table(["A", "LONG"], [["xx", None], ["y", 3]]) == "A   LONG\nxx\ny   3"
+
+
+def test_gpu_cells():
+    assert render.gpus(job(gpus=2)) == "2"
+    assert render.gpus(job(gpus=0.5)) == "0.5"
+    assert render.gpus(job(gpus=8, tasks=4)) == "4x8"
+    assert render.gpus(job(gpus=0, gpu_memory_gib=20)) == "20G"
+    assert render.gpus(job(gpus=0)) == "0"
+
+
+def test_node_exit_and_time_cells():
+    assert render.nodes(job(nodes=["n1", "n2", "n1"])) == "n1,n2"
+    assert render.nodes(job()) == "-"
+    assert render.exit_status(job(exit_code=0)) == "0"
+    assert render.exit_status(job(exit_code=None, term_signal=9)) == "signal 9"
+    assert render.exit_status(job()) == "-"
+    assert render.elapsed(job(started=NOW - 3723), NOW) == "1:02:03"
+    assert render.elapsed(job(started=NOW - 100, ended=NOW - 40), NOW) == "1:00"
+    assert render.elapsed(job(), NOW) == "0:00"
+    assert render.when(NOW - 60, NOW) == "11:59:00"
+    assert render.when(NOW - 86400 * 2, NOW) == "2024-04-29 12:00"
+    assert render.when(None) == "-"
+
+
+def test_queue_table():
+    text = queue_table([job(reason="over quota: 8 of 8 GPUs in use"),
+                        job(id="43", name="x" * 40, state="RUNNING", started=NOW - 65, nodes=["n3"], gpus=8,
+                            tasks=2)], NOW)
+    lines = text.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES", "REASON"]
+    assert lines[1].split()[:8] == ["42", "train", "alice", "vision", "PENDING", "0:00", "1", "-"]
+    assert lines[1].endswith("over quota: 8 of 8 GPUs in use")
+    assert lines[2].split() == ["43", "x" * 23 + "~", "alice", "vision", "RUNNING", "1:05", "2x8", "n3"]
+
+
+def test_history_table():
+    done = job(state="COMPLETED", started=NOW - 7200, ended=NOW - 3600, exit_code=0, nodes=["n1"],
+               gpu_hours=1.0)
+    killed = job(id="44", state="CANCELLED", started=NOW - 60, ended=NOW - 30, term_signal=15, gpu_hours=0.00833)
+    lines = history_table([done, killed], NOW).splitlines()
+    assert lines[0].split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES",
+                                "GPU-HOURS", "EXIT"]
+    assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", "10:00:00", "11:00:00", "1:00:00",
+                                "n1", "1", "0"]
+    assert lines[2].split()[-3:] == ["0.01", "signal", "15"]
+
+
+def test_show_text_lists_what_is_set_and_the_events():
+    text = show_text(job(state="RUNNING", started=NOW - 61, nodes=["n1"], tasks=2, min_tasks=1, gpus=4,
+                         constraint={"gpu": "h100"}, time_limit_s=5400, depends=["afterok:41"],
+                         placements=[{"node": "n1", "gpus": [0, 1, 2, 3], "share": 1.0}, None],
+                         events=[{"time": NOW - 61, "kind": "started", "message": "task 0 started",
+                                  "node": "n1"}]), NOW)
+    assert "Job:         42" in text
+    assert "GPUs:        2x4 (tasks x per task)" in text
+    assert "Tasks:       2 (at least 1)" in text
+    assert "Constraint:  gpu=h100" in text
+    assert "Time limit:  1:30:00" in text
+    assert "Depends:     afterok:41" in text
+    assert "Elapsed:     1:01" in text
+    assert "Exit:" not in text and "Held:" not in text
+    assert "Tasks:\n  TASK  NODE  GPUS     SHARE\n  0     n1    0,1,2,3  1\n  1     -     -        -" in text
+    assert "11:58:59  started: task 0 started (on n1)" in text
+
+
+def test_show_text_of_a_script_job():
+    text = show_text(job(command=None, script="#!/bin/sh\n#GPUD --gpus 1\nset -e\npython x.py\n"), NOW)
+    assert "Script:      set -e ..." in text
+
+
+def test_why_text():
+    text = why_text({"id": "42", "state": "PENDING", "reason": "over quota",
+                     "blockers": ["project vision: 8 GPUs allocated, quota 8", {"message": "fragmented", "free": 3}],
+                     "would_start": ["idle GPUs in the pool"]})
+    assert text == ("job 42 is PENDING: over quota\n\nBlocked by:\n  - project vision: 8 GPUs allocated, quota 8\n"
+                    "  - fragmented (free=3)\n\nIt would start if:\n  - idle GPUs in the pool")
+    assert why_text({"id": "7", "state": "RUNNING", "reason": "", "blockers": [], "would_start": []}) == \
+        "job 7 is RUNNING"
+
+
+def test_describe_odd_shapes():
+    assert describe({"free": 0.5, "nodes": ["a", "b"], "need": {"gpu": 2}}) == "free=0.5, nodes=a,b, need={gpu=2}"
+    assert describe(3) == "3"
+
+
+def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True):
+    return {"name": name, "pool": pool, "state": state, "reason": reason, "labels": {}, "cpus": 64,
+            "memory_gib": 512, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
+                                         "healthy": healthy or i > 0, "used": 0} for i in range(gpus)],
+            "gpus_used": used, "gpus_idle": gpus - used, "last_seen": NOW - 2}
+
+
+def test_nodes_text_shows_use_state_and_reason():
+    text = nodes_text([node("n1", used=2.5), node("n2", state="drained", reason="ECC errors", healthy=False)], NOW)
+    lines = text.splitlines()
+    assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "MEMORY", "SEEN",
+                                "REASON"]
+    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "64", "512G", "2s", "ago"]
+    assert lines[2].endswith("ECC errors; 1 GPU unhealthy")
+    assert "drained" in lines[2]
+
+
+def test_pools_table_totals_per_pool():
+    text = pools_table([node("a", used=8), node("b", state="down"), node("c", pool="h100", gpus=4, used=1)])
+    assert text.splitlines()[1:] == ["default  2      1   16    8     8     8", "h100     1      1   4     1     3     0"]
+
+
+def queue(name, kind="project", department="d1", pool="default", gpu=(4, 6.5, 4, 8), pending=2, running=1):
+    quota, fair, allocated, demand = gpu
+    res = lambda g: {"gpu": g, "cpu": None, "memory": 64}  # noqa: E731
+    return {"name": name, "kind": kind, "pool": pool, "department": department if kind == "project" else None,
+            "quota": res(quota), "fair_share": res(fair), "allocated": res(allocated), "demand": res(demand),
+            "pending_jobs": pending, "running_jobs": running}
+
+
+def test_projects_table_puts_projects_under_their_department():
+    text = projects_table([queue("p2"), queue("d1", kind="department", gpu=(8, 13, 8, 16)), queue("p1"),
+                           queue("solo", department="default")])
+    assert [line.split()[:3] for line in text.splitlines()] == [
+        ["POOL", "QUEUE", "KIND"], ["default", "d1", "department"], ["default", "p2", "project"],
+        ["default", "p1", "project"], ["default", "solo", "project"]]
+    assert "  p2" in text
+    assert text.splitlines()[2].split()[3:] == ["4", "6.5", "4", "8", "2", "1"]
+    cpu = projects_table([queue("p1")], "cpu").splitlines()[1].split()
+    assert cpu[3:7] == ["-", "-", "-", "-"]
+    assert projects_table([queue("p1")], "memory").splitlines()[1].split()[3:6] == ["64G", "64G", "64G"]
