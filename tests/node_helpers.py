@@ -54,18 +54,45 @@ def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
 
 
 def kill_everything(state_dir: str) -> None:
-    """SIGKILL every supervisor and task process group recorded in a node state directory."""
+    """SIGKILL every supervisor and task process group recorded in a node state directory.
+
+    Supervisors that have not recorded their pid yet are found by their
+    command line, which names their task directory.
+    """
     tasks_dir = Layout(str(state_dir)).tasks_dir
     if not os.path.isdir(tasks_dir):
         return
+    for pid in _supervisors_under(tasks_dir):
+        _kill(pid)
     for name in os.listdir(tasks_dir):
         state = read_state(os.path.join(tasks_dir, name))
         if state is None:
             continue
         if procs.same_process(state.supervisor_pid, state.supervisor_start):
-            os.kill(state.supervisor_pid, signal.SIGKILL)
+            _kill(state.supervisor_pid)
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             procs.signal_group(state.pid, signal.SIGKILL)
+
+
+def _supervisors_under(tasks_dir: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"gpud.node.supervisor" in argv and any(a.startswith(tasks_dir.encode() + b"/") for a in argv):
+                found.append(int(entry))
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def alive(pid: int) -> bool:

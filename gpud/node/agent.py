@@ -15,7 +15,7 @@ from gpud.gpu import GpuBackend
 from gpud.node.config import NodeConfig
 from gpud.node.link import ControllerLink
 from gpud.node.spec import SpecError, TaskKey
-from gpud.node.taskstate import Layout, TaskState
+from gpud.node.taskstate import STARTING, Layout, TaskState
 from gpud.node.tasks import TaskTable
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class NodeAgent:
                         event.detail)
             self.link.heartbeat_soon()
         for state in self.tasks.refresh():
+            if state.state == STARTING:
+                continue  # reported as started once the supervisor has the task's pid
             if await self.link.send({"type": "task", **state.report()}):
                 self.tasks.mark_reported([state])
 

@@ -1,0 +1,262 @@
+"""The node's WebSocket protocol against a small in-test controller on 127.0.0.1, in-process and as a daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gpud.gpu.fake import FakeBackend, fake_uuid, inject_fault
+from gpud.node.agent import NodeAgent
+from gpud.node.config import NodeConfig
+from node_helpers import alive, kill_everything, spec
+
+KEY = "test-cluster-key"
+
+
+class FakeController:
+    """Plays the controller's side of /api/v1/node/connect: answers register and records what nodes send."""
+
+    def __init__(self, key: str = KEY, heartbeat_s: float = 0.2) -> None:
+        self.key = key
+        self.heartbeat_s = heartbeat_s
+        self.messages: asyncio.Queue = asyncio.Queue()
+        self.ws: web.WebSocketResponse | None = None
+        self.refused = 0
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/node/connect", self._connect)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+        await self.runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _connect(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {self.key}":
+            self.refused += 1
+            return web.json_response({"error": "unknown cluster key"}, status=401)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.ws = ws
+        async for frame in ws:
+            message = json.loads(frame.data)
+            if message["type"] == "register":
+                await ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s})
+            await self.messages.put(message)
+        return ws
+
+    async def send(self, message: dict) -> None:
+        await self.ws.send_json(message)
+
+    async def next(self, kind: str, where=lambda m: True, timeout: float = 15.0) -> dict:
+        """The next message of type ``kind`` that satisfies ``where`` (earlier others are dropped)."""
+        async def find():
+            while True:
+                message = await self.messages.get()
+                if message["type"] == kind and where(message):
+                    return message
+        return await asyncio.wait_for(find(), timeout)
+
+
+def task_report(job: str, state: str):
+    def match(message: dict) -> bool:
+        return message["job"] == job and message["state"] == state
+    return match
+
+
+@pytest.fixture
+async def controller():
+    ctl = FakeController()
+    await ctl.start()
+    yield ctl
+    await ctl.stop()
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    path = tmp_path / "state"
+    yield path
+    kill_everything(str(path))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+async def agent(controller, state_dir):
+    config = NodeConfig(controller_url=controller.url, cluster_key=KEY, state_dir=str(state_dir), name="n1",
+                        pool="a100", labels={"rack": "r1"}, gpu_backend="fake", fake_gpus=2, poll_s=0.2,
+                        reconnect_max_s=0.5)
+    node = NodeAgent(config, FakeBackend("n1", 2, str(state_dir)))
+    await node.start()
+    yield node
+    await node.stop()
+
+
+async def test_register_reports_gpus_resources_and_labels(agent, controller):
+    register = await controller.next("register")
+    assert (register["node"], register["pool"], register["labels"]) == ("n1", "a100", {"rack": "r1"})
+    assert [g["uuid"] for g in register["gpus"]] == [fake_uuid("n1", 0), fake_uuid("n1", 1)]
+    assert register["gpus"][0] == {"index": 0, "uuid": fake_uuid("n1", 0), "model": "NVIDIA A100-SXM4-80GB",
+                                   "memory_gib": 80.0, "healthy": True}
+    assert register["cpus"] >= 1 and register["memory_gib"] > 0 and register["tasks"] == []
+    heartbeat = await controller.next("heartbeat")
+    assert heartbeat["tasks"] == [] and len(heartbeat["gpus"]) == 2
+
+
+async def test_start_report_exit_and_ack(agent, controller, workdir):
+    await controller.next("register")
+    order = {"type": "start", "job": "5", "task": 0, "attempt": 1,
+             "spec": spec(workdir, [sys.executable, "-c", "print('hi'); raise SystemExit(2)"],
+                          gpu_uuids=[fake_uuid("n1", 1)], gpu_indices=[1])}
+    await controller.send(order)
+    await controller.send(order)
+    exited = await controller.next("task", task_report("5", "exited"))
+    assert (exited["exit_code"], exited["term_signal"], exited["attempt"], exited["reason"]) == (2, None, 1, "")
+    heartbeat = await controller.next("heartbeat")
+    assert [(t["job"], t["state"]) for t in heartbeat["tasks"]] == [("5", "exited")]
+    await controller.send({"type": "read_log", "request": "r9", "job": "5", "task": 0, "attempt": 1,
+                           "path": str(workdir / "gpud-5.out"), "offset": 0, "limit": 100})
+    log = await controller.next("log")
+    assert (log["request"], log["data"], log["offset"], log["missing"]) == ("r9", "hi\n", 3, False)
+    await controller.send({"type": "ack", "job": "5", "task": 0, "attempt": 1})
+    await controller.next("heartbeat", lambda m: m["tasks"] == [])
+
+
+async def test_stop_order_uses_grace_then_sigkill(agent, controller, workdir):
+    await controller.next("register")
+    trap = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n")
+    await controller.send({"type": "start", "job": "6", "task": 0, "attempt": 0,
+                           "spec": spec(workdir, [sys.executable, "-c", trap])})
+    running = await controller.next("task", task_report("6", "running"))
+    assert running["pid"]
+    while "ready" not in (workdir / "gpud-6.out").read_text():
+        await asyncio.sleep(0.02)
+    await controller.send({"type": "stop", "job": "6", "task": 0, "attempt": 0, "reason": "preempted",
+                           "grace_s": 0.3})
+    exited = await controller.next("task", task_report("6", "exited"))
+    assert (exited["term_signal"], exited["reason"]) == (signal.SIGKILL, "stopped")
+    assert not alive(running["pid"])
+
+
+async def test_gpu_fault_is_reported_in_a_heartbeat(agent, controller, state_dir):
+    await controller.next("register")
+    inject_fault(str(state_dir), 1, "lost")
+    heartbeat = await controller.next("heartbeat", lambda m: not m["gpus"][1]["healthy"])
+    assert heartbeat["gpus"][0]["healthy"]
+
+
+async def test_node_reregisters_when_the_controller_comes_back(agent, controller):
+    await controller.next("register")
+    port = controller.port
+    await controller.stop()
+    back = FakeController()
+    await back.start(port)
+    try:
+        register = await back.next("register")
+        assert register["node"] == "n1"
+        await back.next("heartbeat")
+    finally:
+        await back.stop()
+
+
+async def test_a_wrong_cluster_key_is_refused_and_retried(controller, state_dir):
+    config = NodeConfig(controller_url=controller.url, cluster_key="wrong", state_dir=str(state_dir),
+                        name="n1", gpu_backend="fake", fake_gpus=1, reconnect_max_s=0.2)
+    node = NodeAgent(config, FakeBackend("n1", 1, str(state_dir)))
+    await node.start()
+    try:
+        for _ in range(200):
+            if controller.refused >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert controller.refused >= 2 and controller.messages.empty()
+    finally:
+        await node.stop()
+
+
+def start_daemon(controller: FakeController, state_dir, key_file) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "node", "--controller", controller.url,
+                             "--state-dir", str(state_dir), "--cluster-key-file", str(key_file),
+                             "--fake-gpus", "2", "--name", "d1", "--log-level", "warning"])
+
+
+def stop_daemon(daemon: subprocess.Popen) -> None:
+    if daemon.poll() is None:
+        os.kill(daemon.pid, signal.SIGKILL)
+    daemon.wait()
+
+
+async def test_task_survives_kill_9_of_the_daemon_and_is_readopted(controller, state_dir, workdir, tmp_path):
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY + "\n")
+    daemon = start_daemon(controller, state_dir, key_file)
+    try:
+        await controller.next("register")
+        wait = "import os, sys, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nsys.exit(5)\n"
+        await controller.send({"type": "start", "job": "40", "task": 0, "attempt": 0,
+                               "spec": spec(workdir, [sys.executable, "-c", wait])})
+        running = await controller.next("task", task_report("40", "running"))
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        assert alive(running["pid"])
+        daemon = start_daemon(controller, state_dir, key_file)
+        register = await controller.next("register")
+        assert [(t["job"], t["state"], t["pid"]) for t in register["tasks"]] == [("40", "running", running["pid"])]
+        (workdir / "go").write_text("")
+        exited = await controller.next("task", task_report("40", "exited"))
+        assert exited["exit_code"] == 5
+    finally:
+        stop_daemon(daemon)
+
+
+async def test_daemon_stops_on_sigterm_leaving_tasks_running(controller, state_dir, workdir, tmp_path):
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY)
+    daemon = start_daemon(controller, state_dir, key_file)
+    try:
+        await controller.next("register")
+        await controller.send({"type": "start", "job": "41", "task": 0, "attempt": 0,
+                               "spec": spec(workdir, ["sleep", "60"])})
+        running = await controller.next("task", task_report("41", "running"))
+        daemon.terminate()
+        assert await asyncio.to_thread(daemon.wait, 10) == 0
+        assert alive(running["pid"])
+    finally:
+        stop_daemon(daemon)
+
+
+def test_daemon_without_gpus_says_so(tmp_path):
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY)
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "node", "--controller",
+                             "http://127.0.0.1:9", "--state-dir", str(tmp_path / "s"), "--cluster-key-file",
+                             str(key_file)], capture_output=True, text=True, timeout=30)
+    if result.returncode == 0 or "found no GPU" not in result.stderr:
+        pytest.skip("this host has NVIDIA GPUs")
+    assert result.returncode == 1 and "--fake-gpus N" in result.stderr
