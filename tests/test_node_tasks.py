@@ -32,6 +32,7 @@ def table(tmp_path):
     table = TaskTable(Layout(str(state_dir)))
     table.adopt()
     yield table
+    table.launcher.close()
     kill_everything(str(state_dir))
 
 
@@ -238,12 +239,14 @@ def test_a_new_table_adopts_running_tasks_and_records_their_exit(tmp_path, workd
                                         "import os, time, sys\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
                                         "sys.exit(5)"]))
         pid = running(first, key).pid
+        first.launcher.close()
         del first
         second = TaskTable(Layout(state_dir))
         (adopted,) = second.adopt()
         assert adopted.key == key and adopted.pid == pid and adopted.state == "running"
         (workdir / "go").write_text("")
         assert run_to_end(second, key).exit_code == 5
+        second.launcher.close()
     finally:
         kill_everything(state_dir)
 
@@ -270,3 +273,16 @@ def test_read_log_from_an_offset(table, workdir):
     assert answer["data"] == "éllo wörld\n" and answer["offset"] == len("héllo wörld\n".encode())
     missing = table.read_log({"request": "r3", "path": str(workdir / "nope"), "offset": 0})
     assert missing["missing"] is True and missing["data"] == ""
+
+
+def test_supervisor_started_without_the_fork_server(tmp_path, workdir):
+    from gpud.node.launch import Launcher
+    layout = Layout(str(tmp_path / "state"))
+    table = TaskTable(layout, Launcher(layout, fork_server=False))
+    table.adopt()
+    try:
+        key = TaskKey("28", 0, 0)
+        table.start(key, spec(workdir, [sys.executable, "-c", "raise SystemExit(9)"]))
+        assert run_to_end(table, key).exit_code == 9
+    finally:
+        kill_everything(str(tmp_path / "state"))

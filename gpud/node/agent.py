@@ -70,6 +70,7 @@ class NodeAgent:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background = []
+        self.tasks.launcher.close()
         if self._transport is not None:
             self._transport.close()
             self._transport = None

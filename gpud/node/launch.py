@@ -16,6 +16,11 @@ from gpud.node.taskstate import (ORDER_FILE, STOP_FILE, Layout, TaskState, read_
                                  write_state)
 
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))
+FORK_START_S = 30.0  # how long a forked supervisor may take to record its pid before it is deemed lost
+
+
+def _supervisor_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
 
 
 class Launcher:
@@ -25,10 +30,13 @@ class Launcher:
     it reaps the supervisors it started, so none stays a zombie.
     """
 
-    def __init__(self, layout: Layout, python: str = sys.executable) -> None:
+    def __init__(self, layout: Layout, python: str = sys.executable, *, fork_server: bool = True) -> None:
         self.layout = layout
         self.python = python
+        self.fork_server = fork_server
         self._children: dict[TaskKey, subprocess.Popen] = {}
+        self._forked: dict[TaskKey, float] = {}
+        self._server: subprocess.Popen | None = None
 
     def launch(self, key: TaskKey, spec: TaskSpec) -> TaskState:
         """Write the task's order and first state into a fresh task directory and start its supervisor.
@@ -45,19 +53,53 @@ class Launcher:
         write_json(os.path.join(task_dir, ORDER_FILE), order)
         state = TaskState(key, started=time.time())
         write_state(task_dir, state)
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
-        with open(os.path.join(task_dir, "supervisor.log"), "ab") as log:
-            child = subprocess.Popen([self.python, "-m", "gpud.node.supervisor", task_dir], cwd="/", env=env,
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                     close_fds=True)
-        self._children[key] = child
+        if not self._fork(key, task_dir):
+            with open(os.path.join(task_dir, "supervisor.log"), "ab") as log:
+                self._children[key] = subprocess.Popen(
+                    [self.python, "-m", "gpud.node.supervisor", task_dir], cwd="/", env=_supervisor_env(),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
         return state
+
+    def _fork(self, key: TaskKey, task_dir: str) -> bool:
+        """Have the fork server start the supervisor; False when there is no working fork server."""
+        if not self.fork_server:
+            return False
+        server = self._server
+        if server is None or server.poll() is not None:
+            server = self._server = subprocess.Popen(
+                [self.python, "-m", "gpud.node.supervisor", "--fork-server"], cwd="/", env=_supervisor_env(),
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+        try:
+            server.stdin.write(task_dir.encode("utf-8", "surrogateescape") + b"\n")
+            server.stdin.flush()
+        except OSError:
+            self.close()
+            return False
+        self._forked[key] = time.monotonic()
+        return True
+
+    def close(self) -> None:
+        """Stop the fork server (supervisors it started keep running)."""
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                server.stdin.close()
+            except OSError:
+                pass
+            try:
+                server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
     def supervisor_alive(self, state: TaskState) -> bool:
         """True while the supervisor of the task is running (checked by pid and start time)."""
         child = self._children.get(state.key)
         if child is not None and child.poll() is None:
             return True
+        if state.supervisor_pid is None:
+            forked = self._forked.get(state.key)
+            return forked is not None and time.monotonic() - forked < FORK_START_S
         return procs.same_process(state.supervisor_pid, state.supervisor_start)
 
     def request_stop(self, state: TaskState, reason: str, grace_s: float | None,
@@ -84,8 +126,11 @@ class Launcher:
         for key, child in list(self._children.items()):
             if child.poll() is not None:
                 del self._children[key]
+        if self._server is not None:
+            self._server.poll()
 
     def forget(self, key: TaskKey) -> None:
         """Delete a finished task's directory (its output files in the workdir stay)."""
         self._children.pop(key, None)
+        self._forked.pop(key, None)
         shutil.rmtree(self.layout.task_dir(key), ignore_errors=True)

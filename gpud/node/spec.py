@@ -213,7 +213,7 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
         "GPUD_RESTART_COUNT": str(spec.restart_count),
         "GPUD_CHECKPOINT_DIR": checkpoint_dir,
     })
-    if spec.num_tasks > 1 or spec.master_addr:
+    if spec.num_tasks > 1:
         env.update({
             "MASTER_ADDR": spec.master_addr or "127.0.0.1",
             "MASTER_PORT": str(spec.master_port or 29500),

@@ -15,6 +15,7 @@ import pwd
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -145,7 +146,6 @@ class Supervisor:
 
     def start(self) -> None:
         """Start the task's process in its own session as the job's user; StartError if it cannot start."""
-        import subprocess
         who = resolve_user(self.spec.user)
         self._prepare_checkpoint_dir(who)
         argv = self._argv(who)
@@ -288,13 +288,57 @@ class Supervisor:
         return 0
 
 
+def _supervise_forked(task_dir: str) -> None:
+    """In a fork of the fork server: detach into a session of our own and supervise ``task_dir``; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(os.path.join(task_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        code = Supervisor(task_dir).run()
+    except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve_forks(stream) -> int:
+    """Fork server: for each task directory read from ``stream`` (one per line), fork a detached supervisor.
+
+    Forking this small, already-initialised process costs far less than
+    starting a Python interpreter per task. Returns at end of input, which
+    comes when the daemon that feeds it goes away.
+    """
+    for line in stream:
+        task_dir = line.decode("utf-8", "surrogateescape").rstrip("\n")
+        if not task_dir:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _supervise_forked(task_dir)
+        os.waitpid(pid, 0)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: supervise the task whose directory is the one argument."""
+    """Entry point: supervise the task whose directory is the one argument, or ``--fork-server``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m gpud.node.supervisor TASK_DIR", file=sys.stderr)
+        print("usage: python -m gpud.node.supervisor TASK_DIR | --fork-server", file=sys.stderr)
         return 2
     os.umask(0o022)
+    if args[0] == "--fork-server":
+        return serve_forks(sys.stdin.buffer)
     return Supervisor(args[0]).run()
 
 

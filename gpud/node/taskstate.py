@@ -16,14 +16,16 @@ SOCKET_NAME = "node.sock"
 
 
 def write_json(path: str, data: Any, mode: int = 0o600) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
+    """Write ``data`` as JSON to ``path`` atomically (temporary file, then rename).
+
+    No fsync: the file must survive the death of a process, which the page
+    cache ensures; after a host crash the tasks are gone with it anyway.
+    """
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
