@@ -250,7 +250,7 @@ def test_cancel_goes_on_past_a_refusal(api, capsys):
     assert main(["cancel", "1", "2", "3"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "cancelled 1\ncancelled 3_0 3_1\n"
-    assert captured.err == "gpuctl: 2: no route /api/v1/jobs/2/cancel (HTTP 404)\n"
+    assert captured.err == "gpuctl cancel: job 2: no route /api/v1/jobs/2/cancel (HTTP 404)\n"
 
 
 def test_history_sends_since_as_unix_time(api, capsys):

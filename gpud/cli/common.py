@@ -65,7 +65,7 @@ def print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False))
 
 
-def for_each(ids: list[str], action: Callable[[str], Any]) -> int:
+def for_each(verb: str, ids: list[str], action: Callable[[str], Any]) -> int:
     """Run ``action`` on every id, go on past failures (each printed), return the worst exit status."""
     from gpud.client import ClientError
     status = EXIT_OK
@@ -75,6 +75,6 @@ def for_each(ids: list[str], action: Callable[[str], Any]) -> int:
         except ClientError as exc:
             if exc.exit_code == EXIT_UNREACHABLE:
                 raise  # the next ids would fail the same way
-            print(f"gpuctl: {job_id}: {exc}", file=sys.stderr)
+            print(f"gpuctl {verb}: job {job_id}: {exc}", file=sys.stderr)
             status = max(status, exc.exit_code)
     return status

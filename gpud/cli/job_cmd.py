@@ -63,7 +63,7 @@ def _action(verb: str, done: str):
             answer = api.post(job_path(job_id, verb)) or {}
             ids = [str(i) for i in answer.get("ids", [])] or [job_id]
             print(f"{done} {' '.join(ids)}")
-        return for_each(args.jobs, act)
+        return for_each(verb, args.jobs, act)
     run.__doc__ = f"{verb.capitalize()} every job named; returns 1 if the controller refused any."
     return run
 
