@@ -307,6 +307,24 @@ def test_simulate_from_the_controller_adds_the_files_jobs(api, tmp_path, capsys)
     assert [j["job"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ["live"]
 
 
+def test_simulate_from_the_controller_queues_the_files_jobs_behind_the_live_ones(api, tmp_path, capsys):
+    state = {"now": 1000.0, "policy": {"projects": [{"name": "p1", "gpu_quota": 4}]},
+             "nodes": [{"name": "n1", "gpus": 2}],
+             "jobs": [{"name": "waiting", "project": "p1", "gpus": 2, "submitted": 500}]}
+    api.routes["GET /api/v1/state"] = (200, state, {})
+    (tmp_path / "extra.toml").write_text('[[jobs]]\nname = "new"\nproject = "p1"\ngpus = 2\n\n'
+                                         '[expect]\nrunning = ["waiting"]\npending = ["new"]\n')
+    assert main(["simulate", "--from-controller", "extra.toml"]) == 0, capsys.readouterr()
+
+
+def test_simulate_from_the_controller_names_a_clash(api, tmp_path, capsys):
+    api.routes["GET /api/v1/state"] = (200, {"nodes": [{"name": "n1", "gpus": 2}], "jobs": []}, {})
+    (tmp_path / "extra.toml").write_text('[[nodes]]\nname = "n1"\ngpus = 1\n')
+    assert main(["simulate", "--from-controller", "extra.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "controller state + extra.toml" in err and "n1" in err
+
+
 def test_simulate_needs_a_file_or_the_controller(capsys):
     assert main(["simulate"]) == 2
     assert "give a scenario file, or --from-controller" in capsys.readouterr().err

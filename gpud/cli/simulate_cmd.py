@@ -24,7 +24,8 @@ fair share, and why each pending job waits.
 
 With --from-controller, start from the live cluster instead: the
 controller's current policy, nodes and jobs (admins only), plus the file's
-extra [[jobs]] (and [[nodes]]) to see what would happen to them; a [policy]
+extra [[jobs]] (submitted now unless they say when) and [[nodes]] to see
+what would happen to them; a [policy]
 table in the file replaces the live policy, to try a change before making it.
 
 Exit status: 0 when the scenario's [expect] table holds (or it has none),
@@ -110,16 +111,21 @@ def fetch_state() -> dict:
 def merge_state(state: dict, path: str | None) -> tuple[dict, str]:
     """The live state plus a scenario file's extras, as one scenario document, and its name for messages.
 
-    The file's [[jobs]] and [[nodes]] are added to the live ones; its [policy]
-    replaces the live policy; its other keys (cycles, expect, ...) are used
-    as they are. A live entry and a file entry with the same name are
-    refused by the scenario reader, naming the key.
+    The file's [[jobs]] and [[nodes]] are added to the live ones, its jobs
+    submitted at the live clock unless they say otherwise (so they queue
+    behind the live jobs, as a new submission would); its [policy] replaces
+    the live policy; its other keys (cycles, expect, ...) are used as they
+    are. A live entry and a file entry with the same name are refused by the
+    scenario reader, naming the key.
     """
     data = {key: value for key, value in state.items() if key in (*STATE_KEYS, "now")}
     if path is None:
         return data, "controller state"
     from gpud.tomlcheck import read_toml
     extra, source = read_toml(path)
+    if "now" in data and isinstance(extra.get("jobs"), list):
+        extra["jobs"] = [{"submitted": data["now"], **job} if isinstance(job, dict) else job
+                         for job in extra["jobs"]]
     for key, value in extra.items():
         if key in ("jobs", "nodes") and isinstance(value, list):
             data[key] = list(data.get(key, [])) + value
