@@ -89,6 +89,7 @@ class Policy:
     over_quota_weights: bool = True
     priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     min_runtime_s: float = 300.0
+    grace_period_s: float = 30.0
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"
     cpu_placement: str = "binpack"

@@ -23,7 +23,7 @@ class _AnyName(frozenset):
 
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
-POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime",
+POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
@@ -83,6 +83,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         over_quota_weights=top.boolean("over_quota_weights", True),
         priority_classes=_priority_classes(top),
         min_runtime_s=top.number("min_runtime", 300.0, lo=0),
+        grace_period_s=top.number("grace_period", 30.0, lo=0),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,
         cpu_placement=cpu_placement,

@@ -1,0 +1,50 @@
+"""``gpud controller``: run the controller daemon."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+EPILOG = """examples:
+  gpud controller --config /etc/gpud/controller.toml
+  gpud controller --listen 127.0.0.1:6830 --state-dir ./state --policy etc/gpud/policy.toml
+
+On its first start the controller writes an admin token to admin.token and a
+cluster key to cluster.key in its state directory (mode 0600) and says where.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``gpud controller``."""
+    parser = subparsers.add_parser(
+        "controller", help="run the controller daemon", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the controller: the API for gpuctl and node daemons, the durable job store, "
+                    "and the scheduling loop.")
+    parser.add_argument("--config", metavar="FILE", help="controller.toml (default: built-in defaults)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (overrides the file)")
+    parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
+    parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the configuration and serve until SIGINT or SIGTERM; exit 2 on a bad configuration."""
+    from aiohttp import web
+
+    from gpud.controller.app import make_app
+    from gpud.controller.config import load_config
+    from gpud.errors import ConfigError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy)
+        app = make_app(config)
+    except ConfigError as exc:
+        print(f"gpud controller: {exc}", file=sys.stderr)
+        return 2
+    print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
+    web.run_app(app, host=config.host, port=config.port, print=None, access_log=None)
+    return 0

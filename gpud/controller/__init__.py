@@ -1,0 +1,1 @@
+"""The controller daemon: the one source of truth for jobs, nodes and policy, around the scheduling core."""

@@ -1,0 +1,115 @@
+"""The controller's aiohttp application: the app factory, authentication, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from gpud import __version__
+from gpud.controller import api, metrics_view
+from gpud.controller.config import ControllerConfig
+from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.node_link import node_connect
+from gpud.controller.auth import Principal
+from gpud.controller.service import Controller
+from gpud.controller.state_view import live_state
+
+log = logging.getLogger("gpud.controller")
+OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+NODE_PATH = "/api/v1/node/connect"
+MAX_BODY = 64 * 1024 * 1024
+
+
+def error(status: int, message: str) -> web.Response:
+    """A JSON error answer."""
+    return web.Response(text=json.dumps({"error": message}), status=status, content_type="application/json")
+
+
+@web.middleware
+async def guard(request: web.Request, handler) -> web.StreamResponse:
+    """Authenticate, time the request, and turn anything unexpected into a JSON 500 (logged, never leaked)."""
+    began = time.perf_counter()
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unknown"
+    ctrl = request.app[CONTROLLER]
+    try:
+        if request.path not in OPEN_PATHS:
+            header = request.headers.get("Authorization")
+            if request.path == NODE_PATH:
+                if not ctrl.auth.node(header):
+                    return error(401, "nodes must present the cluster key: Authorization: Bearer <key>")
+                request[PRINCIPAL] = Principal("node", node=True)
+            else:
+                principal = ctrl.auth.user(header)
+                if principal is None:
+                    return error(401, "missing or unknown token: set GPUD_TOKEN (or ask an admin for one "
+                                      "with gpuctl token create)" if not header else "unknown token")
+                request[PRINCIPAL] = principal
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json":
+            raise
+        if exc.status == 404:
+            return error(404, f"no such endpoint: {request.method} {request.path} (see docs/api.md)")
+        if exc.status == 405:
+            return error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
+        return error(exc.status, exc.reason)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("internal error on %s %s", request.method, request.path)
+        return error(500, "internal error; the controller logged the details")
+    finally:
+        ctrl.api_seconds.observe(time.perf_counter() - began, route)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    ctrl = request.app[CONTROLLER]
+    return web.json_response({"ok": True, "version": __version__, "jobs": len(ctrl.cluster.jobs),
+                              "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    text = metrics_view.render(request.app[CONTROLLER])
+    return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type": "text/plain; version=0.0.4"})
+
+
+async def state(request: web.Request) -> web.Response:
+    api.require_admin(request[PRINCIPAL])
+    return web.json_response(live_state(request.app[CONTROLLER]))
+
+
+def make_app(config: ControllerConfig) -> web.Application:
+    """The controller application; its store, loops and links start and stop with it."""
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    app[CONTROLLER] = Controller(config)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get(NODE_PATH, node_connect)
+    app.router.add_get("/api/v1/state", state)
+    api.add_routes(app)
+    app.cleanup_ctx.append(_running)
+    return app
+
+
+async def _running(app: web.Application) -> AsyncIterator[None]:
+    ctrl = app[CONTROLLER]
+    await ctrl.open()
+    loops = [asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"),
+             asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch")]
+    ctrl.kick.set()
+    yield
+    for task in loops:
+        task.cancel()
+    for task in loops:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for link in list(ctrl.links.values()):
+        await link.close()
+    await ctrl.close()

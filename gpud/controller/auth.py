@@ -1,0 +1,80 @@
+"""Who is calling: user tokens (stored hashed) for people, one cluster key for nodes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: a user (maybe an admin) or a node."""
+
+    user: str
+    admin: bool = False
+    node: bool = False
+
+
+def digest(token: str) -> str:
+    """The SHA-256 of a token, as stored (the token itself is never kept)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, URL-safe)."""
+    return "gpud_" + secrets.token_urlsafe(32)
+
+
+class Auth:
+    """Checks bearer credentials against the known token hashes and the cluster key."""
+
+    def __init__(self, tokens: dict[str, tuple[str, bool]], cluster_key: str) -> None:
+        self.tokens = dict(tokens)
+        self.cluster_key = cluster_key
+
+    def user(self, header: str | None) -> Principal | None:
+        """The user a bearer token belongs to, or None."""
+        token = _bearer(header)
+        if token is None:
+            return None
+        found = self.tokens.get(digest(token))
+        return Principal(found[0], found[1]) if found else None
+
+    def node(self, header: str | None) -> bool:
+        """True when the header carries the cluster key."""
+        token = _bearer(header)
+        return token is not None and hmac.compare_digest(token.encode(), self.cluster_key.encode())
+
+    def add(self, token_digest: str, user: str, admin: bool) -> None:
+        """Know one more token (already stored)."""
+        self.tokens[token_digest] = (user, admin)
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def read_or_create_secret(path: str, make: callable) -> tuple[str, bool]:
+    """The secret in ``path`` (stripped), or a new one written there with mode 0600; True when created."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value, False
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    value = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+    os.chmod(path, 0o600)
+    return value, True

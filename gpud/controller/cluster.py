@@ -1,0 +1,558 @@
+"""The controller's state machine: jobs, their tasks on nodes, and the scheduler's plans carried out.
+
+Everything here runs on the event loop thread and does no I/O: changes are
+marked on the persister, orders for nodes pile up in ``orders``, and the
+caller flushes the one and delivers the other (``Controller.commit``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+from gpud.controller.core_sync import CoreSync
+from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
+from gpud.controller.orders import start_order, stop_order
+from gpud.controller.persist import Persister
+from gpud.jobs import Job, TaskRun, gpus_of
+from gpud.lifecycle import (CANCELLED, COMPLETED, FAILED, NODE_FAIL, PENDING, PREEMPTED, RUNNING, TIMEOUT,
+                            is_finished)
+from gpud.model import Plan
+from gpud.policy import Policy
+from gpud.store import Event
+from gpud.submission import Submission
+
+log = logging.getLogger("gpud.controller")
+RESEND_START_AFTER_S = 5.0
+
+
+class Cluster:
+    """Jobs, nodes and the scheduler's view of them, kept consistent; see the module docstring."""
+
+    def __init__(self, policy: Policy, pm: Any, persister: Persister,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.policy = policy
+        self.core = CoreSync(policy, pm)
+        self.persist = persister
+        self.clock = clock
+        self.jobs: dict[str, Job] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.arrays: dict[str, list[str]] = {}
+        self.dependents: dict[str, set[str]] = defaultdict(set)
+        self.next_seq = 1
+        self.orders: dict[str, list[dict]] = defaultdict(list)
+        self.connected: set[str] = set()
+        self.wanted: dict[str, dict[str, tuple[str, int]]] = defaultdict(dict)
+        self.unsent: dict[str, dict[str, float]] = defaultdict(dict)
+        self.sent_at: dict[str, float] = {}
+        self.last_plan: Plan | None = None
+        self.evictions_by_rule: dict[str, int] = defaultdict(int)
+        self.finished_by_state: dict[str, int] = defaultdict(int)
+        self.wake: Callable[[], None] = lambda: None
+
+    # ----------------------------------------------------------------- loading
+
+    def restore(self, jobs: Iterable[Job], nodes: Iterable[NodeRecord], next_seq: int) -> None:
+        """Take back what the store held after a restart: nodes wait to re-register, jobs resume."""
+        now = self.clock()
+        for node in nodes:
+            node.last_seen = now
+            self.nodes[node.name] = node
+        for job in jobs:
+            self._add(job)
+            for task, run in enumerate(job.runs):
+                if run.placement is not None:
+                    key = incarnation_key(job.id, task, run.attempt)
+                    self.wanted[run.placement.node][key] = (job.id, task)
+                    if run.state == "starting":
+                        self.unsent[run.placement.node][key] = now
+        self.next_seq = next_seq
+        for job in list(self.jobs.values()):
+            self._sync_core(job)
+
+    # ------------------------------------------------------------------- jobs
+
+    def submit(self, submissions: list[Submission], finished_states: dict[str, str]) -> list[str]:
+        """Accept checked jobs (arrays expanded); returns their ids. Durable after the next flush."""
+        now = self.clock()
+        ids: list[str] = []
+        added: list[Job] = []
+        for submission in submissions:
+            seq = self.next_seq
+            self.next_seq += 1
+            template = submission.job
+            if submission.array_indices is None:
+                added.append(self._new_job(template, str(seq), seq, now))
+                continue
+            array_id = str(seq)
+            self.arrays[array_id] = []
+            for index in submission.array_indices:
+                job = self._new_job(template, f"{seq}_{index}", seq, now)
+                job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
+                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
+                added.append(job)
+        self.persist.meta("next_seq", str(self.next_seq))
+        for job in added:
+            job.depends = [dep for original in job.depends for dep in self._expand_dependency(original)]
+            self._add(job)
+            for dep in job.depends:
+                if dep.job not in self.jobs:
+                    dep.met = _dependency_met(dep.kind, finished_states.get(dep.job, FAILED))
+            self.persist.job(job)
+            self._event("submitted", f"submitted by {job.user} to project {job.project}", job=job.id)
+            ids.append(job.id)
+        for job in added:
+            self._sync_core(job)
+        self.wake()
+        return ids
+
+    def unknown_dependencies(self, targets: Iterable[str]) -> list[str]:
+        """The dependency targets that are neither active jobs nor arrays (the store may know them)."""
+        return [t for t in targets if t not in self.jobs and t not in self.arrays]
+
+    def select(self, job_id: str) -> list[Job]:
+        """The active job with this id, or every active element of the array with this id."""
+        if job_id in self.jobs:
+            return [self.jobs[job_id]]
+        return [self.jobs[i] for i in self.arrays.get(job_id, ()) if i in self.jobs]
+
+    def cancel(self, job: Job, by: str) -> None:
+        """Cancel a pending or running job; its tasks are stopped with the policy's grace period."""
+        self._finish(job, CANCELLED, f"cancelled by {by}", stop_reason="cancelled")
+        self.wake()
+
+    def hold(self, job: Job, by: str) -> bool:
+        """Hold a pending job (it stays PENDING and is not scheduled); False when it is not pending."""
+        if job.state != PENDING or job.hold:
+            return False
+        job.hold = True
+        self._event("held", f"held by {by}", job=job.id)
+        self._sync_core(job)
+        self.persist.job(job)
+        return True
+
+    def release(self, job: Job, by: str) -> bool:
+        """Release a held job; False when it was not held."""
+        if not job.hold:
+            return False
+        job.hold = False
+        self._event("released", f"released by {by}", job=job.id)
+        self._sync_core(job)
+        self.persist.job(job)
+        self.wake()
+        return True
+
+    def reason_of(self, job: Job) -> str:
+        """Why the job waits (or how it ended), with numbers where the scheduler gave them."""
+        if job.state != PENDING:
+            return job.reason
+        blocked = self._blocked_reason(job)
+        if blocked:
+            return blocked
+        if job.id in self.core.in_core and self.last_plan is not None and not self.core.rebuild_needed:
+            reason = self.last_plan.pending_reasons.get(job.id)
+            if reason:
+                return reason
+        return job.reason or "waiting for the next scheduling cycle"
+
+    # ------------------------------------------------------------------ plans
+
+    def apply_plan(self, plan: Plan, skip: set[str]) -> None:
+        """Carry out a cycle's plan: evictions first (tasks stopped or moved), then binds (orders to start)."""
+        self.last_plan = plan
+        now = self.clock()
+        evicted: dict[str, Any] = {}
+        for eviction in plan.evictions:
+            job = self.jobs.get(eviction.job)
+            if job is None or job.id in skip or job.state != RUNNING:
+                continue
+            self.evictions_by_rule[eviction.rule or "other"] += 1
+            verb = "moved" if eviction.moved else "preempted"
+            for task in eviction.tasks:
+                self._stop_run(job, task, "preempted")
+            self._event(verb, f"tasks {','.join(map(str, eviction.tasks))} {verb} ({eviction.rule}): "
+                              f"{eviction.reason}", job=job.id)
+            if eviction.moved:
+                job.restart_count += 1
+            evicted[job.id] = eviction
+            self.persist.job(job)
+        for job_id, eviction in evicted.items():
+            job = self.jobs[job_id]
+            if not any(run.placement is not None for run in job.runs) and not eviction.moved:
+                self._preempted(job, eviction.reason)
+        binds: dict[str, list] = defaultdict(list)
+        for bind in plan.binds:
+            if bind.job not in skip and bind.job in self.jobs:
+                binds[bind.job].append(bind)
+        for job_id, job_binds in binds.items():
+            self._bind(self.jobs[job_id], job_binds, now)
+        for node in {b.placement.node for bs in binds.values() for b in bs}:
+            self._send_starts(node)
+
+    def _bind(self, job: Job, binds: list, now: float) -> None:
+        if job.state == PENDING:
+            job.move_to(RUNNING)
+            job.started, job.reason = now, ""
+            nodes = sorted({b.placement.node for b in binds})
+            self._event("started", f"started on {','.join(nodes)}", job=job.id)
+        for bind in binds:
+            run = job.runs[bind.task]
+            run.placement, run.attempt, run.state, run.pid = bind.placement, job.launches, "starting", None
+            run.exit_code = run.term_signal = None
+            run.since = now
+            job.launches += 1
+            if len(job.hosts) < job.tasks:
+                job.hosts.extend([""] * (job.tasks - len(job.hosts)))
+            job.hosts[bind.task] = bind.placement.node
+            key = incarnation_key(job.id, bind.task, run.attempt)
+            self.wanted[bind.placement.node][key] = (job.id, bind.task)
+            self.unsent[bind.placement.node][key] = 0.0
+        self.persist.job(job)
+
+    def _preempted(self, job: Job, reason: str) -> None:
+        if job.requeue:
+            job.move_to(PENDING)
+            job.restart_count += 1
+            job.reason = f"requeued after preemption: {reason}"
+            self._event("requeued", f"requeued (restart {job.restart_count})", job=job.id)
+            self.persist.job(job)
+        else:
+            self._finish(job, PREEMPTED, f"preempted: {reason}", stop_reason="preempted")
+
+    # --------------------------------------------------------- node messages
+
+    def register(self, node: NodeRecord, tasks: list[dict]) -> None:
+        """A node (re)registered with its inventory and its tasks: reconcile both ways."""
+        now = self.clock()
+        known = self.nodes.get(node.name)
+        if known is not None:
+            node.drain, node.reason, node.stopping = known.drain, known.reason, known.stopping
+        node.state, node.last_seen, node.registered = UP, now, now
+        if known is None or known.inventory() != node.inventory():
+            self.core.rebuild()
+        self.nodes[node.name] = node
+        self.connected.add(node.name)
+        self._event("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.reconcile(node.name, tasks, fresh=True)
+        self.wake()
+
+    def heartbeat(self, name: str, gpus: list | None, tasks: list[dict]) -> None:
+        """A node is alive: note it, take its GPU health, and reconcile its task list."""
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        node.last_seen = self.clock()
+        if gpus is not None and gpus != node.gpus:
+            node.gpus = gpus
+            self.core.rebuild()
+            self.persist.node(name, node.to_json)
+            self.wake()
+        self.reconcile(name, tasks, fresh=False)
+
+    def reconcile(self, name: str, tasks: list[dict], *, fresh: bool) -> None:
+        """Make the node's tasks what the controller wants: report each, repair what is missing."""
+        node = self.nodes[name]
+        now = self.clock()
+        reported = set()
+        for report in tasks:
+            reported.add(incarnation_key(str(report.get("job")), int(report.get("task", -1)),
+                                         int(report.get("attempt", -1))))
+            self.task_report(name, report)
+        for key in [k for k in node.stopping if k not in reported]:
+            del node.stopping[key]
+            self.persist.node(name, node.to_json)
+        for key, (job_id, task) in list(self.wanted[name].items()):
+            if key in reported or key in self.unsent[name]:
+                continue
+            job = self.jobs[job_id]
+            run = job.runs[task]
+            if run.state == "running":
+                self._lost(job, f"node {name} no longer runs task {task}")
+            elif fresh or now - self.sent_at.get(key, 0.0) > RESEND_START_AFTER_S:
+                self.unsent[name][key] = now
+        self._send_starts(name)
+
+    def task_report(self, name: str, report: dict) -> None:
+        """One task's state from its node: running, or exited with its code."""
+        try:
+            job_id, task, attempt = str(report["job"]), int(report["task"]), int(report["attempt"])
+            state = report["state"]
+        except (KeyError, TypeError, ValueError):
+            log.warning("node %s sent a malformed task report: %r", name, report)
+            return
+        key = incarnation_key(job_id, task, attempt)
+        node = self.nodes[name]
+        exited = state == "exited"
+        if key in node.stopping:
+            if exited:
+                del node.stopping[key]
+                self.persist.node(name, node.to_json)
+                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+                self._send_starts(name)
+            return
+        job = self.jobs.get(job_id)
+        run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
+        if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
+            if exited:
+                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+            else:
+                node.stopping[key] = []
+                self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s))
+            return
+        if run.state == "exited":
+            self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+            return
+        if not exited:
+            if run.state != "running" or run.pid != report.get("pid"):
+                run.state, run.pid = "running", report.get("pid")
+                self.unsent[name].pop(key, None)
+                self.persist.job(job)
+            return
+        run.state, run.exit_code, run.term_signal = "exited", report.get("exit_code"), report.get("term_signal")
+        run.reason = str(report.get("reason") or "")
+        self.wanted[name].pop(key, None)
+        self.unsent[name].pop(key, None)
+        self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+        self._task_exited(job, task, run)
+
+    def _task_exited(self, job: Job, task: int, run: TaskRun) -> None:
+        self.persist.job(job)
+        self._account(job, run)
+        detail = _exit_text(run)
+        if run.reason == "timeout":
+            self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run)
+        elif run.reason.startswith("failed to start"):
+            self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run)
+        elif run.exit_code != 0 or run.term_signal:
+            self._finish(job, FAILED, f"task {task} {detail}", exit_from=run)
+        elif all(r.state == "exited" for r in job.runs if r.placement is not None):
+            self._finish(job, COMPLETED, "", exit_from=run)
+        else:
+            self._event("task exited", f"task {task} {detail}", job=job.id)
+
+    def disconnected(self, name: str) -> None:
+        """The node's connection closed; it is marked down only when the timeout passes."""
+        self.connected.discard(name)
+
+    def check_nodes(self, timeout_s: float) -> None:
+        """Mark nodes silent for ``timeout_s`` down; their jobs are requeued or failed, whole gangs together."""
+        now = self.clock()
+        for node in self.nodes.values():
+            if node.state != DOWN and now - node.last_seen > timeout_s:
+                self._node_down(node, f"no heartbeat for {now - node.last_seen:.0f} s")
+
+    def check_time_limits(self) -> None:
+        """Stop jobs past their time limit whose node did not (a backstop: nodes enforce limits themselves)."""
+        now = self.clock()
+        slack = self.policy.grace_period_s + 30.0
+        for job in list(self.jobs.values()):
+            if (job.state == RUNNING and job.time_limit_s is not None and job.started is not None
+                    and now - job.started > job.time_limit_s + slack):
+                self._finish(job, TIMEOUT, "reached the time limit", stop_reason="timeout")
+
+    def _node_down(self, node: NodeRecord, reason: str) -> None:
+        node.state, node.reason = DOWN, reason
+        self.connected.discard(node.name)
+        self._event("node down", reason, node=node.name)
+        for job_id in {job_id for job_id, _ in self.wanted[node.name].values()}:
+            job = self.jobs.get(job_id)
+            if job is not None:
+                self._lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
+        self.wanted.pop(node.name, None)
+        self.unsent.pop(node.name, None)
+        node.stopping.clear()
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+        self.wake()
+
+    def _lost(self, job: Job, reason: str, dead_node: str | None = None) -> None:
+        """A job lost tasks to a node: requeue it whole (preemptible, requeue on) or end it NODE_FAIL."""
+        if job.priority < 100 and job.requeue:
+            for task in range(job.tasks):
+                self._stop_run(job, task, "node failure", dead_node=dead_node)
+            job.move_to(PENDING)
+            job.restart_count += 1
+            job.reason = f"requeued: {reason}"
+            self._event("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
+            self.persist.job(job)
+            self.core.reset(job.spec())
+            self.wake()
+        else:
+            self._finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
+
+    # ---------------------------------------------------------------- drains
+
+    def drain(self, node: NodeRecord, reason: str, by: str) -> None:
+        """No new work on the node; running jobs finish."""
+        node.drain, node.reason = True, reason
+        self._event("drained", f"drained by {by}: {reason}", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+
+    def resume(self, node: NodeRecord, by: str) -> None:
+        """The node takes work again."""
+        node.drain, node.reason = False, ""
+        self._event("resumed", f"resumed by {by}", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+        self.wake()
+
+    def set_policy(self, policy: Policy, pm: Any) -> None:
+        """Use a new policy from the next cycle on."""
+        self.policy = policy
+        self.core.rebuild(policy, pm)
+        self.wake()
+
+    # --------------------------------------------------------------- helpers
+
+    def _new_job(self, template: Job, job_id: str, seq: int, now: float) -> Job:
+        job = Job.from_record(template.to_record())
+        job.id, job.seq, job.submitted = job_id, seq, now
+        return job
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        if job.array_id is not None:
+            self.arrays.setdefault(job.array_id, []).append(job.id)
+        for dep in job.depends:
+            if dep.met is None:
+                self.dependents[dep.job].add(job.id)
+
+    def _expand_dependency(self, dep: Any) -> list:
+        if dep.job in self.arrays and dep.job not in self.jobs:
+            return [type(dep)(dep.kind, element) for element in self.arrays[dep.job]]
+        return [dep]
+
+    def _blocked_reason(self, job: Job) -> str:
+        if job.hold:
+            return f"held: run gpuctl release {job.id}"
+        for dep in job.depends:
+            if dep.met is False:
+                return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
+            if dep.met is None:
+                return f"waiting for job {dep.job} to end ({dep.kind})"
+        if job.array_limit is not None and job.id not in self.core.in_core:
+            return f"array {job.array_id} already has its limit of {job.array_limit} elements queued or running"
+        return ""
+
+    def _array_room(self, job: Job) -> bool:
+        if job.array_limit is None or job.id in self.core.in_core:
+            return True
+        members = self.arrays.get(job.array_id, ())
+        return sum(1 for m in members if m in self.core.in_core) < job.array_limit
+
+    def _sync_core(self, job: Job) -> None:
+        """Put the job in the scheduler or take it out, whichever its state says."""
+        wanted = (job.state == RUNNING or (
+            job.state == PENDING and not job.hold and all(dep.met for dep in job.depends)
+            and self._array_room(job)))
+        if wanted and job.id not in self.core.in_core:
+            self.core.add(job.spec())
+        elif not wanted and job.id in self.core.in_core:
+            self.core.remove(job.id)
+
+    def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None) -> None:
+        run = job.runs[task]
+        placement = run.placement
+        if placement is None:
+            return
+        self._account(job, run)
+        key = incarnation_key(job.id, task, run.attempt)
+        self.wanted[placement.node].pop(key, None)
+        never_sent = self.unsent[placement.node].pop(key, None) == 0.0
+        node = self.nodes.get(placement.node)
+        if (node is not None and placement.node != dead_node and node.state != DOWN and not never_sent
+                and run.state != "exited"):
+            node.stopping[key] = list(placement.gpu_index)
+            self.persist.node(node.name, node.to_json)
+            self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s))
+        job.runs[task] = TaskRun()
+
+    def _account(self, job: Job, run: TaskRun) -> None:
+        if run.placement is not None and run.since is not None:
+            job.gpu_seconds += max(0.0, self.clock() - run.since) * gpus_of(run.placement)
+            run.since = None
+
+    def _finish(self, job: Job, state: str, reason: str, *, stop_reason: str = "job ended",
+                exit_from: TaskRun | None = None, dead_node: str | None = None) -> None:
+        for task in range(job.tasks):
+            self._stop_run(job, task, stop_reason, dead_node=dead_node)
+        job.move_to(state)
+        job.ended, job.reason = self.clock(), reason
+        if exit_from is not None:
+            job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
+        self.finished_by_state[state] += 1
+        self._event(state.lower(), reason or state.lower(), job=job.id)
+        self.persist.job(job)
+        self.core.remove(job.id)
+        del self.jobs[job.id]
+        self._after_end(job)
+
+    def _after_end(self, job: Job) -> None:
+        for dependent_id in self.dependents.pop(job.id, ()):
+            dependent = self.jobs.get(dependent_id)
+            if dependent is None:
+                continue
+            for dep in dependent.depends:
+                if dep.job == job.id and dep.met is None:
+                    dep.met = _dependency_met(dep.kind, job.state)
+            self.persist.job(dependent)
+            self._sync_core(dependent)
+        if job.array_id is not None:
+            members = self.arrays.get(job.array_id, [])
+            if job.id in members:
+                members.remove(job.id)
+            if not members:
+                self.arrays.pop(job.array_id, None)
+            for member in members:
+                if member not in self.core.in_core:
+                    self._sync_core(self.jobs[member])
+        self.wake()
+
+    def _send_starts(self, name: str) -> None:
+        if name not in self.connected:
+            return
+        node = self.nodes[name]
+        busy = node.busy_gpus()
+        unsent = self.unsent[name]
+        for key in sorted(unsent, key=lambda k: unsent[k]):
+            job_id, task = self.wanted[name][key]
+            job = self.jobs[job_id]
+            run = job.runs[task]
+            if busy.intersection(run.placement.gpu_index):
+                continue
+            del unsent[key]
+            self.sent_at[key] = self.clock()
+            self._order(name, start_order(job, task, run, node, self.nodes, self.policy.grace_period_s))
+
+    def _order(self, node: str, message: dict) -> None:
+        self.orders[node].append(message)
+
+    def take_orders(self) -> dict[str, list[dict]]:
+        """The orders piled up for each node since the last call."""
+        orders, self.orders = self.orders, defaultdict(list)
+        return orders
+
+    def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None) -> None:
+        self.persist.event(Event(self.clock(), kind, message, job, node))
+        log.info("event=%s job=%s node=%s %s", kind.replace(" ", "_"), job or "-", node or "-", message)
+
+
+def _dependency_met(kind: str, state: str) -> bool | None:
+    if not is_finished(state):
+        return None
+    if kind == "afterok":
+        return state == COMPLETED
+    if kind == "afternotok":
+        return state != COMPLETED
+    return True
+
+
+def _exit_text(run: TaskRun) -> str:
+    if run.term_signal:
+        return f"was killed by signal {run.term_signal}"
+    return f"exited with code {run.exit_code}"
+

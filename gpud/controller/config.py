@@ -1,0 +1,97 @@
+"""The controller's configuration file (etc/gpud/controller.toml), with command-line overrides."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from gpud.errors import ConfigError
+from gpud.tomlcheck import Table, read_toml
+
+DEFAULT_PORT = 6830
+TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth")
+SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
+STORE_KEYS = ("synchronous",)
+AUTH_KEYS = ("admin_token_file",)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Where the controller listens and keeps its state, which policy it runs, and its timings."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    state_dir: str = "/var/lib/gpud"
+    policy: str = "/etc/gpud/policy.toml"
+    cluster_key_file: str | None = None
+    admin_token_file: str | None = None
+    interval_s: float = 10.0
+    debounce_ms: float = 2.0
+    node_timeout_s: float = 60.0
+    heartbeat_s: float = 5.0
+    synchronous: str = "full"
+
+    @property
+    def key_path(self) -> str:
+        """The cluster key file: the configured one, or ``cluster.key`` in the state directory."""
+        return self.cluster_key_file or os.path.join(self.state_dir, "cluster.key")
+
+    @property
+    def admin_token_path(self) -> str:
+        """Where the first admin token is written: ``admin.token`` in the state directory by default."""
+        return self.admin_token_file or os.path.join(self.state_dir, "admin.token")
+
+    @property
+    def url(self) -> str:
+        """The URL clients use to reach the controller."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def parse_listen(text: str, source: str = "--listen", where: str = "") -> tuple[str, int]:
+    """HOST:PORT (or [v6]:PORT) as a host and a port; a ConfigError saying what is wrong otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(source, where, f"expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {text!r}")
+    return host, int(port)
+
+
+def load_config(path: str | None, *, listen: str | None = None, state_dir: str | None = None,
+                policy: str | None = None) -> ControllerConfig:
+    """The configuration from ``path`` (or the defaults when None), then the flags that override it."""
+    config = ControllerConfig()
+    if path is not None:
+        data, source = read_toml(path)
+        top = Table(data, source, "", TOP_KEYS)
+        base = os.path.dirname(os.path.abspath(path))
+        changes: dict = {}
+        if "listen" in top:
+            changes["host"], changes["port"] = parse_listen(top.string("listen"), source, "listen")
+        for key in ("state_dir", "policy", "cluster_key_file"):
+            if key in top:
+                changes[key] = os.path.join(base, top.string(key))
+        sched = top.table("scheduler", SCHEDULER_KEYS)
+        changes["interval_s"] = sched.number("interval_s", config.interval_s, lo=0.01)
+        changes["debounce_ms"] = sched.number("debounce_ms", config.debounce_ms, lo=0)
+        changes["node_timeout_s"] = sched.number("node_timeout_s", config.node_timeout_s, lo=0.1)
+        changes["heartbeat_s"] = sched.number("heartbeat_s", config.heartbeat_s, lo=0.05)
+        store = top.table("store", STORE_KEYS)
+        changes["synchronous"] = store.string("synchronous", config.synchronous)
+        if changes["synchronous"] not in ("full", "normal"):
+            raise store.error("synchronous", 'expected "full" (survives power loss) or "normal" '
+                                             '(survives a controller crash)')
+        auth = top.table("auth", AUTH_KEYS)
+        if "admin_token_file" in auth:
+            changes["admin_token_file"] = os.path.join(base, auth.string("admin_token_file"))
+        if changes["heartbeat_s"] >= changes["node_timeout_s"]:
+            raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
+        config = replace(config, **changes)
+    if listen is not None:
+        host, port = parse_listen(listen)
+        config = replace(config, host=host, port=port)
+    if state_dir is not None:
+        config = replace(config, state_dir=os.path.abspath(state_dir))
+    if policy is not None:
+        config = replace(config, policy=os.path.abspath(policy))
+    return config

@@ -1,0 +1,80 @@
+"""Keeping the warm scheduling core in step with the controller's jobs and nodes.
+
+Handlers never touch the core while a cycle may be running in its thread:
+they queue operations, applied just before the next cycle. A change the
+core cannot take incrementally (nodes, policy) rebuilds it from scratch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import pluggy
+
+from gpud.core import Scheduler
+from gpud.model import JobSpec, NodeSpec, Plan, Snapshot
+from gpud.policy import Policy
+
+
+class CoreSync:
+    """The scheduler, which jobs it holds, and the operations waiting for the next cycle."""
+
+    def __init__(self, policy: Policy, pm: pluggy.PluginManager) -> None:
+        self.policy = policy
+        self.pm = pm
+        self.scheduler: Scheduler | None = None
+        self.in_core: set[str] = set()
+        self.ops: list[tuple[str, str, JobSpec | None]] = []
+        self.touched: set[str] = set()
+        self.rebuild_needed = True
+        self.running = False
+
+    def add(self, spec: JobSpec) -> None:
+        """The core is to know this job (pending, or running where its placements say)."""
+        self.ops.append(("submit", spec.id, spec))
+        self.in_core.add(spec.id)
+        self.touched.add(spec.id)
+
+    def remove(self, job_id: str) -> None:
+        """The core is to forget this job (finished, cancelled, held, or about to be re-added)."""
+        if job_id in self.in_core:
+            self.ops.append(("finish", job_id, None))
+            self.in_core.discard(job_id)
+        self.touched.add(job_id)
+
+    def reset(self, spec: JobSpec) -> None:
+        """The core's view of a job it holds is wrong (a node lost it): forget and re-add it."""
+        self.remove(spec.id)
+        self.add(spec)
+
+    def rebuild(self, policy: Policy | None = None, pm: pluggy.PluginManager | None = None) -> None:
+        """Start over at the next cycle (nodes or policy changed); the running cycle's plan is void."""
+        if policy is not None:
+            self.policy, self.pm = policy, pm
+        self.rebuild_needed = True
+
+    def prepare(self, nodes: Iterable[NodeSpec], specs: Callable[[], Iterable[JobSpec]],
+                now: float) -> Scheduler:
+        """The scheduler ready for a cycle: rebuilt, or with the queued operations applied."""
+        if self.rebuild_needed or self.scheduler is None:
+            self.scheduler = Scheduler(Snapshot(tuple(nodes), tuple(specs()), now), self.policy, self.pm)
+            self.rebuild_needed = False
+        else:
+            for op, job_id, spec in self.ops:
+                if op == "finish":
+                    self.scheduler.finish(job_id)
+                else:
+                    self.scheduler.finish(job_id)
+                    self.scheduler.submit(spec)
+        self.ops.clear()
+        self.touched = set()
+        self.running = True
+        return self.scheduler
+
+    def finished(self, plan: Plan) -> tuple[Plan | None, set[str]]:
+        """After a cycle: the plan to carry out (None when void) and the jobs whose actions to skip."""
+        self.running = False
+        if self.rebuild_needed:
+            self.scheduler = None
+            return None, set()
+        return plan, self.touched

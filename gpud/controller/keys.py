@@ -1,0 +1,13 @@
+"""Typed keys for what the aiohttp application and its requests carry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from gpud.controller.service import Controller
+
+CONTROLLER: web.AppKey["Controller"] = web.AppKey("controller")
+PRINCIPAL = "gpud_principal"

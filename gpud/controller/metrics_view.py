@@ -1,0 +1,60 @@
+"""The controller's /metrics page: jobs, GPUs, fair share, cycle time, evictions, API latency."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from gpud.controller.nodes import DOWN
+from gpud.lifecycle import STATES
+from gpud.metrics import metric
+
+if TYPE_CHECKING:
+    from gpud.controller.service import Controller
+
+
+def render(ctrl: Controller) -> str:
+    """Every metric in the Prometheus text format."""
+    cluster = ctrl.cluster
+    lines: list[str] = []
+    by_state = Counter((job.state, job.project) for job in cluster.jobs.values())
+    lines += metric("gpud_jobs", "gauge", "Active jobs by state and project.",
+                    [({"state": s, "project": p}, n) for (s, p), n in sorted(by_state.items())])
+    lines += metric("gpud_jobs_finished_total", "counter", "Jobs ended since the controller started, by state.",
+                    [({"state": s}, cluster.finished_by_state.get(s, 0)) for s in STATES
+                     if s not in ("PENDING", "RUNNING")])
+    allocated = Counter()
+    for job in cluster.jobs.values():
+        pool = job.pool or ctrl.policy.default_pool
+        allocated[(job.project, pool)] += job.gpus_held()
+    lines += metric("gpud_gpus_allocated", "gauge", "GPUs allocated by project and pool.",
+                    [({"project": p, "pool": pool}, v) for (p, pool), v in sorted(allocated.items())])
+    total, unhealthy = Counter(), Counter()
+    for node in cluster.nodes.values():
+        if node.state != DOWN:
+            total[node.pool] += len(node.gpus)
+            unhealthy[node.pool] += sum(1 for g in node.gpus if not g.healthy)
+    used = Counter()
+    for (project, pool), value in allocated.items():
+        used[pool] += value
+    lines += metric("gpud_gpus_idle", "gauge", "GPUs not allocated, by pool (nodes not down).",
+                    [({"pool": pool}, max(0.0, total[pool] - used[pool])) for pool in sorted(total)])
+    lines += metric("gpud_gpus_unhealthy", "gauge", "GPUs reported unhealthy, by pool.",
+                    [({"pool": pool}, unhealthy[pool]) for pool in sorted(total)])
+    node_states = Counter(n.state for n in cluster.nodes.values())
+    lines += metric("gpud_nodes", "gauge", "Nodes by state.",
+                    [({"state": s}, c) for s, c in sorted(node_states.items())])
+    queues = cluster.last_plan.queues if cluster.last_plan is not None else ()
+    lines += metric("gpud_queue_fair_share_gpus", "gauge", "Each queue's GPU fair share in the last cycle.",
+                    [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.fair_share.gpu) for q in queues])
+    lines += metric("gpud_queue_allocated_gpus", "gauge", "Each queue's allocated GPUs in the last cycle.",
+                    [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.allocated.gpu) for q in queues])
+    lines += metric("gpud_queue_quota_gpus", "gauge", "Each queue's GPU quota.",
+                    [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.quota.gpu) for q in queues])
+    lines += metric("gpud_evictions_total", "counter", "Evictions by rule since the controller started.",
+                    [({"rule": r}, n) for r, n in sorted(cluster.evictions_by_rule.items())])
+    lines += ctrl.cycle_seconds.render()
+    lines += ctrl.api_seconds.render()
+    lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",
+                    [({}, ctrl.persist.batches)])
+    return "\n".join(lines) + "\n"

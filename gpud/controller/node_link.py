@@ -1,0 +1,91 @@
+"""The node daemons' WebSocket (docs/api.md): register, heartbeats and task reports in; orders out."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import WSMsgType, web
+
+from gpud.controller.keys import CONTROLLER
+from gpud.controller.nodes import NodeRecord, gpus_from_report
+
+log = logging.getLogger("gpud.controller")
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def node_from_register(message: dict, peer: str) -> NodeRecord:
+    """The node's record from its register message; ValueError names the malformed field."""
+    name = message.get("node")
+    if not isinstance(name, str) or not name or len(name) > 255:
+        raise ValueError("register needs the node's name")
+    labels = message.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError("labels must be an object of strings")
+    try:
+        cpus, memory = float(message.get("cpus", 0)), float(message.get("memory_gib", 0))
+    except (TypeError, ValueError):
+        raise ValueError("cpus and memory_gib must be numbers") from None
+    pool = message.get("pool") or labels.get("pool") or "default"
+    return NodeRecord(name=name, pool=str(pool), labels=dict(labels), cpus=cpus, memory_gib=memory,
+                      gpus=gpus_from_report(message.get("gpus", [])),
+                      address=str(message.get("address") or peer))
+
+
+def _tasks(message: dict) -> list[dict]:
+    tasks = message.get("tasks") or []
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise ValueError("tasks must be a list of task reports")
+    return tasks
+
+
+async def node_connect(request: web.Request) -> web.WebSocketResponse:
+    """One node's connection, for as long as it lasts."""
+    ctrl = request.app[CONTROLLER]
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=30.0)
+    await ws.prepare(request)
+    name: str | None = None
+    try:
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            try:
+                message = json.loads(msg.data)
+                if not isinstance(message, dict):
+                    raise ValueError("a message is a JSON object")
+                kind = message.get("type")
+                if kind == "register":
+                    node = node_from_register(message, request.remote or "")
+                    tasks = _tasks(message)
+                    old = ctrl.links.get(node.name)
+                    if old is not None and old is not ws:
+                        await old.close()
+                    name = node.name
+                    await ws.send_str(json.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
+                    ctrl.links[name] = ws
+                    ctrl.cluster.register(node, tasks)
+                elif name is None:
+                    raise ValueError("register first")
+                elif kind == "heartbeat":
+                    gpus = gpus_from_report(message["gpus"]) if "gpus" in message else None
+                    ctrl.cluster.heartbeat(name, gpus, _tasks(message))
+                elif kind == "task":
+                    ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
+                    ctrl.cluster.task_report(name, message)
+                elif kind == "log":
+                    future = ctrl.log_requests.get(str(message.get("request")))
+                    if future is not None and not future.done():
+                        future.set_result(message)
+                    continue
+                else:
+                    raise ValueError(f"unknown message type {kind!r}")
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("node %s: bad message: %s", name or request.remote, exc)
+                await ws.send_str(json.dumps({"type": "error", "error": str(exc)}))
+                continue
+            await ctrl.commit()
+    finally:
+        if name is not None and ctrl.links.get(name) is ws:
+            del ctrl.links[name]
+            ctrl.cluster.disconnected(name)
+    return ws

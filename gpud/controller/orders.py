@@ -1,0 +1,42 @@
+"""The orders the controller sends nodes: start a task (with everything it needs to run) and stop one."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from gpud.controller.nodes import NodeRecord
+from gpud.jobs import Job, TaskRun
+
+MASTER_PORT_BASE = 29500
+MASTER_PORT_SPAN = 2000
+
+
+def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
+                grace_s: float) -> dict:
+    """A ``start`` message for one task incarnation (docs/api.md, node WebSocket)."""
+    placement = run.placement
+    first = next((r.placement for r in job.runs if r.placement is not None), placement)
+    master = nodes.get(first.node)
+    local_rank = sum(1 for r in job.runs[:task] if r.placement is not None and r.placement.node == placement.node)
+    time_limit = job.time_limit_s
+    if time_limit is not None and job.started is not None and run.since is not None:
+        time_limit = max(1.0, time_limit - (run.since - job.started))
+    spec = {
+        "user": job.user, "command": job.command, "script": job.script, "workdir": job.workdir,
+        "env": job.env, "job_name": job.name, "project": job.project,
+        "gpu_uuids": node.uuids(placement.gpu_index), "gpu_indices": list(placement.gpu_index),
+        "gpu_share": placement.gpu_share, "cpus": job.cpus, "memory_gib": job.memory_gib,
+        "time_limit_s": time_limit, "stop_signal": job.stop_signal, "grace_s": grace_s,
+        "output": job.output, "error": job.error, "num_tasks": job.tasks,
+        "restart_count": job.restart_count,
+        "master_addr": (master.address if master is not None and master.address else first.node),
+        "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
+        "rank": task, "local_rank": local_rank, "world_size": job.tasks,
+    }
+    return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
+
+
+def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float) -> dict:
+    """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``."""
+    return {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
+            "grace_s": grace_s}

@@ -1,0 +1,190 @@
+"""The controller's running parts: store, cluster state, scheduling loop, node links, all started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
+from gpud.controller.cluster import Cluster
+from gpud.controller.config import ControllerConfig
+from gpud.controller.nodes import NodeRecord
+from gpud.controller.persist import Persister
+from gpud.errors import ConfigError
+from gpud.jobs import Job
+from gpud.metrics import Histogram
+from gpud.plugins import make_plugin_manager, placement_strategies
+from gpud.policy import Policy
+from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy
+from gpud.tomlcheck import read_toml
+from gpud.store.sqlite import SQLiteStore
+
+log = logging.getLogger("gpud.controller")
+
+
+def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
+    """The policy file, the plugin manager it asks for, and its raw tables; a ConfigError names what is wrong."""
+    data, source = read_toml(path)
+    policy = parse_policy(data, source, ANY_PLACEMENT)
+    pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
+    check_placements(policy, placement_strategies(pm), path)
+    return policy, pm, data
+
+
+class Controller:
+    """Everything the HTTP handlers call: one instance per running controller."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self.policy, self.pm, self.policy_data = load_policy_and_plugins(config.policy)
+        self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
+        self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
+        self.store = SQLiteStore(config.state_dir, synchronous=config.synchronous.upper())
+        self.persist = Persister(self.store, self.store_executor)
+        self.cluster = Cluster(self.policy, self.pm, self.persist)
+        self.links: dict[str, Any] = {}
+        self.log_requests: dict[str, asyncio.Future] = {}
+        self.kick = asyncio.Event()
+        self.cluster.wake = self.kick.set
+        self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
+        self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
+        self.cycles = 0
+        self.started = time.time()
+        self.auth: Auth | None = None
+
+    async def open(self) -> None:
+        """Read the store back, the cluster key and the tokens; write the first admin token if there is none."""
+        loop = asyncio.get_running_loop()
+        loaded = await loop.run_in_executor(self.store_executor, self.store.load)
+        key, created = read_or_create_secret(self.config.key_path, new_token)
+        if created:
+            log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
+        self.auth = Auth(loaded.tokens, key)
+        if not loaded.tokens:
+            token, _ = read_or_create_secret(self.config.admin_token_path, new_token)
+            user = _local_user()
+            self.persist.token(digest(token), user, True, time.time())
+            self.auth.add(digest(token), user, True)
+            log.info("wrote the admin token (user %s) to %s", user, self.config.admin_token_path)
+        jobs = [Job.from_record(json.loads(record)) for record in loaded.jobs]
+        nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
+        self.cluster.restore(jobs, nodes, int(loaded.meta.get("next_seq", "1")))
+        await self.persist.flush()
+        log.info("controller state: %d active jobs, %d nodes, from %s", len(jobs), len(nodes), self.store.path)
+
+    async def close(self) -> None:
+        """Flush what is left and release the store."""
+        try:
+            await self.persist.flush()
+        finally:
+            self.store_executor.submit(self.store.close).result()
+            self.store_executor.shutdown()
+            self.cycle_executor.shutdown(cancel_futures=True)
+
+    async def commit(self) -> None:
+        """Make every change so far durable, then deliver the orders those changes made."""
+        orders = self.cluster.take_orders()
+        await self.persist.flush()
+        for node, messages in orders.items():
+            link = self.links.get(node)
+            if link is None:
+                continue
+            try:
+                for message in messages:
+                    await link.send_str(json.dumps(message))
+            except (ConnectionError, RuntimeError) as exc:
+                log.warning("could not send orders to node %s: %s", node, exc)
+
+    async def scheduling_loop(self) -> None:
+        """Run a cycle when something changed (debounced) and on a timer, until cancelled."""
+        while True:
+            try:
+                await asyncio.wait_for(self.kick.wait(), self.config.interval_s)
+            except TimeoutError:
+                pass
+            if self.config.debounce_ms:
+                await asyncio.sleep(self.config.debounce_ms / 1000)
+            self.kick.clear()
+            try:
+                await self.run_cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling cycle failed; the scheduler is rebuilt at the next cycle")
+                self.cluster.core.rebuild()
+                await asyncio.sleep(1.0)
+
+    async def run_cycle(self) -> None:
+        """One scheduling cycle: the core runs in its thread; its plan is carried out here."""
+        cluster = self.cluster
+        cluster.check_time_limits()
+        now = time.time()
+        scheduler = cluster.core.prepare(
+            (node.spec() for node in cluster.nodes.values() if node.state != "down"),
+            lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now)
+        began = time.perf_counter()
+        try:
+            plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, scheduler.cycle, now)
+        except BaseException:
+            cluster.core.running = False
+            cluster.core.rebuild()
+            raise
+        self.cycle_seconds.observe(time.perf_counter() - began)
+        self.cycles += 1
+        plan, skip = cluster.core.finished(plan)
+        if plan is not None:
+            cluster.apply_plan(plan, skip)
+        else:
+            self.kick.set()
+        await self.commit()
+
+    async def node_watch(self) -> None:
+        """Mark silent nodes down, every few seconds, until cancelled."""
+        period = max(0.05, min(self.config.node_timeout_s / 4, 5.0))
+        while True:
+            await asyncio.sleep(period)
+            self.cluster.check_nodes(self.config.node_timeout_s)
+            await self.commit()
+
+    def reload_policy(self) -> Policy:
+        """Read the policy file again and use it; a bad file raises ConfigError and the old policy stays."""
+        policy, pm, data = load_policy_and_plugins(self.config.policy)
+        self.policy, self.pm, self.policy_data = policy, pm, data
+        self.cluster.set_policy(policy, pm)
+        return policy
+
+    async def read_log(self, node: str, job: str, task: int, path: str, offset: int, limit: int) -> dict:
+        """Ask a node for a piece of a job's log file; raises LookupError when the node is not connected."""
+        link = self.links.get(node)
+        if link is None:
+            raise LookupError(f"node {node} is not connected")
+        request = f"log-{id(link)}-{time.monotonic_ns()}"
+        future = asyncio.get_running_loop().create_future()
+        self.log_requests[request] = future
+        try:
+            await link.send_str(json.dumps({"type": "read_log", "request": request, "job": job, "task": task,
+                                            "path": path, "offset": offset, "limit": limit}))
+            return await asyncio.wait_for(future, 10.0)
+        finally:
+            self.log_requests.pop(request, None)
+
+
+def _seq_key(job_id: str) -> tuple[int, str]:
+    head, _, tail = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, tail.zfill(12))
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid{os.getuid()}"
+
+
+__all__ = ["Controller", "ConfigError", "load_policy_and_plugins"]

@@ -1,0 +1,159 @@
+"""The controller's record of a job: what was asked, where its tasks run, and how it ended."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpud.lifecycle import PENDING, check_transition
+from gpud.model import JobSpec, TaskPlacement, TaskRequest
+
+SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workdir", "env", "gpus",
+                    "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "priority_class",
+                    "priority", "constraint", "pool", "time_limit_s", "array_id", "array_index",
+                    "array_limit", "depends", "requeue", "stop_signal", "output", "error", "submitted", "seq")
+
+
+@dataclass(slots=True)
+class Dependency:
+    """``kind`` (afterok, afterany, afternotok) on job ``job``; ``met`` once decided (True/False)."""
+
+    kind: str
+    job: str
+    met: bool | None = None
+
+
+@dataclass(slots=True)
+class TaskRun:
+    """One task's current incarnation: where it runs, which attempt, what the node said about it."""
+
+    placement: TaskPlacement | None = None
+    attempt: int = -1
+    state: str = "none"          # none | starting | running | stopping | exited
+    pid: int | None = None
+    exit_code: int | None = None
+    term_signal: int | None = None
+    reason: str = ""
+    since: float | None = None
+
+
+@dataclass(slots=True)
+class Job:
+    """A job as the controller keeps it; ``state`` changes only through ``move_to``."""
+
+    id: str
+    user: str
+    project: str
+    workdir: str
+    name: str = ""
+    command: list[str] | None = None
+    script: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: float = 0.0
+    gpu_memory_gib: float | None = None
+    tasks: int = 1
+    min_tasks: int | None = None
+    cpus: float = 1.0
+    memory_gib: float = 1.0
+    priority_class: str = "train"
+    priority: int = 50
+    constraint: dict[str, str] = field(default_factory=dict)
+    pool: str | None = None
+    time_limit_s: float | None = None
+    array_id: str | None = None
+    array_index: int | None = None
+    array_limit: int | None = None
+    depends: list[Dependency] = field(default_factory=list)
+    hold: bool = False
+    requeue: bool = True
+    stop_signal: str = "TERM"
+    output: str = "gpud-%j.out"
+    error: str | None = None
+    submitted: float = 0.0
+    seq: int = 0
+    state: str = PENDING
+    reason: str = ""
+    started: float | None = None
+    ended: float | None = None
+    restart_count: int = 0
+    launches: int = 0
+    hosts: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    term_signal: int | None = None
+    runs: list[TaskRun] = field(default_factory=list)
+    gpu_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            self.runs = [TaskRun() for _ in range(self.tasks)]
+
+    def move_to(self, state: str) -> str:
+        """Change state along an allowed edge of the lifecycle; returns the edge's event name."""
+        event = check_transition(self.state, state)
+        self.state = state
+        return event
+
+    @property
+    def request(self) -> TaskRequest:
+        """What each task asks for, as the scheduling core reads it."""
+        return TaskRequest(self.gpus, self.gpu_memory_gib, self.cpus, self.memory_gib)
+
+    def placements(self) -> tuple[TaskPlacement | None, ...]:
+        """Where each task holds resources now (None for a task that holds none)."""
+        return tuple(run.placement for run in self.runs)
+
+    def spec(self) -> JobSpec:
+        """The job as the scheduling core sees it."""
+        placements = self.placements()
+        running = any(p is not None for p in placements)
+        return JobSpec(id=self.id, project=self.project, request=self.request, priority=self.priority,
+                       tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
+                       started=self.started if running else None,
+                       placements=placements if running else (), node_selector=self.constraint,
+                       pool=self.pool, seq=self.seq)
+
+    def nodes(self) -> list[str]:
+        """The nodes the job's tasks hold resources on, in task order, without repeats."""
+        seen: dict[str, None] = {}
+        for run in self.runs:
+            if run.placement is not None:
+                seen.setdefault(run.placement.node)
+        return list(seen)
+
+    def gpus_held(self) -> float:
+        """GPUs (fractions count as their share) the job's tasks hold now."""
+        return sum(gpus_of(run.placement) for run in self.runs if run.placement is not None)
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything about the job as plain JSON-able data (the store keeps exactly this)."""
+        data = dataclasses.asdict(self)
+        for run in data["runs"]:
+            placement = run["placement"]
+            if placement is not None:
+                placement["gpu_index"] = list(placement["gpu_index"])
+        return data
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Job:
+        """The job back from ``to_record``'s data."""
+        data = dict(data)
+        runs = []
+        for run in data.pop("runs", []):
+            run = dict(run)
+            placement = run.pop("placement")
+            if placement is not None:
+                placement = TaskPlacement(placement["node"], tuple(placement["gpu_index"]),
+                                          placement["gpu_share"])
+            runs.append(TaskRun(placement=placement, **run))
+        depends = [Dependency(**dep) for dep in data.pop("depends", [])]
+        return cls(runs=runs, depends=depends, **data)
+
+
+def gpus_of(placement: TaskPlacement) -> float:
+    """The GPUs one placed task holds: its whole GPUs, or its share of one GPU."""
+    if not placement.gpu_index:
+        return 0.0
+    if placement.gpu_share < 1.0:
+        return placement.gpu_share
+    return float(len(placement.gpu_index))

@@ -1,0 +1,75 @@
+"""What the controller needs from a durable store, small enough that PostgreSQL can implement it too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened, for ``gpuctl show`` and for accounting: one line about one job or node."""
+
+    time: float
+    kind: str
+    message: str
+    job: str | None = None
+    node: str | None = None
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Changes written together in one transaction: all of them are durable, or none.
+
+    ``jobs`` holds (id, seq, state, user, project, submitted, ended, record JSON) rows.
+    """
+
+    jobs: list[tuple[str, int, str, str, str, float, float | None, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    tokens: list[tuple[str, str, bool, float]] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.events or self.nodes or self.tokens or self.meta)
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What a restarted controller reads back: active jobs, nodes, token hashes and settings."""
+
+    jobs: list[str]
+    nodes: dict[str, str]
+    tokens: dict[str, tuple[str, bool]]
+    meta: dict[str, str]
+
+
+class Store(Protocol):
+    """A durable store; calls block and are made from one thread at a time."""
+
+    def load(self) -> Loaded:
+        """Everything a restarted controller needs: jobs not finished (their JSON records), nodes, tokens, meta."""
+
+    def write(self, batch: WriteBatch) -> None:
+        """Write the batch in one transaction; durable when this returns."""
+
+    def job(self, job_id: str) -> str | None:
+        """One job's JSON record, finished or not; None when unknown."""
+
+    def jobs_state(self, job_ids: list[str]) -> dict[str, str]:
+        """The state of each of these jobs the store knows."""
+
+    def history(self, *, since: float | None, user: str | None, project: str | None,
+                limit: int) -> list[str]:
+        """Finished jobs' JSON records, most recently ended first."""
+
+    def events(self, job_id: str, limit: int = 200) -> list[Event]:
+        """The events of one job, oldest first."""
+
+    def close(self) -> None:
+        """Release the store's files or connections."""
+
+
+def query_args(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments with None values dropped."""
+    return {key: value for key, value in kwargs.items() if value is not None}

@@ -1,0 +1,109 @@
+"""The SQLite store: one file in WAL mode, every batch one transaction, fsync'd before it counts."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from gpud.lifecycle import ACTIVE
+from gpud.store.base import Event, Loaded, WriteBatch
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL, user TEXT NOT NULL,
+    project TEXT NOT NULL, submitted REAL NOT NULL, ended REAL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_by_ended ON jobs(ended);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT, node TEXT,
+    kind TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job);
+CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash TEXT PRIMARY KEY, user TEXT NOT NULL, admin INTEGER NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+FILE_NAME = "gpud.sqlite"
+
+
+class SQLiteStore:
+    """The default store: ``state_dir/gpud.sqlite``, synchronous=FULL so a commit survives power loss."""
+
+    def __init__(self, state_dir: str | os.PathLike, *, synchronous: str = "FULL") -> None:
+        os.makedirs(state_dir, exist_ok=True)
+        self.path = os.path.join(state_dir, FILE_NAME)
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(SCHEMA)
+
+    def load(self) -> Loaded:
+        """Jobs not finished, nodes, tokens and meta, as the controller left them."""
+        marks = ",".join("?" * len(ACTIVE))
+        jobs = [row[0] for row in self.db.execute(
+            f"SELECT record FROM jobs WHERE state IN ({marks}) ORDER BY seq", sorted(ACTIVE))]
+        nodes = dict(self.db.execute("SELECT name, record FROM nodes"))
+        tokens = {hash_: (user, bool(admin)) for hash_, user, admin in
+                  self.db.execute("SELECT hash, user, admin FROM tokens")}
+        meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        return Loaded(jobs, nodes, tokens, meta)
+
+    def write(self, batch: WriteBatch) -> None:
+        """Write the batch in one transaction (rolled back whole on error)."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if batch.jobs:
+                db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch.jobs)
+            if batch.events:
+                db.executemany("INSERT INTO events(time, job, node, kind, message) VALUES (?, ?, ?, ?, ?)",
+                               [(e.time, e.job, e.node, e.kind, e.message) for e in batch.events])
+            if batch.nodes:
+                db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?)", batch.nodes)
+            if batch.tokens:
+                db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)",
+                               [(h, u, int(a), c) for h, u, a, c in batch.tokens])
+            if batch.meta:
+                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", batch.meta.items())
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def job(self, job_id: str) -> str | None:
+        """One job's record, or None."""
+        row = self.db.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return row[0] if row else None
+
+    def jobs_state(self, job_ids: list[str]) -> dict[str, str]:
+        """The state of each known job among ``job_ids``."""
+        found: dict[str, str] = {}
+        for start in range(0, len(job_ids), 500):
+            chunk = job_ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(self.db.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", chunk))
+        return found
+
+    def history(self, *, since: float | None, user: str | None, project: str | None,
+                limit: int) -> list[str]:
+        """Finished jobs' records, most recently ended first."""
+        sql = "SELECT record FROM jobs WHERE ended IS NOT NULL"
+        args: list = []
+        for column, value in (("ended >=", since), ("user =", user), ("project =", project)):
+            if value is not None:
+                sql += f" AND {column} ?"
+                args.append(value)
+        sql += " ORDER BY ended DESC LIMIT ?"
+        args.append(limit)
+        return [row[0] for row in self.db.execute(sql, args)]
+
+    def events(self, job_id: str, limit: int = 200) -> list[Event]:
+        """The job's events, oldest first (the last ``limit``)."""
+        rows = self.db.execute("SELECT time, kind, message, job, node FROM events WHERE job = ? "
+                               "ORDER BY id DESC LIMIT ?", (job_id, limit)).fetchall()
+        return [Event(*row) for row in reversed(rows)]
+
+    def close(self) -> None:
+        """Close the database file."""
+        self.db.close()
