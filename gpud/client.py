@@ -111,9 +111,18 @@ class Client:
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
-        """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file."""
+        """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file.
+
+        ``GPUD_TIMEOUT`` (seconds) bounds the wait for each answer.
+        """
         settings = load_settings(env)
-        return cls(settings.url, settings.token)
+        try:
+            timeout = float(env.get("GPUD_TIMEOUT") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            timeout = -1.0
+        if not timeout > 0:
+            raise ConfigFileError(f"GPUD_TIMEOUT must be a number of seconds, not {env.get('GPUD_TIMEOUT')!r}")
+        return cls(settings.url, settings.token, timeout)
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         """GET ``/api/v1/<path>`` and return the parsed JSON answer."""

@@ -131,6 +131,15 @@ def test_settings_defaults_and_a_broken_file(tmp_path):
     assert str(config) in str(caught.value)
 
 
+def test_timeout_from_the_environment(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    assert Client.from_environment(env).timeout == 30
+    assert Client.from_environment({**env, "GPUD_TIMEOUT": "2.5"}).timeout == 2.5
+    for bad in ("0", "soon", "nan"):
+        with pytest.raises(ConfigFileError, match="GPUD_TIMEOUT"):
+            Client.from_environment({**env, "GPUD_TIMEOUT": bad})
+
+
 def test_a_bad_url_is_a_usage_error():
     with pytest.raises(ConfigFileError, match="bad controller URL"):
         Client("ftp://x")

@@ -14,8 +14,9 @@ exit status: 0 ok, 1 the controller refused the request (4xx), 2 usage error,
 3 cannot reach the controller or it failed (5xx)."""
 
 ENVIRONMENT_HELP = """\
-environment: GPUD_URL (default http://127.0.0.1:6830), GPUD_TOKEN;
-otherwise url and token or token_file in $XDG_CONFIG_HOME/gpud/client.toml."""
+environment: GPUD_URL (default http://127.0.0.1:6830), GPUD_TOKEN, GPUD_TIMEOUT
+(seconds, default 30); otherwise url and token or token_file in
+$XDG_CONFIG_HOME/gpud/client.toml."""
 
 
 class UsageError(Exception):
