@@ -28,7 +28,7 @@ class Persister:
         self._meta: dict[str, str] = {}
         self._taken = 0
         self._done = 0
-        self._writing: asyncio.Future | None = None
+        self._writing: asyncio.Task | None = None
         self.batches = 0
 
     def job(self, job: Job) -> None:
@@ -56,26 +56,20 @@ class Persister:
         target = self._taken + 1
         while self._done < target:
             if self._writing is None:
-                self._start()
-            if self._writing is not None:
-                await asyncio.shield(self._writing)
+                self._writing = asyncio.ensure_future(self._write_next())
+            await asyncio.shield(self._writing)
 
-    def _start(self) -> None:
-        batch = self._take()
-        self._taken += 1
-        number = self._taken
-        if not batch:
+    async def _write_next(self) -> None:
+        try:
+            batch = self._take()
+            self._taken += 1
+            number = self._taken
+            if batch:
+                self.batches += 1
+                await asyncio.get_running_loop().run_in_executor(self.executor, self.store.write, batch)
             self._done = number
-            return
-        self.batches += 1
-        self._writing = asyncio.get_running_loop().run_in_executor(self.executor, self.store.write, batch)
-
-        def done(future: asyncio.Future) -> None:
+        finally:
             self._writing = None
-            if not future.cancelled() and future.exception() is None:
-                self._done = number
-
-        self._writing.add_done_callback(done)
 
     def _take(self) -> WriteBatch:
         batch = WriteBatch()
