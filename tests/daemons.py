@@ -1,0 +1,222 @@
+"""A real gpud cluster for tests: a controller process and node daemon processes on 127.0.0.1.
+
+Every process is started by this module and stopped by pid (SIGTERM, then
+SIGKILL); tasks the nodes left running are killed through their state
+directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+from node_helpers import kill_everything
+
+TIMEOUT_S = 20.0
+
+POLICY = """\
+grace_period = 2
+min_runtime = 0
+
+[[departments]]
+name = "research"
+gpu_quota = 4
+
+[[projects]]
+name = "alpha"
+department = "research"
+gpu_quota = 2
+
+[[projects]]
+name = "beta"
+department = "research"
+gpu_quota = 2
+
+[[projects]]
+name = "private"
+gpu_quota = 0
+users = ["carol"]
+"""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, interval: float = 0.05) -> Any:
+    """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+class Process:
+    """A daemon run as ``python -m gpud.cli.gpud_main ARGS``, its output in a log file."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        self._out = open(log, "ab")
+        self.popen = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", *argv],
+                                      stdout=self._out, stderr=subprocess.STDOUT)
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the process and wait for it; SIGKILL when it does not exit in time."""
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.popen.wait(10)
+        self._out.close()
+
+    def output(self) -> str:
+        """The end of the process's log."""
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+class LiveCluster:
+    """A controller plus node daemons with fake GPUs, all separate processes, and an API client."""
+
+    def __init__(self, root: Path, policy: str = POLICY, node_timeout_s: float = 60.0,
+                 heartbeat_s: float = 0.5) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state_dir = root / "controller"
+        self.policy_file = root / "policy.toml"
+        self.policy_file.write_text(policy)
+        self.config = root / "controller.toml"
+        self.config.write_text(f'listen = "127.0.0.1:{self.port}"\nstate_dir = "{self.state_dir}"\n'
+                               f'policy = "{self.policy_file}"\n[scheduler]\ninterval_s = 1\n'
+                               f"node_timeout_s = {node_timeout_s}\nheartbeat_s = {heartbeat_s}\n")
+        self.controller: Process | None = None
+        self.nodes: dict[str, Process] = {}
+        self.workdir = root / "work"
+        self.workdir.mkdir()
+
+    # ------------------------------------------------------------ processes
+
+    def start_controller(self) -> None:
+        """Start the controller and wait until it answers /healthz."""
+        self.controller = Process(["controller", "--config", str(self.config), "--log-level", "info"],
+                                  self.root / "controller.log")
+        wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}")
+
+    def _healthy(self) -> bool:
+        if self.controller is not None and not self.controller.alive():
+            raise AssertionError(f"the controller exited:\n{self.controller.output()}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    @property
+    def admin_token(self) -> str:
+        """The admin token the controller wrote on its first start."""
+        return (self.state_dir / "admin.token").read_text().strip()
+
+    def start_node(self, name: str, gpus: int = 4, pool: str = "default", labels: dict | None = None,
+                   wait: bool = True) -> Process:
+        """Start a node daemon with ``gpus`` fake GPUs; wait until the controller lists it up."""
+        config = self.root / f"{name}.toml"
+        label_lines = "".join(f'{k} = "{v}"\n' for k, v in (labels or {}).items())
+        config.write_text(f'controller_url = "{self.url}"\ncluster_key_file = "{self.state_dir}/cluster.key"\n'
+                          f'state_dir = "{self.root / name}"\nname = "{name}"\npool = "{pool}"\n'
+                          f'gpu_backend = "fake"\nfake_gpus = {gpus}\n[labels]\n{label_lines}')
+        process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
+        self.nodes[name] = process
+        if wait:
+            wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}")
+        return process
+
+    def node_state(self, name: str) -> str | None:
+        """The node's state as the controller lists it, or None when unknown."""
+        status, body = self.api("GET", "/api/v1/nodes")
+        for node in body.get("nodes", []):
+            if node["name"] == name:
+                return node["state"]
+        return None
+
+    def close(self) -> None:
+        """Stop every daemon and kill every task the nodes started."""
+        for process in self.nodes.values():
+            process.stop(signal.SIGKILL)
+        if self.controller is not None:
+            self.controller.stop()
+        for name in self.nodes:
+            kill_everything(str(self.root / name))
+
+    # ------------------------------------------------------------------ API
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = "admin",
+            raw: bytes | None = None) -> tuple[int, Any]:
+        """Call the API; returns the status and the decoded JSON answer."""
+        headers = {"Content-Type": "application/json"}
+        if token == "admin":
+            token = self.admin_token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=15) as answer:
+                payload = answer.read()
+                status = answer.status
+        except urllib.error.HTTPError as exc:
+            payload, status = exc.read(), exc.code
+        try:
+            return status, json.loads(payload) if payload else None
+        except ValueError:
+            return status, payload.decode(errors="replace")
+
+    def submit(self, token: str | None = "admin", **job: Any) -> str:
+        """Submit a job (workdir defaults to the test's work directory); returns its id."""
+        job.setdefault("workdir", str(self.workdir))
+        job.setdefault("project", "alpha")
+        status, body = self.api("POST", "/api/v1/jobs", job, token=token)
+        assert status == 201, (status, body)
+        return body["ids"][0]
+
+    def job(self, job_id: str) -> dict:
+        """The job as the API shows it."""
+        status, body = self.api("GET", f"/api/v1/jobs/{job_id}")
+        assert status == 200, (status, body)
+        return body
+
+    def wait_state(self, job_id: str, *states: str, timeout: float = TIMEOUT_S) -> dict:
+        """Wait until the job is in one of ``states``; returns the job."""
+        def reached():
+            job = self.job(job_id)
+            return job if job["state"] in states else None
+        return wait_for(reached, f"job {job_id} to be {'/'.join(states)} ({self.job(job_id)['reason']})",
+                        timeout)
+
+    def token_for(self, user: str, admin: bool = False) -> str:
+        """A new token for ``user``, made by the admin."""
+        status, body = self.api("POST", "/api/v1/tokens", {"user": user, "admin": admin})
+        assert status == 201, body
+        return body["token"]
