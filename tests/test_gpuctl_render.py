@@ -47,6 +47,7 @@ def test_node_exit_and_time_cells():
     assert render.when(NOW - 60, NOW) == "11:59:00"
     assert render.when(NOW - 86400 * 2, NOW) == "2024-04-29 12:00"
     assert render.when(None) == "-"
+    assert [render.gpu_hours(v) for v in (None, 0, 0.001, 0.006, 12.345)] == ["-", "0", "<0.01", "0.01", "12.35"]
 
 
 def test_queue_table():
@@ -70,6 +71,7 @@ def test_history_table():
     assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", "10:00:00", "11:00:00", "1:00:00",
                                 "n1", "1", "0"]
     assert lines[2].split()[-3:] == ["0.01", "signal", "15"]
+    assert history_table([job(gpu_hours=0.0001)], NOW).splitlines()[1].split()[-2] == "<0.01"
 
 
 def test_show_text_lists_what_is_set_and_the_events():

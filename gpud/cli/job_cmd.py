@@ -105,7 +105,7 @@ def show_text(job: dict, now: float) -> str:
         ("Elapsed", render.elapsed(job, now) if job.get("started") else None),
         ("Restarts", job.get("restart_count") or None),
         ("Exit", render.exit_status(job) if job.get("ended") else None),
-        ("GPU-hours", format_number(round(job["gpu_hours"], 2)) if job.get("gpu_hours") else None),
+        ("GPU-hours", render.gpu_hours(job["gpu_hours"]) if job.get("gpu_hours") else None),
         ("Output", job.get("output")), ("Error", job.get("error")),
         ("Env", ", ".join(sorted(job.get("env") or {})) or None),
     ]

@@ -8,7 +8,7 @@ import time
 
 from gpud.cli import render
 from gpud.cli.common import UsageError, add_verb, client, print_json
-from gpud.cli.units import format_number, parse_duration
+from gpud.cli.units import parse_duration
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 SHORT_STATES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
@@ -107,12 +107,8 @@ def history_table(jobs: list[dict], now: float) -> str:
         ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "EXIT"],
         [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
           render.when(job.get("started"), now), render.when(job.get("ended"), now),
-          render.elapsed(job, now), render.nodes(job), _gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
+          render.elapsed(job, now), render.nodes(job), render.gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
          for job in jobs])
-
-
-def _gpu_hours(value) -> str:
-    return "-" if value is None else format_number(round(value, 2))
 
 
 def _user(api, args: argparse.Namespace) -> str | None:

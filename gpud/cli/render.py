@@ -58,3 +58,12 @@ def exit_status(job: Mapping[str, Any]) -> str:
         return f"signal {job['term_signal']}"
     code = job.get("exit_code")
     return "-" if code is None else str(code)
+
+
+def gpu_hours(value: float | None) -> str:
+    """GPU-hours to two decimals: ``12.5``, ``<0.01`` for a little use, ``0`` for none, ``-`` when unknown."""
+    if value is None:
+        return "-"
+    if 0 < value < 0.005:
+        return "<0.01"
+    return format_number(round(value, 2))
