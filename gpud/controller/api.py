@@ -21,6 +21,7 @@ from gpud.submission import Capacity, SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
 LOG_CHUNK = 256 * 1024
+RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
 
 class ApiError(web.HTTPException):
@@ -42,6 +43,8 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(await request.read())
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "the body is not valid JSON: it is nested too deeply") from None
 
 
 def require_admin(principal: Principal) -> None:
@@ -125,6 +128,13 @@ async def list_jobs(request: web.Request) -> web.Response:
             for job in ctrl.cluster.jobs.values()
             if job.state in states and (user is None or job.user == user)
             and (project is None or job.project == project)]
+    if states - ACTIVE:
+        loop = asyncio.get_running_loop()
+        records = await loop.run_in_executor(ctrl.store_executor, lambda: ctrl.store.history(
+            since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000))
+        for job in (Job.from_record(json.loads(r)) for r in records):
+            if job.state in states:
+                jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now))
     jobs.sort(key=lambda j: (j["submitted"], j["id"]))
     return ok({"jobs": jobs})
 
