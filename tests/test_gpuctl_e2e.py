@@ -3,107 +3,33 @@
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-
-from gpuctl_helpers import closed_port
 
 if importlib.util.find_spec("gpud.controller") is None or importlib.util.find_spec("gpud.cli.controller_cmd") is None:
     pytest.skip("gpud.controller is not importable yet: the end-to-end gpuctl tests need `gpud controller`",
                 allow_module_level=True)
 
-POLICY = """\
-[[departments]]
-name = "research"
-gpu_quota = 4
+from daemons import POLICY, LiveCluster, wait_for  # noqa: E402  (after the skip: it needs the daemons)
 
-[[projects]]
-name = "p1"
-department = "research"
-gpu_quota = 2
-
-[[projects]]
-name = "p2"
-gpu_quota = 2
-users = ["root"]
-"""
-START_TIMEOUT_S = 20.0
 ANSWER_TIMEOUT_S = "10"
-NODE_GPUS = 4
-
-
-class Daemon:
-    """A daemon started as a separate process, its output in a log file; stopped by pid, killed if it lingers."""
-
-    def __init__(self, argv: list[str], log: Path):
-        self.log = log
-        self._log_file = open(log, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", *argv],
-                                        stdout=self._log_file, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        self._log_file.close()
-
-
-def wait_for(check, what: str, daemon: Daemon, timeout: float = START_TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if daemon.process.poll() is not None:
-            pytest.fail(f"{what}: the daemon exited with status {daemon.process.returncode}:\n{daemon.output()}")
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    pytest.fail(f"{what}: not within {timeout:.0f} s; the daemon's log:\n{daemon.output()}")
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
+NODE = "n1"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A controller on a free port with its state directory, and its admin token; a fake-GPU node if it exists."""
-    root = tmp_path_factory.mktemp("e2e")
-    (root / "policy.toml").write_text(POLICY)
-    url = f"http://127.0.0.1:{closed_port()}"
-    state = root / "state"
-    controller = Daemon(["controller", "--listen", url.removeprefix("http://"), "--state-dir", str(state),
-                         "--policy", str(root / "policy.toml"), "--log-level", "warning"], root / "controller.log")
-    daemons = [controller]
+    """A controller and one node daemon with 4 fake GPUs, as processes on 127.0.0.1; stopped by pid after."""
+    live = LiveCluster(tmp_path_factory.mktemp("gpuctl-e2e"))
     try:
-        wait_for(lambda: healthy(url), f"the controller answering at {url}/healthz", controller)
-        token = (state / "admin.token").read_text().strip()
-        node = None
-        if importlib.util.find_spec("gpud.cli.node_cmd") is not None:
-            node = Daemon(["node", "--controller", url, "--state-dir", str(root / "node"), "--cluster-key-file",
-                           str(state / "cluster.key"), "--fake-gpus", str(NODE_GPUS), "--name", "n1",
-                           "--log-level", "warning"], root / "node.log")
-            daemons.append(node)
-        yield {"url": url, "token": token, "root": root, "controller": controller, "node": node, "hung": None}
+        live.start_controller()
+        live.start_node(NODE, gpus=4)
+        yield {"live": live, "url": live.url, "token": live.admin_token, "root": live.root, "hung": None}
     finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
+        live.close()
 
 
 def gpuctl(cluster, *args: str, token: str | None = None, cwd: Path | None = None, stdin: str | None = None):
@@ -114,7 +40,7 @@ def gpuctl(cluster, *args: str, token: str | None = None, cwd: Path | None = Non
     """
     if cluster["hung"]:
         pytest.fail(f"the controller stopped answering earlier ({cluster['hung']}); its log:\n"
-                    f"{cluster['controller'].output()}")
+                    f"{cluster['live'].controller.output()}")
     env = {**os.environ, "GPUD_URL": cluster["url"], "GPUD_TOKEN": token or cluster["token"],
            "GPUD_TIMEOUT": ANSWER_TIMEOUT_S, "XDG_CONFIG_HOME": str(cluster["root"] / "no-config")}
     env.pop("GPUD_PROJECT", None)
@@ -166,8 +92,8 @@ def test_a_wrong_token_is_refused_with_exit_1(cluster):
 
 
 def test_submit_queue_show_hold_release_cancel_history(cluster):
-    job_id = submit(cluster, "-p", "p1", "-J", "e2e-life", "--hold", "--", "sleep", "600")
-    queue = ok(gpuctl(cluster, "queue", "--project", "p1"))
+    job_id = submit(cluster, "-p", "alpha", "-J", "e2e-life", "--hold", "--", "sleep", "600")
+    queue = ok(gpuctl(cluster, "queue", "--project", "alpha"))
     line = next(ln for ln in queue.splitlines() if ln.startswith(job_id + " "))
     assert "e2e-life" in line and "PENDING" in line and "root" in line
     shown = ok(gpuctl(cluster, "show", job_id))
@@ -176,7 +102,7 @@ def test_submit_queue_show_hold_release_cancel_history(cluster):
     assert why.startswith(f"job {job_id} is PENDING") and f"gpuctl release {job_id}" in why
     assert ok(gpuctl(cluster, "release", job_id)) == f"released {job_id}\n"
     assert ok(gpuctl(cluster, "cancel", job_id)) == f"cancelled {job_id}\n"
-    history = json.loads(ok(gpuctl(cluster, "history", "--json", "--project", "p1")))
+    history = json.loads(ok(gpuctl(cluster, "history", "--json", "--project", "alpha")))
     assert any(j["id"] == job_id and j["state"] == "CANCELLED" for j in history["jobs"])
     table = ok(gpuctl(cluster, "history", "--since", "1h", "--limit", "50"))
     assert any(ln.startswith(job_id + " ") and "CANCELLED" in ln for ln in table.splitlines())
@@ -184,41 +110,42 @@ def test_submit_queue_show_hold_release_cancel_history(cluster):
 
 def test_a_script_with_directives(cluster, tmp_path):
     script = tmp_path / "train.sh"
-    script.write_text("#!/bin/sh\n#GPUD --project p1 --cpus 2\n#GPUD --time 1:00:00 --hold\necho hi\n")
+    script.write_text("#!/bin/sh\n#GPUD --project alpha --cpus 2\n#GPUD --time 1:00:00 --hold\necho hi\n")
     job_id = submit(cluster, "--mem", "2G", str(script))
     shown = job(cluster, job_id)
     assert (shown["name"], shown["project"], shown["cpus"], shown["memory_gib"], shown["time_limit_s"],
-            shown["hold"]) == ("train.sh", "p1", 2, 2, 3600, True)
+            shown["hold"]) == ("train.sh", "alpha", 2, 2, 3600, True)
     assert shown["script"] == script.read_text()
     ok(gpuctl(cluster, "cancel", job_id))
 
 
 def test_arrays_and_batches(cluster, tmp_path):
-    array_id = submit(cluster, "-p", "p1", "--hold", "--array", "0-4%2", "--", "true")
+    array_id = submit(cluster, "-p", "alpha", "--hold", "--array", "0-4%2", "--", "true")
     mine = json.loads(ok(gpuctl(cluster, "queue", "--json")))["jobs"]
     elements = sorted(j["id"] for j in mine if j.get("array_id") == array_id)
     assert elements == [f"{array_id}_{i}" for i in range(5)]
     assert ok(gpuctl(cluster, "cancel", array_id)).split()[1:] == elements
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text("".join(json.dumps({"command": ["echo", str(i)], "hold": True}) + "\n" for i in range(50)))
-    ids = ok(gpuctl(cluster, "submit", "-p", "p1", "--from-file", str(jobs), "--parsable")).split()
+    ids = ok(gpuctl(cluster, "submit", "-p", "alpha", "--from-file", str(jobs), "--parsable")).split()
     assert len(ids) == 50 == len(set(ids))
     assert ok(gpuctl(cluster, "cancel", *ids)).count("cancelled") == 50
 
 
 def test_dependencies(cluster):
-    first = submit(cluster, "-p", "p1", "--hold", "--", "true")
-    second = submit(cluster, "-p", "p1", "--depends", f"afterok:{first}", "--", "true")
+    first = submit(cluster, "-p", "alpha", "--hold", "--", "true")
+    second = submit(cluster, "-p", "alpha", "--depends", f"afterok:{first}", "--", "true")
     why = ok(gpuctl(cluster, "why", second))
     assert f"waits for job {first}" in why
-    unknown = gpuctl(cluster, "submit", "-p", "p1", "--depends", "afterok:999999", "--", "true")
+    unknown = gpuctl(cluster, "submit", "-p", "alpha", "--depends", "afterok:999999", "--", "true")
     assert unknown.returncode == 1 and "999999" in unknown.stderr
     ok(gpuctl(cluster, "cancel", first, second))
 
 
 @pytest.mark.parametrize("args, message", [
     (["submit", "-p", "nope", "--", "true"], "unknown project 'nope'"),
-    (["submit", "-p", "p1", "--gpus", "0.5", "--gpu-memory", "10G", "--", "true"], "HTTP 422"),
+    (["submit", "-p", "alpha", "--gpus", "0.5", "--gpu-memory", "10G", "--", "true"], "HTTP 422"),
+    (["submit", "-p", "alpha", "--gpus", "64", "--", "true"], "HTTP 422"),
     (["show", "424242"], "no job 424242 (HTTP 404)"),
     (["cancel", "424242"], "HTTP 404"),
     (["drain", "no-such-node", "--reason", "x"], "HTTP 404"),
@@ -231,30 +158,30 @@ def test_refusals_exit_1_with_the_controllers_message(cluster, args, message):
 
 def test_users_are_kept_to_their_jobs_and_projects(cluster):
     alice = user_token(cluster, "alice")
-    root_job = submit(cluster, "-p", "p1", "--hold", "--", "true")
+    root_job = submit(cluster, "-p", "alpha", "--hold", "--", "true")
     refused = gpuctl(cluster, "cancel", root_job, token=alice)
     assert refused.returncode == 1 and "HTTP 403" in refused.stderr
-    refused = gpuctl(cluster, "submit", "-p", "p2", "--", "true", token=alice)
-    assert refused.returncode == 1 and "may not submit to project 'p2'" in refused.stderr
+    refused = gpuctl(cluster, "submit", "-p", "private", "--", "true", token=alice)
+    assert refused.returncode == 1 and "may not submit to project 'private'" in refused.stderr
     for admin_verb in (["policy", "reload"], ["token", "create", "--user", "eve"], ["simulate", "--from-controller"]):
         refused = gpuctl(cluster, *admin_verb, token=alice)
         assert refused.returncode == 1 and "HTTP 403" in refused.stderr, admin_verb
-    own = submit(cluster, "-p", "p1", "--hold", "--", "true", token=alice)
+    own = submit(cluster, "-p", "alpha", "--hold", "--", "true", token=alice)
     assert [j["id"] for j in json.loads(ok(gpuctl(cluster, "queue", "--me", "--json", token=alice)))["jobs"]] == [own]
     ok(gpuctl(cluster, "cancel", own, token=alice))
     ok(gpuctl(cluster, "cancel", root_job))
 
 
 def test_policy_reload_keeps_the_old_policy_when_the_new_one_is_bad(cluster):
-    policy = cluster["root"] / "policy.toml"
+    policy = cluster["live"].policy_file
     assert ok(gpuctl(cluster, "policy", "reload")) == "policy reloaded\n"
-    policy.write_text(POLICY + "\n[[projects]]\nname = 'p3'\ngpu_quota = 'lots'\n")
+    policy.write_text(POLICY + "\n[[projects]]\nname = 'gamma'\ngpu_quota = 'lots'\n")
     try:
         refused = gpuctl(cluster, "policy", "reload")
         assert refused.returncode == 1 and "the old one stays" in refused.stderr and "gpu_quota" in refused.stderr
     finally:
         policy.write_text(POLICY)
-    assert gpuctl(cluster, "submit", "-p", "p3", "--", "true").returncode == 1
+    assert gpuctl(cluster, "submit", "-p", "gamma", "--", "true").returncode == 1
 
 
 def test_read_commands_answer_tables_and_json(cluster):
@@ -265,25 +192,22 @@ def test_read_commands_answer_tables_and_json(cluster):
 
 def test_simulate_from_the_controller(cluster, tmp_path):
     extra = tmp_path / "extra.toml"
-    extra.write_text('[[jobs]]\nname = "what-if"\nproject = "p1"\ngpus = 0\n')
+    extra.write_text('[[jobs]]\nname = "what-if"\nproject = "alpha"\ngpus = 0\n')
     out = ok(gpuctl(cluster, "simulate", "--from-controller", str(extra)))
     assert "what-if" in out
 
 
-# With a node daemon: jobs really run.
+# Jobs that really run on the node.
 
 @pytest.fixture
 def node(cluster):
-    if cluster["node"] is None:
-        pytest.skip("no node daemon (gpud node) yet")
-    wait_for(lambda: any(n["name"] == "n1" and n["state"] == "up" for n in
-                         json.loads(ok(gpuctl(cluster, "nodes", "--json")))["nodes"]),
-             "node n1 registering", cluster["node"])
-    return "n1"
+    wait_for(lambda: any(n["name"] == NODE and n["state"] == "up" for n in
+                         json.loads(ok(gpuctl(cluster, "nodes", "--json")))["nodes"]), f"node {NODE} up")
+    return NODE
 
 
 def test_a_job_runs_to_the_end_and_its_output_reads_back(cluster, node, tmp_path):
-    job_id = submit(cluster, "-p", "p1", "--gpus", "1", "--", "sh", "-c", "echo hello from $GPUD_JOB_ID; "
+    job_id = submit(cluster, "-p", "alpha", "--gpus", "1", "--", "sh", "-c", "echo hello from $GPUD_JOB_ID; "
                                                                           "echo oops >&2", cwd=tmp_path)
     done = wait_state(cluster, job_id, ("COMPLETED", "FAILED"))
     assert done["state"] == "COMPLETED" and done["exit_code"] == 0 and done["nodes"] == [node]
@@ -294,7 +218,7 @@ def test_a_job_runs_to_the_end_and_its_output_reads_back(cluster, node, tmp_path
 
 
 def test_separate_error_stream_and_a_failing_exit_code(cluster, node, tmp_path):
-    job_id = submit(cluster, "-p", "p1", "-e", "err-%j.txt", "--", "sh", "-c", "echo out; echo err >&2; exit 3",
+    job_id = submit(cluster, "-p", "alpha", "-e", "err-%j.txt", "--", "sh", "-c", "echo out; echo err >&2; exit 3",
                     cwd=tmp_path)
     done = wait_state(cluster, job_id, ("COMPLETED", "FAILED"))
     assert (done["state"], done["exit_code"]) == ("FAILED", 3)
@@ -317,7 +241,7 @@ def test_nodes_drain_and_resume(cluster, node):
 
 
 def test_follow_a_running_jobs_log_until_it_ends(cluster, node, tmp_path):
-    job_id = submit(cluster, "-p", "p1", "--", "sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.3; done",
+    job_id = submit(cluster, "-p", "alpha", "--", "sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.3; done",
                     cwd=tmp_path)
     wait_state(cluster, job_id, ("RUNNING", "COMPLETED"))
     out = ok(gpuctl(cluster, "logs", job_id, "-f"))
