@@ -3,30 +3,48 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from gpud import __version__
-from gpud.cli import controller_cmd, dispatch, node_cmd
+from gpud.cli import controller_cmd, dispatch, node_cmd, up_cmd
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
 
 
 def check_config(args: argparse.Namespace) -> int:
-    """Validate policy files; print what is wrong and where, exit 1 if any file is bad."""
+    """Validate policy, controller and node files; print what is wrong and where, exit 1 if any file is bad."""
     status = 0
     for path in args.files:
         try:
-            policy = load_policy(path, ANY_PLACEMENT)
-            pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
-            check_placements(policy, placement_strategies(pm), path)
+            print(f"{path}: ok ({_check_one(path)})")
         except ConfigError as exc:
             print(f"gpud check-config: {exc}", file=sys.stderr)
             status = 1
-            continue
-        print(f"{path}: ok ({len(policy.projects)} projects, {len(policy.departments)} departments, "
-              f"{len(policy.pools) or 1} node pools)")
     return status
+
+
+def _check_one(path: str) -> str:
+    from gpud.tomlcheck import read_toml
+
+    data, _ = read_toml(path)
+    name = os.path.basename(path)
+    if name.startswith("controller") or {"listen", "scheduler", "store", "auth"} & set(data):
+        from gpud.controller.config import load_config
+
+        config = load_config(path)
+        return f"controller config: listens on {config.host}:{config.port}, state in {config.state_dir}"
+    if name.startswith("node") or {"controller_url", "gpu_backend", "fake_gpus"} & set(data):
+        from gpud.node.config import load_node_config
+
+        node = load_node_config(path)
+        return f"node config: {node.name} in pool {node.pool}, controller {node.controller_url}"
+    policy = load_policy(path, ANY_PLACEMENT)
+    pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
+    check_placements(policy, placement_strategies(pm), path)
+    return (f"{len(policy.projects)} projects, {len(policy.departments)} departments, "
+            f"{len(policy.pools) or 1} node pools")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,11 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpud", description="gpud daemons and admin tools.")
     parser.add_argument("--version", action="version", version=f"gpud {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    check = subparsers.add_parser("check-config", help="validate policy files",
-                                  description="Check policy files and say what is wrong and where "
+    check = subparsers.add_parser("check-config", help="validate policy, controller and node files",
+                                  description="Check policy, controller and node files and say what is wrong and where "
                                               "(file, table, key, and line for syntax errors).")
-    check.add_argument("files", nargs="+", metavar="FILE", help="policy file (TOML)")
+    check.add_argument("files", nargs="+", metavar="FILE", help="policy.toml, controller.toml or node.toml")
     check.set_defaults(func=check_config)
+    up_cmd.add_parser(subparsers)
     controller_cmd.add_parser(subparsers)
     node_cmd.add_parser(subparsers)
     return parser

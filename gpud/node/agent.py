@@ -125,9 +125,11 @@ class NodeAgent:
     # -- messages --------------------------------------------------------
 
     def resources(self) -> dict:
-        """The node's CPUs and memory, from psutil."""
-        return {"cpus": psutil.cpu_count() or 1,
-                "memory_gib": round(psutil.virtual_memory().total / 1024 ** 3, 2)}
+        """The node's CPUs and memory: as the config declares them, else as psutil finds them."""
+        cpus = self.config.cpus if self.config.cpus is not None else psutil.cpu_count() or 1
+        memory = (self.config.memory_gib if self.config.memory_gib is not None
+                  else round(psutil.virtual_memory().total / 1024 ** 3, 2))
+        return {"cpus": cpus, "memory_gib": memory}
 
     def gpus(self) -> list[dict]:
         """The node's GPUs with their current health."""

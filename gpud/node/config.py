@@ -15,7 +15,7 @@ from gpud.tomlcheck import Table, choices, quote, read_toml
 DEFAULT_URL = "http://127.0.0.1:6830"
 DEFAULT_STATE_DIR = "/var/lib/gpud/node"
 TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "name", "pool", "labels", "gpu_backend",
-            "fake_gpus", "poll_s", "reconnect_max_s")
+            "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,8 @@ class NodeConfig:
     fake_gpus: int = 0
     poll_s: float = 1.0
     reconnect_max_s: float = 10.0
+    cpus: float | None = None
+    memory_gib: float | None = None
 
     @property
     def connect_url(self) -> str:
@@ -100,6 +102,8 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
             raise top.error("fake_gpus", 'is required when gpu_backend = "fake"')
         changes["poll_s"] = top.number("poll_s", config.poll_s, above=0)
         changes["reconnect_max_s"] = top.number("reconnect_max_s", config.reconnect_max_s, above=0)
+        changes["cpus"] = top.number("cpus", None, above=0)
+        changes["memory_gib"] = top.number("memory_gib", None, above=0)
     if controller is not None:
         changes["controller_url"] = _check_url(controller, "--controller", "")
     if state_dir is not None:
