@@ -1,0 +1,275 @@
+"""All-in-one gpud (``gpud up``): a controller and a node daemon in one process, with everything in one state directory."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, TextIO
+
+from gpud.controller.config import DEFAULT_PORT, ControllerConfig
+from gpud.gpu import GpuBackend, NoGpuError, make_backend
+from gpud.node.config import NodeConfig
+
+log = logging.getLogger("gpud.up")
+CLIENT_MARK = "# written by gpud up"
+NODE_UP_TIMEOUT_S = 15.0
+
+
+class UpError(RuntimeError):
+    """``gpud up`` cannot start; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    """What ``gpud up`` was asked to run."""
+
+    state_dir: str
+    port: int = DEFAULT_PORT
+    fake_gpus: int | None = None
+    policy: str | None = None
+    demo: bool = False
+    exit_when_idle: bool = False
+    node_name: str = field(default_factory=socket.gethostname)
+
+    @property
+    def url(self) -> str:
+        """The controller's URL on the loopback interface."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def controller_dir(self) -> str:
+        """The controller's state: the SQLite store, the admin token and the cluster key."""
+        return os.path.join(self.state_dir, "controller")
+
+    @property
+    def node_dir(self) -> str:
+        """The node daemon's state: one directory per task, surviving restarts."""
+        return os.path.join(self.state_dir, "node")
+
+    @property
+    def policy_path(self) -> str:
+        """The policy in force: the one given, or ``policy.toml`` in the state directory."""
+        return self.policy or os.path.join(self.state_dir, "policy.toml")
+
+    @property
+    def admin_token_path(self) -> str:
+        """Where the controller keeps the admin token gpuctl uses."""
+        return os.path.join(self.controller_dir, "admin.token")
+
+
+def default_state_dir(env: Mapping[str, str] = os.environ) -> str:
+    """``$XDG_DATA_HOME/gpud``, by default ``~/.local/share/gpud``."""
+    base = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "gpud")
+
+
+def default_policy(gpus: int) -> str:
+    """The policy written on the first start: an open project "default" and two labs whose quotas fit ``gpus``."""
+    alice, bob = max(1, gpus // 2), max(1, gpus // 4)
+    return f"""\
+# gpud policy, written by gpud up on its first start. Edit it, then run
+# `gpuctl policy reload`; a file with a mistake is refused and the old
+# policy stays in force. etc/gpud/policy.toml in the source explains every key.
+
+# Seconds a stopped job gets between SIGTERM and SIGKILL.
+grace_period = 10
+
+# Seconds a job runs before it may be preempted, so that preemption cannot thrash.
+min_runtime = 30
+
+# Anyone may submit here (no `users` list). No quota: its jobs run on GPUs
+# the labs leave idle, and give them back when a lab needs its quota.
+[[projects]]
+name = "default"
+gpu_quota = 0
+
+# Two labs with guaranteed quotas; what neither uses is shared between them
+# (and "default") by over_quota_weight.
+[[projects]]
+name = "alice-lab"
+gpu_quota = {alice}
+
+[[projects]]
+name = "bob-lab"
+gpu_quota = {bob}
+"""
+
+
+def write_default_policy(path: str, gpus: int) -> bool:
+    """Write the default policy to ``path`` unless a file is already there; True when written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(default_policy(gpus))
+    return True
+
+
+def client_config_path(env: Mapping[str, str] = os.environ) -> str:
+    """Where gpuctl looks for its settings (the same rule as gpud.client.config_path)."""
+    from gpud.client import config_path
+    return config_path(env)
+
+
+def write_client_config(url: str, token_file: str, env: Mapping[str, str] = os.environ) -> tuple[str, bool]:
+    """Point gpuctl at this controller with the admin token file; returns the path and whether it was written.
+
+    A client config that gpud up did not write (one naming another
+    cluster, say) is left alone.
+    """
+    path = client_config_path(env)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if not f.readline().startswith(CLIENT_MARK):
+                return path, False
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    text = (f"{CLIENT_MARK}; gpuctl reads it when GPUD_URL and GPUD_TOKEN are not set\n"
+            f"url = {json.dumps(url)}\ntoken_file = {json.dumps(token_file)}\n")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path, True
+
+
+def open_gpus(options: UpOptions) -> GpuBackend:
+    """The node's GPUs: ``fake_gpus`` fakes, or NVML; UpError saying what to do when there is no GPU."""
+    if options.fake_gpus is not None:
+        if options.fake_gpus < 1:
+            raise UpError(f"--fake-gpus must be at least 1 (got {options.fake_gpus})")
+        return make_backend("fake", node_name=options.node_name, state_dir=options.node_dir,
+                            fake_gpus=options.fake_gpus)
+    try:
+        return make_backend("nvml", node_name=options.node_name, state_dir=options.node_dir)
+    except NoGpuError as exc:
+        raise UpError(f"found no GPU on this machine ({exc}).\n"
+                      f"To try gpud without GPUs, fake some:  gpud up --fake-gpus 8") from None
+
+
+def lock_state_dir(state_dir: str) -> int:
+    """Hold ``up.lock`` in the state directory so two ``gpud up`` cannot share it; returns the lock's fd."""
+    fd = os.open(os.path.join(state_dir, "up.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UpError(f"another gpud up is using {state_dir}; stop it first, or give another --state-dir") from None
+    return fd
+
+
+def prepare(options: UpOptions) -> GpuBackend:
+    """Make the state directories, lock them, open the GPUs and write the default policy if none exists."""
+    for path in (options.state_dir, options.controller_dir, options.node_dir):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    lock_state_dir(options.state_dir)
+    backend = open_gpus(options)
+    if options.policy is None and write_default_policy(options.policy_path, len(backend.gpus())):
+        log.info("wrote the default policy to %s", options.policy_path)
+    return backend
+
+
+def controller_config(options: UpOptions) -> ControllerConfig:
+    """The embedded controller's settings: loopback only, state and policy from the options."""
+    return ControllerConfig(host="127.0.0.1", port=options.port, state_dir=options.controller_dir,
+                            policy=options.policy_path, interval_s=2.0)
+
+
+def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
+    """The embedded node's settings: it reaches the controller over loopback with the cluster key."""
+    return NodeConfig(controller_url=options.url, cluster_key=cluster_key, state_dir=options.node_dir,
+                      name=options.node_name, gpu_backend=backend_kind, fake_gpus=options.fake_gpus or 0)
+
+
+async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdout) -> int:
+    """Run the controller and the node until SIGINT/SIGTERM (or, with ``exit_when_idle``, until no job is left).
+
+    Returns the exit status: 0, or 1 when ``exit_when_idle`` saw a job end
+    in a state other than COMPLETED. Running tasks are left running on a
+    signal; the next ``gpud up`` adopts them.
+    """
+    from aiohttp import web
+
+    from gpud import demo
+    from gpud.controller.app import make_app
+    from gpud.errors import ConfigError
+    from gpud.node.agent import NodeAgent
+    from gpud.node.config import read_cluster_key
+
+    config = controller_config(options)
+    try:
+        app = make_app(config)
+    except ConfigError as exc:
+        raise UpError(str(exc)) from None
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    agent = None
+    try:
+        try:
+            await web.TCPSite(runner, "127.0.0.1", options.port).start()
+        except OSError as exc:
+            raise UpError(f"cannot listen on 127.0.0.1:{options.port} ({exc.strerror or exc}); "
+                          f"is another gpud running? pick another port with --port") from None
+        key = read_cluster_key(config.key_path)
+        kind = "fake" if options.fake_gpus is not None else "nvml"
+        agent = NodeAgent(node_config(options, key, kind), backend)
+        await agent.start()
+        async with demo.Api(options.url, options.admin_token_path) as api:
+            await api.wait_node_up(options.node_name, NODE_UP_TIMEOUT_S)
+            _announce(options, backend, kind, out)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            try:
+                return await demo.run(api, options, stop, out)
+            finally:
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(signum)
+    finally:
+        if agent is not None:
+            await agent.stop()
+        await runner.cleanup()
+
+
+def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO) -> None:
+    gpus = backend.gpus()
+    what = f"{len(gpus)} fake GPU(s)" if kind == "fake" else \
+        f"{len(gpus)} GPU(s) ({', '.join(sorted({g.model for g in gpus}))})"
+    path, written = write_client_config(options.url, options.admin_token_path)
+    lines = [f"gpud up: controller on {options.url}, node {options.node_name} with {what}",
+             f"  state in {options.state_dir}, policy {options.policy_path}"]
+    if written:
+        lines.append(f"  gpuctl is set up for you in {path}")
+    else:
+        lines += [f"  {path} was not written by gpud up and is left as it is; to use this cluster:",
+                  f"    export GPUD_URL={options.url} GPUD_TOKEN=$(cat {options.admin_token_path})"]
+    if not options.exit_when_idle:
+        lines += ["", "Next, in another terminal:",
+                  "  gpuctl submit -p default --gpus 1 -- python3 -c 'import os; "
+                  "print(os.environ[\"CUDA_VISIBLE_DEVICES\"])'",
+                  "  gpuctl queue            # pending and running jobs",
+                  "  gpuctl history          # finished jobs; output is in gpud-<id>.out in the workdir",
+                  "  gpuctl projects         # quotas and fair shares",
+                  "Ctrl-C stops gpud; running jobs keep running and the next gpud up picks them up."]
+    print("\n".join(lines), file=out, flush=True)
+
+
+def run(options: UpOptions, out: TextIO = sys.stdout) -> int:
+    """Prepare the state directory and serve; UpError when gpud up cannot start."""
+    backend = prepare(options)
+    try:
+        return asyncio.run(serve(options, backend, out))
+    finally:
+        backend.close()
