@@ -280,13 +280,19 @@ class _Reader:
         value = self.payload.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SubmitError(f"{key} must be a number", key, status=400)
-        if positive and value <= 0:
+        try:
+            number = float(value)
+        except OverflowError:
+            raise SubmitError(f"{key} is too large", key) from None
+        if not math.isfinite(number):
+            raise SubmitError(f"{key} must be a number", key, status=400)
+        if positive and number <= 0:
             raise SubmitError(f"{key} must be above 0, not {value}", key)
-        if minimum is not None and value < minimum:
+        if minimum is not None and number < minimum:
             raise SubmitError(f"{key} must be at least {minimum:g}, not {value}", key)
-        return float(value)
+        return number
 
     def integer(self, key: str, default: Any = None, *, minimum: int, maximum: int) -> Any:
         value = self.payload.get(key)
