@@ -127,12 +127,17 @@ class Job:
 
     def to_record(self) -> dict[str, Any]:
         """Everything about the job as plain JSON-able data (the store keeps exactly this)."""
-        data = dataclasses.asdict(self)
-        for run in data["runs"]:
-            placement = run["placement"]
-            if placement is not None:
-                placement["gpu_index"] = list(placement["gpu_index"])
+        data = {name: getattr(self, name) for name in _SCALARS}
+        data["command"] = list(self.command) if self.command is not None else None
+        data["env"], data["constraint"] = dict(self.env), dict(self.constraint)
+        data["hosts"] = list(self.hosts)
+        data["depends"] = [{"kind": d.kind, "job": d.job, "met": d.met} for d in self.depends]
+        data["runs"] = [_run_record(run) for run in self.runs]
         return data
+
+    def copy(self) -> Job:
+        """An independent copy (lists and maps not shared)."""
+        return Job.from_record(self.to_record())
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Job:
@@ -157,3 +162,15 @@ def gpus_of(placement: TaskPlacement) -> float:
     if placement.gpu_share < 1.0:
         return placement.gpu_share
     return float(len(placement.gpu_index))
+
+
+_SCALARS = tuple(f.name for f in dataclasses.fields(Job)
+                 if f.name not in ("command", "env", "constraint", "hosts", "depends", "runs"))
+
+
+def _run_record(run: TaskRun) -> dict[str, Any]:
+    placement = run.placement
+    return {"placement": None if placement is None else {
+                "node": placement.node, "gpu_index": list(placement.gpu_index), "gpu_share": placement.gpu_share},
+            "attempt": run.attempt, "state": run.state, "pid": run.pid, "exit_code": run.exit_code,
+            "term_signal": run.term_signal, "reason": run.reason, "since": run.since}

@@ -50,6 +50,7 @@ class Cluster:
         self.last_plan: Plan | None = None
         self.evictions_by_rule: dict[str, int] = defaultdict(int)
         self.finished_by_state: dict[str, int] = defaultdict(int)
+        self.timed: set[str] = set()
         self.wake: Callable[[], None] = lambda: None
 
     # ----------------------------------------------------------------- loading
@@ -84,7 +85,8 @@ class Cluster:
             self.next_seq += 1
             template = submission.job
             if submission.array_indices is None:
-                added.append(self._new_job(template, str(seq), seq, now))
+                template.id, template.seq, template.submitted = str(seq), seq, now
+                added.append(template)
                 continue
             array_id = str(seq)
             self.arrays[array_id] = []
@@ -195,6 +197,8 @@ class Cluster:
         if job.state == PENDING:
             job.move_to(RUNNING)
             job.started, job.reason = now, ""
+            if job.time_limit_s is not None:
+                self.timed.add(job.id)
             nodes = sorted({b.placement.node for b in binds})
             self._event("started", f"started on {','.join(nodes)}", job=job.id)
         for bind in binds:
@@ -348,7 +352,7 @@ class Cluster:
         """Stop jobs past their time limit whose node did not (a backstop: nodes enforce limits themselves)."""
         now = self.clock()
         slack = self.policy.grace_period_s + 30.0
-        for job in list(self.jobs.values()):
+        for job in [self.jobs[i] for i in self.timed if i in self.jobs]:
             if (job.state == RUNNING and job.time_limit_s is not None and job.started is not None
                     and now - job.started > job.time_limit_s + slack):
                 self._finish(job, TIMEOUT, "reached the time limit", stop_reason="timeout")
@@ -409,12 +413,14 @@ class Cluster:
     # --------------------------------------------------------------- helpers
 
     def _new_job(self, template: Job, job_id: str, seq: int, now: float) -> Job:
-        job = Job.from_record(template.to_record())
+        job = template.copy()
         job.id, job.seq, job.submitted = job_id, seq, now
         return job
 
     def _add(self, job: Job) -> None:
         self.jobs[job.id] = job
+        if job.state == RUNNING and job.time_limit_s is not None:
+            self.timed.add(job.id)
         if job.array_id is not None:
             self.arrays.setdefault(job.array_id, []).append(job.id)
         for dep in job.depends:
@@ -489,6 +495,7 @@ class Cluster:
         self.persist.job(job)
         self.core.remove(job.id)
         del self.jobs[job.id]
+        self.timed.discard(job.id)
         self._after_end(job)
 
     def _after_end(self, job: Job) -> None:

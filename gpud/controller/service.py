@@ -7,6 +7,7 @@ import getpass
 import json
 import logging
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,6 +27,8 @@ from gpud.tomlcheck import read_toml
 from gpud.store.sqlite import SQLiteStore
 
 log = logging.getLogger("gpud.controller")
+MIN_CYCLE_GAP_S = 0.01
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
@@ -46,7 +49,7 @@ class Controller:
         self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
         self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
         self.store = SQLiteStore(config.state_dir, synchronous=config.synchronous.upper())
-        self.persist = Persister(self.store, self.store_executor)
+        self.persist = Persister(self.store)
         self.cluster = Cluster(self.policy, self.pm, self.persist)
         self.links: dict[str, Any] = {}
         self.log_requests: dict[str, asyncio.Future] = {}
@@ -60,6 +63,9 @@ class Controller:
 
     async def open(self) -> None:
         """Read the store back, the cluster key and the tokens; write the first admin token if there is none."""
+        # The scheduling cycle runs in a thread; a short switch interval keeps
+        # it from holding the GIL for 5 ms while a request waits to be answered.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(self.store_executor, self.store.load)
         key, created = read_or_create_secret(self.config.key_path, new_token)
@@ -102,15 +108,22 @@ class Controller:
                 log.warning("could not send orders to node %s: %s", node, exc)
 
     async def scheduling_loop(self) -> None:
-        """Run a cycle when something changed (debounced) and on a timer, until cancelled."""
+        """Run a cycle when something changed (debounced) and on a timer, until cancelled.
+
+        Cycles start at least MIN_CYCLE_GAP_S apart, so a burst of submits is
+        scheduled in a few cycles rather than one cycle per submit.
+        """
+        last = 0.0
         while True:
             try:
                 await asyncio.wait_for(self.kick.wait(), self.config.interval_s)
             except TimeoutError:
                 pass
-            if self.config.debounce_ms:
-                await asyncio.sleep(self.config.debounce_ms / 1000)
+            gap = last + MIN_CYCLE_GAP_S - time.monotonic()
+            if self.config.debounce_ms or gap > 0:
+                await asyncio.sleep(max(self.config.debounce_ms / 1000, gap))
             self.kick.clear()
+            last = time.monotonic()
             try:
                 await self.run_cycle()
             except asyncio.CancelledError:

@@ -37,6 +37,15 @@ class SQLiteStore:
         self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
+        self._reader: sqlite3.Connection | None = None
+
+    @property
+    def reader(self) -> sqlite3.Connection:
+        """A second connection for reads, so a reader never sees a writer's open transaction."""
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._reader.execute("PRAGMA busy_timeout=5000")
+        return self._reader
 
     def load(self) -> Loaded:
         """Jobs not finished, nodes, tokens and meta, as the controller left them."""
@@ -73,7 +82,7 @@ class SQLiteStore:
 
     def job(self, job_id: str) -> str | None:
         """One job's record, or None."""
-        row = self.db.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self.reader.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return row[0] if row else None
 
     def jobs_state(self, job_ids: list[str]) -> dict[str, str]:
@@ -82,7 +91,7 @@ class SQLiteStore:
         for start in range(0, len(job_ids), 500):
             chunk = job_ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(self.db.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", chunk))
+            found.update(self.reader.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", chunk))
         return found
 
     def history(self, *, since: float | None, user: str | None, project: str | None,
@@ -96,14 +105,16 @@ class SQLiteStore:
                 args.append(value)
         sql += " ORDER BY ended DESC LIMIT ?"
         args.append(limit)
-        return [row[0] for row in self.db.execute(sql, args)]
+        return [row[0] for row in self.reader.execute(sql, args)]
 
     def events(self, job_id: str, limit: int = 200) -> list[Event]:
         """The job's events, oldest first (the last ``limit``)."""
-        rows = self.db.execute("SELECT time, kind, message, job, node FROM events WHERE job = ? "
+        rows = self.reader.execute("SELECT time, kind, message, job, node FROM events WHERE job = ? "
                                "ORDER BY id DESC LIMIT ?", (job_id, limit)).fetchall()
         return [Event(*row) for row in reversed(rows)]
 
     def close(self) -> None:
         """Close the database file."""
+        if self._reader is not None:
+            self._reader.close()
         self.db.close()
