@@ -9,7 +9,8 @@ median and p95 submit-to-RUNNING, and every job's exit code (must be 0).
 Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
-    python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--json] [--profile FILE.svg]
+    python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--store-sync normal]
+                          [--json] [--profile FILE.svg]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_up(root: str, gpus: int) -> tuple[subprocess.Popen, Client]:
+def start_up(root: str, gpus: int, store_sync: str = "full") -> tuple[subprocess.Popen, Client]:
     """Start `gpud up --fake-gpus GPUS` in ``root``; returns the process and an admin client once its node is up."""
     port = free_port()
     env = {**os.environ, "HOME": os.path.join(root, "home"), "XDG_CONFIG_HOME": os.path.join(root, "config")}
@@ -51,7 +52,8 @@ def start_up(root: str, gpus: int) -> tuple[subprocess.Popen, Client]:
         env.pop(key, None)
     log = open(os.path.join(root, "up.log"), "wb")
     process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", str(gpus),
-                                "--port", str(port), "--state-dir", os.path.join(root, "state")],
+                                "--port", str(port), "--state-dir", os.path.join(root, "state"),
+                                "--store-sync", store_sync],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     token_file = os.path.join(root, "state", "controller", "admin.token")
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -123,7 +125,14 @@ def run(args: argparse.Namespace) -> dict:
     root = tempfile.mkdtemp(prefix="gpud-drain-")
     workdir = os.path.join(root, "work")
     os.makedirs(workdir)
-    process, api = start_up(root, args.gpus)
+    try:
+        return _drain(args, root, workdir)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
+    process, api = start_up(root, args.gpus, args.store_sync)
     spy = None
     try:
         jobs = [job(workdir) for _ in range(args.jobs)]
@@ -148,6 +157,7 @@ def run(args: argparse.Namespace) -> dict:
     last_end = max((j["ended"] for j in done.values() if j.get("ended")), default=seen_empty)
     wall = last_end - began
     figures = {"jobs": args.jobs, "gpus": args.gpus, "submit": "one-by-one" if args.one_by_one else "batch",
+               "store_sync": args.store_sync,
                "submit_s": round(submitted - began, 3), "wall_s": round(wall, 3),
                "jobs_per_s": round(args.jobs / wall, 1), "observed_wall_s": round(seen_empty - began, 3),
                "median_submit_to_running_s": round(statistics.median(waits), 3) if waits else None,
@@ -156,7 +166,6 @@ def run(args: argparse.Namespace) -> dict:
     if len(done) != args.jobs or bad:
         figures["problem"] = (f"{args.jobs - len(done)} job(s) missing from history, {len(bad)} not "
                               f"COMPLETED with exit code 0: {[(j['id'], j['state'], j.get('exit_code')) for j in bad[:5]]}")
-    shutil.rmtree(root, ignore_errors=True)
     return figures
 
 
@@ -168,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100 jobs: a smoke test")
     parser.add_argument("--one-by-one", action="store_true", help="one POST /api/v1/jobs per job (8 threads)")
     parser.add_argument("--profile", metavar="FILE", help="py-spy record gpud up into FILE (.svg or .json)")
+    parser.add_argument("--store-sync", choices=("full", "normal"), default="full",
+                        help="gpud up --store-sync: fsync every commit (full) or not (normal)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.quick:
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         slurm_rate = SLURM_JOBS / SLURM_S
         print(f"drain: {figures['jobs']} jobs (`true`, 1 fake GPU each) on {figures['gpus']} GPUs, "
-              f"submitted {figures['submit']} in {figures['submit_s']:.2f} s")
+              f"submitted {figures['submit']} in {figures['submit_s']:.2f} s, store sync {figures['store_sync']}")
         print(f"  wall time (first submit to last end): {figures['wall_s']:.2f} s   "
               f"({figures['jobs_per_s']:.1f} jobs/s; Slurm: {SLURM_S} s for {SLURM_JOBS}, {slurm_rate:.1f} jobs/s; "
               f"target < {TARGET_S * figures['jobs'] / SLURM_JOBS:.1f} s)")

@@ -36,6 +36,7 @@ class UpOptions:
     policy: str | None = None
     demo: bool = False
     exit_when_idle: bool = False
+    store_sync: str = "full"
     node_name: str = field(default_factory=socket.gethostname)
 
     @property
@@ -183,7 +184,7 @@ def prepare(options: UpOptions) -> GpuBackend:
 def controller_config(options: UpOptions) -> ControllerConfig:
     """The embedded controller's settings: loopback only, state and policy from the options."""
     return ControllerConfig(host="127.0.0.1", port=options.port, state_dir=options.controller_dir,
-                            policy=options.policy_path, interval_s=2.0)
+                            policy=options.policy_path, interval_s=2.0, synchronous=options.store_sync)
 
 
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:

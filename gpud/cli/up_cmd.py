@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--exit-when-idle", action="store_true",
                         help="print each job's progress and exit once no job is pending or running "
                              "(status 1 if any job did not complete)")
+    parser.add_argument("--store-sync", choices=("full", "normal"), default="full",
+                        help="full: every accepted change is fsync'd (survives a power cut; the default); "
+                             "normal: survives a crash of gpud, not a power cut, and is faster on slow disks")
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = UpOptions(state_dir=os.path.abspath(args.state_dir or default_state_dir()), port=args.port,
                         fake_gpus=args.fake_gpus, policy=os.path.abspath(args.policy) if args.policy else None,
-                        demo=args.demo, exit_when_idle=args.exit_when_idle)
+                        demo=args.demo, exit_when_idle=args.exit_when_idle, store_sync=args.store_sync)
     try:
         return run_up(options)
     except (UpError, RuntimeError) as exc:
