@@ -53,6 +53,12 @@ class NodeSpec:
     pool: str = "default"
     labels: Mapping[str, str] = field(default_factory=dict)
     schedulable: bool = True
+    out_of_service: tuple[int, ...] = ()
+
+    @property
+    def usable_gpus(self) -> int:
+        """The GPUs that can take work: all of them but those out of service (lost, faulty)."""
+        return self.gpus - len(self.out_of_service)
 
 
 @dataclass(frozen=True, slots=True)

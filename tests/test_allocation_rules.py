@@ -794,3 +794,19 @@ def test_every_pending_job_has_a_reason_and_running_jobs_none():
     reasons = sim.last_plan.pending_reasons
     assert set(reasons) == sim.pending()
     assert all(reasons[j] for j in reasons)
+
+
+def test_a_gpu_out_of_service_takes_no_work_and_leaves_the_pool_capacity():
+    from gpud.core import schedule
+    from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
+    from gpud.plugins import make_plugin_manager
+    from gpud.policy_file import parse_policy
+
+    policy = parse_policy({"projects": [{"name": "p"}]}, "test")
+    node = NodeSpec("n1", gpus=4, out_of_service=(1, 2))
+    jobs = tuple(JobSpec(id=f"j{i}", project="p", request=TaskRequest(gpus=1), seq=i) for i in range(3))
+    plan = schedule(Snapshot((node,), jobs, 0.0), policy, make_plugin_manager())
+    assert sorted(b.placement.gpu_index for b in plan.binds) == [(0,), (3,)]
+    assert "j2" in plan.pending_reasons
+    (queue,) = [q for q in plan.queues if q.name == "p"]
+    assert queue.fair_share.gpu == 2.0

@@ -189,3 +189,22 @@ def test_reclaim_preempts_and_requeues_with_a_restart_count(cluster):
     for job_id in requeued:
         cluster.wait_state(job_id, "RUNNING")
         wait_for(lambda: "GPUD_RESTART_COUNT=1" in output_of(cluster, job_id), "the restarted task's output")
+
+
+def test_a_faulty_gpu_is_taken_out_of_service_and_reported(cluster):
+    from gpud.gpu.fake import inject_fault
+
+    cluster.start_node("n1", gpus=2)
+    inject_fault(str(cluster.root / "n1"), 1, "ecc_uncorrectable")
+
+    def gpu_one_unhealthy():
+        status, body = cluster.api("GET", "/api/v1/nodes")
+        return not body["nodes"][0]["gpus"][1]["healthy"]
+    wait_for(gpu_one_unhealthy, "the fault to reach the controller")
+    first = cluster.submit(command=["sleep", "300"], gpus=1, cpus=0.5)
+    second = cluster.submit(command=["sleep", "300"], gpus=1, cpus=0.5)
+    assert cluster.wait_state(first, "RUNNING")["placements"][0]["gpus"] == [0]
+    time.sleep(1.0)
+    assert cluster.job(second)["state"] == "PENDING"
+    status, metrics = cluster.api("GET", "/metrics", token=None)
+    assert 'gpud_gpus_unhealthy{pool="default"} 1' in metrics

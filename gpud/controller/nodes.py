@@ -48,14 +48,14 @@ class NodeRecord:
     stopping: dict[str, list[int]] = field(default_factory=dict)
 
     def spec(self) -> NodeSpec:
-        """The node as the scheduling core sees it; only healthy GPUs count, and only an up, undrained node takes work."""
-        healthy = [gpu for gpu in self.gpus if gpu.healthy]
-        memory = min((gpu.memory_gib for gpu in healthy), default=80.0)
+        """The node as the scheduling core sees it: unhealthy GPUs out of service, only an up, undrained node takes work."""
+        memory = min((gpu.memory_gib for gpu in self.gpus), default=80.0)
         labels = dict(self.labels)
         labels.setdefault("pool", self.pool)
+        faulty = tuple(position for position, gpu in enumerate(self.gpus) if not gpu.healthy)
         return NodeSpec(name=self.name, gpus=len(self.gpus), gpu_memory_gib=memory, cpus=self.cpus,
                         memory_gib=self.memory_gib, pool=self.pool, labels=labels,
-                        schedulable=self.state == UP and not self.drain and len(healthy) == len(self.gpus))
+                        schedulable=self.state == UP and not self.drain, out_of_service=faulty)
 
     def inventory(self) -> tuple:
         """What the scheduler depends on: a change means the scheduler must be rebuilt."""

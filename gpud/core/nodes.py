@@ -31,7 +31,9 @@ class NodeState:
         self.labels: Mapping[str, str] = spec.labels
         self.gpu_memory_gib = spec.gpu_memory_gib
         self.free_share = [1.0] * spec.gpus
-        self.free_whole = spec.gpus
+        for index in spec.out_of_service:
+            self.free_share[index] = 0.0
+        self.free_whole = spec.usable_gpus
         self.free_cpu = float(spec.cpus)
         self.free_mem = float(spec.memory_gib)
         self.tasks: dict[tuple[str, int], TaskPlacement] = {}
@@ -88,6 +90,8 @@ class NodeState:
         """Release what task ``key`` held on this node and return its placement."""
         placement = self.tasks.pop(key)
         for i in placement.gpu_index:
+            if i in self.spec.out_of_service:
+                continue
             after = self.free_share[i] + placement.gpu_share
             if after >= 1.0 - EPS:
                 after = 1.0
@@ -119,7 +123,7 @@ class NodeIndex:
         self.max_cpus = int(max((n.spec.cpus for n in nodes), default=0))
         self.max_gpu_memory = max((n.gpu_memory_gib for n in nodes if n.gpus), default=0.0)
         self.gpu_memories = sorted({n.gpu_memory_gib for n in nodes if n.gpus})
-        self.capacity = Resources(sum(n.gpus for n in nodes), sum(n.spec.cpus for n in nodes),
+        self.capacity = Resources(sum(n.spec.usable_gpus for n in nodes), sum(n.spec.cpus for n in nodes),
                                   sum(n.spec.memory_gib for n in nodes))
         self.by_whole: list[list[dict[NodeState, None]]] = [[{} for _ in range(CPU_CLASSES)]
                                                              for _ in range(self.max_gpus + 1)]

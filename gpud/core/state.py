@@ -169,7 +169,7 @@ class ClusterState:
 
     def _capacity(self, pool: str) -> Resources:
         """All the GPUs, CPUs and memory of a pool's nodes."""
-        return sum((Resources(n.gpus, n.spec.cpus, n.spec.memory_gib)
+        return sum((Resources(n.spec.usable_gpus, n.spec.cpus, n.spec.memory_gib)
                     for n in self.nodes.values() if n.pool == pool), Resources())
 
     # --- reading ------------------------------------------------------------------------------
