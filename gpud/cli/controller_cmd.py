@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import asyncio
+import signal
 import sys
+
+from gpud import sdnotify
+from gpud.logfmt import FORMATS, setup_logging
 
 EPILOG = """examples:
   gpud controller --config /etc/gpud/controller.toml
@@ -27,6 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-format", default="text", choices=FORMATS,
+                        help="text, or json: one JSON object per line (default: text)")
     parser.set_defaults(func=run)
 
 
@@ -38,13 +44,37 @@ def run(args: argparse.Namespace) -> int:
     from gpud.controller.config import load_config
     from gpud.errors import ConfigError
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(args.log_level, args.log_format)
     try:
         config = load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy)
         app = make_app(config)
     except ConfigError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 2
-    print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
-    web.run_app(app, host=config.host, port=config.port, print=None, access_log=None)
+    try:
+        asyncio.run(serve(app, config))
+    except OSError as exc:
+        print(f"gpud controller: cannot serve on {config.host}:{config.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+async def serve(app, config) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM; tell systemd READY=1 once listening and STOPPING=1 on the way out."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    try:
+        await web.TCPSite(runner, config.host, config.port).start()
+        print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
+        sdnotify.ready(f"serving on {config.url}")
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        sdnotify.stopping()
+    finally:
+        await runner.cleanup()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import dataclasses
 import sys
 
 from gpud.errors import ConfigError
+from gpud.logfmt import FORMATS, setup_logging
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -14,11 +15,14 @@ def run_node(args: argparse.Namespace) -> int:
     from gpud.node.config import load_node_config
     from gpud.node.daemon import NodeStartError, run
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level, args.log_format)
     try:
         config = load_node_config(args.config, controller=args.controller, state_dir=args.state_dir,
                                   fake_gpus=args.fake_gpus, name=args.name,
                                   cluster_key_file=args.cluster_key_file)
+        if args.metrics_listen is not None:
+            config = dataclasses.replace(config, metrics_listen="" if args.metrics_listen == "off"
+                                         else args.metrics_listen)
         run(config)
     except (ConfigError, NodeStartError) as exc:
         print(f"gpud node: {exc}", file=sys.stderr)
@@ -38,6 +42,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     node.add_argument("--cluster-key-file", metavar="FILE", help="the cluster key (overrides cluster_key_file)")
     node.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
     node.add_argument("--name", help="the node's name (default: the host name)")
+    node.add_argument("--metrics-listen", metavar="HOST:PORT",
+                      help='serve /metrics here (overrides metrics_listen; default 127.0.0.1:6831; "off": none)')
     node.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    node.add_argument("--log-format", default="text", choices=FORMATS,
+                      help="text, or json: one JSON object per line (default: text)")
     node.set_defaults(func=run_node)
     return node

@@ -15,7 +15,8 @@ from gpud.tomlcheck import Table, choices, quote, read_toml
 DEFAULT_URL = "http://127.0.0.1:6830"
 DEFAULT_STATE_DIR = "/var/lib/gpud/node"
 TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "name", "pool", "labels", "gpu_backend",
-            "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib")
+            "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib", "metrics_listen")
+DEFAULT_METRICS_LISTEN = "127.0.0.1:6831"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class NodeConfig:
     reconnect_max_s: float = 10.0
     cpus: float | None = None
     memory_gib: float | None = None
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
 
     @property
     def connect_url(self) -> str:
@@ -53,6 +55,16 @@ def _check_url(url: str, source: str, where: str) -> str:
     if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
         raise ConfigError(source, where, f"expected a URL such as {DEFAULT_URL}, got {quote(url)}")
     return url
+
+
+def _check_listen(value: str, source: str) -> str:
+    if value in ("", "off"):
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(source, "metrics_listen",
+                          f'expected HOST:PORT such as {DEFAULT_METRICS_LISTEN}, or "off", got {quote(value)}')
+    return value
 
 
 def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file") -> str:
@@ -104,6 +116,8 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         changes["reconnect_max_s"] = top.number("reconnect_max_s", config.reconnect_max_s, above=0)
         changes["cpus"] = top.number("cpus", None, above=0)
         changes["memory_gib"] = top.number("memory_gib", None, above=0)
+        if "metrics_listen" in top:
+            changes["metrics_listen"] = _check_listen(top.string("metrics_listen"), source)
     if controller is not None:
         changes["controller_url"] = _check_url(controller, "--controller", "")
     if state_dir is not None:

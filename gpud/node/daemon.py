@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 
+from gpud import sdnotify
 from gpud.gpu import GpuBackend, NoGpuError, make_backend
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
@@ -38,12 +39,31 @@ async def serve(config: NodeConfig, backend: GpuBackend, stop: asyncio.Event | N
     await agent.start()
     log.info("node %s: %d GPU(s), state in %s, controller %s", config.name, len(backend.gpus()),
              config.state_dir, config.controller_url)
+    metrics = await _start_metrics(agent)
+    sdnotify.ready(f"node {config.name}: {len(backend.gpus())} GPU(s), controller {config.controller_url}")
     try:
         await stop.wait()
     finally:
+        sdnotify.stopping()
+        if metrics is not None:
+            await metrics.cleanup()
         await agent.stop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+async def _start_metrics(agent: NodeAgent):
+    """The /metrics server, or None when switched off or its address is taken (the node runs on without it)."""
+    if not agent.config.metrics_listen:
+        return None
+    from gpud.node.metrics import start_server
+
+    try:
+        return await start_server(agent, agent.config.metrics_listen)
+    except OSError as exc:
+        log.error("cannot serve metrics on %s: %s; running without /metrics", agent.config.metrics_listen,
+                  exc.strerror or exc)
+        return None
 
 
 def run(config: NodeConfig) -> None:

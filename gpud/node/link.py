@@ -41,6 +41,7 @@ class ControllerLink:
         self.reconnect_max_s = reconnect_max_s
         self.heartbeat_s = DEFAULT_HEARTBEAT_S
         self.connected = asyncio.Event()
+        self.registrations = 0
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._send_lock = asyncio.Lock()
         self._heartbeat_now = asyncio.Event()
@@ -121,6 +122,7 @@ class ControllerLink:
         if isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and heartbeat > 0:
             self.heartbeat_s = float(heartbeat)
         self.connected.set()
+        self.registrations += 1
         self.owner.registered(message)
         log.info("registered with the controller at %s", self.url)
 
