@@ -6,6 +6,10 @@ POST /api/v1/jobs/batch (or one POST /api/v1/jobs per job with
 --one-by-one), waits until none is pending or running, then reads the
 history: wall time from the first submit to the last job's end, jobs/s,
 median and p95 submit-to-RUNNING, and every job's exit code (must be 0).
+Where the time went, per job: gpud up's event loop thread on a CPU,
+waiting for one, or blocked (from /proc/PID/task/*/schedstat), and the CPU
+of the task processes it detaches (this script becomes their subreaper, so
+their CPU shows in its RUSAGE_CHILDREN), with how busy the whole machine was.
 Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
@@ -16,8 +20,10 @@ Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -25,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -109,6 +116,76 @@ def wait_drained(api: Client, timeout: float) -> float:
     raise SystemExit(f"jobs still pending or running after {timeout:.0f} s")
 
 
+def thread_times(pid: int) -> dict[str, tuple[float, float]]:
+    """Seconds on a CPU and waiting for one so far: the main thread, and the other threads together; {} off Linux."""
+    times = {"main": [0.0, 0.0], "threads": [0.0, 0.0]}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                on_cpu, waiting = (int(x) / 1e9 for x in f.read().split()[:2])
+            entry = times["main" if int(tid) == pid else "threads"]
+            entry[0] += on_cpu
+            entry[1] += waiting
+    except OSError:
+        return {}
+    return {name: (cpu, wait) for name, (cpu, wait) in times.items()}
+
+
+def machine_ticks() -> tuple[int, int]:
+    """Busy and total CPU ticks of the whole machine so far (every process), from /proc/stat; (0, 0) off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def adopt_orphans() -> bool:
+    """Become the subreaper of what gpud up detaches (task supervisors), and reap them in a thread.
+
+    Their CPU time then shows in this process's RUSAGE_CHILDREN; False
+    where that is not possible (not Linux).
+    """
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+            return False
+    except (OSError, AttributeError):
+        return False
+
+    def reap() -> None:
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.02)
+
+    threading.Thread(target=reap, daemon=True, name="reaper").start()
+    return True
+
+
+def children_cpu() -> float:
+    """CPU seconds of every reaped descendant so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def fork_server_cpu(pid: int) -> float:
+    """CPU seconds so far of gpud up's children (its fork server), from /proc; 0 off Linux."""
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+        for kid in kids:
+            with open(f"/proc/{kid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        pass
+    return total
+
+
 def profile(pid: int, path: str) -> subprocess.Popen | None:
     """Start `py-spy record` on ``pid`` writing ``path``; None when py-spy is not installed."""
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -132,6 +209,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
+    orphans = adopt_orphans()
     process, api = start_up(root, args.gpus, args.store_sync)
     spy = None
     try:
@@ -139,10 +217,15 @@ def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
         if args.profile:
             spy = profile(process.pid, args.profile)
             time.sleep(0.5)
+        cpu_before, machine_before = thread_times(process.pid), machine_ticks()
+        tasks_before, server_before = children_cpu(), fork_server_cpu(process.pid)
         began = time.time()
         ids = submit(api, jobs, args.one_by_one)
         submitted = time.time()
         seen_empty = wait_drained(api, timeout=max(120.0, args.jobs * 0.5))
+        cpu_after, machine_after = thread_times(process.pid), machine_ticks()
+        time.sleep(0.2)  # the last supervisors exit and are reaped
+        tasks_after, server_after = children_cpu(), fork_server_cpu(process.pid)
         history = api.get("history", {"limit": args.jobs + 10})["jobs"]
     except ClientError as exc:
         raise SystemExit(f"drain: {exc}\n{_tail(root)}")
@@ -162,11 +245,28 @@ def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
                "jobs_per_s": round(args.jobs / wall, 1), "observed_wall_s": round(seen_empty - began, 3),
                "median_submit_to_running_s": round(statistics.median(waits), 3) if waits else None,
                "p95_submit_to_running_s": round(waits[int(len(waits) * 0.95) - 1], 3) if waits else None,
+               "ms_per_job": _per_job(cpu_before, cpu_after, seen_empty - began, args.jobs),
+               "task_processes_cpu_ms_per_job": round((tasks_after - tasks_before) * 1000 / args.jobs, 2)
+               if orphans else None,
+               "fork_server_cpu_ms_per_job": round((server_after - server_before) * 1000 / args.jobs, 2),
+               "machine_cpus": os.cpu_count(),
+               "machine_busy_pct": round(100 * (machine_after[0] - machine_before[0]) /
+                                         max(1, machine_after[1] - machine_before[1]), 1),
+               "load_1m": round(os.getloadavg()[0], 2),
                "recorded": len(done), "exit_code_0": len(done) - len(bad), "not_ok": len(bad)}
     if len(done) != args.jobs or bad:
         figures["problem"] = (f"{args.jobs - len(done)} job(s) missing from history, {len(bad)} not "
                               f"COMPLETED with exit code 0: {[(j['id'], j['state'], j.get('exit_code')) for j in bad[:5]]}")
     return figures
+
+
+def _per_job(before: dict, after: dict, wall: float, jobs: int) -> dict[str, float]:
+    if not before or not after:
+        return {}
+    ms = lambda seconds: round(seconds * 1000 / jobs, 2)  # noqa: E731
+    cpu, runq = (after["main"][i] - before["main"][i] for i in (0, 1))
+    return {"wall": ms(wall), "main_cpu": ms(cpu), "main_runqueue": ms(runq), "main_blocked": ms(wall - cpu - runq),
+            "threads_cpu": ms(after["threads"][0] - before["threads"][0])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +295,16 @@ def main(argv: list[str] | None = None) -> int:
               f"target < {TARGET_S * figures['jobs'] / SLURM_JOBS:.1f} s)")
         print(f"  submit -> RUNNING: median {figures['median_submit_to_running_s']} s, "
               f"p95 {figures['p95_submit_to_running_s']} s")
+        if figures["ms_per_job"]:
+            t = figures["ms_per_job"]
+            print(f"  per job, gpud up's event loop thread: {t['wall']} ms of wall time = {t['main_cpu']} on a CPU "
+                  f"+ {t['main_runqueue']} waiting for a CPU + {t['main_blocked']} blocked (disk, sleep, idle); "
+                  f"its other threads: {t['threads_cpu']} ms on a CPU")
+        if figures["task_processes_cpu_ms_per_job"] is not None:
+            print(f"  per job, its task processes (supervisor and `true`): {figures['task_processes_cpu_ms_per_job']} ms "
+                  f"on a CPU; the fork server: {figures['fork_server_cpu_ms_per_job']} ms")
+        print(f"  machine: {figures['machine_cpus']} CPUs, {figures['machine_busy_pct']}% busy during the drain "
+              f"(every process, ours and others'), load average {figures['load_1m']}")
         print(f"  exit codes recorded: {figures['exit_code_0']}/{figures['jobs']} are 0")
         if "problem" in figures:
             print(f"  PROBLEM: {figures['problem']}")
