@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from gpud.controller.core_sync import CoreSync
+from gpud.controller.job_events import JobEvents
 from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
 from gpud.controller.orders import start_order, stop_order
 from gpud.controller.persist import Persister
@@ -35,6 +36,7 @@ class Cluster:
                  clock: Callable[[], float] = time.time) -> None:
         self.policy = policy
         self.core = CoreSync(policy, pm)
+        self.job_events = JobEvents(pm)
         self.persist = persister
         self.clock = clock
         self.jobs: dict[str, Job] = {}
@@ -408,6 +410,7 @@ class Cluster:
         """Use a new policy from the next cycle on."""
         self.policy = policy
         self.core.rebuild(policy, pm)
+        self.job_events.pm = pm
         self.wake()
 
     # --------------------------------------------------------------- helpers
@@ -546,6 +549,8 @@ class Cluster:
     def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None) -> None:
         self.persist.event(Event(self.clock(), kind, message, job, node))
         log.info("event=%s job=%s node=%s %s", kind.replace(" ", "_"), job or "-", node or "-", message)
+        if job is not None and job in self.jobs:
+            self.job_events.emit(kind, self.jobs[job], message)
 
 
 def _dependency_met(kind: str, state: str) -> bool | None:

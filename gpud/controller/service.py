@@ -89,6 +89,7 @@ class Controller:
         try:
             await self.persist.flush()
         finally:
+            self.cluster.job_events.close()
             self.store_executor.submit(self.store.close).result()
             self.store_executor.shutdown()
             self.cycle_executor.shutdown(cancel_futures=True)
