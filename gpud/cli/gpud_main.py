@@ -17,15 +17,18 @@ def check_config(args: argparse.Namespace) -> int:
     """Validate policy, controller and node files; print what is wrong and where, exit 1 if any file is bad."""
     status = 0
     for path in args.files:
+        warnings: list[str] = []
         try:
-            print(f"{path}: ok ({_check_one(path)})")
+            print(f"{path}: ok ({_check_one(path, warnings)})")
+            for warning in warnings:
+                print(f"gpud check-config: warning: {warning}", file=sys.stderr)
         except ConfigError as exc:
             print(f"gpud check-config: {exc}", file=sys.stderr)
             status = 1
     return status
 
 
-def _check_one(path: str) -> str:
+def _check_one(path: str, warnings: list[str]) -> str:
     from gpud.tomlcheck import read_toml
 
     data, _ = read_toml(path)
@@ -38,13 +41,27 @@ def _check_one(path: str) -> str:
     if name.startswith("node") or {"controller_url", "gpu_backend", "fake_gpus"} & set(data):
         from gpud.node.config import load_node_config
 
-        node = load_node_config(path)
+        node = load_node_config(path, read_key=False)
+        warnings.extend(_node_key_warnings(node, path))
         return f"node config: {node.name} in pool {node.pool}, controller {node.controller_url}"
     policy = load_policy(path, ANY_PLACEMENT)
     pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
     check_placements(policy, placement_strategies(pm), path)
     return (f"{len(policy.projects)} projects, {len(policy.departments)} departments, "
             f"{len(policy.pools) or 1} node pools")
+
+
+def _node_key_warnings(node, path: str) -> list[str]:
+    """A node file is valid without its key file (the key is copied in at install); say so, as a warning."""
+    from gpud.node.config import read_cluster_key
+
+    if not node.cluster_key_file:
+        return [f"{path}: no cluster_key_file; the daemon then needs --cluster-key-file"]
+    try:
+        read_cluster_key(node.cluster_key_file, path)
+    except ConfigError as exc:
+        return [f"{exc} (copy the controller's cluster.key there before starting the node)"]
+    return []
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,12 +82,12 @@ def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file
 
 def load_node_config(path: str | None, *, controller: str | None = None, state_dir: str | None = None,
                      fake_gpus: int | None = None, name: str | None = None,
-                     cluster_key_file: str | None = None) -> NodeConfig:
+                     cluster_key_file: str | None = None, read_key: bool = True) -> NodeConfig:
     """The configuration from ``path`` (or the defaults when None), then the flags that override it.
 
     Relative paths in the file are relative to the file's directory.
     ``fake_gpus`` from a flag selects the fake backend. The cluster key
-    file, when one is named, is read here.
+    file, when one is named, is read here (unless ``read_key`` is False).
     """
     config = NodeConfig()
     source = path or "command line"
@@ -131,7 +131,7 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
             raise ConfigError("--fake-gpus", "", f"must not be negative (got {fake_gpus})")
         changes["gpu_backend"], changes["fake_gpus"] = "fake", fake_gpus
     config = replace(config, **changes)
-    if config.cluster_key_file:
+    if config.cluster_key_file and read_key:
         where_source = source if path is not None and cluster_key_file is None else ""
         config = replace(config, cluster_key=read_cluster_key(config.cluster_key_file, where_source))
     return config
