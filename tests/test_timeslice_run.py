@@ -1,0 +1,259 @@
+"""Time-slicing real processes: freezers, strict and fair shares of CPU-bound stand-ins, idle redistribution.
+
+A core stands in for the GPU (gpud.node.standins). The machine running the
+tests may be shared: when the stand-ins got too little of their core to
+measure anything, a test that misses its bound is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpud.gpu.fake import FakeBackend, set_process_usage
+from gpud.node import failsafe
+from gpud.node.freezer import CgroupFreezer, SignalFreezer, freezer_root
+from gpud.node.slicerun import GpuSlicer, Member, UsageMonitor
+from gpud.node.standins import mean_error_pp, run_slicer, spawn, summary
+
+BOUND_PP = 2.0
+BUSY_ENOUGH = 0.8  # below this part of their core, the stand-ins cannot show an error of 2 pp
+LEASE_S, PRECISION = 0.05, 0.1
+
+
+def proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    return data[data.rfind(")") + 2]
+
+
+def wait_state(pid: int, states: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = proc_state(pid)
+        if state in states:
+            return state
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} is {proc_state(pid)}, not one of {states!r}")
+
+
+def assert_within(samples, bound: float = BOUND_PP) -> None:
+    error = mean_error_pp(samples)
+    if error <= bound:
+        return
+    busy = summary(samples)["core_busy"]
+    if busy < BUSY_ENOUGH:
+        pytest.skip(f"machine too busy to measure time-slicing: the stand-ins got {busy:.0%} of their core "
+                    f"(need {BUSY_ENOUGH:.0%}); error was {error:.1f} pp")
+    shares = [{k: round(v * 100, 1) for k, v in s.measured().items()} for s in samples]
+    raise AssertionError(f"error {error:.2f} pp > {bound} pp averaged over {len(samples)} plans: {shares}")
+
+
+@pytest.fixture
+def standin():
+    procs = []
+
+    def make():
+        proc = spawn(max(os.sched_getaffinity(0)))
+        procs.append(proc)
+        return proc
+    yield make
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+# --- freezers ------------------------------------------------------------------------------------
+
+def test_signal_freezer_stops_and_continues_the_process_group(standin):
+    proc = standin()
+    freezer = SignalFreezer(proc.pid)
+    freezer.freeze()
+    assert wait_state(proc.pid, "T") == "T"
+    freezer.freeze()  # idempotent
+    freezer.thaw()
+    assert wait_state(proc.pid, "RS") in "RS"
+
+
+def test_signal_freezer_on_a_gone_group_does_not_raise():
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    proc.wait()
+    SignalFreezer(proc.pid).freeze()
+    SignalFreezer(proc.pid).thaw()
+
+
+def test_cgroup_v2_freezer_writes_cgroup_freeze(tmp_path):
+    (tmp_path / "cgroup.freeze").write_text("0")
+    freezer = CgroupFreezer(str(tmp_path))
+    assert freezer.kind == "cgroup2"
+    freezer.freeze()
+    assert (tmp_path / "cgroup.freeze").read_text() == "1"
+    freezer.thaw()
+    assert (tmp_path / "cgroup.freeze").read_text() == "0"
+
+
+def test_cgroup_v1_freezer_writes_freezer_state(tmp_path):
+    (tmp_path / "freezer.state").write_text("THAWED")
+    freezer = CgroupFreezer(str(tmp_path))
+    assert freezer.kind == "cgroup1"
+    freezer.freeze()
+    assert (tmp_path / "freezer.state").read_text() == "FROZEN"
+    freezer.thaw()
+    assert (tmp_path / "freezer.state").read_text() == "THAWED"
+
+
+def test_freezer_root_finds_nothing_in_an_empty_tree(tmp_path):
+    assert freezer_root(str(tmp_path)) is None
+
+
+@pytest.mark.skipif(freezer_root() is None, reason="no writable cgroup freezer on this host")
+def test_a_real_cgroup_freezer_freezes_a_task(standin, tmp_path):
+    from gpud.node.freezer import make_task_cgroup, remove_task_cgroup
+    proc = standin()
+    path = make_task_cgroup(str(tmp_path), f"test-{os.getpid()}-{proc.pid}", proc.pid)
+    assert path is not None
+    try:
+        freezer = CgroupFreezer(path)
+        freezer.freeze()
+        deadline = time.monotonic() + 5
+        before = None
+        while time.monotonic() < deadline:
+            ns = int(open(f"/proc/{proc.pid}/schedstat").read().split()[0])
+            if before is not None and ns == before:
+                break
+            before = ns
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the frozen task kept running")
+        freezer.thaw()
+    finally:
+        proc.kill()
+        proc.wait()
+        remove_task_cgroup(str(tmp_path))
+    assert not os.path.isdir(path)
+
+
+# --- shares --------------------------------------------------------------------------------------
+
+def test_strict_25_75():
+    samples, _ = run_slicer("strict", {"a": (0.25, 0.25), "b": (0.75, 0.75)}, 3, lease_s=LEASE_S,
+                            precision=PRECISION)
+    assert len(samples) == 3
+    assert samples[0].shares == pytest.approx({"a": 0.25, "b": 0.75})
+    assert_within(samples)
+
+
+def test_strict_10_20_30_40():
+    requests = {"a": (0.1, 0.1), "b": (0.2, 0.2), "c": (0.3, 0.3), "d": (0.4, 0.4)}
+    samples, _ = run_slicer("strict", requests, 3, lease_s=LEASE_S, precision=PRECISION)
+    assert_within(samples)
+
+
+def test_fair_gives_an_idle_jobs_leases_to_the_busy_one(tmp_path):
+    backend = FakeBackend("n1", 1, str(tmp_path))
+
+    def usage(pids):
+        set_process_usage(str(tmp_path), pids["busy"], 0, 1.0, 100.0)
+        set_process_usage(str(tmp_path), pids["idle"], 0, 1.0, 0.0)
+    # The idle job's stand-in keeps spinning, so the probe lease it keeps shows in the measurement.
+    samples, slicer = run_slicer("fair", {"busy": (0.5, 1.0), "idle": (0.5, 1.0)}, 3, lease_s=LEASE_S,
+                                 precision=PRECISION, warmup=2, monitor=UsageMonitor(backend, 0.02),
+                                 on_spawn=usage)
+    assert slicer.history[0].shares == pytest.approx({"busy": 0.5, "idle": 0.5})
+    assert [s.shares for s in samples] == [pytest.approx({"busy": 0.9, "idle": 0.1})] * 3
+    assert_within(samples)
+
+
+def test_fair_with_everyone_busy_is_the_request_plus_an_equal_part_of_the_rest(tmp_path):
+    backend = FakeBackend("n1", 1, str(tmp_path))
+
+    def usage(pids):
+        for pid in pids.values():
+            set_process_usage(str(tmp_path), pid, 0, 1.0, 100.0)
+    samples, _ = run_slicer("fair", {"a": (0.2, 1.0), "b": (0.4, 1.0)}, 3, lease_s=LEASE_S,
+                            precision=PRECISION, monitor=UsageMonitor(backend, 0.02), on_spawn=usage)
+    assert samples[0].shares == pytest.approx({"a": 0.4, "b": 0.6})
+    assert_within(samples)
+
+
+# --- fail-safe -----------------------------------------------------------------------------------
+
+def test_closing_the_slicer_thaws_everything(standin):
+    procs = [standin(), standin()]
+    slicer = GpuSlicer(0, "strict", 0.05, 0.1)
+    slicer.set_members([Member(str(p.pid), "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for p in procs])
+    slicer.start()
+    time.sleep(0.3)
+    slicer.close()
+    for p in procs:
+        assert wait_state(p.pid, "RS") in "RS"
+
+
+def test_release_thaws_the_task_before_returning(standin):
+    procs = [standin(), standin()]
+    slicer = GpuSlicer(0, "strict", 0.2, 0.1)
+    members = [Member(str(p.pid), "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for p in procs]
+    slicer.set_members(members)
+    slicer.start()
+    try:
+        wait_state(procs[0].pid, "T")
+        slicer.release(members[0].key)
+        assert proc_state(procs[0].pid) in "RS"
+        time.sleep(0.5)
+        assert proc_state(procs[0].pid) in "RS"
+    finally:
+        slicer.close()
+
+
+def test_a_task_being_stopped_is_left_thawed(standin, tmp_path):
+    procs = [standin(), standin()]
+    dirs = []
+    for i, p in enumerate(procs):
+        d = tmp_path / str(i)
+        d.mkdir()
+        dirs.append(d)
+    slicer = GpuSlicer(0, "strict", 0.05, 0.1)
+    slicer.set_members([Member(str(i), str(d), p.pid, SignalFreezer(p.pid), 0.5, 0.5)
+                        for i, (p, d) in enumerate(zip(procs, dirs))])
+    slicer.start()
+    try:
+        time.sleep(0.2)
+        failsafe.mark_stopping(str(dirs[0]))
+        time.sleep(0.2)
+        for _ in range(20):
+            assert proc_state(procs[0].pid) in "RS"
+            time.sleep(0.02)
+        assert [m.key for m in slicer.members()] == ["1"]
+    finally:
+        slicer.close()
+
+
+def test_the_heartbeat_goes_silent_when_the_slicer_stops(tmp_path, standin):
+    path = failsafe.heartbeat_path(str(tmp_path))
+    assert failsafe.silent(path)
+    proc = standin()
+    slicer = GpuSlicer(0, "strict", 0.05, 0.1, heartbeat=path)
+    slicer.set_members([Member("a", "/nonexistent", proc.pid, SignalFreezer(proc.pid), 0.5, 0.5)])
+    slicer.start()
+    time.sleep(0.2)
+    assert not failsafe.silent(path)
+    slicer.close()
+    assert failsafe.silent(path, now=time.time() + failsafe.SILENCE_S + 1)
+
+
+def test_a_crashing_plan_hook_thaws_everything(standin):
+    proc = standin()
+
+    def broken(gpu, mode, holders, probe):
+        raise RuntimeError("boom")
+    slicer = GpuSlicer(0, "strict", 0.05, 0.1, shares=broken)
+    SignalFreezer(proc.pid).freeze()
+    slicer.set_members([Member("a", "/nonexistent", proc.pid, SignalFreezer(proc.pid), 0.5, 0.5)])
+    slicer.start()
+    slicer.join(5)
+    assert not slicer.is_alive()
+    assert wait_state(proc.pid, "RS") in "RS"
