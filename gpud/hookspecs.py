@@ -9,13 +9,14 @@ built-in one by answering the same question.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import pluggy
 
 if TYPE_CHECKING:
     from gpud.core.state import NodeIndex, NodeState, QueueState, Victim
     from gpud.model import JobSpec, TaskRequest
+    from gpud.node.slicer import Holder
 
 hookspec = pluggy.HookspecMarker("gpud")
 
@@ -113,6 +114,26 @@ def gpud_can_evict(victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
     it. ``rule`` is ``"reclaim"``, ``"preempt"`` or ``"consolidate"``. Return
     a short reason to protect the victim, or None to allow the eviction.
     Results of all plugins are combined: any reason protects the victim.
+    """
+
+
+# --- Time-slicing (node daemon) ------------------------------------------------------------------
+
+@hookspec(firstresult=True)
+def gpud_time_slice_plan(gpu_index: int, mode: str, holders: list[Holder], probe: float) -> Mapping[str, float] | None:
+    """Give the share of the next plan each task sharing a GPU should hold it.
+
+    Called by the node daemon before every plan (every ``lease_ms /
+    precision``) of a time-sliced GPU. ``gpu_index`` is the GPU on the node;
+    ``mode`` is the policy's ``"strict"`` or ``"fair"``; ``holders`` are
+    ``gpud.node.slicer.Holder`` values (task key, compute ``request`` and
+    ``limit``, ``project``, whether it was ``idle`` in the last plan);
+    ``probe`` is the share of one lease, what an idle task keeps so it is
+    noticed when it works again. Return a mapping of holder key to a share
+    of the plan (each in [0, 1], together at most 1; time left over idles
+    the GPU), or None to leave the plan to the next plugin. The node
+    interleaves the leases and corrects each share by what earlier plans
+    owed. First result.
     """
 
 

@@ -21,6 +21,7 @@ BUILTIN_PLUGINS = (
     "gpud.policies.job_order",
     "gpud.policies.queue_order",
     "gpud.policies.victim_order",
+    "gpud.policies.timeslice",
 )
 ENTRY_POINT_GROUP = "gpud"
 TRACE_ENV = "GPUD_TRACE_HOOKS"

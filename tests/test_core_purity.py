@@ -16,7 +16,8 @@ FORBIDDEN = {"asyncio", "aiohttp", "pynvml", "psutil", "time", "datetime", "os",
 CORE_FILES = sorted([*(PACKAGE / "core").glob("*.py"), *(PACKAGE / "policies").glob("*.py")])
 # gpud modules the core may import besides its own: each must be pure too.
 SHARED_MODULES = {"gpud": "__init__.py", "gpud.model": "model.py", "gpud.policy": "policy.py",
-                  "gpud.hookspecs": "hookspecs.py", "gpud.errors": "errors.py"}
+                  "gpud.hookspecs": "hookspecs.py", "gpud.errors": "errors.py",
+                  "gpud.node.slicer": "node/slicer.py"}
 KNOWN_IMPURE: dict[str, str] = {}
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpud.node.slicer import (Holder, build_plan, fair_shares, interleave, next_carry, shares_for, strict_shares,
+from gpud.node.slicer import (Holder, build_plan, clean_shares, fair_shares, interleave, next_carry, shares_for, strict_shares,
                               water_fill, with_carry)
 
 
@@ -150,3 +150,9 @@ def test_plans_give_each_holder_its_target_time(raw):
     plan = build_plan(targets, 0.1, 0.05)
     for key, share in targets.items():
         assert sum(l.seconds for l in plan.leases if l.holder == key) == pytest.approx(share * plan.plan_s)
+
+
+def test_clean_shares_keeps_a_plugins_answer_runnable():
+    holders = [Holder("a", 0.5), Holder("b", 0.5)]
+    assert clean_shares({"a": 2.0, "b": 2.0, "zz": 1.0}, holders) == approx({"a": 0.5, "b": 0.5})
+    assert clean_shares({"a": -1.0, "b": 0.3}, holders) == approx({"a": 0.0, "b": 0.3})

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import psutil
@@ -14,6 +15,9 @@ import gpud
 from gpud.gpu import GpuBackend
 from gpud.node.config import NodeConfig
 from gpud.node.link import ControllerLink
+from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
+from gpud.node.slicemgr import SliceManager, thaw_tasks
+from gpud.node.slicerun import UsageMonitor
 from gpud.node.spec import SpecError, TaskKey
 from gpud.node.taskstate import STARTING, Layout, TaskState
 from gpud.node.tasks import TaskTable
@@ -52,6 +56,9 @@ class NodeAgent:
         self._transport: asyncio.DatagramTransport | None = None
         self._register_snapshot: list[TaskState] = []
         self._gpus = backend.gpus()
+        self.usage = UsageMonitor(backend)
+        self.slices = SliceManager(self.layout, self.usage, _plugin_manager())
+        self.memory = MemoryWatch()
 
     # -- lifecycle -------------------------------------------------------
 
@@ -60,6 +67,8 @@ class NodeAgent:
         adopted = self.tasks.adopt()
         if adopted:
             log.info("adopted %d task(s) from %s", len(adopted), self.layout.tasks_dir)
+            # A previous daemon may have died with some of them frozen; slicing resumes at the next sync.
+            thaw_tasks(self.layout, adopted)
         await self._listen()
         self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
                             asyncio.create_task(self._watch(), name="gpud-node-watch")]
@@ -70,6 +79,7 @@ class NodeAgent:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background = []
+        self.slices.close()
         self.tasks.launcher.close()
         if self._transport is not None:
             self._transport.close()
@@ -121,6 +131,34 @@ class NodeAgent:
                 continue  # reported as started once the supervisor has the task's pid
             if await self.link.send({"type": "task", **state.report()}):
                 self.tasks.mark_reported([state])
+        states = self.tasks.states()
+        self.slices.update(states)
+        self._watch_memory(states)
+
+    def _watch_memory(self, states: list[TaskState]) -> None:
+        """Warn, then stop, tasks holding more GPU memory than their slice allows."""
+        slices, used, pids = {}, {}, {}
+        for state in states:
+            spec = self.slices.spec_of(state) if state.state != "exited" and state.pid else None
+            if spec is None or not spec.memory_slice or not spec.memory_slice.get("limit_mib") \
+                    or len(spec.gpu_indices) != 1:
+                self.memory.forget(state.key)
+                continue
+            m = spec.memory_slice
+            slices[state.key] = Slice(m["limit_mib"], m["tolerance"], m["grace_s"], m["enforce"])
+            pids[state.key] = (state.pid, spec.gpu_indices[0])
+        if not slices:
+            return
+        self.usage.poll()
+        for key, (pid, gpu) in pids.items():
+            used[key] = self.usage.memory_of(pid, gpu) * MIB_PER_GIB
+        for verdict in self.memory.check(used, slices, time.monotonic()):
+            log.warning("task %s: %s%s", verdict.key.dirname, verdict.message,
+                        "; stopping it" if verdict.action == "stop" else "")
+            if verdict.action == "stop":
+                self.slices.release(verdict.key)
+                self.tasks.stop(verdict.key, verdict.message)
+                self.poke()
 
     # -- messages --------------------------------------------------------
 
@@ -173,10 +211,21 @@ class NodeAgent:
             if self.tasks.start(key, message.get("spec")) is not None:
                 self.poke()
         elif kind == "stop":
+            self.slices.release(key)  # thawed before the stop signal, or it could not act on it
             grace = message.get("grace_s")
             grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
             self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
             self.poke()
         else:
             self.tasks.ack(key)
+        return None
+
+
+def _plugin_manager() -> Any:
+    """The plugins that answer the time-slice plan hook; None (built-in plans) when they cannot be loaded."""
+    try:
+        from gpud.plugins import make_plugin_manager
+        return make_plugin_manager()
+    except Exception:  # noqa: BLE001 - a broken plugin must not keep the node from running its jobs
+        log.exception("loading the gpud plugins failed; time-slicing uses the built-in plans")
         return None

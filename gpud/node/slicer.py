@@ -115,6 +115,18 @@ def shares_for(mode: str, holders: Sequence[Holder], probe: float) -> dict[str, 
     return {h.key: 1.0 for h in holders}
 
 
+def clean_shares(shares: Mapping[str, float], holders: Sequence[Holder]) -> dict[str, float]:
+    """Shares as a plan can use them: only the holders' keys, each within [0, 1], together at most 1.
+
+    A plan hook from a plugin may answer anything; this keeps its answer
+    runnable.
+    """
+    keys = {h.key for h in holders}
+    out = {key: max(0.0, min(1.0, float(value))) for key, value in shares.items() if key in keys}
+    total = sum(out.values())
+    return {key: value / total for key, value in out.items()} if total > 1.0 else out
+
+
 def with_carry(shares: Mapping[str, float], holders: Sequence[Holder], max_carry: float) -> dict[str, float]:
     """Shares corrected by what earlier plans owe each holder (each carry clipped to ``max_carry``).
 

@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 
 from gpud.node import failsafe
 from gpud.node.freezer import Freezer
-from gpud.node.slicer import Holder, Plan, build_plan, next_carry, shares_for, with_carry
+from gpud.node.slicer import Holder, Plan, build_plan, clean_shares, next_carry, shares_for, with_carry
 from gpud.node.taskstate import STOP_FILE
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class GpuSlicer(threading.Thread):
                     self._changed.wait(0.2)
                     self._changed.clear()
                     continue
-                shares = dict(self.shares(self.gpu_index, self.mode, holders, self.precision))
+                shares = clean_shares(self.shares(self.gpu_index, self.mode, holders, self.precision), holders)
                 plan = build_plan(with_carry(shares, holders, self.precision), self.lease_s, self.precision)
                 if self.on_plan is not None:
                     self.on_plan(plan)

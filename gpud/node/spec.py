@@ -82,6 +82,14 @@ class TaskSpec:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    project: str = ""
+    time_slicing: Mapping[str, Any] | None = None
+    memory_slice: Mapping[str, Any] | None = None
+
+    @property
+    def sliced(self) -> bool:
+        """True when the task shares its GPU under strict or fair time-slicing."""
+        return bool(self.time_slicing) and self.time_slicing["mode"] in ("strict", "fair")
 
     def to_json(self) -> dict:
         """The spec as JSON, readable back with :func:`parse_spec`."""
@@ -89,6 +97,8 @@ class TaskSpec:
         data["command"] = list(self.command) if self.command is not None else None
         data["env"] = dict(self.env)
         data["gpu_uuids"], data["gpu_indices"] = list(self.gpu_uuids), list(self.gpu_indices)
+        for name in ("time_slicing", "memory_slice"):
+            data[name] = dict(data[name]) if data[name] is not None else None
         return data
 
 
@@ -119,6 +129,38 @@ def _strings(raw: Mapping, name: str) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(f"{name} must be a list of strings")
     return tuple(value)
+
+
+SLICING_MODES = ("off", "strict", "fair")
+
+
+def _time_slicing(raw: Mapping) -> dict | None:
+    value = raw.get("time_slicing")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or value.get("mode") not in SLICING_MODES:
+        raise SpecError(f"time_slicing must be an object whose mode is one of {', '.join(SLICING_MODES)}")
+    out = {"mode": value["mode"], "lease_ms": float(_number(value, "lease_ms", 250.0, positive=True)),
+           "precision": float(_number(value, "precision", 0.05, positive=True)),
+           "request": float(_number(value, "request", 0.0)), "limit": float(_number(value, "limit", 1.0))}
+    if not (out["request"] <= out["limit"] <= 1.0 and out["precision"] <= 1.0):
+        raise SpecError("time_slicing needs request <= limit <= 1 and precision <= 1")
+    return out
+
+
+def _memory_slice(raw: Mapping) -> dict | None:
+    value = raw.get("memory_slice")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError("memory_slice must be an object")
+    enforce = value.get("enforce", True)
+    if not isinstance(enforce, bool):
+        raise SpecError("memory_slice.enforce must be true or false")
+    limit = _number(value, "limit_mib", None, positive=True)
+    return {"limit_mib": None if limit is None else float(limit),
+            "fraction": float(_number(value, "fraction", 1.0)), "tolerance": float(_number(value, "tolerance", 0.05)),
+            "grace_s": float(_number(value, "grace_s", 10.0)), "enforce": enforce}
 
 
 def parse_spec(raw: Any) -> TaskSpec:
@@ -160,7 +202,9 @@ def parse_spec(raw: Any) -> TaskSpec:
         error=raw.get("error") or None, num_tasks=_int(raw, "num_tasks", 1) or 1,
         restart_count=_int(raw, "restart_count", 0), master_addr=raw.get("master_addr"),
         master_port=_int(raw, "master_port", None), rank=_int(raw, "rank", 0),
-        local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1)
+        local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
+        project=raw.get("project") if isinstance(raw.get("project"), str) else "",
+        time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw))
 
 
 def signal_number(name: str | int) -> int:
@@ -213,6 +257,7 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
         "GPUD_RESTART_COUNT": str(spec.restart_count),
         "GPUD_CHECKPOINT_DIR": checkpoint_dir,
     })
+    env.update(sharing_env(spec, env.get("PYTHONPATH")))
     if spec.num_tasks > 1:
         env.update({
             "MASTER_ADDR": spec.master_addr or "127.0.0.1",
@@ -222,3 +267,28 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
             "LOCAL_RANK": str(spec.local_rank),
         })
     return env
+
+
+def sharing_env(spec: TaskSpec, pythonpath: str | None = None) -> dict[str, str]:
+    """The variables of a task on a shared GPU: its memory slice, framework caps, its compute share.
+
+    JAX reads its memory fraction from the environment; PyTorch has no such
+    variable, so a small startup hook (gpud/node/startup/sitecustomize.py,
+    put first on PYTHONPATH) sets the per-process fraction when torch is
+    imported.
+    """
+    env: dict[str, str] = {}
+    memory = spec.memory_slice
+    if memory and memory.get("limit_mib"):
+        fraction = f"{memory['fraction']:.4f}"
+        env.update({"GPUD_GPU_MEMORY_LIMIT_MIB": str(int(memory["limit_mib"])), "GPUD_GPU_MEMORY_FRACTION": fraction,
+                    "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction, "XLA_CLIENT_MEM_FRACTION": fraction,
+                    "PYTHONPATH": os.pathsep.join(p for p in (STARTUP_HOOK_DIR, pythonpath) if p)})
+    slicing = spec.time_slicing
+    if slicing:
+        env.update({"GPUD_TIME_SLICING": slicing["mode"], "GPUD_COMPUTE_REQUEST": f"{slicing['request']:g}",
+                    "GPUD_COMPUTE_LIMIT": f"{slicing['limit']:g}"})
+    return env
+
+
+STARTUP_HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")

@@ -21,11 +21,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from gpud.node import procs
+from gpud.node import failsafe, freezer, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
 CLEANUP_POLL_S = 0.01
+SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the slicer's heartbeat
 LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
 
 
@@ -95,6 +96,7 @@ class Supervisor:
         self.leader_status: int | None = None
         self.pid = 0
         self.proc = None
+        self.heartbeat = failsafe.heartbeat_path(os.path.dirname(os.path.dirname(os.path.abspath(task_dir))))
 
     # -- recording ---------------------------------------------------------
 
@@ -168,6 +170,8 @@ class Supervisor:
         # Kept so that Popen.__del__ never reaps the task behind our back: we wait for it ourselves.
         self.proc = proc
         self.pid = proc.pid
+        if self.spec.sliced:
+            freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                                      pid_start=procs.start_ticks(proc.pid), started=time.time()))
 
@@ -189,17 +193,25 @@ class Supervisor:
             if pid == self.pid:
                 self.leader_status = status
 
+    def _thaw(self) -> None:
+        """Let the task run: a frozen task would not act on its stop signal (nor, in a v1 cgroup, die)."""
+        if self.spec.sliced:
+            freezer.freezer_for(self.task_dir, self.pid).thaw()
+
     def _begin_stop(self, reason: str, sig: int, grace_s: float) -> None:
         now = time.monotonic()
         if self.stopping_reason is None:
             self.stopping_reason = reason
+            if self.spec.sliced:
+                failsafe.mark_stopping(self.task_dir)
+                self._thaw()
             procs.signal_group(self.pid, sig)
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
 
     def _requested_stop(self) -> None:
         self.stop_requested = False
         request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
-        reason = "timeout" if request.get("reason") == "timeout" else "stopped"
+        reason = _stop_reason(request.get("reason"))
         try:
             sig = signal_number(request.get("signal") or self.spec.stop_signal)
         except ValueError:
@@ -222,11 +234,14 @@ class Supervisor:
             now = time.monotonic()
             if deadline is not None and now >= deadline and self.stopping_reason is None:
                 self._begin_stop("timeout", signal_number(self.spec.stop_signal), self.spec.grace_s)
+            if self.spec.sliced and (self.stopping_reason is not None or failsafe.silent(self.heartbeat)):
+                self._thaw()
             if self.kill_at is not None and now >= self.kill_at:
+                self._thaw()
                 procs.signal_group(self.pid, signal.SIGKILL)
                 procs.kill_descendants(os.getpid())
                 self.kill_at = None
-            waits = [1.0] + [t - now for t in (deadline, self.kill_at) if t is not None and t > now]
+            waits = [SLICED_POLL_S if self.spec.sliced else 1.0] + [t - now for t in (deadline, self.kill_at) if t is not None and t > now]
             select.select([rfd], [], [], max(0.0, min(waits)))
             try:
                 while os.read(rfd, 512):
@@ -236,11 +251,13 @@ class Supervisor:
 
     def clean_up(self) -> None:
         """Kill whatever the task left behind (its process group, orphans reparented to us) and reap it all."""
+        self._thaw()
         while True:
             procs.signal_group(self.pid, signal.SIGKILL)
             left = procs.kill_descendants(os.getpid())
             self._reap()
             if not left and not procs.group_alive(self.pid):
+                freezer.remove_task_cgroup(self.task_dir)
                 return
             time.sleep(CLEANUP_POLL_S)
 
@@ -271,7 +288,7 @@ class Supervisor:
         # the pid cannot miss a stop that came before the task started.
         if os.path.exists(os.path.join(self.task_dir, STOP_FILE)):
             request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
-            reason = "timeout" if request.get("reason") == "timeout" else "stopped"
+            reason = _stop_reason(request.get("reason"))
             self._record(self.state.exited(reason=reason, ended=time.time()))
             return 0
         try:
@@ -286,6 +303,15 @@ class Supervisor:
         self.clean_up()
         self.finish()
         return 0
+
+
+def _stop_reason(requested: object) -> str:
+    """The exit reason a stop request leaves: "timeout", the memory watchdog's own words, else "stopped"."""
+    if requested == "timeout":
+        return "timeout"
+    if isinstance(requested, str) and requested.startswith("gpu memory"):
+        return requested
+    return "stopped"
 
 
 def _supervise_forked(task_dir: str) -> None:
