@@ -1,0 +1,197 @@
+"""Time-slicing through the node daemon: start orders with a compute share, stops of frozen tasks, the fail-safe
+thaw when the daemon dies, and the GPU memory watchdog (fake GPUs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from gpud.gpu.fake import FakeBackend, set_process_usage
+from gpud.node.agent import NodeAgent
+from gpud.node.config import NodeConfig
+from gpud.node.freezer import freezer_for
+from node_helpers import kill_everything, spec
+from test_node_link import KEY, FakeController, start_daemon, stop_daemon, task_report
+
+SPIN = [sys.executable, "-c", "while True: pass"]
+TRAP = [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+                              "while True: pass\n"]
+
+
+FROZEN = ("T", "D")  # SIGSTOP shows as T; the cgroup freezer (here as root) as D
+
+
+def sliced(workdir, command, request=0.5, limit=0.5, mode="strict", **fields):
+    return spec(workdir, command, gpu_indices=[0], gpu_share=request, project="p",
+                time_slicing={"mode": mode, "lease_ms": 50, "precision": 0.1, "request": request, "limit": limit},
+                **fields)
+
+
+def proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return "gone"
+    return data[data.rfind(")") + 2]
+
+
+def seen_states(pid: int, seconds: float) -> set[str]:
+    found = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found.add(proc_state(pid))
+        time.sleep(0.005)
+    return found
+
+
+async def wait_until(predicate, timeout: float = 10.0):
+    import asyncio
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {predicate}")
+
+
+@pytest.fixture
+async def controller():
+    ctl = FakeController()
+    await ctl.start()
+    yield ctl
+    await ctl.stop()
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    path = tmp_path / "state"
+    yield path
+    kill_everything(str(path))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def make_agent(controller, state_dir) -> NodeAgent:
+    config = NodeConfig(controller_url=controller.url, cluster_key=KEY, state_dir=str(state_dir), name="n1",
+                        gpu_backend="fake", fake_gpus=2, poll_s=0.1, reconnect_max_s=0.5)
+    return NodeAgent(config, FakeBackend("n1", 2, str(state_dir)))
+
+
+@pytest.fixture
+async def agent(controller, state_dir):
+    node = make_agent(controller, state_dir)
+    await node.start()
+    yield node
+    await node.stop()
+
+
+async def start(controller, job: str, the_spec: dict) -> dict:
+    await controller.send({"type": "start", "job": job, "task": 0, "attempt": 0, "spec": the_spec})
+    return await controller.next("task", task_report(job, "running"))
+
+
+async def test_two_tasks_sharing_a_gpu_take_turns_and_a_frozen_one_stops_on_term(agent, controller, workdir):
+    await controller.next("register")
+    a = await start(controller, "70", sliced(workdir, TRAP))
+    b = await start(controller, "71", sliced(workdir, SPIN))
+    await wait_until(lambda: 0 in agent.slices.slicers and len(agent.slices.slicers[0].members()) == 2)
+    states = seen_states(a["pid"], 1.0)
+    assert states & set(FROZEN) and "R" in states, states
+    await controller.send({"type": "stop", "job": "70", "task": 0, "attempt": 0, "reason": "cancelled",
+                           "grace_s": 30})
+    exited = await controller.next("task", task_report("70", "exited"), timeout=5)
+    assert exited["exit_code"] == 7  # it handled SIGTERM: it was thawed first, not killed after the grace
+    await wait_until(lambda: [m.key for m in agent.slices.slicers[0].members()] == ["71.0.0"])
+    assert proc_state(b["pid"]) in "RS"  # alone with 50 % in strict mode it is still sliced...
+    assert seen_states(b["pid"], 0.5) & set(FROZEN)  # ...frozen half of each plan
+
+
+async def test_a_lone_fair_task_is_never_frozen(agent, controller, workdir):
+    await controller.next("register")
+    a = await start(controller, "72", sliced(workdir, SPIN, 0.5, 1.0, mode="fair"))
+    await wait_until(lambda: 0 in agent.slices.slicers)
+    assert not seen_states(a["pid"], 0.5) & set(FROZEN)
+
+
+async def test_stopping_the_daemon_thaws_every_task(controller, state_dir, workdir):
+    node = make_agent(controller, state_dir)
+    await node.start()
+    await controller.next("register")
+    a = await start(controller, "73", sliced(workdir, SPIN))
+    b = await start(controller, "74", sliced(workdir, SPIN))
+    await wait_until(lambda: {proc_state(a["pid"]), proc_state(b["pid"])} & set(FROZEN))
+    await node.stop()
+    assert proc_state(a["pid"]) in "RS" and proc_state(b["pid"]) in "RS"
+
+
+async def test_a_restarted_daemon_thaws_what_it_adopts(controller, state_dir, workdir):
+    node = make_agent(controller, state_dir)
+    await node.start()
+    await controller.next("register")
+    a = await start(controller, "75", sliced(workdir, SPIN))
+    await node.stop()
+    freezer_for(str(state_dir / "tasks" / "75.0.0"), a["pid"]).freeze()  # as a daemon killed mid-plan would
+    time.sleep(0.1)
+    node = make_agent(controller, state_dir)
+    await node.start()
+    try:
+        assert proc_state(a["pid"]) in "RS"
+    finally:
+        await node.stop()
+
+
+async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state_dir, workdir, tmp_path):
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY)
+    daemon = start_daemon(controller, state_dir, key_file)
+    try:
+        await controller.next("register")
+        a = await start(controller, "76", sliced(workdir, SPIN))
+        b = await start(controller, "77", sliced(workdir, SPIN))
+        pids = [a["pid"], b["pid"]]
+        await wait_until(lambda: {proc_state(p) for p in pids} & set(FROZEN))
+        for _ in range(100):  # kill it while one of them is frozen
+            if {proc_state(p) for p in pids} & set(FROZEN):
+                break
+            time.sleep(0.005)
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        await wait_until(lambda: all(proc_state(p) in "RS" for p in pids), timeout=8)
+        time.sleep(0.3)
+        assert all(proc_state(p) in "RS" for p in pids)
+    finally:
+        stop_daemon(daemon)
+
+
+async def test_a_task_over_its_memory_slice_is_warned_then_stopped(agent, controller, workdir, state_dir):
+    await controller.next("register")
+    the_spec = spec(workdir, SPIN, gpu_indices=[0], gpu_share=0.25,
+                    memory_slice={"limit_mib": 1024, "fraction": 0.25, "tolerance": 0.1, "grace_s": 0.3})
+    a = await start(controller, "78", the_spec)
+    set_process_usage(str(state_dir), a["pid"], 0, 1.05, 90.0)  # within the tolerance
+    time.sleep(0.5)
+    await wait_until(lambda: True)
+    assert proc_state(a["pid"]) in "RS"
+    set_process_usage(str(state_dir), a["pid"], 0, 2.0, 90.0)
+    exited = await controller.next("task", task_report("78", "exited"), timeout=10)
+    assert exited["reason"].startswith("gpu memory: used 2.0 GiB, over its slice of 1.0 GiB")
+
+
+async def test_an_advisory_memory_slice_only_warns(agent, controller, workdir, state_dir, caplog):
+    await controller.next("register")
+    the_spec = spec(workdir, SPIN, gpu_indices=[0], gpu_share=0.25,
+                    memory_slice={"limit_mib": 1024, "fraction": 0.25, "grace_s": 0.2, "enforce": False})
+    a = await start(controller, "79", the_spec)
+    set_process_usage(str(state_dir), a["pid"], 0, 3.0, 90.0)
+    await wait_until(lambda: "not enforced" in caplog.text, timeout=5)
+    assert proc_state(a["pid"]) in "RS"
