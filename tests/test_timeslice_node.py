@@ -13,7 +13,7 @@ import pytest
 from gpud.gpu.fake import FakeBackend, set_process_usage
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
-from gpud.node.freezer import freezer_for
+from gpud.node.freezer import freezer_for, remove_task_cgroup, task_cgroup
 from node_helpers import kill_everything, spec
 from test_node_link import KEY, FakeController, start_daemon, stop_daemon, task_report
 
@@ -72,6 +72,17 @@ def state_dir(tmp_path):
     path = tmp_path / "state"
     yield path
     kill_everything(str(path))
+    remove_cgroups(path)
+
+
+def remove_cgroups(state_dir) -> None:
+    """Remove the freezer cgroups of tasks whose supervisors were killed before they could."""
+    tasks = state_dir / "tasks"
+    deadline = time.monotonic() + 5
+    for task_dir in tasks.iterdir() if tasks.is_dir() else ():
+        while task_cgroup(str(task_dir)) and time.monotonic() < deadline:
+            remove_task_cgroup(str(task_dir))
+            time.sleep(0.02)
 
 
 @pytest.fixture
