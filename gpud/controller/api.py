@@ -206,7 +206,7 @@ async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     now = time.time()
     used = gpu_use(ctrl)
-    return ok({"nodes": [node_view(node, used.get(name, {}), now)
+    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now)
                          for name, node in sorted(ctrl.cluster.nodes.items())]})
 
 
@@ -239,7 +239,7 @@ async def change_node(request: web.Request) -> web.Response:
     else:
         ctrl.cluster.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), time.time()))
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time()))
 
 
 async def projects(request: web.Request) -> web.Response:

@@ -71,11 +71,11 @@ class NodeRecord:
         """GPU indices held by incarnations still being stopped."""
         return {i for indices in self.stopping.values() for i in indices}
 
-    def display_state(self, gpus_used: float) -> str:
+    def display_state(self, busy: bool) -> str:
         """up, down, unknown, drained (drained and empty) or draining (drained, jobs still running)."""
         if self.state != UP or not self.drain:
             return self.state
-        return "draining" if gpus_used > 0 or self.stopping else "drained"
+        return "draining" if busy or self.stopping else "drained"
 
     def to_json(self) -> str:
         """The record as JSON for the store."""

@@ -40,12 +40,15 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float)
     }
 
 
-def node_view(node: NodeRecord, used: Mapping[int, float], now: float) -> dict:
-    """The API's node object: inventory, state, and how much of each GPU is in use."""
+def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: float) -> dict:
+    """The API's node object: inventory, state, and how much of each GPU is in use.
+
+    ``busy`` says whether any task (GPU or CPU-only) is placed on the node.
+    """
     gpus = [{"index": g.index, "uuid": g.uuid, "model": g.model, "memory_gib": g.memory_gib,
              "healthy": g.healthy, "used": round(used.get(g.index, 0.0), 6)} for g in node.gpus]
     gpus_used = sum(min(1.0, used.get(g.index, 0.0)) for g in node.gpus)
-    return {"name": node.name, "pool": node.pool, "state": node.display_state(gpus_used),
+    return {"name": node.name, "pool": node.pool, "state": node.display_state(busy),
             "reason": node.reason, "labels": node.labels, "cpus": node.cpus, "memory_gib": node.memory_gib,
             "gpus": gpus, "gpus_used": round(gpus_used, 6), "gpus_idle": round(len(node.gpus) - gpus_used, 6),
             "address": node.address, "last_seen": node.last_seen,
