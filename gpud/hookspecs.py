@@ -144,7 +144,11 @@ def gpud_job_event(event: str, job: JobSpec, detail: dict) -> None:
     """Observe a job lifecycle event, for notifications and accounting.
 
     Called by the controller (never by the scheduling core) after the event
-    is recorded. ``event`` is one of ``"submitted"``, ``"started"``,
-    ``"finished"``, ``"preempted"``; ``detail`` holds event fields such as
-    the node, the exit code or the eviction reason. Return value ignored.
+    is recorded, on a worker thread and in event order, so an implementation
+    may block on I/O (a webhook, a database) without delaying scheduling.
+    ``event`` is one of ``"submitted"``, ``"started"``, ``"finished"`` (any
+    end state, PREEMPTED without requeue included), ``"preempted"`` (the
+    eviction); ``detail`` holds ``message``, ``state``, ``user``, ``name``,
+    ``nodes``, ``exit_code``, ``term_signal``, ``reason`` and
+    ``restart_count``. Return value ignored.
     """
