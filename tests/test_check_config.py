@@ -42,3 +42,9 @@ def test_metrics_listen_from_the_file_and_off(tmp_path: Path) -> None:
     node.write_text('metrics_listen = "off"\n')
     assert load_node_config(str(node)).metrics_listen == ""
     assert load_node_config(None).metrics_listen == "127.0.0.1:6831"
+
+
+def test_the_shipped_node_file_puts_no_setting_in_its_labels_table() -> None:
+    config = load_node_config(str(ETC / "node.toml"), read_key=False)
+    assert dict(config.labels) == {}
+    assert config.gpu_backend == "nvml"
