@@ -810,3 +810,17 @@ def test_a_gpu_out_of_service_takes_no_work_and_leaves_the_pool_capacity():
     assert "j2" in plan.pending_reasons
     (queue,) = [q for q in plan.queues if q.name == "p"]
     assert queue.fair_share.gpu == 2.0
+
+
+def test_a_larger_job_blocked_after_a_smaller_one_states_its_own_need():
+    from gpud.core import Scheduler
+    from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
+    from gpud.plugins import make_plugin_manager
+    from gpud.policy_file import parse_policy
+
+    policy = parse_policy({"projects": [{"name": "a", "gpu_quota": 2}]}, "test")
+    jobs = [JobSpec(id=f"one-{i}", project="a", request=TaskRequest(gpus=1), seq=i) for i in range(3)]
+    jobs.append(JobSpec(id="four", project="a", request=TaskRequest(gpus=4), seq=9))
+    plan = Scheduler(Snapshot((NodeSpec("n", gpus=2),), tuple(jobs), 0.0), policy, make_plugin_manager()).cycle()
+    assert plan.pending_reasons["one-2"].endswith("has 0 free, the job needs 1")
+    assert plan.pending_reasons["four"].endswith("has 0 free, the job needs 4")

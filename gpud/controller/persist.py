@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from concurrent.futures import Executor
 from typing import Callable
 
 from gpud.jobs import Job
 from gpud.store import Event, Store, WriteBatch
+
+
+INLINE_WRITE_S = 0.001
 
 
 class StoreError(RuntimeError):
@@ -17,20 +22,24 @@ class StoreError(RuntimeError):
 class Persister:
     """Collects changed jobs, nodes, events, tokens and meta, and makes them durable on ``flush``.
 
-    The write runs on the event loop once per loop iteration: every request
-    read in that iteration shares the transaction and its fsync, and a lone
-    submit pays one fsync without a trip through a thread.
+    One batch is written at a time, on the event loop while commits are quick
+    (a lone submit pays one fsync and no trip through a thread), in the store's
+    thread once they are slow, so a slow disk never stalls the API.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, executor: Executor) -> None:
         self.store = store
+        self.executor = executor
         self._jobs: dict[str, Job] = {}
         self._nodes: dict[str, Callable[[], str]] = {}
         self._events: list[Event] = []
         self._tokens: list[tuple[str, str, bool, float]] = []
         self._meta: dict[str, str] = {}
-        self._waiters: list[asyncio.Future] = []
-        self._scheduled = False
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._writer: asyncio.Future | None = None
+        self._taken = 0
+        self._done = 0
+        self.last_write_s = 0.0
         self.batches = 0
 
     def job(self, job: Job) -> None:
@@ -55,36 +64,59 @@ class Persister:
 
     async def flush(self) -> None:
         """Return once every change marked before this call is durable; raises if the store failed."""
-        if not self._dirty():
+        if self._dirty():
+            target = self._taken + 1          # the next batch will carry these changes
+        elif self._writer is not None:
+            target = self._taken              # they may be in the batch being written
+        else:
+            return
+        if target <= self._done:
             return
         future = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._write)
+        self._waiters.append((target, future))
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_batches())
         await future
 
     def _dirty(self) -> bool:
         return bool(self._jobs or self._nodes or self._events or self._tokens or self._meta)
 
-    def _write(self) -> None:
-        # Runs once the requests already read in this loop iteration have
-        # marked their changes, so they share one transaction (one fsync).
-        self._scheduled = False
-        waiters, self._waiters = self._waiters, []
-        batch = self._take()
+    async def _write_batches(self) -> None:
+        # One batch at a time; changes marked while one is written go in the
+        # next, so under load many requests share one transaction and fsync.
+        loop = asyncio.get_running_loop()
         try:
-            if batch:
-                self.store.write(batch)
+            while self._dirty():
+                await asyncio.sleep(0)        # let requests already read mark their changes
+                batch = self._take()
+                self._taken += 1
+                began = time.perf_counter()
+                if self.last_write_s < INLINE_WRITE_S:
+                    self.store.write(batch)
+                else:
+                    await loop.run_in_executor(self.executor, self.store.write, batch)
+                self.last_write_s = time.perf_counter() - began
                 self.batches += 1
+                self._done = self._taken
+                self._wake(self._done)
         except Exception as exc:  # the store is unusable: every waiter hears why
-            for waiter in waiters:
+            error = StoreError(f"the store refused a write: {exc}")
+            for _, waiter in self._waiters:
                 if not waiter.done():
-                    waiter.set_exception(StoreError(f"the store refused a write: {exc}"))
-            return
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+                    waiter.set_exception(error)
+            self._waiters.clear()
+        finally:
+            self._writer = None
+
+    def _wake(self, done: int) -> None:
+        still = []
+        for target, waiter in self._waiters:
+            if target <= done:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((target, waiter))
+        self._waiters = still
 
     def _take(self) -> WriteBatch:
         batch = WriteBatch()

@@ -53,7 +53,7 @@ class Controller:
         self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
         self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
         self.store = SQLiteStore(config.state_dir, synchronous=config.synchronous.upper())
-        self.persist = Persister(self.store)
+        self.persist = Persister(self.store, self.store_executor)
         self.cluster = Cluster(self.policy, self.pm, self.persist)
         self.links: dict[str, Any] = {}
         self.log_requests: dict[str, asyncio.Future] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.order import Skip, serve_in_order
-from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, Placer, explain_unplaced
-from gpud.core.queues import QueueState
+from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, explain_unplaced
+from gpud.core.queues import QueueState, format_amount
 from gpud.core.shapes import FailedShapes
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec
@@ -72,10 +72,11 @@ def allocate(state: ClusterState, placer: Placer) -> None:
     def skip_same(job: JobSpec) -> bool:
         queue = state.queue_of(job)
         _, minimum = needed_tasks(state, job)
-        found = blocks.find(job, queue, max(minimum, 1))
+        tasks = max(minimum, 1)
+        found = blocks.find(job, queue, tasks)
         if found is None:
             return False
-        reasons[job.id] = (queue, found[0])
+        reasons[job.id] = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
         return True
 
     def visit(job: JobSpec) -> Skip | None:
@@ -83,6 +84,8 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         _, minimum = needed_tasks(state, job)
         tasks = max(minimum, 1)
         found = blocks.find(job, queue, tasks)
+        if found is not None and found[1] == WAITING:
+            found = (own_need(state, job, tasks, found[0]), WAITING)
         if found is None:
             refused = try_allocate(state, placer, stmt, job, queue)
             if refused is None:
@@ -103,3 +106,11 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         return skip_same
 
     serve_in_order(state, state.backlog, visit, record_reasons=True)
+
+
+def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: str) -> str:
+    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need."""
+    need = state.need(job, tasks)
+    amount = need.gpu if reason.startswith("waiting for GPUs") else need.cpu
+    head, sep, _ = reason.rpartition(NEEDS)
+    return f"{head}{sep}{format_amount(amount)}" if sep else reason

@@ -129,6 +129,7 @@ def largest_fit(node: NodeState, job: JobSpec) -> bool:
 
 
 IMPOSSIBLE, WAITING, FRAGMENTED = "impossible", "waiting", "fragmented"
+NEEDS = ", the job needs "
 
 
 def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str, str]:
@@ -157,10 +158,11 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str
     need = state.need(job, tasks)
     where = f"pool {pool}" + (" on matching nodes" if selector else "")
     if need.gpu > free_gpu + EPS:
-        return (f"waiting for GPUs: {where} has {format_amount(max(free_gpu, 0.0))} free, "
-                f"the job needs {format_amount(need.gpu)}"), WAITING
+        return (f"waiting for GPUs: {where} has {format_amount(max(free_gpu, 0.0))} free"
+                f"{NEEDS}{format_amount(need.gpu)}"), WAITING
     if need.cpu > free_cpu + EPS:
-        return f"waiting for CPUs: {where} has {format_amount(max(free_cpu, 0.0))} free, the job needs {format_amount(need.cpu)}", WAITING
+        return (f"waiting for CPUs: {where} has {format_amount(max(free_cpu, 0.0))} free"
+                f"{NEEDS}{format_amount(need.cpu)}"), WAITING
     if tasks > 1:
         return (f"waiting for gang members: {where} has {format_amount(free_gpu)} GPUs free, but not "
                 f"{tasks} tasks of {_describe(job)} at once"), FRAGMENTED
