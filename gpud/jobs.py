@@ -12,7 +12,8 @@ from gpud.model import JobSpec, TaskPlacement, TaskRequest
 SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workdir", "env", "gpus",
                     "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "priority_class",
                     "priority", "constraint", "pool", "time_limit_s", "array_id", "array_index",
-                    "array_limit", "depends", "requeue", "stop_signal", "output", "error", "submitted", "seq")
+                    "array_limit", "depends", "requeue", "stop_signal", "output", "error", "gpu_compute_request",
+                    "gpu_compute_limit", "submitted", "seq")
 
 
 @dataclass(slots=True)
@@ -70,6 +71,8 @@ class Job:
     stop_signal: str = "TERM"
     output: str = "gpud-%j.out"
     error: str | None = None
+    gpu_compute_request: float | None = None
+    gpu_compute_limit: float | None = None
     submitted: float = 0.0
     seq: int = 0
     state: str = PENDING

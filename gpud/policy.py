@@ -78,6 +78,51 @@ class PluginSettings:
     directory: str | None = None
 
 
+TIME_SLICING_MODES = ("off", "strict", "fair")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSlicing:
+    """How nodes share a GPU among fraction and GPU-memory jobs: the ``[time_slicing]`` table.
+
+    ``mode`` "off" leaves compute to the driver's own round-robin (advisory
+    shares); "strict" and "fair" have the node slice the GPU in plans of
+    ``lease_ms / precision``. A job holding more GPU memory than its slice
+    plus ``memory_tolerance`` is warned, then stopped ``memory_grace_s``
+    later when ``memory_enforce`` is on (else only warned).
+    """
+
+    mode: str = "off"
+    lease_ms: float = 250.0
+    precision: float = 0.05
+    memory_tolerance: float = 0.05
+    memory_enforce: bool = True
+    memory_grace_s: float = 10.0
+
+    @property
+    def sliced(self) -> bool:
+        """True when nodes enforce compute shares (strict or fair)."""
+        return self.mode in ("strict", "fair")
+
+    def compute(self, gpus: float, gpu_memory_gib: float | None, request: float | None = None,
+                limit: float | None = None) -> tuple[float, float]:
+        """A shared job's compute (request, limit), from the reference's table unless the job set its own.
+
+        Fraction jobs: strict gives request = limit = the fraction, fair the
+        fraction and 1.0; GPU-memory jobs get 0 and 1.0. A job's own request
+        and limit replace these (submission checks they are within bounds);
+        in strict mode the limit is the request unless the job set a limit.
+        """
+        if gpu_memory_gib is not None:
+            base_request, base_limit = 0.0, 1.0
+        else:
+            base_request = gpus
+            base_limit = gpus if self.mode == "strict" else 1.0
+        req = base_request if request is None else request
+        lim = limit if limit is not None else (req if self.mode == "strict" and gpu_memory_gib is None else base_limit)
+        return req, max(req, lim)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The whole scheduling policy, as read from the policy file."""
@@ -94,6 +139,7 @@ class Policy:
     placement: str = "binpack"
     cpu_placement: str = "binpack"
     gpu_placement: str | None = None
+    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
 
     def pool(self, name: str) -> NodePool:
         """The settings of pool ``name``; pools the policy does not list use the top-level placement."""

@@ -8,8 +8,8 @@ from typing import Any
 
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
-from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, Department, NodePool,
-                         PluginSettings, Policy, Project)
+from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
+                         NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import Table, as_number, choices, fmt, quote, read_toml, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
@@ -24,7 +24,9 @@ class _AnyName(frozenset):
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
-               "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools")
+               "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
+               "time_slicing")
+TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
 DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quota_priority", "over_quota",
@@ -88,7 +90,22 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         placement=placement,
         cpu_placement=cpu_placement,
         gpu_placement=gpu_placement,
+        time_slicing=_time_slicing(top),
     )
+
+
+def _time_slicing(top: Table) -> TimeSlicing:
+    table = top.table("time_slicing", TIME_SLICING_KEYS)
+    mode = table.string("mode", "off")
+    if mode not in TIME_SLICING_MODES:
+        raise table.error("mode", f"unknown time-slicing mode {quote(mode)}{suggestion(mode, TIME_SLICING_MODES)} "
+                                  f"(modes: {choices(TIME_SLICING_MODES)})")
+    lease_ms = table.number("lease_ms", 250.0, lo=1, hi=60_000)
+    precision = table.number("precision", 0.05, above=0, hi=1)
+    return TimeSlicing(mode=mode, lease_ms=lease_ms, precision=precision,
+                       memory_tolerance=table.number("memory_tolerance", 0.05, lo=0, hi=10),
+                       memory_enforce=table.boolean("memory_enforce", True),
+                       memory_grace_s=table.number("memory_grace", 10.0, lo=0))
 
 
 def _strategy(table: Table, key: str, known: frozenset[str]) -> str | None:

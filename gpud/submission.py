@@ -18,7 +18,7 @@ from gpud.tomlcheck import suggestion
 JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
-    "depends", "hold", "requeue", "stop_signal", "output", "error"})
+    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit"})
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -172,9 +172,43 @@ def _resources(r: _Reader, job: Job, capacity: Capacity) -> None:
     job.min_tasks = r.integer("min_tasks", minimum=1, maximum=job.tasks)
     job.cpus = r.number("cpus", default=1.0, positive=True)
     job.memory_gib = r.number("memory_gib", default=1.0, positive=True)
+    _sharing(r, job)
     job.runs = []
     job.__post_init__()
     _check_fits(job, capacity)
+
+
+def _sharing(r: _Reader, job: Job) -> None:
+    """Refuse gangs on shared GPUs; check a shared job's own compute request and limit."""
+    shared = job.gpu_memory_gib is not None or 0 < job.gpus < 1
+    if shared and job.tasks > 1:
+        what = f"gpu_memory_gib {job.gpu_memory_gib:g}" if job.gpu_memory_gib is not None else f"gpus {job.gpus:g}"
+        raise SubmitError(f"a job of {job.tasks} tasks cannot share GPUs ({what}): time-slicing freezes each "
+                          f"task at its own times, so its peers would wait on it and their collective timeouts "
+                          f"fire; ask for whole GPUs (gpus = 1) or run a single task", "tasks")
+    request = r.number("gpu_compute_request", minimum=0.0)
+    limit = r.number("gpu_compute_limit", minimum=0.0)
+    if request is None and limit is None:
+        return
+    field_name = "gpu_compute_request" if request is not None else "gpu_compute_limit"
+    if not shared:
+        raise SubmitError(f"{field_name} applies only to a job sharing a GPU (a fraction in gpus, or "
+                          f"gpu_memory_gib); a whole GPU is the job's alone", field_name)
+    if limit is not None and limit > 1:
+        raise SubmitError(f"gpu_compute_limit must be at most 1 (the whole GPU), not {limit:g}", "gpu_compute_limit")
+    if request is not None and job.gpu_memory_gib is None and request > job.gpus:
+        raise SubmitError(f"gpu_compute_request {request:g} is more than the job's share of the GPU "
+                          f"({job.gpus:g}): a guarantee cannot exceed what the job is charged for",
+                          "gpu_compute_request")
+    if request is not None and request > 1:
+        raise SubmitError(f"gpu_compute_request must be at most 1, not {request:g}", "gpu_compute_request")
+    if request is None and limit is not None and job.gpu_memory_gib is None and limit < job.gpus:
+        raise SubmitError(f"gpu_compute_limit {limit:g} is below the job's share of the GPU ({job.gpus:g}), "
+                          f"its compute request unless gpu_compute_request says otherwise", "gpu_compute_limit")
+    if request is not None and limit is not None and limit < request:
+        raise SubmitError(f"gpu_compute_limit {limit:g} is below gpu_compute_request {request:g}",
+                          "gpu_compute_limit")
+    job.gpu_compute_request, job.gpu_compute_limit = request, limit
 
 
 def _check_fits(job: Job, capacity: Capacity) -> None:

@@ -124,7 +124,8 @@ async def list_jobs(request: web.Request) -> web.Response:
         states = set(STATES) if query.get("all") in ("1", "true") else set(ACTIVE)
     user, project = query.get("user"), query.get("project")
     now = time.time()
-    jobs = [job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now)
+    jobs = [job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
+                     ctrl.cluster.policy.time_slicing)
             for job in ctrl.cluster.jobs.values()
             if job.state in states and (user is None or job.user == user)
             and (project is None or job.project == project)]
@@ -134,7 +135,8 @@ async def list_jobs(request: web.Request) -> web.Response:
             since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000))
         for job in (Job.from_record(json.loads(r)) for r in records):
             if job.state in states:
-                jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now))
+                jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now,
+                                     ctrl.cluster.policy.time_slicing))
     jobs.sort(key=lambda j: (j["submitted"], j["id"]))
     return ok({"jobs": jobs})
 
@@ -142,7 +144,8 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def show_job(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     job = await find_job(ctrl, request.match_info["id"])
-    view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time())
+    view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time(),
+                    ctrl.cluster.policy.time_slicing)
     loop = asyncio.get_running_loop()
     events = await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id)
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
@@ -197,7 +200,8 @@ async def history(request: web.Request) -> web.Response:
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
                                                         project=query.get("project"), limit=limit))
     now = time.time()
-    jobs = [job_view(job, job.reason, ctrl.cluster.nodes, now)
+    jobs = [job_view(job, job.reason, ctrl.cluster.nodes, now,
+                     ctrl.cluster.policy.time_slicing)
             for job in (Job.from_record(json.loads(r)) for r in records)]
     return ok({"jobs": jobs})
 

@@ -536,7 +536,8 @@ class Cluster:
                 continue
             del unsent[key]
             self.sent_at[key] = self.clock()
-            self._order(name, start_order(job, task, run, node, self.nodes, self.policy.grace_period_s))
+            self._order(name, start_order(job, task, run, node, self.nodes, self.policy.grace_period_s,
+                                          self.policy.time_slicing))
 
     def _order(self, node: str, message: dict) -> None:
         self.orders[node].append(message)
@@ -564,6 +565,8 @@ def _dependency_met(kind: str, state: str) -> bool | None:
 
 
 def _exit_text(run: TaskRun) -> str:
+    if run.reason.startswith("gpu memory"):
+        return f"was stopped by the node: {run.reason}"
     if run.term_signal:
         return f"was killed by signal {run.term_signal}"
     return f"exited with code {run.exit_code}"

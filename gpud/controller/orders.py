@@ -6,14 +6,19 @@ from typing import Mapping
 
 from gpud.controller.nodes import NodeRecord
 from gpud.jobs import Job, TaskRun
+from gpud.policy import TimeSlicing
 
 MASTER_PORT_BASE = 29500
 MASTER_PORT_SPAN = 2000
 
 
 def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
-                grace_s: float) -> dict:
-    """A ``start`` message for one task incarnation (docs/api.md, node WebSocket)."""
+                grace_s: float, slicing: TimeSlicing | None = None) -> dict:
+    """A ``start`` message for one task incarnation (docs/api.md, node WebSocket).
+
+    A task that shares its GPU also gets its memory slice and, when the
+    policy's ``slicing`` mode is strict or fair, its compute share.
+    """
     placement = run.placement
     first = next((r.placement for r in job.runs if r.placement is not None), placement)
     master = nodes.get(first.node)
@@ -33,7 +38,30 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
         "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
         "rank": task, "local_rank": local_rank, "world_size": job.tasks,
     }
+    spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
+
+
+def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) -> dict:
+    """The ``time_slicing`` and ``memory_slice`` fields of a task sharing one GPU (none for whole GPUs)."""
+    share = placement.gpu_share
+    if len(placement.gpu_index) != 1 or share >= 1.0:
+        return {}
+    gpu_memory = next((g.memory_gib for g in node.gpus if g.index == placement.gpu_index[0]), None)
+    limit_gib = job.gpu_memory_gib if job.gpu_memory_gib is not None else (
+        share * gpu_memory if gpu_memory else None)
+    out: dict = {}
+    if limit_gib:
+        out["memory_slice"] = {"limit_mib": round(limit_gib * 1024.0, 1), "fraction": round(share, 6),
+                               "tolerance": slicing.memory_tolerance, "grace_s": slicing.memory_grace_s,
+                               "enforce": slicing.memory_enforce}
+    if slicing.sliced:
+        request, limit = slicing.compute(job.gpus, job.gpu_memory_gib, job.gpu_compute_request,
+                                         job.gpu_compute_limit)
+        request = min(request, share)
+        out["time_slicing"] = {"mode": slicing.mode, "lease_ms": slicing.lease_ms, "precision": slicing.precision,
+                               "request": request, "limit": max(request, limit)}
+    return out
 
 
 def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float) -> dict:

@@ -7,10 +7,12 @@ from typing import Mapping
 from gpud.controller.nodes import NodeRecord
 from gpud.jobs import Job, gpus_of
 from gpud.model import QueueReport, Resources
+from gpud.policy import TimeSlicing
 
 
-def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float) -> dict:
-    """The API's job object: what was asked, where it runs, how it ended."""
+def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
+             slicing: TimeSlicing | None = None) -> dict:
+    """The API's job object: what was asked, where it runs, how it ended, and how its GPU share is kept."""
     placements = []
     for run in job.runs:
         p = run.placement
@@ -37,7 +39,37 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float)
         "restart_count": job.restart_count, "exit_code": job.exit_code, "term_signal": job.term_signal,
         "nodes": job.nodes() or list(dict.fromkeys(h for h in job.hosts if h)),
         "placements": placements, "gpu_hours": round(gpu_seconds / 3600.0, 6),
+        "gpu_compute_request": job.gpu_compute_request, "gpu_compute_limit": job.gpu_compute_limit,
+        "sharing": sharing_view(job, nodes, slicing or TimeSlicing()),
     }
+
+
+def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing) -> dict | None:
+    """Whether a job sharing a GPU has its compute share and its memory slice enforced or only advised.
+
+    None for jobs that share no GPU (whole GPUs or none).
+    """
+    if job.gpu_memory_gib is None and not 0 < job.gpus < 1:
+        return None
+    request, limit = slicing.compute(job.gpus, job.gpu_memory_gib, job.gpu_compute_request, job.gpu_compute_limit)
+    if slicing.sliced:
+        compute = {"mode": slicing.mode, "request": request, "limit": limit, "enforced": True,
+                   "how": f"{slicing.mode} time-slicing by the node: leases of {slicing.lease_ms:g} ms in plans of "
+                          f"{slicing.lease_ms / slicing.precision / 1000:g} s"}
+    else:
+        compute = {"mode": "off", "request": request, "limit": limit, "enforced": False,
+                   "how": "advisory: time-slicing is off, the driver shares the GPU evenly among its processes"}
+    placed = next((r.placement for r in job.runs if r.placement is not None and r.placement.gpu_index), None)
+    limit_gib = job.gpu_memory_gib
+    if limit_gib is None and placed is not None and placed.node in nodes:
+        memory = next((g.memory_gib for g in nodes[placed.node].gpus if g.index == placed.gpu_index[0]), None)
+        limit_gib = round(placed.gpu_share * memory, 3) if memory else None
+    how = (f"the node stops the job {slicing.memory_grace_s:g} s after it holds more than its slice "
+           f"+{slicing.memory_tolerance:.0%}" if slicing.memory_enforce
+           else f"advisory: the node only warns past the slice +{slicing.memory_tolerance:.0%}")
+    return {"compute": compute,
+            "memory": {"limit_gib": limit_gib, "enforced": slicing.memory_enforce, "how": how,
+                       "env": "GPUD_GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION, PyTorch per-process fraction"}}
 
 
 def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: float) -> dict:
