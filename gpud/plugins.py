@@ -18,6 +18,7 @@ from gpud.errors import ConfigError
 BUILTIN_PLUGINS = (
     "gpud.policies.binpack",
     "gpud.policies.spread",
+    "gpud.policies.fragaware",
     "gpud.policies.job_order",
     "gpud.policies.queue_order",
     "gpud.policies.victim_order",

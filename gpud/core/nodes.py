@@ -22,7 +22,7 @@ class NodeState:
 
     __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
                  "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket",
-                 "_cpu_class")
+                 "_cpu_class", "version")
 
     def __init__(self, spec: NodeSpec) -> None:
         self.spec = spec
@@ -41,6 +41,8 @@ class NodeState:
         self._cpu_bucket = -1
         self._share_bucket: list[int] = [-1] * spec.gpus
         self._cpu_class = -1
+        # Bumped on every take and give_back, so plugins can memoise what they derive from a node.
+        self.version = 0
 
     @property
     def gpus(self) -> int:
@@ -85,6 +87,7 @@ class NodeState:
         self.free_cpu -= request.cpus
         self.free_mem -= request.memory_gib
         self.tasks[key] = placement
+        self.version += 1
 
     def give_back(self, key: tuple[str, int], request: TaskRequest) -> TaskPlacement:
         """Release what task ``key`` held on this node and return its placement."""
@@ -99,6 +102,7 @@ class NodeState:
             self.free_share[i] = after
         self.free_cpu += request.cpus
         self.free_mem += request.memory_gib
+        self.version += 1
         return placement
 
 
