@@ -9,14 +9,16 @@ of the GPU. The bench (bench/timeslice.py) and the tests share this code.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from gpud.node.freezer import SignalFreezer
+from gpud.node.freezer import freezer_for, make_task_cgroup, remove_task_cgroup
 from gpud.node.slicer import Plan
 from gpud.node.slicerun import GpuSlicer, Member
 
@@ -70,6 +72,7 @@ class Recorder:
     """Samples every stand-in's run time at each plan start (called from the slicer's thread)."""
 
     pids: Mapping[str, int]
+    each_plan: Callable[[int, Mapping[str, int]], None] | None = None
     marks: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -77,6 +80,9 @@ class Recorder:
         mark = (time.monotonic(), {key: run_ns(pid) for key, pid in self.pids.items()})
         with self.lock:
             self.marks.append(mark)
+            count = len(self.marks)
+        if self.each_plan is not None:
+            self.each_plan(count, self.pids)
 
     def count(self) -> int:
         """How many plan starts were seen."""
@@ -87,24 +93,35 @@ class Recorder:
 def run_slicer(mode: str, requests: Mapping[str, tuple[float, float]], plans: int, *, lease_s: float,
                precision: float, warmup: int = 1, cpu: int | None = None, monitor=None,
                on_spawn: Callable[[dict[str, int]], None] | None = None, meter: str = "cpu",
-               timeout_s: float = 60.0) -> tuple[list[PlanSample], GpuSlicer]:
+               freezer: str = "signal", each_plan: Callable[[int, Mapping[str, int]], None] | None = None,
+               timeout_s: float = 120.0) -> tuple[list[PlanSample], GpuSlicer]:
     """Slice stand-ins with ``requests`` (key -> (request, limit)) for ``warmup + plans`` plans; sample each.
 
     ``meter`` is "cpu" (the slicer carries shortfalls of run time, as it
     would of GPU time) or "wall" (of the time each held the core, what the
     node daemon does). ``on_spawn``, when given, is called with the
-    stand-ins' pids before slicing starts (a test sets their fake GPU usage). Returns one sample per plan
+    stand-ins' pids before slicing starts (a test sets their fake GPU usage),
+    ``each_plan`` with the plan's number and the pids as each plan starts.
+    ``freezer`` is "signal" or "cgroup" (the host's freezer cgroups). Returns one sample per plan
     after the warm-up and the slicer (closed, its history kept).
     """
     cpu = max(os.sched_getaffinity(0)) if cpu is None else cpu
     procs = {key: spawn(cpu) for key in requests}
     if on_spawn is not None:
         on_spawn({key: p.pid for key, p in procs.items()})
-    recorder = Recorder({key: p.pid for key, p in procs.items()})
+    recorder = Recorder({key: p.pid for key, p in procs.items()}, each_plan)
+    scratch = tempfile.mkdtemp(prefix="gpud-standins-")
+    freezers = {}
+    for key, p in procs.items():
+        task_dir = os.path.join(scratch, key)
+        os.mkdir(task_dir)
+        if freezer == "cgroup" and make_task_cgroup(task_dir, f"standin-{p.pid}", p.pid) is None:
+            raise RuntimeError("no writable cgroup freezer on this host")
+        freezers[key] = (task_dir, freezer_for(task_dir, p.pid))
     slicer = GpuSlicer(0, mode, lease_s, precision, monitor=monitor, on_plan=recorder,
                        meter=run_time if meter == "cpu" else None)
     try:
-        slicer.set_members([Member(key, "/nonexistent", p.pid, SignalFreezer(p.pid), *requests[key])
+        slicer.set_members([Member(key, freezers[key][0], p.pid, freezers[key][1], *requests[key])
                             for key, p in procs.items()])
         slicer.start()
         others = os.sched_getaffinity(0) - {cpu}
@@ -118,6 +135,9 @@ def run_slicer(mode: str, requests: Mapping[str, tuple[float, float]], plans: in
         for p in procs.values():
             p.kill()
             p.wait()
+        for task_dir, _ in freezers.values():
+            remove_task_cgroup(task_dir)
+        shutil.rmtree(scratch, ignore_errors=True)
     history = slicer.history
     samples = []
     marks = recorder.marks
