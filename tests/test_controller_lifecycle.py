@@ -208,3 +208,19 @@ def test_a_faulty_gpu_is_taken_out_of_service_and_reported(cluster):
     assert cluster.job(second)["state"] == "PENDING"
     status, metrics = cluster.api("GET", "/metrics", token=None)
     assert 'gpud_gpus_unhealthy{pool="default"} 1' in metrics
+
+
+def test_a_job_keeps_running_through_a_kill_9_of_its_node_daemon(cluster):
+    cluster.start_node("n1", gpus=1)
+    release = cluster.workdir / "go"
+    job_id = cluster.submit(command=["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 4"],
+                            gpus=1)
+    wait_for(lambda: (cluster.job(job_id)["placements"][0] or {}).get("state") == "running",
+             "the node to report the task running")
+    cluster.nodes["n1"].stop(signal.SIGKILL)
+    time.sleep(0.5)
+    assert cluster.job(job_id)["state"] == "RUNNING"
+    cluster.start_node("n1", gpus=1)          # the restarted daemon adopts the task
+    release.touch()
+    job = cluster.wait_state(job_id, "FAILED")
+    assert job["exit_code"] == 4 and job["restart_count"] == 0

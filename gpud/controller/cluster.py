@@ -27,6 +27,9 @@ from gpud.submission import Submission
 
 log = logging.getLogger("gpud.controller")
 RESEND_START_AFTER_S = 5.0
+# Exits the node reports when it, not the job, failed: the job is requeued
+# (or ends NODE_FAIL) instead of FAILED.
+NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "supervisor lost"})
 
 
 class Cluster:
@@ -328,7 +331,9 @@ class Cluster:
         self.persist.job(job)
         self._account(job, run)
         detail = _exit_text(run)
-        if run.reason == "timeout":
+        if run.reason in NODE_FAULTS:
+            self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {run.reason}")
+        elif run.reason == "timeout":
             self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run)
         elif run.reason.startswith("failed to start"):
             self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run)

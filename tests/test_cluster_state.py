@@ -1,0 +1,118 @@
+"""The controller's state machine without daemons: plans carried out as orders, node reports as job states."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpud.controller.cluster import Cluster
+from gpud.controller.nodes import Gpu, NodeRecord
+from gpud.controller.persist import Persister
+from gpud.jobs import Job
+from gpud.plugins import make_plugin_manager
+from gpud.policy_file import parse_policy
+from gpud.submission import Submission
+
+POLICY = {"min_runtime": 0, "grace_period": 5,
+          "projects": [{"name": "a", "gpu_quota": 1}, {"name": "b", "gpu_quota": 1}]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cluster():
+    clock = Clock()
+    state = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
+    state.register(NodeRecord("n1", cpus=8, memory_gib=64,
+                              gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
+    state.take_orders()
+    return state
+
+
+def submit(cluster: Cluster, project: str, gpus: float = 1) -> str:
+    job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], gpus=gpus)
+    return cluster.submit([Submission(job)], {})[0]
+
+
+def cycle(cluster: Cluster) -> dict[str, list[dict]]:
+    scheduler = cluster.core.prepare((n.spec() for n in cluster.nodes.values()),
+                                     lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
+                                     cluster.clock())
+    plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
+    cluster.apply_plan(plan, skip)
+    return cluster.take_orders()
+
+
+def report(cluster: Cluster, order: dict, state: str, **fields) -> None:
+    cluster.task_report("n1", {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
+                               "state": state, **fields})
+
+
+def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
+    hogs = [submit(cluster, "a"), submit(cluster, "a")]
+    starts = cycle(cluster)["n1"]
+    assert sorted(o["job"] for o in starts) == hogs
+    for order in starts:
+        report(cluster, order, "running", pid=100)
+    cluster.take_orders()
+    newcomer = submit(cluster, "b")
+    orders = cycle(cluster)["n1"]
+    stops = [o for o in orders if o["type"] == "stop"]
+    assert [o["reason"] for o in stops] == ["preempted"]
+    assert not [o for o in orders if o["type"] == "start"], "the GPU is still held by the stopping task"
+    victim = stops[0]
+    report(cluster, victim, "exited", exit_code=None, term_signal=15)
+    orders = cluster.take_orders()["n1"]
+    assert [(o["type"], o["job"]) for o in orders] == [("ack", victim["job"]), ("start", newcomer)]
+    assert cluster.jobs[victim["job"]].state == "PENDING"
+    assert cluster.jobs[victim["job"]].restart_count == 1
+
+
+def test_a_task_whose_supervisor_never_started_is_requeued_not_failed(cluster):
+    job_id = submit(cluster, "a")
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "exited", reason="failed to start: the supervisor did not start")
+    job = cluster.jobs[job_id]
+    assert job.state == "PENDING" and job.restart_count == 1
+
+
+def test_a_task_that_cannot_start_fails_its_job_with_the_reason(cluster):
+    job_id = submit(cluster, "a")
+    job = cluster.jobs[job_id]
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "exited", reason="failed to start: no user 'u' on this node")
+    assert job_id not in cluster.jobs
+    assert (job.state, job.reason) == ("FAILED", "task 0 failed to start: no user 'u' on this node")
+    assert cluster.take_orders()["n1"][0]["type"] == "ack"
+
+
+def test_a_task_the_node_runs_but_nobody_wants_is_stopped(cluster):
+    cluster.reconcile("n1", [{"job": "77", "task": 0, "attempt": 0, "state": "running", "pid": 5}], fresh=True)
+    (stop,) = cluster.take_orders()["n1"]
+    assert (stop["type"], stop["job"], stop["reason"]) == ("stop", "77", "not wanted")
+
+
+def test_a_running_task_missing_from_a_reregistering_node_is_requeued(cluster):
+    job_id = submit(cluster, "a")
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "running", pid=100)
+    cluster.reconcile("n1", [], fresh=True)
+    job = cluster.jobs[job_id]
+    assert job.state == "PENDING" and job.restart_count == 1
+
+
+def test_a_silent_node_fails_its_non_preemptible_job(cluster):
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, priority=125,
+              priority_class="inference")
+    (job_id,) = cluster.submit([Submission(job)], {})
+    cycle(cluster)
+    cluster.clock.now += 120
+    cluster.check_nodes(timeout_s=60)
+    assert job_id not in cluster.jobs
+    assert (job.state, job.reason) == ("NODE_FAIL", "node n1 is down (no heartbeat for 120 s)")
+    assert cluster.nodes["n1"].state == "down"
