@@ -257,3 +257,26 @@ def test_a_crashing_plan_hook_thaws_everything(standin):
     slicer.join(5)
     assert not slicer.is_alive()
     assert wait_state(proc.pid, "RS") in "RS"
+
+
+def test_a_shortfall_is_carried_into_the_next_plans(standin):
+    """A job that gets less than it held (here: its meter counts 80 % of its run time) is given more next time."""
+    from gpud.node.standins import run_time
+    procs = {"a": standin(), "b": standin()}
+
+    def meter(member):
+        return run_time(member) * (0.8 if member.key == "a" else 1.0)
+    slicer = GpuSlicer(0, "strict", LEASE_S, PRECISION, meter=meter)
+    slicer.set_members([Member(k, "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for k, p in procs.items()])
+    slicer.start()
+    deadline = time.monotonic() + 30
+    while len(slicer.history) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    slicer.close()
+    later = slicer.history[2:6]
+    assert all(r.shares["a"] == pytest.approx(0.5) for r in later)
+    assert all(r.targets["a"] > 0.52 for r in later), [r.targets for r in later]
+    got = [r.delivered["a"] / (r.delivered["a"] + r.delivered["b"]) for r in later]
+    error = abs(sum(got) / len(got) - 0.5) * 100
+    if error > BOUND_PP:
+        pytest.skip(f"machine too busy to measure time-slicing: delivered share of a off by {error:.1f} pp")

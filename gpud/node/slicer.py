@@ -164,7 +164,8 @@ def build_plan(targets: Mapping[str, float], lease_s: float, precision: float) -
 
     Each key's time is cut into about ``share / precision`` equal leases
     (at least one), so a lease is close to ``lease_s``; time no key gets is
-    an idle lease (holder None). A single key owning the whole plan gets
+    an idle lease (holder None), unless it is too short to matter, when the
+    plan is just that much shorter. A single key owning the whole plan gets
     one lease of the whole plan: it is never frozen.
     """
     plan_s = lease_s / precision
@@ -174,7 +175,7 @@ def build_plan(targets: Mapping[str, float], lease_s: float, precision: float) -
         seconds[None] = idle
     if len(seconds) == 1:
         (key,) = seconds
-        return Plan((Lease(key, plan_s),), dict(targets), plan_s)
+        return Plan((Lease(key, seconds[key]),), dict(targets), plan_s)
     counts = {key: max(1, round(s / lease_s)) for key, s in seconds.items()}
     remaining = dict(counts)
     leases = []
