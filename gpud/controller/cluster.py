@@ -205,7 +205,7 @@ class Cluster:
             if job.time_limit_s is not None:
                 self.timed.add(job.id)
             nodes = sorted({b.placement.node for b in binds})
-            self._event("started", f"started on {','.join(nodes)}", job=job.id)
+            self._event("started", f"started on {','.join(nodes)}", job=job.id, node=",".join(nodes))
         for bind in binds:
             run = job.runs[bind.task]
             run.placement, run.attempt, run.state, run.pid = bind.placement, job.launches, "starting", None
