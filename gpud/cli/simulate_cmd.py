@@ -28,6 +28,12 @@ extra [[jobs]] (submitted now unless they say when) and [[nodes]] to see
 what would happen to them; a [policy]
 table in the file replaces the live policy, to try a change before making it.
 
+With --trace and --nodes, replay a real cluster trace instead (the Alibaba
+GPU trace v2023 format, docs/trace.md): in simulated time through the real
+scheduler, or with --fill the FGD paper's method (pods in a seeded random
+order that never finish, until requests reach 130% of the GPUs), printing the
+GPU allocation ratio at each arrived-load level beside the published results.
+
 Exit status: 0 when the scenario's [expect] table holds (or it has none),
 1 when an expectation fails (each failure is printed) or the controller
 refuses, 2 when the file is not a valid scenario (the message names the table
@@ -41,6 +47,10 @@ examples:
   gpuctl simulate --cycles 3 reclaim.toml
   gpuctl simulate --from-controller                 # what the next cycle would do now
   gpuctl simulate --from-controller big-job.toml    # would this job start, and whom would it evict?
+  gpuctl simulate --trace openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv \
+      --fill --placement binpack,fragaware --seeds 42-51 --plot fill.png
+  gpuctl simulate --trace openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv \
+      --scale 0.01 --quotas venus_cluster_gpu_number.csv --placement fragaware --json
 """
 
 
@@ -55,11 +65,37 @@ def add_parsers(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--cycles", type=int, metavar="N",
                         help="scheduling cycles to run (overrides the file's 'cycles')")
+    trace = parser.add_argument_group("trace replay (docs/trace.md)")
+    trace.add_argument("--trace", metavar="FILE", help="pod list of a trace (openb_pod_list_*.csv)")
+    trace.add_argument("--nodes", metavar="FILE", help="node list of the trace (openb_node_list_*.csv)")
+    trace.add_argument("--fill", action="store_true",
+                       help="the FGD paper's fill method instead of a replay in time")
+    trace.add_argument("--placement", metavar="NAMES",
+                       help="placement strategies, comma-separated (fill default: binpack,fragaware; "
+                            "replay: binpack)")
+    trace.add_argument("--seeds", metavar="LIST", default="42-51",
+                       help="fill seeds, e.g. 42-51 or 42,43 (default 42-51, as the paper)")
+    trace.add_argument("--ratio", type=float, default=1.3,
+                       help="fill until requests reach this multiple of the GPUs (default 1.3)")
+    trace.add_argument("--scale", type=float, default=1.0,
+                       help="replay on this fraction of the nodes, a seeded subset (default 1: all)")
+    trace.add_argument("--quotas", metavar="FILE",
+                       help="Helios VC quota table (*_cluster_gpu_number.csv) for the replay's projects")
+    trace.add_argument("--seed", type=int, default=0,
+                       help="seed of the replay's node subset and pod-to-project assignment (default 0)")
+    trace.add_argument("--published", metavar="FILE",
+                       help="published results to compare fill runs with (default: the trace's "
+                            "../published/ summary)")
+    trace.add_argument("--workers", type=int, default=1, help="processes for fill runs (default 1)")
+    trace.add_argument("--plot", metavar="PNG", help="draw the results to a PNG file (needs matplotlib)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load, simulate, print; returns the exit status."""
+    if getattr(args, "trace", None) or getattr(args, "nodes", None):
+        from gpud.trace.command import run_trace
+        return run_trace(args)
     from gpud.errors import ConfigError
     from gpud.plugins import make_plugin_manager, placement_strategies
     from gpud.policy_file import ANY_PLACEMENT, check_placements

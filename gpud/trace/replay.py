@@ -4,6 +4,7 @@ in simulated time, with the figures an operator asks about (utilisation, waits, 
 from __future__ import annotations
 
 import heapq
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -60,7 +61,7 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "median": 0.0, "p99": 0.0, "count": 0}
     ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, max(0, int(round(0.99 * len(ordered) + 0.5)) - 1))]
+    p99 = ordered[max(0, math.ceil(round(0.99 * len(ordered), 9)) - 1)]
     return {"mean": statistics.fmean(ordered), "median": statistics.median(ordered), "p99": p99,
             "count": len(ordered)}
 
