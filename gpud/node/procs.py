@@ -65,6 +65,9 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 def descendants(pid: int) -> list[int]:
     """The pids of every living descendant of ``pid``, from /proc."""
+    found = _descendants_from_children_files(pid)
+    if found is not None:
+        return found
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -82,6 +85,33 @@ def descendants(pid: int) -> list[int]:
         child = todo.pop()
         found.append(child)
         todo.extend(children.get(child, ()))
+    return found
+
+
+def _descendants_from_children_files(pid: int) -> list[int] | None:
+    # /proc/PID/task/TID/children lists a thread's children: walking it costs
+    # a few reads instead of one per process on the host. None when the
+    # kernel does not provide it.
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                if parent == pid:
+                    return None
+                continue
+            except OSError:
+                continue
+            found.extend(kids)
+            todo.extend(kids)
     return found
 
 

@@ -315,12 +315,11 @@ def _stop_reason(requested: object) -> str:
 
 
 def _supervise_forked(task_dir: str) -> None:
-    """In a fork of the fork server: detach into a session of our own and supervise ``task_dir``; never returns."""
+    """In a fork of the fork server: a session of our own, then supervise ``task_dir``; never returns."""
     code = 1
     try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
-        if os.fork() != 0:
-            os._exit(0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         log = os.open(os.path.join(task_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -345,14 +344,15 @@ def serve_forks(stream) -> int:
     starting a Python interpreter per task. Returns at end of input, which
     comes when the daemon that feeds it goes away.
     """
+    # Supervisors are forked once and reaped by the kernel: with SIGCHLD
+    # ignored no zombie is left, and a supervisor outlives this server.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     for line in stream:
         task_dir = line.decode("utf-8", "surrogateescape").rstrip("\n")
         if not task_dir:
             continue
-        pid = os.fork()
-        if pid == 0:
+        if os.fork() == 0:
             _supervise_forked(task_dir)
-        os.waitpid(pid, 0)
     return 0
 
 
