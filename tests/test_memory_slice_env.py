@@ -87,3 +87,18 @@ def test_the_slice_manager_asks_the_plan_hook(tmp_path):
     pm.register(HalfToFirst())
     manager.pm = pm
     assert manager._shares(0, "strict", holders, 0.05) == {"a": 0.9, "b": 0.1}
+
+
+class Broken:
+    @hookimpl
+    def gpud_time_slice_plan(self, gpu_index, mode, holders, probe):
+        raise RuntimeError("boom")
+
+
+def test_a_failing_plan_hook_falls_back_to_the_built_in_plan(tmp_path):
+    pm = pluggy.PluginManager("gpud")
+    pm.add_hookspecs(hookspecs)
+    pm.register(Broken())
+    manager = SliceManager(Layout(str(tmp_path)), None, pm)
+    holders = [Holder("a", 0.25, 0.25), Holder("b", 0.75, 0.75)]
+    assert manager._shares(0, "strict", holders, 0.05) == {"a": 0.25, "b": 0.75}

@@ -44,6 +44,7 @@ class SliceManager:
         self.pm = pm
         self.slicers: dict[int, GpuSlicer] = {}
         self._specs: dict[Any, TaskSpec | None] = {}
+        self._hook_failed = False
 
     def spec_of(self, state: TaskState) -> TaskSpec | None:
         """The task's spec, read once per task."""
@@ -74,6 +75,9 @@ class SliceManager:
         newest = max(members, key=lambda m: (m[0].started or 0.0, m[0].key))[1].time_slicing
         mode, lease_s, precision = newest["mode"], newest["lease_ms"] / 1000.0, newest["precision"]
         slicer = self.slicers.get(gpu)
+        if slicer is not None and not slicer.is_alive():
+            log.warning("the slicer of GPU %d had stopped; starting it again", gpu)
+            slicer = None
         if slicer is not None and (slicer.mode, slicer.lease_s, slicer.precision) != (mode, lease_s, precision):
             slicer.close()
             slicer = None
@@ -93,8 +97,14 @@ class SliceManager:
 
     def _shares(self, gpu: int, mode: str, holders: Sequence[Holder], probe: float) -> Mapping[str, float]:
         if self.pm is not None:
-            answer = self.pm.hook.gpud_time_slice_plan(gpu_index=gpu, mode=mode, holders=list(holders),
-                                                       probe=probe)
+            try:
+                answer = self.pm.hook.gpud_time_slice_plan(gpu_index=gpu, mode=mode, holders=list(holders),
+                                                           probe=probe)
+            except Exception:  # noqa: BLE001 - a broken plugin must not leave the GPU unsliced
+                if not self._hook_failed:
+                    log.exception("the gpud_time_slice_plan hook failed; using the built-in %s plan", mode)
+                self._hook_failed = True
+                answer = None
             if answer is not None:
                 return answer
         return shares_for(mode, holders, probe)
