@@ -225,7 +225,7 @@ def test_ack_forgets_an_exited_task_only(table, workdir):
     run_to_end(table, key)
     assert table.ack(key)
     assert table.get(key) is None and table.reports() == []
-    assert not os.path.exists(table.layout.task_dir(key))
+    wait_for(lambda: not os.path.exists(table.layout.task_dir(key)), timeout=5)
     assert os.path.isdir(table.layout.checkpoint_dir("24")), "the checkpoint directory outlives the task"
 
 

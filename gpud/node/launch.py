@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import gpud
 from gpud.node import procs
@@ -32,6 +33,7 @@ class Launcher:
 
     def __init__(self, layout: Layout, python: str = sys.executable, *, fork_server: bool = True) -> None:
         self.layout = layout
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="gpud-task-cleanup")
         self.python = python
         self.fork_server = fork_server
         self._children: dict[TaskKey, subprocess.Popen] = {}
@@ -133,4 +135,5 @@ class Launcher:
         """Delete a finished task's directory (its output files in the workdir stay)."""
         self._children.pop(key, None)
         self._forked.pop(key, None)
-        shutil.rmtree(self.layout.task_dir(key), ignore_errors=True)
+        # Off the event loop: deleting a directory costs more than the rest of an exit report.
+        self._deleter.submit(shutil.rmtree, self.layout.task_dir(key), ignore_errors=True)
