@@ -1,4 +1,4 @@
-"""A memory slice reaches the job: environment variables, the PyTorch startup hook, and the slice manager's plan hook."""
+"""A memory slice reaches the job (environment, PyTorch startup hook); the slice manager asks the plan hook."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpud.node.slicer import (Holder, build_plan, clean_shares, fair_shares, interleave, next_carry, shares_for, strict_shares,
-                              water_fill, with_carry)
+from gpud.node.slicer import (Holder, build_plan, clean_shares, fair_shares, interleave, next_carry, shares_for,
+                              strict_shares, water_fill, with_carry)
 
 
 def approx(mapping: dict[str, float]) -> dict:

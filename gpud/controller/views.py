@@ -69,7 +69,8 @@ def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing
            else f"advisory: the node only warns past the slice +{slicing.memory_tolerance:.0%}")
     return {"compute": compute,
             "memory": {"limit_gib": limit_gib, "enforced": slicing.memory_enforce, "how": how,
-                       "env": "GPUD_GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION, PyTorch per-process fraction"}}
+                       "env": "GPUD_GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION, "
+                              "PyTorch per-process fraction"}}
 
 
 def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: float) -> dict:

@@ -241,7 +241,8 @@ class Supervisor:
                 procs.signal_group(self.pid, signal.SIGKILL)
                 procs.kill_descendants(os.getpid())
                 self.kill_at = None
-            waits = [SLICED_POLL_S if self.spec.sliced else 1.0] + [t - now for t in (deadline, self.kill_at) if t is not None and t > now]
+            waits = [SLICED_POLL_S if self.spec.sliced else 1.0]
+            waits += [t - now for t in (deadline, self.kill_at) if t is not None and t > now]
             select.select([rfd], [], [], max(0.0, min(waits)))
             try:
                 while os.read(rfd, 512):
