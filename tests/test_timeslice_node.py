@@ -13,7 +13,7 @@ import pytest
 from gpud.gpu.fake import FakeBackend, set_process_usage
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
-from gpud.node.freezer import freezer_for, remove_task_cgroup, task_cgroup
+from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
 from node_helpers import kill_everything, spec
 from test_node_link import KEY, FakeController, start_daemon, stop_daemon, task_report
 
@@ -161,7 +161,11 @@ async def test_a_restarted_daemon_thaws_what_it_adopts(controller, state_dir, wo
         await node.stop()
 
 
-async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state_dir, workdir, tmp_path):
+@pytest.mark.parametrize("freezer", ["signal", "host"])
+async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state_dir, workdir, tmp_path, freezer,
+                                                               monkeypatch):
+    if freezer == "signal":
+        monkeypatch.setenv("GPUD_FREEZER", "signal")
     key_file = tmp_path / "cluster.key"
     key_file.write_text(KEY)
     daemon = start_daemon(controller, state_dir, key_file)
@@ -180,6 +184,8 @@ async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state
         await wait_until(lambda: all(proc_state(p) in "RS" for p in pids), timeout=8)
         time.sleep(0.3)
         assert all(proc_state(p) in "RS" for p in pids)
+        cgroups = [task_cgroup(str(state_dir / "tasks" / name)) for name in ("76.0.0", "77.0.0")]
+        assert (cgroups == [None, None]) == (freezer == "signal" or freezer_root() is None)
     finally:
         stop_daemon(daemon)
 

@@ -16,6 +16,7 @@ import signal
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_FILE = "cgroup"  # in the task directory: the task's freezer cgroup, when it has one
 GROUP_NAME = "gpud"
+FREEZER_ENV = "GPUD_FREEZER"  # "signal": never use the cgroup freezer, even where there is one
 
 
 class Freezer:
@@ -80,7 +81,12 @@ class CgroupFreezer(Freezer):
 
 
 def freezer_root(root: str = CGROUP_ROOT) -> tuple[str, str] | None:
-    """Where task freezer cgroups go, as (kind, directory): a writable v2 or v1 freezer hierarchy, or None."""
+    """Where task freezer cgroups go, as (kind, directory): a writable v2 or v1 freezer hierarchy, or None.
+
+    None also when the environment variable GPUD_FREEZER is "signal".
+    """
+    if os.environ.get(FREEZER_ENV) == "signal":
+        return None
     v2 = os.path.join(root, "cgroup.controllers")
     if os.path.exists(v2) and os.access(root, os.W_OK):
         return "cgroup2", os.path.join(root, GROUP_NAME)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import gpud
 from gpud.node import procs
+from gpud.node.freezer import FREEZER_ENV
 from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import (ORDER_FILE, STOP_FILE, Layout, TaskState, read_state, write_json,
                                  write_state)
@@ -21,7 +22,10 @@ FORK_START_S = 30.0  # how long a forked supervisor may take to record its pid b
 
 
 def _supervisor_env() -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
+    if FREEZER_ENV in os.environ:
+        env[FREEZER_ENV] = os.environ[FREEZER_ENV]
+    return env
 
 
 class Launcher:
