@@ -83,3 +83,42 @@ def test_trace_needs_nodes(trace, capsys):
     pods, _, _ = trace
     assert main(["simulate", "--trace", pods]) == 2
     assert "--nodes" in capsys.readouterr().err
+
+
+def test_a_policy_file_selects_fragaware_like_any_builtin(tmp_path, capsys):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("""
+[policy]
+placement = "fragaware"
+
+[[policy.projects]]
+name = "p"
+gpu_quota = 2
+
+[[nodes]]
+name = "n1"
+gpus = 2
+
+[[jobs]]
+name = "half1"
+project = "p"
+gpus = 0.5
+
+[[jobs]]
+name = "half2"
+project = "p"
+gpus = 0.5
+submitted = 1
+
+[[jobs]]
+name = "whole"
+project = "p"
+gpus = 1
+submitted = 2
+
+[expect]
+running = ["half1", "half2", "whole"]
+""")
+    assert main(["simulate", str(scenario), "--json"]) == 0
+    jobs = {j["job"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+    assert jobs["half1"]["gpu_index"] == jobs["half2"]["gpu_index"]
