@@ -65,7 +65,8 @@ DEFAULT_PROFILE: tuple[tuple[Shape, float], ...] = (
     (Shape(4, 1000, 48000, 196608), 0.06), (Shape(8, 1000, 96000, 393216), 0.06),
 )
 
-# (sorted free GPU thousandths, free CPU thousandths, free memory MiB, profile shapes the node may take)
+# (free GPU thousandths in descending order, free CPU thousandths, free memory MiB, bit mask of the
+# profile's model constraints the node meets)
 Signature = tuple[tuple[int, ...], int, int, int]
 
 
@@ -84,18 +85,20 @@ class FragAware:
         self._frag: dict[tuple[Signature, bool], float] = {}
         self._delta: dict[tuple, tuple[float, int]] = {}
         self._sig: dict[NodeState, tuple[int, Signature]] = {}
-        self._access: dict[str, int] = {}
+        self._access: dict[NodeState, int] = {}
 
     # --- the fragmentation measure ------------------------------------------------------------
 
     def _access_mask(self, node: NodeState) -> int:
-        mask = self._access.get(node.name)
+        mask = self._access.get(node)
         if mask is None:
+            if len(self._access) > CACHE_LIMIT:
+                self._access.clear()
             mask = 0
             for bit, selector in enumerate(self._selectors):
                 if all(node.labels.get(k) == v for k, v in selector):
                     mask |= 1 << bit
-            self._access[node.name] = mask
+            self._access[node] = mask
         return mask
 
     def signature(self, node: NodeState) -> Signature:
