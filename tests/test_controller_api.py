@@ -14,14 +14,13 @@ import os
 import stat
 import time
 import urllib.parse
-from pathlib import Path
 
 import aiohttp
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from daemons import POLICY, LiveCluster, wait_for
+from daemons import LiveCluster, wait_for
 
 MAIN = {"role": "main"}
 DRAIN = {"role": "drain"}

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 
-import aiohttp
 import pytest
 from aiohttp import web
 

@@ -38,8 +38,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the configuration and serve until SIGINT or SIGTERM; exit 2 on a bad configuration."""
-    from aiohttp import web
-
     from gpud.controller.app import make_app
     from gpud.controller.config import load_config
     from gpud.errors import ConfigError
