@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import sys
 import tempfile
@@ -286,3 +287,18 @@ def test_supervisor_started_without_the_fork_server(tmp_path, workdir):
         assert run_to_end(table, key).exit_code == 9
     finally:
         kill_everything(str(tmp_path / "state"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the ownership check matters when the daemon reads as root")
+def test_read_log_shows_only_a_file_the_jobs_user_owns(table, workdir):
+    secret = workdir / "secret"
+    secret.write_text("root only\n")
+    mine = workdir / "mine.out"
+    mine.write_text("nobody's output\n")
+    os.chown(mine, pwd.getpwnam("nobody").pw_uid, -1)
+    refused = table.read_log({"request": "r1", "path": str(secret), "offset": 0, "user": "nobody"})
+    assert refused["data"] == "" and "not the job user's own" in refused["error"]
+    shown = table.read_log({"request": "r2", "path": str(mine), "offset": 0, "user": "nobody"})
+    assert shown["data"] == "nobody's output\n"
+    unknown = table.read_log({"request": "r3", "path": str(mine), "offset": 0, "user": "no-such-user-here"})
+    assert unknown["data"] == ""

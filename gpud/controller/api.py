@@ -329,7 +329,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
     first = True
     while True:
         try:
-            chunk = await ctrl.read_log(node, job.id, task, path, offset, LOG_CHUNK)
+            chunk = await ctrl.read_log(node, job.id, task, path, offset, LOG_CHUNK, job.user)
         except LookupError as exc:
             if first:
                 raise ApiError(503, f"{exc}; the log is on {node} at {path}") from None
@@ -338,6 +338,8 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
             if first:
                 raise ApiError(504, f"node {node} did not answer; the log is on {node} at {path}") from None
             break
+        if chunk.get("error"):
+            raise ApiError(403, f"node {node}: {chunk['error']} ({path})")
         if first:
             if chunk.get("missing") and not follow:
                 raise ApiError(404, f"no log file yet on {node} at {path}")

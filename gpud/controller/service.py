@@ -182,7 +182,8 @@ class Controller:
         self.cluster.set_policy(policy, pm)
         return policy
 
-    async def read_log(self, node: str, job: str, task: int, path: str, offset: int, limit: int) -> dict:
+    async def read_log(self, node: str, job: str, task: int, path: str, offset: int, limit: int,
+                       user: str) -> dict:
         """Ask a node for a piece of a job's log file; raises LookupError when the node is not connected."""
         link = self.links.get(node)
         if link is None:
@@ -192,7 +193,7 @@ class Controller:
         self.log_requests[request] = future
         try:
             await link.send_str(json.dumps({"type": "read_log", "request": request, "job": job, "task": task,
-                                            "path": path, "offset": offset, "limit": limit}))
+                                            "path": path, "offset": offset, "limit": limit, "user": user}))
             return await asyncio.wait_for(future, 10.0)
         finally:
             self.log_requests.pop(request, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import signal
 import time
 from typing import Any, Mapping
@@ -150,8 +151,11 @@ class TaskTable:
         answer["offset"] = offset
         if not isinstance(path, str) or not os.path.isabs(path):
             return answer
+        owner = self._log_owner(request)
         try:
             with open(path, "rb") as f:
+                if owner is None or not owned_by(os.fstat(f.fileno()).st_uid, owner):
+                    return {**answer, "missing": False, "error": "the file is not the job user's own: not shown"}
                 f.seek(offset)
                 data = f.read(min(limit, MAX_LOG_CHUNK))
         except OSError:
@@ -159,6 +163,28 @@ class TaskTable:
         cut = _complete_utf8(data)
         return {**answer, "data": data[:cut].decode("utf-8", errors="replace"), "offset": offset + cut,
                 "missing": False}
+
+    def _log_owner(self, request: Mapping[str, Any]) -> int | None:
+        # The daemon reads as root: a log is shown only when the job's user
+        # owns the file, so a job cannot name /etc/shadow as its output.
+        if os.geteuid() != 0:
+            return os.geteuid()
+        user = request.get("user")
+        if not isinstance(user, str):
+            order = self._order(request)
+            user = ((order or {}).get("spec") or {}).get("user")
+        try:
+            return pwd.getpwnam(user).pw_uid if isinstance(user, str) else None
+        except KeyError:
+            return None
+
+    def _order(self, request: Mapping[str, Any]) -> dict | None:
+        try:
+            key = TaskKey.from_order(request)
+        except SpecError:
+            return None
+        order = read_json(os.path.join(self.layout.task_dir(key), ORDER_FILE))
+        return order if isinstance(order, dict) else None
 
     def _output_path(self, request: Mapping[str, Any]) -> str | None:
         try:
@@ -171,6 +197,11 @@ class TaskTable:
         spec = order.get("spec") or {}
         stream = spec.get("error") if request.get("stream") == "err" and spec.get("error") else spec.get("output")
         return expand_path(stream or "gpud-%j.out", spec.get("workdir", "/"), key)
+
+
+def owned_by(file_uid: int, user_uid: int) -> bool:
+    """True when a file owned by ``file_uid`` may be shown to the user ``user_uid`` (root sees everything)."""
+    return user_uid == 0 or file_uid == user_uid
 
 
 def _complete_utf8(data: bytes) -> int:
