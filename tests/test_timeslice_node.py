@@ -3,6 +3,7 @@ thaw when the daemon dies, and the GPU memory watchdog (fake GPUs)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -15,7 +16,7 @@ from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
 from node_helpers import kill_everything, spec
-from test_node_link import KEY, FakeController, start_daemon, stop_daemon, task_report
+from test_node_link import KEY, FakeController, start_daemon, stop_daemon
 
 SPIN = [sys.executable, "-c", "while True: pass"]
 TRAP = [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
@@ -50,7 +51,6 @@ def seen_states(pid: int, seconds: float) -> set[str]:
 
 
 async def wait_until(predicate, timeout: float = 10.0):
-    import asyncio
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -106,9 +106,22 @@ async def agent(controller, state_dir):
     await node.stop()
 
 
+async def report_of(controller, job: str, state: str, timeout: float = 15.0) -> dict:
+    """The task's report in ``state``, from a task message or a heartbeat, whichever carries it first."""
+    async def find():
+        while True:
+            message = await controller.messages.get()
+            reports = [message] if message["type"] == "task" else message.get("tasks", [])
+            for report in reports:
+                if report["job"] == job and report["state"] == state and report.get("pid"):
+                    return report
+    return await asyncio.wait_for(find(), timeout)
+
+
 async def start(controller, job: str, the_spec: dict) -> dict:
+    """Start a task and return its running report."""
     await controller.send({"type": "start", "job": job, "task": 0, "attempt": 0, "spec": the_spec})
-    return await controller.next("task", task_report(job, "running"))
+    return await report_of(controller, job, "running")
 
 
 async def test_two_tasks_sharing_a_gpu_take_turns_and_a_frozen_one_stops_on_term(agent, controller, workdir):
@@ -120,7 +133,7 @@ async def test_two_tasks_sharing_a_gpu_take_turns_and_a_frozen_one_stops_on_term
     assert states & set(FROZEN) and "R" in states, states
     await controller.send({"type": "stop", "job": "70", "task": 0, "attempt": 0, "reason": "cancelled",
                            "grace_s": 30})
-    exited = await controller.next("task", task_report("70", "exited"), timeout=5)
+    exited = await report_of(controller, "70", "exited", timeout=10)
     assert exited["exit_code"] == 7  # it handled SIGTERM: it was thawed first, not killed after the grace
     await wait_until(lambda: [m.key for m in agent.slices.slicers[0].members()] == ["71.0.0"])
     assert proc_state(b["pid"]) in "RS"  # alone with 50 % in strict mode it is still sliced...
@@ -200,7 +213,7 @@ async def test_a_task_over_its_memory_slice_is_warned_then_stopped(agent, contro
     await wait_until(lambda: True)
     assert proc_state(a["pid"]) in "RS"
     set_process_usage(str(state_dir), a["pid"], 0, 2.0, 90.0)
-    exited = await controller.next("task", task_report("78", "exited"), timeout=10)
+    exited = await report_of(controller, "78", "exited", timeout=10)
     assert exited["reason"].startswith("gpu memory: used 2.0 GiB, over its slice of 1.0 GiB")
 
 
