@@ -280,3 +280,16 @@ def test_a_shortfall_is_carried_into_the_next_plans(standin):
     error = abs(sum(got) / len(got) - 0.5) * 100
     if error > BOUND_PP:
         pytest.skip(f"machine too busy to measure time-slicing: delivered share of a off by {error:.1f} pp")
+
+
+def test_fair_shares_follow_a_job_that_idles_and_comes_back(tmp_path):
+    backend = FakeBackend("n1", 1, str(tmp_path))
+
+    def each_plan(number, pids):
+        set_process_usage(str(tmp_path), pids["a"], 0, 1.0, 100.0)
+        set_process_usage(str(tmp_path), pids["b"], 0, 1.0, 0.0 if 3 <= number <= 4 else 100.0)
+    samples, slicer = run_slicer("fair", {"a": (0.5, 1.0), "b": (0.5, 1.0)}, 6, lease_s=LEASE_S,
+                                 precision=PRECISION, warmup=0, monitor=UsageMonitor(backend, 0.02),
+                                 each_plan=each_plan)
+    # b idles during plans 3 and 4 (numbered from 1); the slicer sees it at the end of each and acts in the next
+    assert [round(r.shares["a"], 2) for r in slicer.history[:6]] == [0.5, 0.5, 0.5, 0.9, 0.9, 0.5]
