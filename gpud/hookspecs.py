@@ -117,7 +117,7 @@ def gpud_can_evict(victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
     """
 
 
-# --- Time-slicing (node daemon) ------------------------------------------------------------------
+# --- Sharing a GPU (node daemon) -------------------------------------------------------------------
 
 @hookspec(firstresult=True)
 def gpud_time_slice_plan(gpu_index: int, mode: str, holders: list[Holder], probe: float) -> Mapping[str, float] | None:
@@ -134,6 +134,21 @@ def gpud_time_slice_plan(gpu_index: int, mode: str, holders: list[Holder], probe
     the GPU), or None to leave the plan to the next plugin. The node
     interleaves the leases and corrects each share by what earlier plans
     owed. First result.
+    """
+
+
+@hookspec
+def gpud_memory_slice_env(gpu_uuid: str, limit_mib: float, fraction: float) -> Mapping[str, str] | None:
+    """Give environment variables that have the driver enforce a task's GPU memory slice.
+
+    Called by the node daemon when it starts a task holding a slice of one
+    GPU's memory (a fraction or ``gpu_memory_gib`` job). ``gpu_uuid`` is the
+    GPU, ``limit_mib`` the slice in MiB, ``fraction`` the slice as a part of
+    the GPU. Return variables to add to the task's environment (where CUDA
+    MPS runs, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``), or None. Results of all
+    plugins are combined; when two set the same variable, the plugin
+    registered later wins. The node's memory watchdog keeps watching either
+    way.
     """
 
 

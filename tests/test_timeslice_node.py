@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gpud import hookimpl
 from gpud.gpu.fake import FakeBackend, set_process_usage
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
@@ -225,3 +226,23 @@ async def test_an_advisory_memory_slice_only_warns(agent, controller, workdir, s
     set_process_usage(str(state_dir), a["pid"], 0, 3.0, 90.0)
     await wait_until(lambda: "not enforced" in caplog.text, timeout=5)
     assert proc_state(a["pid"]) in "RS"
+
+
+class MpsLimit:
+    """Stands in for a site's MPS plugin."""
+
+    @hookimpl
+    def gpud_memory_slice_env(self, gpu_uuid, limit_mib, fraction):
+        return {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{gpu_uuid}={int(limit_mib)}M"}
+
+
+async def test_a_plugin_can_enforce_the_memory_slice_through_the_environment(agent, controller, workdir):
+    agent.slices.pm.register(MpsLimit(), name="mps-test")
+    await controller.next("register")
+    show = [sys.executable, "-c", "import os; print(os.environ['CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'], "
+                                  "os.environ['GPUD_GPU_MEMORY_LIMIT_MIB'])"]
+    the_spec = spec(workdir, show, gpu_indices=[0], gpu_uuids=["GPU-x"], gpu_share=0.25,
+                    memory_slice={"limit_mib": 20480, "fraction": 0.25})
+    await controller.send({"type": "start", "job": "80", "task": 0, "attempt": 0, "spec": the_spec})
+    await report_of(controller, "80", "exited")
+    assert (workdir / "gpud-80.out").read_text().split() == ["GPU-x=20480M", "20480"]

@@ -135,6 +135,24 @@ class NodeAgent:
         self.slices.update(states)
         self._watch_memory(states)
 
+    def _with_slice_env(self, spec: Any) -> Any:
+        """The spec, with the variables plugins give to enforce its memory slice (gpud_memory_slice_env)."""
+        pm = self.slices.pm
+        memory = spec.get("memory_slice") if isinstance(spec, dict) else None
+        uuids = spec.get("gpu_uuids") if isinstance(spec, dict) else None
+        if pm is None or not isinstance(memory, dict) or not memory.get("limit_mib") or not uuids:
+            return spec
+        try:
+            answers = pm.hook.gpud_memory_slice_env(gpu_uuid=uuids[0], limit_mib=memory["limit_mib"],
+                                                    fraction=memory.get("fraction", 1.0))
+        except Exception:  # noqa: BLE001 - the slice is still watched; the task must start
+            log.exception("the gpud_memory_slice_env hook failed")
+            return spec
+        env: dict = {}
+        for answer in reversed(answers):  # pluggy answers the last registered first; it must win
+            env.update(answer or {})
+        return {**spec, "memory_slice": {**memory, "env": env}} if env else spec
+
     def _watch_memory(self, states: list[TaskState]) -> None:
         """Warn, then stop, tasks holding more GPU memory than their slice allows."""
         slices, used, pids = {}, {}, {}
@@ -208,7 +226,7 @@ class NodeAgent:
             log.warning("ignoring a %s order: %s", kind, exc)
             return None
         if kind == "start":
-            if self.tasks.start(key, message.get("spec")) is not None:
+            if self.tasks.start(key, self._with_slice_env(message.get("spec"))) is not None:
                 self.poke()
         elif kind == "stop":
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it

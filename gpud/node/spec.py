@@ -158,7 +158,11 @@ def _memory_slice(raw: Mapping) -> dict | None:
     if not isinstance(enforce, bool):
         raise SpecError("memory_slice.enforce must be true or false")
     limit = _number(value, "limit_mib", None, positive=True)
-    return {"limit_mib": None if limit is None else float(limit),
+    env = value.get("env") or {}
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+                                               for k, v in env.items()):
+        raise SpecError("memory_slice.env must map variable names to strings")
+    return {"limit_mib": None if limit is None else float(limit), "env": dict(env),
             "fraction": float(_number(value, "fraction", 1.0)), "tolerance": float(_number(value, "tolerance", 0.05)),
             "grace_s": float(_number(value, "grace_s", 10.0)), "enforce": enforce}
 
@@ -284,6 +288,7 @@ def sharing_env(spec: TaskSpec, pythonpath: str | None = None) -> dict[str, str]
         env.update({"GPUD_GPU_MEMORY_LIMIT_MIB": str(int(memory["limit_mib"])), "GPUD_GPU_MEMORY_FRACTION": fraction,
                     "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction, "XLA_CLIENT_MEM_FRACTION": fraction,
                     "PYTHONPATH": os.pathsep.join(p for p in (STARTUP_HOOK_DIR, pythonpath) if p)})
+        env.update(memory.get("env") or {})
     slicing = spec.time_slicing
     if slicing:
         env.update({"GPUD_TIME_SLICING": slicing["mode"], "GPUD_COMPUTE_REQUEST": f"{slicing['request']:g}",
