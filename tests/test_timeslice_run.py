@@ -293,3 +293,20 @@ def test_fair_shares_follow_a_job_that_idles_and_comes_back(tmp_path):
                                  each_plan=each_plan)
     # b idles during plans 3 and 4 (numbered from 1); the slicer sees it at the end of each and acts in the next
     assert [round(r.shares["a"], 2) for r in slicer.history[:6]] == [0.5, 0.5, 0.5, 0.9, 0.9, 0.5]
+
+
+def test_cgroup_v2_task_groups_go_inside_the_daemons_delegated_cgroup(tmp_path):
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    own = tmp_path / "system.slice" / "gpud-node.service"
+    own.mkdir(parents=True)
+    proc = tmp_path / "self-cgroup"
+    proc.write_text("0::/system.slice/gpud-node.service\n")
+    assert freezer_root(str(tmp_path), str(proc)) == ("cgroup2", str(own / "gpud"))
+    proc.write_text("0::/\n")
+    assert freezer_root(str(tmp_path), str(proc)) == ("cgroup2", str(tmp_path / "gpud"))
+
+
+def test_gpud_freezer_signal_turns_the_cgroup_freezer_off(tmp_path, monkeypatch):
+    (tmp_path / "cgroup.controllers").write_text("")
+    monkeypatch.setenv("GPUD_FREEZER", "signal")
+    assert freezer_root(str(tmp_path)) is None

@@ -80,16 +80,33 @@ class CgroupFreezer(Freezer):
         self._write(False)
 
 
-def freezer_root(root: str = CGROUP_ROOT) -> tuple[str, str] | None:
+def _own_v2_cgroup(proc_file: str = "/proc/self/cgroup") -> str:
+    """This process's cgroup v2 path ("/system.slice/gpud-node.service"), "/" when unknown."""
+    try:
+        with open(proc_file, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip() or "/"
+    except OSError:
+        pass
+    return "/"
+
+
+def freezer_root(root: str = CGROUP_ROOT, proc_file: str = "/proc/self/cgroup") -> tuple[str, str] | None:
     """Where task freezer cgroups go, as (kind, directory): a writable v2 or v1 freezer hierarchy, or None.
 
-    None also when the environment variable GPUD_FREEZER is "signal".
+    Under cgroup v2 that is inside our own cgroup when we may write there
+    (systemd's Delegate=yes hands the node unit its subtree), else at the
+    top. None when the environment variable GPUD_FREEZER is "signal".
     """
     if os.environ.get(FREEZER_ENV) == "signal":
         return None
-    v2 = os.path.join(root, "cgroup.controllers")
-    if os.path.exists(v2) and os.access(root, os.W_OK):
-        return "cgroup2", os.path.join(root, GROUP_NAME)
+    if os.path.exists(os.path.join(root, "cgroup.controllers")):
+        own = os.path.join(root, _own_v2_cgroup(proc_file).lstrip("/"))
+        for base in (own, root):
+            if os.access(base, os.W_OK):
+                return "cgroup2", os.path.join(base, GROUP_NAME)
+        return None
     v1 = os.path.join(root, "freezer")
     if os.path.exists(os.path.join(v1, "freezer.state")) or os.path.exists(os.path.join(v1, "cgroup.procs")):
         if os.access(v1, os.W_OK):
