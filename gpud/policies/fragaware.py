@@ -18,13 +18,14 @@ built from the trace); the module's own answers use ``DEFAULT_PROFILE``.
 from __future__ import annotations
 
 import math
+from itertools import chain
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpud import hookimpl
 from gpud.core.nodes import NodeIndex, NodeState
-from gpud.model import TaskRequest
-from gpud.policies.binpack import smallest_share, unique
+from gpud.model import EPS, TaskRequest
+from gpud.policies.binpack import smallest_share
 
 NAMES = ("fragaware", "fgd")
 MILLI = 1000
@@ -84,7 +85,8 @@ class FragAware:
         self._selectors = sorted({s.selector for s, _ in self.profile if s.selector})
         self._frag: dict[tuple[Signature, bool], float] = {}
         self._delta: dict[tuple, tuple[float, int]] = {}
-        self._sig: dict[NodeState, tuple[int, Signature]] = {}
+        self._sig: dict[NodeState, tuple[int, Signature, tuple[int, int]]] = {}
+        self._interned: dict[Signature, Signature] = {}
         self._access: dict[NodeState, int] = {}
 
     # --- the fragmentation measure ------------------------------------------------------------
@@ -103,15 +105,23 @@ class FragAware:
 
     def signature(self, node: NodeState) -> Signature:
         """The node's free capacity in integer units, the key every score is memoised under."""
+        return self._node_entry(node)[1]
+
+    def _node_entry(self, node: NodeState) -> tuple[int, Signature, tuple[int, int]]:
+        """(node version, signature, best-fit tie-break) of a node, recomputed only when it changed."""
         cached = self._sig.get(node)
         if cached is not None and cached[0] == node.version:
-            return cached[1]
+            return cached
         if len(self._sig) > CACHE_LIMIT:
             self._sig.clear()
-        sig = (tuple(sorted((round(f * MILLI) for f in node.free_share), reverse=True)),
-               round(node.free_cpu * MILLI), round(node.free_mem * 1024), self._access_mask(node))
-        self._sig[node] = (node.version, sig)
-        return sig
+        gpus = tuple(sorted((round(f * MILLI) for f in node.free_share), reverse=True))
+        cpu = round(node.free_cpu * MILLI)
+        sig = (gpus, cpu, round(node.free_mem * 1024), self._access_mask(node))
+        # Interned, so equal signatures are one object and hash once per look-up chain.
+        sig = self._interned.setdefault(sig, sig)
+        entry = (node.version, sig, (sum(gpus), cpu))
+        self._sig[node] = entry
+        return entry
 
     def fragmentation(self, sig: Signature, fgd: bool = False) -> float:
         """The profile-weighted GPU thousandths of a node that typical requests could not use.
@@ -129,6 +139,7 @@ class FragAware:
             return found
         if len(self._frag) > CACHE_LIMIT:
             self._frag.clear()
+            self._interned.clear()
         gpus, cpu, mem, mask = sig
         total = sum(gpus)
         frag = 0.0
@@ -214,31 +225,44 @@ class FragAware:
             pool = index.with_free_cpus(request.cpus)
         elif request.is_shared:
             share = smallest_share(request, index)
-            pool = unique(_chain((n for n, _ in index.shared_gpus(share, cpus=request.cpus)),
-                                 index.with_free_gpus(1, cpus=request.cpus)))
+            pool = chain((n for n, _ in index.shared_gpus(share, cpus=request.cpus)),
+                         index.with_free_gpus(1, cpus=request.cpus))
         else:
             pool = index.with_free_gpus(request.whole_gpus, cpus=request.cpus)
-        scored = []
         plain = request.gpu_memory_gib is None
         shape = shape_of(request) if plain else None
+        fragaware = strategy == "fragaware"
+        cpus, memory = request.cpus - EPS, request.memory_gib - EPS
+        entries = self._sig
+        raised_by: dict[int, float] = {}
+        seen: set[NodeState] = set()
+        scored = []
+        # The hot loop of placement: node look-ups are inlined rather than called per node.
         for order, node in enumerate(pool):
-            if not node.holds_host_resources(request):
+            if node in seen or node.free_cpu < cpus or node.free_mem < memory:
                 continue
-            sig = self.signature(node)
-            node_shape = shape if plain else shape_of(request, None, node.gpu_memory_gib)
-            raised, _ = self.delta(strategy, sig, node_shape)
+            seen.add(node)
+            entry = entries.get(node)
+            if entry is None or entry[0] != node.version:
+                entry = self._node_entry(node)
+            sig = entry[1]
+            if plain:
+                raised = raised_by.get(id(sig))
+                if raised is None:
+                    raised = raised_by[id(sig)] = self.delta(strategy, sig, shape)[0]
+            else:
+                raised = self.delta(strategy, sig, shape_of(request, None, node.gpu_memory_gib))[0]
             if raised == math.inf:
                 continue
-            tie = (sum(sig[0]), sig[1]) if strategy == "fragaware" else (order,)
-            scored.append((raised, tie, order, node))
+            scored.append(((raised, entry[2], order) if fragaware else (raised, order), node))
         if not scored:
             return
         best = min(scored, key=_key)
-        yield best[3]
+        yield best[1]
         scored.sort(key=_key)
         for item in scored:
             if item is not best:
-                yield item[3]
+                yield item[1]
 
     def gpu_order(self, strategy: str, request: TaskRequest, node: NodeState) -> list[int]:
         """GPU indices for the task on ``node``: for a fraction, the GPU the score chose first."""
@@ -269,12 +293,7 @@ class FragAware:
 
 
 def _key(item: tuple) -> tuple:
-    return item[0], item[1], item[2]
-
-
-def _chain(*iterators: Iterable[NodeState]) -> Iterator[NodeState]:
-    for it in iterators:
-        yield from it
+    return item[0]
 
 
 def profile_of(shapes: Sequence[Shape], coverage: float = 1.0) -> tuple[tuple[Shape, float], ...]:
