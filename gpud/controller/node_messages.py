@@ -1,0 +1,199 @@
+"""The node side of the controller's state machine: registrations, heartbeats, task reports, silent nodes.
+
+A mixin of ``Cluster`` (gpud/controller/cluster.py), whose state it reads
+and changes: like the rest of the cluster it does no I/O, it marks changes
+on the persister and leaves orders for the nodes in ``orders``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
+from gpud.controller.orders import stop_order
+from gpud.jobs import Job, TaskRun
+from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
+
+log = logging.getLogger("gpud.controller")
+RESEND_START_AFTER_S = 5.0
+# Exits the node reports when it, not the job, failed: the job is requeued
+# (or ends NODE_FAIL) instead of FAILED.
+NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "supervisor lost"})
+
+
+class NodeMessages:
+    """What the cluster does when nodes speak (or fall silent); see the module docstring."""
+
+    def register(self, node: NodeRecord, tasks: list[dict]) -> None:
+        """A node (re)registered with its inventory and its tasks: reconcile both ways."""
+        now = self.clock()
+        known = self.nodes.get(node.name)
+        if known is not None:
+            node.drain, node.reason, node.stopping = known.drain, known.reason, known.stopping
+        node.state, node.last_seen, node.registered = UP, now, now
+        if known is None or known.inventory() != node.inventory():
+            self.core.rebuild()
+        self.nodes[node.name] = node
+        self.connected.add(node.name)
+        self._event("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.reconcile(node.name, tasks, fresh=True)
+        self.wake()
+
+    def heartbeat(self, name: str, gpus: list | None, tasks: list[dict]) -> None:
+        """A node is alive: note it, take its GPU health, and reconcile its task list."""
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        node.last_seen = self.clock()
+        if gpus is not None and gpus != node.gpus:
+            node.gpus = gpus
+            self.core.rebuild()
+            self.persist.node(name, node.to_json)
+            self.wake()
+        self.reconcile(name, tasks, fresh=False)
+
+    def reconcile(self, name: str, tasks: list[dict], *, fresh: bool) -> None:
+        """Make the node's tasks what the controller wants: report each, repair what is missing."""
+        node = self.nodes[name]
+        now = self.clock()
+        reported = set()
+        for report in tasks:
+            reported.add(incarnation_key(str(report.get("job")), int(report.get("task", -1)),
+                                         int(report.get("attempt", -1))))
+            self.task_report(name, report)
+        for key in [k for k in node.stopping if k not in reported]:
+            del node.stopping[key]
+            self.persist.node(name, node.to_json)
+        for key, (job_id, task) in list(self.wanted[name].items()):
+            if key in reported or key in self.unsent[name]:
+                continue
+            job = self.jobs[job_id]
+            run = job.runs[task]
+            if run.state == "running":
+                self._lost(job, f"node {name} no longer runs task {task}")
+            elif fresh or now - self.sent_at.get(key, 0.0) > RESEND_START_AFTER_S:
+                self.unsent[name][key] = now
+        self._send_starts(name)
+
+    def task_report(self, name: str, report: dict) -> None:
+        """One task's state from its node: running, or exited with its code."""
+        try:
+            job_id, task, attempt = str(report["job"]), int(report["task"]), int(report["attempt"])
+            state = report["state"]
+        except (KeyError, TypeError, ValueError):
+            log.warning("node %s sent a malformed task report: %r", name, report)
+            return
+        key = incarnation_key(job_id, task, attempt)
+        node = self.nodes[name]
+        exited = state == "exited"
+        if key in node.stopping:
+            if exited:
+                del node.stopping[key]
+                self.persist.node(name, node.to_json)
+                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+                self._send_starts(name)
+            return
+        job = self.jobs.get(job_id)
+        run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
+        if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
+            if exited:
+                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+            else:
+                node.stopping[key] = []
+                self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s))
+            return
+        if run.state == "exited":
+            self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+            return
+        if not exited:
+            if run.state != "running" or run.pid != report.get("pid"):
+                run.state, run.pid = "running", report.get("pid")
+                self.unsent[name].pop(key, None)
+                self.persist.job(job)
+            return
+        run.state, run.exit_code, run.term_signal = "exited", report.get("exit_code"), report.get("term_signal")
+        run.reason = str(report.get("reason") or "")
+        self.wanted[name].pop(key, None)
+        self.unsent[name].pop(key, None)
+        self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+        self._task_exited(job, task, run)
+
+    def _task_exited(self, job: Job, task: int, run: TaskRun) -> None:
+        self.persist.job(job)
+        self._account(job, run)
+        detail = _exit_text(run)
+        if run.reason in NODE_FAULTS:
+            self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {run.reason}")
+        elif run.reason == "timeout":
+            self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run)
+        elif run.reason.startswith("failed to start"):
+            self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run)
+        elif run.exit_code != 0 or run.term_signal:
+            self._finish(job, FAILED, f"task {task} {detail}", exit_from=run)
+        elif all(r.state == "exited" for r in job.runs if r.placement is not None):
+            self._finish(job, COMPLETED, "", exit_from=run)
+        else:
+            self._event("task exited", f"task {task} {detail}", job=job.id)
+
+    def disconnected(self, name: str) -> None:
+        """The node's connection closed; it is marked down only when the timeout passes."""
+        self.connected.discard(name)
+
+    def check_nodes(self, timeout_s: float) -> None:
+        """Mark nodes silent for ``timeout_s`` down; their jobs are requeued or failed, whole gangs together."""
+        now = self.clock()
+        for node in self.nodes.values():
+            if node.state != DOWN and now - node.last_seen > timeout_s:
+                self._node_down(node, f"no heartbeat for {now - node.last_seen:.0f} s")
+
+    def _node_down(self, node: NodeRecord, reason: str) -> None:
+        node.state, node.reason = DOWN, reason
+        self.connected.discard(node.name)
+        self._event("node down", reason, node=node.name)
+        for job_id in {job_id for job_id, _ in self.wanted[node.name].values()}:
+            job = self.jobs.get(job_id)
+            if job is not None:
+                self._lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
+        self.wanted.pop(node.name, None)
+        self.unsent.pop(node.name, None)
+        node.stopping.clear()
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+        self.wake()
+
+    def _lost(self, job: Job, reason: str, dead_node: str | None = None) -> None:
+        """A job lost tasks to a node: requeue it whole (preemptible, requeue on) or end it NODE_FAIL."""
+        if job.priority < 100 and job.requeue:
+            for task in range(job.tasks):
+                self._stop_run(job, task, "node failure", dead_node=dead_node)
+            job.move_to(PENDING)
+            job.restart_count += 1
+            job.reason = f"requeued: {reason}"
+            self._event("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
+            self.persist.job(job)
+            self.core.reset(job.spec())
+            self.wake()
+        else:
+            self._finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
+
+    def drain(self, node: NodeRecord, reason: str, by: str) -> None:
+        """No new work on the node; running jobs finish."""
+        node.drain, node.reason = True, reason
+        self._event("drained", f"drained by {by}: {reason}", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+
+    def resume(self, node: NodeRecord, by: str) -> None:
+        """The node takes work again."""
+        node.drain, node.reason = False, ""
+        self._event("resumed", f"resumed by {by}", node=node.name)
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+        self.wake()
+
+
+def _exit_text(run: TaskRun) -> str:
+    if run.term_signal:
+        return f"was killed by signal {run.term_signal}"
+    return f"exited with code {run.exit_code}"
