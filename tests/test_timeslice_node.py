@@ -246,3 +246,21 @@ async def test_a_plugin_can_enforce_the_memory_slice_through_the_environment(age
     await controller.send({"type": "start", "job": "80", "task": 0, "attempt": 0, "spec": the_spec})
     await report_of(controller, "80", "exited")
     assert (workdir / "gpud-80.out").read_text().split() == ["GPU-x=20480M", "20480"]
+
+
+def test_a_frozen_task_whose_supervisor_died_is_thawed_and_killed(state_dir, workdir):
+    from gpud.node.spec import TaskKey
+    from gpud.node.taskstate import Layout
+    from gpud.node.tasks import TaskTable
+    from node_helpers import alive, run_to_end, running, wait_for
+    table = TaskTable(Layout(str(state_dir)))
+    table.adopt()
+    key = TaskKey("81", 0, 0)
+    table.start(key, sliced(workdir, SPIN))
+    state = running(table, key)
+    wait_for(lambda: table.get(key).supervisor_pid)
+    freezer_for(str(state_dir / "tasks" / "81.0.0"), state.pid).freeze()
+    os.kill(table.get(key).supervisor_pid, signal.SIGKILL)
+    assert run_to_end(table, key).reason == "supervisor lost"
+    wait_for(lambda: not alive(state.pid), timeout=5)
+    table.launcher.close()

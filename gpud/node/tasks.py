@@ -10,6 +10,7 @@ import time
 from typing import Any, Mapping
 
 from gpud.node import procs
+from gpud.node.freezer import freezer_for
 from gpud.node.launch import Launcher
 from gpud.node.spec import SpecError, TaskKey, expand_path, parse_spec
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
@@ -129,6 +130,7 @@ class TaskTable:
             return state
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             log.warning("task %s lost its supervisor; killing its processes", known.key.dirname)
+            freezer_for(task_dir, state.pid).thaw()  # a task frozen in a cgroup dies only once thawed
             procs.signal_group(state.pid, signal.SIGKILL)
             return state
         reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
