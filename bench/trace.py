@@ -8,7 +8,7 @@ replay  the trace in simulated time through the warm scheduler on a seeded 1% of
         with Helios (Venus) VC quotas as projects: utilisation, waits, completion times,
         evictions, deviation from fair share.
 Every figure comes from gpud's real placement plugins and scheduling core; wall times are printed.
-    python bench/trace.py [--workloads default,gpushare100,multigpu50] [--placements binpack,fgd,fragaware]
+    python bench/trace.py [--workloads default,gpushare100,multigpu50] [--placements binpack,spread,fgd,fragaware]
                           [--seeds 42-51] [--workers 2] [--scale 0.01] [--no-replay] [--quick] [--json]
 """
 
@@ -85,7 +85,7 @@ def run_replay(placements, scale: float, seed: int) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="default,gpushare100,multigpu50")
-    parser.add_argument("--placements", default="binpack,fgd,fragaware")
+    parser.add_argument("--placements", default="binpack,spread,fgd,fragaware")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scale", type=float, default=0.01)
