@@ -252,8 +252,10 @@ class Supervisor:
 
     def clean_up(self) -> None:
         """Kill whatever the task left behind (its process group, orphans reparented to us) and reap it all."""
-        self._thaw()
+        if self.spec.sliced:
+            failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
         while True:
+            self._thaw()
             procs.signal_group(self.pid, signal.SIGKILL)
             left = procs.kill_descendants(os.getpid())
             self._reap()
