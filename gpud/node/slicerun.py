@@ -129,7 +129,6 @@ class GpuSlicer(threading.Thread):
         self._closing = threading.Event()
         self._carry: dict[str, float] = {}
         self._idle: dict[str, bool] = {}
-        self._holder: str | None = None
 
     # -- membership (any thread) -------------------------------------------------------
 
@@ -151,7 +150,8 @@ class GpuSlicer(threading.Thread):
             member = self._members.pop(key, None)
             if member is not None:
                 member.freezer.thaw()
-        self._changed.set()
+        if member is not None:
+            self._changed.set()
 
     def members(self) -> list[Member]:
         """The tasks sliced now."""
@@ -215,7 +215,6 @@ class GpuSlicer(threading.Thread):
                     member.freezer.freeze()
             if holder in members:
                 members[holder].freezer.thaw()
-            self._holder = holder
             return list(members)
 
     def _run(self, plan: Plan, shares: dict[str, float]) -> PlanRecord | None:
