@@ -188,3 +188,37 @@ def test_show_says_compute_is_advisory_when_slicing_is_off_and_memory_when_not_e
 
 def test_jobs_with_whole_gpus_have_no_sharing():
     assert sharing_view(submit(gpus=1), {}, TimeSlicing("strict")) is None
+
+
+# --- through the controller's state machine ------------------------------------------------------
+
+@pytest.fixture
+def cluster():
+    from gpud.controller.cluster import Cluster
+    from gpud.controller.persist import Persister
+    from gpud.plugins import make_plugin_manager
+    policy = parse_policy({"time_slicing": {"mode": "fair", "lease_ms": 100, "precision": 0.1},
+                           "projects": [{"name": "p", "gpu_quota": 1}]}, "test")
+    state = Cluster(policy, make_plugin_manager(), Persister(None, None), lambda: 1000.0)
+    state.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0", memory_gib=80.0)]), tasks=[])
+    state.take_orders()
+    return state
+
+
+def test_two_halves_share_a_gpu_and_a_memory_offender_fails_with_the_reason(cluster):
+    from test_cluster_state import cycle, report
+    from gpud.submission import Submission
+    ids = [cluster.submit([Submission(Job(id="", user="u", project="p", workdir="/tmp", command=["true"],
+                                          gpus=0.5))], {})[0] for _ in range(2)]
+    jobs = {i: cluster.jobs[i] for i in ids}
+    starts = cycle(cluster)["n1"]
+    assert sorted(o["job"] for o in starts) == sorted(ids)
+    for order in starts:
+        assert order["spec"]["time_slicing"] == {"mode": "fair", "lease_ms": 100.0, "precision": 0.1,
+                                                 "request": 0.5, "limit": 1.0}
+        assert order["spec"]["memory_slice"]["limit_mib"] == 40 * 1024
+        report(cluster, order, "running", pid=100)
+    reason = "gpu memory: used 50.0 GiB, over its slice of 40.0 GiB (+5% tolerance)"
+    report(cluster, starts[0], "exited", exit_code=None, term_signal=15, reason=reason)
+    job = jobs[starts[0]["job"]]
+    assert (job.state, job.reason) == ("FAILED", f"task 0 was stopped by the node: {reason}")

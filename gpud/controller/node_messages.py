@@ -194,6 +194,8 @@ class NodeMessages:
 
 
 def _exit_text(run: TaskRun) -> str:
+    if run.reason.startswith("gpu memory"):
+        return f"was stopped by the node: {run.reason}"
     if run.term_signal:
         return f"was killed by signal {run.term_signal}"
     return f"exited with code {run.exit_code}"
