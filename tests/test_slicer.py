@@ -156,3 +156,10 @@ def test_clean_shares_keeps_a_plugins_answer_runnable():
     holders = [Holder("a", 0.5), Holder("b", 0.5)]
     assert clean_shares({"a": 2.0, "b": 2.0, "zz": 1.0}, holders) == approx({"a": 0.5, "b": 0.5})
     assert clean_shares({"a": -1.0, "b": 0.3}, holders) == approx({"a": 0.0, "b": 0.3})
+
+
+def test_a_plan_record_reports_its_error_in_points_of_the_plan():
+    from gpud.node.slicerun import PlanRecord
+
+    record = PlanRecord({"a": 0.25, "b": 0.75}, {"a": 0.25, "b": 0.75}, {"a": 1.4, "b": 3.6}, 5.0)
+    assert abs(record.error_pp() - 3.0) < 1e-9

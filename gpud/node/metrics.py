@@ -38,6 +38,12 @@ def render(agent: NodeAgent, started: float) -> str:
     lines += metric("gpud_node_registrations_total", "counter",
                     "Times the node registered with the controller (each reconnect adds one).",
                     [({"node": node}, getattr(link, "registrations", 0))])
+    errors = [(gpu, slicer.history[-1].error_pp()) for gpu, slicer in sorted(agent.slices.slicers.items())
+              if slicer.history]
+    lines += metric("gpud_node_timeslice_error_pp", "gauge",
+                    "Time-slicing error of each shared GPU's last plan: the largest gap between a job's target "
+                    "and what it held, in percentage points.",
+                    [({"node": node, "gpu": str(gpu)}, round(error, 3)) for gpu, error in errors])
     lines += metric("gpud_node_uptime_seconds", "gauge", "Seconds since the node daemon started.",
                     [({"node": node}, round(time.time() - started, 3))])
     return "\n".join(lines) + "\n"

@@ -102,6 +102,13 @@ class PlanRecord:
     plan_s: float
     switches: list[float] = field(default_factory=list)
 
+    def error_pp(self) -> float:
+        """How far the plan missed: the largest gap between a holder's target and what it held, in points of the plan."""
+        if self.plan_s <= 0:
+            return 0.0
+        return max((abs(self.delivered.get(key, 0.0) / self.plan_s - share) * 100.0
+                    for key, share in self.targets.items()), default=0.0)
+
 
 class GpuSlicer(threading.Thread):
     """Runs plan after plan on GPU ``gpu_index`` until :meth:`close`; every task is thawed when it ends."""
