@@ -155,6 +155,15 @@ def test_submit_sends_only_what_was_given(api, tmp_path):
                                        "priority": 80}
 
 
+def test_submit_sends_a_compute_request_and_limit(api, tmp_path):
+    api.routes["POST /api/v1/jobs"] = (201, {"ids": ["1"]}, {})
+    assert main(["submit", "-p", "p", "--gpus", "0.25", "--gpu-compute-request", "0.2", "--gpu-compute-limit",
+                 "0.5", "--", "true"]) == 0
+    body = api.requests[0]["body"]
+    assert (body["gpus"], body["gpu_compute_request"], body["gpu_compute_limit"]) == (0.25, 0.2, 0.5)
+    assert main(["submit", "-p", "p", "--gpu-compute-limit", "1.5", "--", "true"]) == 2
+
+
 def test_export_env_never_copies_the_token(api, monkeypatch):
     api.routes["POST /api/v1/jobs"] = (201, {"ids": ["1"]}, {})
     monkeypatch.setenv("SOME_SETTING", "on")

@@ -153,3 +153,15 @@ def test_projects_table_puts_projects_under_their_department():
     cpu = projects_table([queue("p1")], "cpu").splitlines()[1].split()
     assert cpu[3:7] == ["-", "-", "-", "-"]
     assert projects_table([queue("p1")], "memory").splitlines()[1].split()[3:6] == ["64G", "64G", "64G"]
+
+
+def test_show_says_whether_a_shared_gpus_compute_and_memory_are_enforced():
+    from gpud.cli.job_cmd import show_text
+
+    job = {"id": "7", "state": "RUNNING", "command": ["python", "x.py"], "gpus": 0.25, "sharing": {
+        "compute": {"mode": "fair", "request": 0.25, "limit": 1.0, "enforced": True,
+                    "how": "fair time-slicing by the node: leases of 250 ms in plans of 5 s"},
+        "memory": {"limit_gib": 20.0, "enforced": False, "how": "advisory: the node only warns past the slice +5%"}}}
+    text = show_text(job, now=0.0)
+    assert "Compute:" in text and "25%..100% of the GPU, enforced (fair time-slicing" in text
+    assert "20 GiB slice, advisory (advisory: the node only warns" in text

@@ -106,6 +106,7 @@ def show_text(job: dict, now: float) -> str:
         ("Restarts", job.get("restart_count") or None),
         ("Exit", render.exit_status(job) if job.get("ended") else None),
         ("GPU-hours", render.gpu_hours(job["gpu_hours"]) if job.get("gpu_hours") else None),
+        ("Compute", _compute(job.get("sharing"))), ("GPU memory", _memory(job.get("sharing"))),
         ("Output", job.get("output")), ("Error", job.get("error")),
         ("Env", ", ".join(sorted(job.get("env") or {})) or None),
     ]
@@ -118,6 +119,25 @@ def show_text(job: dict, now: float) -> str:
     if events:
         out += ["", "Events:"] + [f"  {_event(e, now)}" for e in events]
     return "\n".join(out)
+
+
+def _compute(sharing: dict | None) -> str | None:
+    """How a shared GPU's compute is kept: the share, enforced or advisory, and by what."""
+    compute = (sharing or {}).get("compute")
+    if not compute:
+        return None
+    request, limit = compute.get("request") or 0.0, compute.get("limit") or 0.0
+    share = f"{request:.0%}" if abs(limit - request) < 1e-9 else f"{request:.0%}..{limit:.0%}"
+    return f"{share} of the GPU, {'enforced' if compute.get('enforced') else 'advisory'} ({compute.get('how')})"
+
+
+def _memory(sharing: dict | None) -> str | None:
+    """How a shared GPU's memory slice is kept."""
+    memory = (sharing or {}).get("memory")
+    if not memory:
+        return None
+    size = f"{memory['limit_gib']:g} GiB slice" if memory.get("limit_gib") else "a slice"
+    return f"{size}, {'enforced' if memory.get('enforced') else 'advisory'} ({memory.get('how')})"
 
 
 def _tasks(job: dict) -> str:

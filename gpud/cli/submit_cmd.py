@@ -57,6 +57,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add("-J", "--name", help="a name for people (default: the command or script name)")
     add("--gpus", type=_gpus, metavar="N", help="GPUs per task: 0, a fraction such as 0.5, or a whole number")
     add("--gpu-memory", type=_size, metavar="SIZE", help="a slice of one GPU's memory instead of --gpus")
+    add("--gpu-compute-request", type=_fraction, metavar="F",
+        help="time-sliced GPUs: the compute share this job is sure of (default: its fraction, or 0 for --gpu-memory)")
+    add("--gpu-compute-limit", type=_fraction, metavar="F",
+        help="time-sliced GPUs: the most compute it may take in fair mode (default: 1)")
     add("-n", "--tasks", type=_positive_int, metavar="N", help="tasks in the gang (default 1)")
     add("--min-tasks", type=_positive_int, metavar="N", help="elastic gang: run with at least N tasks")
     add("-c", "--cpus", type=_positive_number, metavar="N", help="CPUs per task (default 1)")
@@ -80,7 +84,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add("-e", "--error", metavar="FILE", help="stderr file (default: the same as --output)")
 
 
-OPTIONS = ("project", "name", "gpus", "gpu_memory", "tasks", "min_tasks", "cpus", "mem", "priority",
+OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_compute_limit", "tasks", "min_tasks", "cpus", "mem", "priority",
            "constraint", "pool", "workdir", "env", "export_env", "time", "array", "depends", "hold",
            "no_requeue", "signal", "output", "error")
 
@@ -131,6 +135,8 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
         job["env"] = {**env, **job.get("env", {})}
     put("gpus", opts.gpus)
     put("gpu_memory_gib", opts.gpu_memory)
+    put("gpu_compute_request", opts.gpu_compute_request)
+    put("gpu_compute_limit", opts.gpu_compute_limit)
     put("tasks", opts.tasks)
     put("min_tasks", opts.min_tasks)
     put("cpus", opts.cpus)
@@ -312,6 +318,14 @@ def _gpus(text: str) -> float:
     value = _number(text)
     if value < 0 or (value > 1 and value != int(value)):
         raise ValueError(f"bad GPU count {text!r}: use 0, a fraction below 1 such as 0.5, or a whole number")
+    return value
+
+
+@_checked
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"a compute share is between 0 and 1, such as 0.25 (got {text})")
     return value
 
 
