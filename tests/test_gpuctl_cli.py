@@ -161,7 +161,9 @@ def test_submit_sends_a_compute_request_and_limit(api, tmp_path):
                  "0.5", "--", "true"]) == 0
     body = api.requests[0]["body"]
     assert (body["gpus"], body["gpu_compute_request"], body["gpu_compute_limit"]) == (0.25, 0.2, 0.5)
-    assert main(["submit", "-p", "p", "--gpu-compute-limit", "1.5", "--", "true"]) == 2
+    with pytest.raises(SystemExit) as refused:
+        main(["submit", "-p", "p", "--gpu-compute-limit", "1.5", "--", "true"])
+    assert refused.value.code == 2
 
 
 def test_export_env_never_copies_the_token(api, monkeypatch):
