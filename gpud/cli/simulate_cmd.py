@@ -47,10 +47,8 @@ examples:
   gpuctl simulate --cycles 3 reclaim.toml
   gpuctl simulate --from-controller                 # what the next cycle would do now
   gpuctl simulate --from-controller big-job.toml    # would this job start, and whom would it evict?
-  gpuctl simulate --trace openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv \
-      --fill --placement binpack,fragaware --seeds 42-51 --plot fill.png
-  gpuctl simulate --trace openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv \
-      --scale 0.01 --quotas venus_cluster_gpu_number.csv --placement fragaware --json
+  gpuctl simulate --trace pods.csv --nodes nodes.csv --fill --seeds 42-51 --plot fill.png
+  gpuctl simulate --trace pods.csv --nodes nodes.csv --scale 0.01 --quotas venus.csv --json
 """
 
 

@@ -18,8 +18,8 @@ built from the trace); the module's own answers use ``DEFAULT_PROFILE``.
 from __future__ import annotations
 
 import math
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpud import hookimpl
