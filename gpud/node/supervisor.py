@@ -10,6 +10,7 @@ file and finds the task running or finished.
 
 from __future__ import annotations
 
+import gc
 import os
 import pwd
 import select
@@ -350,6 +351,11 @@ def serve_forks(stream) -> int:
     # Supervisors are forked once and reaped by the kernel: with SIGCHLD
     # ignored no zombie is left, and a supervisor outlives this server.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    # A forked supervisor is short-lived and makes no cycles worth collecting;
+    # frozen and disabled, the collector never walks (and so never copies) the
+    # pages this server shares with its children.
+    gc.freeze()
+    gc.disable()
     for line in stream:
         task_dir = line.decode("utf-8", "surrogateescape").rstrip("\n")
         if not task_dir:
