@@ -17,7 +17,7 @@ from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
 from node_helpers import kill_everything, spec
-from test_node_link import KEY, FakeController, start_daemon, stop_daemon
+from test_node_link import KEY, controller, start_daemon, stop_daemon  # noqa: F401 - controller is a fixture
 
 SPIN = [sys.executable, "-c", "while True: pass"]
 TRAP = [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
@@ -58,14 +58,6 @@ async def wait_until(predicate, timeout: float = 10.0):
             return True
         await asyncio.sleep(0.02)
     raise AssertionError(f"timed out waiting for {predicate}")
-
-
-@pytest.fixture
-async def controller():
-    ctl = FakeController()
-    await ctl.start()
-    yield ctl
-    await ctl.stop()
 
 
 @pytest.fixture
