@@ -14,7 +14,7 @@ Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
     python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--store-sync normal]
-                          [--json] [--profile FILE.svg]
+                          [--json] [--profile FILE.svg|.json|.txt]
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def profile(pid: int, path: str) -> subprocess.Popen | None:
     if not os.path.exists(spy):
         print("py-spy not found; no profile", file=sys.stderr)
         return None
-    fmt = "speedscope" if path.endswith(".json") else "flamegraph"
+    fmt = "speedscope" if path.endswith(".json") else "raw" if path.endswith(".txt") else "flamegraph"
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--output", path, "--format", fmt, "--rate", "200",
                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node (default 8)")
     parser.add_argument("--quick", action="store_true", help="100 jobs: a smoke test")
     parser.add_argument("--one-by-one", action="store_true", help="one POST /api/v1/jobs per job (8 threads)")
-    parser.add_argument("--profile", metavar="FILE", help="py-spy record gpud up into FILE (.svg or .json)")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy record gpud up into FILE (.svg, .json, or .txt for collapsed stacks)")
     parser.add_argument("--store-sync", choices=("full", "normal"), default="full",
                         help="gpud up --store-sync: fsync every commit (full) or not (normal)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

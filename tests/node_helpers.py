@@ -56,8 +56,8 @@ def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
 def kill_everything(state_dir: str) -> None:
     """SIGKILL every supervisor and task process group recorded in a node state directory.
 
-    Supervisors that have not recorded their pid yet are found by their
-    command line, which names their task directory.
+    Supervisors that have not recorded a task yet are found by their
+    command line, which names the tasks directory or their task's directory.
     """
     tasks_dir = Layout(str(state_dir)).tasks_dir
     if not os.path.isdir(tasks_dir):
@@ -83,7 +83,8 @@ def _supervisors_under(tasks_dir: str) -> list[int]:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"gpud.node.supervisor" in argv and any(a.startswith(tasks_dir.encode() + b"/") for a in argv):
+            if b"gpud.node.supervisor" in argv and any(a == tasks_dir.encode() or a.startswith(tasks_dir.encode() + b"/")
+                                                       for a in argv):
                 found.append(int(entry))
     return found
 

@@ -276,10 +276,10 @@ def test_read_log_from_an_offset(table, workdir):
     assert missing["missing"] is True and missing["data"] == ""
 
 
-def test_supervisor_started_without_the_fork_server(tmp_path, workdir):
+def test_a_supervisor_of_its_own_per_task(tmp_path, workdir):
     from gpud.node.launch import Launcher
     layout = Layout(str(tmp_path / "state"))
-    table = TaskTable(layout, Launcher(layout, fork_server=False))
+    table = TaskTable(layout, Launcher(layout, node_wide=False))
     table.adopt()
     try:
         key = TaskKey("28", 0, 0)

@@ -147,3 +147,44 @@ def group_is_ours(pgid: int, leader_ticks: int | None) -> bool:
         return False
     ticks = start_ticks(pgid)
     return ticks is None or leader_ticks is None or ticks == leader_ticks
+
+
+def children(pid: int) -> list[int]:
+    """The pids of the living children of ``pid`` (every thread's), from /proc."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(k) for k in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def environ_marks(pid: int, names: tuple[str, ...]) -> dict[str, str]:
+    """The values of the environment variables ``names`` that process ``pid`` started with (those it has)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    wanted = {name.encode() + b"=": name for name in names}
+    found = {}
+    for entry in data.split(b"\0"):
+        for prefix, name in wanted.items():
+            if entry.startswith(prefix):
+                found[name] = entry[len(prefix):].decode("utf-8", "replace")
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant of it."""
+    for victim in [pid, *descendants(pid)]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except OSError:
+            pass

@@ -1,16 +1,23 @@
-"""The per-task supervisor (like slurmstepd): ``python -m gpud.node.supervisor TASK_DIR``.
+"""The task supervisor (like slurmstepd): ``python -m gpud.node.supervisor --feed TASKS_DIR``.
 
-Started by the node daemon in a session of its own, it runs one task as the
-job's user, enforces the time limit, carries out stop requests (the stop
-signal to the task's process group, SIGKILL after the grace period), and
-records the task's exit in the task directory's state file. It does not
-depend on the daemon staying alive: a daemon that restarts reads the state
-file and finds the task running or finished.
+Started by the node daemon in a session of its own, it reads start orders on
+its standard input and runs each task as the job's user, enforces time
+limits, carries out stop requests (the stop signal to the task's process
+group, SIGKILL after the grace period), and records each task's exit in the
+task directory's state file. It does not depend on the daemon staying alive:
+when the daemon goes away the supervisor keeps its tasks to their end, and a
+restarted daemon reads the state files, finds each task running or finished,
+and starts a supervisor of its own for new tasks.
+
+One supervisor serves every task a daemon starts: it spawns each task
+directly, about a millisecond of CPU, where a Python process per task cost
+ten times that. ``python -m gpud.node.supervisor TASK_DIR`` supervises the
+one task whose order is in TASK_DIR.
 """
 
 from __future__ import annotations
 
-import gc
+import json
 import os
 import pwd
 import select
@@ -19,15 +26,17 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from gpud.node import failsafe, freezer, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
-from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
+from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_json, write_state
 
-CLEANUP_POLL_S = 0.01
+CLEANUP_POLL_S = 0.01  # how often what a finished task left behind is looked for again
 SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the slicer's heartbeat
+IDLE_POLL_S = 1.0
 LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
 
 
@@ -78,25 +87,24 @@ def acting_as(who: RunAs):
         os.setgroups(saved)
 
 
-class Supervisor:
-    """Runs the task described in ``task_dir``/task.json to its end and records what happened."""
+class TaskRun:
+    """One task under a supervisor: started, watched, stopped, cleaned up and recorded in its task directory."""
 
-    def __init__(self, task_dir: str) -> None:
+    def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier) -> None:
         self.task_dir = task_dir
-        order = read_json(os.path.join(task_dir, ORDER_FILE))
-        if not isinstance(order, dict):
-            raise SystemExit(f"gpud supervisor: no readable {ORDER_FILE} in {task_dir}")
         self.key = TaskKey.from_order(order["key"])
+        self.notify = notify
+        self.state = TaskState(self.key, supervisor_pid=owner[0], supervisor_start=owner[1])
         self.spec: TaskSpec = parse_spec(order["spec"])
         self.checkpoint_dir: str = order["checkpoint_dir"]
-        self.notify_path: str | None = order.get("notify")
-        self.state = TaskState(self.key, supervisor_pid=os.getpid(), supervisor_start=procs.start_ticks(os.getpid()))
-        self.stop_requested = False
         self.stopping_reason: str | None = None
         self.kill_at: float | None = None
+        self.deadline: float | None = None
+        self.next_thaw_check = 0.0
         self.leader_status: int | None = None
         self.pid = 0
-        self.proc = None
+        self.proc: subprocess.Popen | None = None
+        self._stop_seen: tuple[int, int] | None = None
         self.heartbeat = failsafe.heartbeat_path(os.path.dirname(os.path.dirname(os.path.abspath(task_dir))))
 
     # -- recording ---------------------------------------------------------
@@ -104,12 +112,7 @@ class Supervisor:
     def _record(self, state: TaskState) -> None:
         self.state = state
         write_state(self.task_dir, state)
-        if self.notify_path:
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                    s.sendto(self.key.dirname.encode(), self.notify_path)
-            except OSError:
-                pass  # the daemon is away; it reads the state file when it comes back
+        self.notify(self.key)
 
     # -- starting ----------------------------------------------------------
 
@@ -147,6 +150,24 @@ class Supervisor:
         if who.switch:
             os.chown(self.checkpoint_dir, who.uid, who.gid)
 
+    def begin(self) -> bool:
+        """Start the task unless a stop came first; False when it has already ended (stopped or failed to start)."""
+        if os.path.exists(os.path.join(self.task_dir, STOP_FILE)):
+            request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
+            self._record(self.state.exited(reason=_stop_reason(request.get("reason")), ended=time.time()))
+            return False
+        try:
+            self.start()
+        except StartError as exc:
+            self._record(self.state.exited(reason=f"failed to start: {exc}", ended=time.time()))
+            return False
+        except Exception as exc:  # noqa: BLE001 - any other failure is still this task's failed start
+            traceback.print_exc()
+            self._record(self.state.exited(reason=f"failed to start: {type(exc).__name__}: {exc}",
+                                           ended=time.time()))
+            return False
+        return True
+
     def start(self) -> None:
         """Start the task's process in its own session as the job's user; StartError if it cannot start."""
         who = resolve_user(self.spec.user)
@@ -168,31 +189,16 @@ class Supervisor:
             os.close(out)
             if err != out:
                 os.close(err)
-        # Kept so that Popen.__del__ never reaps the task behind our back: we wait for it ourselves.
         self.proc = proc
         self.pid = proc.pid
+        if self.spec.time_limit_s:
+            self.deadline = time.monotonic() + self.spec.time_limit_s
         if self.spec.sliced:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
-                                     pid_start=procs.start_ticks(proc.pid), started=time.time()))
+                             pid_start=procs.start_ticks(proc.pid), started=time.time()))
 
-    # -- running -----------------------------------------------------------
-
-    def _on_stop_signal(self, signum, frame) -> None:
-        self.stop_requested = True
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                if self.leader_status is None:
-                    self.leader_status = LOST_STATUS
-                return
-            if pid == 0:
-                return
-            if pid == self.pid:
-                self.leader_status = status
+    # -- stopping ----------------------------------------------------------
 
     def _thaw(self) -> None:
         """Let the task run: a frozen task would not act on its stop signal (nor, in a v1 cgroup, die)."""
@@ -209,61 +215,69 @@ class Supervisor:
             procs.signal_group(self.pid, sig)
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
 
-    def _requested_stop(self) -> None:
-        self.stop_requested = False
-        request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
-        reason = _stop_reason(request.get("reason"))
+    def look_at_stop_request(self, *, even_without_file: bool = False) -> None:
+        """Carry out the stop request in the task directory, if there is a new one (or, when asked, the default stop)."""
+        path = os.path.join(self.task_dir, STOP_FILE)
+        try:
+            info = os.stat(path)
+            seen = (info.st_ino, info.st_mtime_ns)  # a new request is a new file: written aside, then renamed
+        except OSError:
+            seen = None
+        if seen is None and not even_without_file:
+            return
+        if seen is not None and seen == self._stop_seen and not even_without_file:
+            return
+        self._stop_seen = seen
+        request = (read_json(path) if seen is not None else None) or {}
         try:
             sig = signal_number(request.get("signal") or self.spec.stop_signal)
         except ValueError:
             sig = signal.SIGTERM
         grace = request.get("grace_s")
         grace = float(grace) if isinstance(grace, (int, float)) and grace >= 0 else self.spec.grace_s
-        self._begin_stop(reason, sig, grace)
+        self._begin_stop(_stop_reason(request.get("reason")), sig, grace)
 
-    def watch(self) -> None:
-        """Wait for the task's main process, carrying out stop requests and the time limit meanwhile."""
-        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        deadline = time.monotonic() + self.spec.time_limit_s if self.spec.time_limit_s else None
-        while True:
-            self._reap()
-            if self.leader_status is not None:
-                return
-            if self.stop_requested:
-                self._requested_stop()
-            now = time.monotonic()
-            if deadline is not None and now >= deadline and self.stopping_reason is None:
-                self._begin_stop("timeout", signal_number(self.spec.stop_signal), self.spec.grace_s)
-            if self.spec.sliced and (self.stopping_reason is not None or failsafe.silent(self.heartbeat)):
-                self._thaw()
-            if self.kill_at is not None and now >= self.kill_at:
-                self._thaw()
-                procs.signal_group(self.pid, signal.SIGKILL)
-                procs.kill_descendants(os.getpid())
-                self.kill_at = None
-            waits = [SLICED_POLL_S if self.spec.sliced else 1.0]
-            waits += [t - now for t in (deadline, self.kill_at) if t is not None and t > now]
-            select.select([rfd], [], [], max(0.0, min(waits)))
+    def _kill(self, strays: list[int]) -> int:
+        """SIGKILL the task's process group, its leader's descendants and ``strays``; returns how many were signalled."""
+        self._thaw()
+        procs.signal_group(self.pid, signal.SIGKILL)
+        count = 0
+        for pid in [*procs.descendants(self.pid), *strays, *(d for s in strays for d in procs.descendants(s))]:
             try:
-                while os.read(rfd, 512):
-                    pass
-            except BlockingIOError:
+                os.kill(pid, signal.SIGKILL)
+                count += 1
+            except OSError:
                 pass
+        return count
 
-    def clean_up(self) -> None:
-        """Kill whatever the task left behind (its process group, orphans reparented to us) and reap it all."""
+    # -- watching ----------------------------------------------------------
+
+    def tick(self, now: float, strays: list[int]) -> float | None:
+        """Enforce the time limit, the grace period and the slicer's fail-safe; returns when to look again."""
+        if self.deadline is not None and now >= self.deadline and self.stopping_reason is None:
+            self._begin_stop("timeout", signal_number(self.spec.stop_signal), self.spec.grace_s)
+        if self.spec.sliced and now >= self.next_thaw_check:
+            self.next_thaw_check = now + SLICED_POLL_S
+            if self.stopping_reason is not None or failsafe.silent(self.heartbeat):
+                self._thaw()
+        if self.kill_at is not None and now >= self.kill_at:
+            self._kill(strays)
+            self.kill_at = None
+        wakes = [t for t in (self.deadline if self.stopping_reason is None else None, self.kill_at) if t is not None]
+        if self.spec.sliced:
+            wakes.append(self.next_thaw_check)
+        return min(wakes) if wakes else None
+
+    def clean_up(self, strays: list[int]) -> bool:
+        """Kill whatever the task left behind (its process group, its orphans); True once all of it is gone."""
         if self.spec.sliced:
             failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
-        while True:
-            self._thaw()
-            procs.signal_group(self.pid, signal.SIGKILL)
-            left = procs.kill_descendants(os.getpid())
-            self._reap()
-            if not left and not procs.group_alive(self.pid):
-                freezer.remove_task_cgroup(self.task_dir)
-                return
-            time.sleep(CLEANUP_POLL_S)
+        left = self._kill(strays)
+        if left or procs.group_alive(self.pid):
+            return False
+        if self.spec.sliced:
+            freezer.remove_task_cgroup(self.task_dir)
+        return True
 
     def finish(self) -> None:
         """Record the task's exit code or terminating signal and why it ended."""
@@ -275,37 +289,200 @@ class Supervisor:
                                        term_signal=-code if code < 0 else None,
                                        reason=self.stopping_reason or "", ended=time.time()))
 
-    def fail(self, message: str) -> None:
-        """Record that the task could not start."""
-        self._record(self.state.exited(reason=f"failed to start: {message}", ended=time.time()))
 
-    def run(self) -> int:
-        """Start, watch and finish the task; returns the supervisor's exit status."""
+class Notifier:
+    """Pokes the daemon's datagram socket when a task changes state (the daemon may be away: then nothing)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+
+    def __call__(self, key: TaskKey) -> None:
+        if not self.path:
+            return
+        try:
+            self._sock.sendto(key.dirname.encode(), self.path)
+        except OSError:
+            pass  # the daemon is away or busy; it reads the state files when it looks
+
+
+class Supervisor:
+    """Supervises tasks until its feed has ended and its last task is over.
+
+    ``feed`` is the pipe start orders come on (one JSON object per line:
+    ``{"dir": TASK_DIR, "order": {...}}``; ``{"stop": TASK_DIR}`` once the
+    task's stop file is written), or None for a supervisor of the tasks given
+    to :meth:`run`. SIGUSR1 makes it look at its tasks' stop files; SIGTERM
+    or SIGINT stops every task.
+    """
+
+    def __init__(self, feed: int | None = None) -> None:
+        self.feed = feed
+        self.owner = (os.getpid(), procs.start_ticks(os.getpid()))
+        self.notify = Notifier()
+        self.runs: dict[TaskKey, TaskRun] = {}
+        self.by_pid: dict[int, TaskRun] = {}
+        self._buffer = b""
+        self._look_at_stops = False
+        self._terminate = False
+
+    def add(self, task_dir: str, order: object, *, announce: bool = False) -> None:
+        """Take on the task whose order is ``order`` and start it (or record why it could not start).
+
+        With ``announce``, the supervisor's pid is recorded before the stop
+        file is looked at: whoever writes a stop file and then finds no pid
+        recorded knows the supervisor will still see it.
+        """
+        try:
+            os.makedirs(task_dir, mode=0o711, exist_ok=True)
+            run = TaskRun(task_dir, order, self.owner, self.notify)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
+            return
+        if isinstance(order, dict) and isinstance(order.get("notify"), str):
+            self.notify.path = order["notify"]
+        if run.key in self.runs:
+            return
+        if self.feed is not None:
+            write_json(os.path.join(task_dir, ORDER_FILE), order)
+        if announce:
+            write_state(task_dir, run.state)
+        if run.begin():
+            self.runs[run.key] = run
+            self.by_pid[run.pid] = run
+
+    # -- the loop ----------------------------------------------------------
+
+    def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGUSR1:
+            self._look_at_stops = True
+        else:
+            self._terminate = True
+
+    def _read_feed(self) -> None:
+        try:
+            data = os.read(self.feed, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            os.close(self.feed)
+            self.feed = None
+            return
+        *lines, self._buffer = (self._buffer + data).split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+                if "stop" in message:
+                    run = self.runs.get(TaskKey.from_dirname(os.path.basename(message["stop"])))
+                    if run is not None and run.leader_status is None:
+                        run.look_at_stop_request()
+                else:
+                    self.add(message["dir"], message["order"])
+            except (ValueError, KeyError, TypeError) as exc:
+                print(f"gpud supervisor: ignoring a bad order line: {exc}", file=sys.stderr, flush=True)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                for run in self.runs.values():
+                    if run.leader_status is None:
+                        run.leader_status = LOST_STATUS
+                return
+            if pid == 0:
+                return
+            run = self.by_pid.pop(pid, None)
+            if run is not None:
+                run.leader_status = status
+                if run.proc is not None:
+                    run.proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits for it again
+
+    def _strays(self) -> dict[TaskKey | None, list[int]]:
+        """Our children that lead no task (orphans of the tasks), by the task they came from (None: unknown)."""
+        found: dict[TaskKey | None, list[int]] = {}
+        for pid in procs.children(os.getpid()):
+            if pid in self.by_pid:
+                continue
+            found.setdefault(self._owner_of(pid), []).append(pid)
+        return found
+
+    def _owner_of(self, pid: int) -> TaskKey | None:
+        # An orphan keeps its task's session unless it made its own; then the
+        # variables gpud gave its task still name it.
+        try:
+            sid = os.getsid(pid)
+        except OSError:
+            return None
+        for run in self.runs.values():
+            if run.pid == sid:
+                return run.key
+        marks = procs.environ_marks(pid, ("GPUD_JOB_ID", "GPUD_TASK_INDEX", "GPUD_RESTART_COUNT"))
+        try:
+            key = TaskKey(marks["GPUD_JOB_ID"], int(marks["GPUD_TASK_INDEX"]), int(marks["GPUD_RESTART_COUNT"]))
+        except (KeyError, ValueError):
+            return None
+        return key if key in self.runs else None
+
+    def _step(self, now: float) -> float:
+        """One pass over the tasks; returns when the next pass is due."""
+        self._reap()
+        if self._look_at_stops or self._terminate:
+            terminate, self._look_at_stops, self._terminate = self._terminate, False, False
+            for run in self.runs.values():
+                if run.leader_status is None:
+                    run.look_at_stop_request(even_without_file=terminate)
+        strays = self._strays() if any(run.leader_status is not None or run.kill_at is not None
+                                        for run in self.runs.values()) else {}
+        unowned = strays.get(None, [])
+        wake = now + IDLE_POLL_S
+        for key, run in list(self.runs.items()):
+            mine = strays.get(key, []) + unowned
+            if run.leader_status is None:
+                due = run.tick(now, mine)
+                if due is not None:
+                    wake = min(wake, due)
+            elif run.clean_up(mine):
+                run.finish()
+                del self.runs[key]
+            else:
+                wake = min(wake, now + CLEANUP_POLL_S)
+        return wake
+
+    def run(self, tasks: tuple[tuple[str, dict], ...] = ()) -> int:
+        """Take on ``tasks`` (directory and order), supervise until the feed has ended and every task is over.
+
+        Returns the exit status.
+        """
         procs.become_subreaper()
         for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_stop_signal)
-        # Handlers rather than SIG_IGN: an ignored signal would stay ignored in the task after exec.
+            signal.signal(signum, self._on_signal)
+        # Handlers rather than SIG_IGN: an ignored signal would stay ignored in the tasks after exec.
         signal.signal(signal.SIGHUP, lambda *_: None)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        self._record(self.state)
-        # The daemon writes the stop request before it looks for our pid, so checking after recording
-        # the pid cannot miss a stop that came before the task started.
-        if os.path.exists(os.path.join(self.task_dir, STOP_FILE)):
-            request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
-            reason = _stop_reason(request.get("reason"))
-            self._record(self.state.exited(reason=reason, ended=time.time()))
-            return 0
-        try:
-            self.start()
-        except StartError as exc:
-            self.fail(str(exc))
-            return 0
-        except Exception as exc:  # noqa: BLE001 - anything else still has to be reported as a failed start
-            self.fail(f"{type(exc).__name__}: {exc}")
-            raise
-        self.watch()
-        self.clean_up()
-        self.finish()
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        if self.feed is not None:
+            os.set_blocking(self.feed, False)
+        for task_dir, order in tasks:
+            self.add(task_dir, order, announce=True)
+        wake = time.monotonic()
+        while self.feed is not None or self.runs:
+            readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
+                                           max(0.0, wake - time.monotonic()))
+            if rfd in readable:
+                try:
+                    while os.read(rfd, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            if self.feed is not None and self.feed in readable:
+                self._read_feed()
+            wake = self._step(time.monotonic())
+        # Whatever is left is a stray of a finished task.
+        for pid in procs.children(os.getpid()):
+            procs.kill_tree(pid)
         return 0
 
 
@@ -318,63 +495,21 @@ def _stop_reason(requested: object) -> str:
     return "stopped"
 
 
-def _supervise_forked(task_dir: str) -> None:
-    """In a fork of the fork server: a session of our own, then supervise ``task_dir``; never returns."""
-    code = 1
-    try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        log = os.open(os.path.join(task_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
-        code = Supervisor(task_dir).run()
-    except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
-        import traceback
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def serve_forks(stream) -> int:
-    """Fork server: for each task directory read from ``stream`` (one per line), fork a detached supervisor.
-
-    Forking this small, already-initialised process costs far less than
-    starting a Python interpreter per task. Returns at end of input, which
-    comes when the daemon that feeds it goes away.
-    """
-    # Supervisors are forked once and reaped by the kernel: with SIGCHLD
-    # ignored no zombie is left, and a supervisor outlives this server.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    # A forked supervisor is short-lived and makes no cycles worth collecting;
-    # frozen and disabled, the collector never walks (and so never copies) the
-    # pages this server shares with its children.
-    gc.freeze()
-    gc.disable()
-    for line in stream:
-        task_dir = line.decode("utf-8", "surrogateescape").rstrip("\n")
-        if not task_dir:
-            continue
-        if os.fork() == 0:
-            _supervise_forked(task_dir)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: supervise the task whose directory is the one argument, or ``--fork-server``."""
+    """Entry point: ``--feed TASKS_DIR`` (orders on standard input) or one TASK_DIR whose order is written."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m gpud.node.supervisor TASK_DIR | --fork-server", file=sys.stderr)
+    if not (len(args) == 1 and not args[0].startswith("-")) and not (len(args) == 2 and args[0] == "--feed"):
+        print("usage: python -m gpud.node.supervisor --feed TASKS_DIR | TASK_DIR", file=sys.stderr)
         return 2
     os.umask(0o022)
-    if args[0] == "--fork-server":
-        return serve_forks(sys.stdin.buffer)
-    return Supervisor(args[0]).run()
+    if args[0] == "--feed":
+        # TASKS_DIR is only named, so that `ps` shows which node's tasks this process supervises.
+        return Supervisor(feed=sys.stdin.fileno()).run()
+    order = read_json(os.path.join(args[0], ORDER_FILE))
+    if not isinstance(order, dict):
+        print(f"gpud supervisor: no readable {ORDER_FILE} in {args[0]}", file=sys.stderr)
+        return 2
+    return Supervisor().run(((args[0], order),))
 
 
 if __name__ == "__main__":
