@@ -27,7 +27,11 @@ from gpud.tomlcheck import read_toml
 from gpud.store.sqlite import SQLiteStore
 
 log = logging.getLogger("gpud.controller")
-MIN_CYCLE_GAP_S = 0.01
+# Cycles start at least CYCLE_GAP_FACTOR times the last cycle's work apart
+# (so scheduling takes at most a fifth of the loop), and never more than
+# MAX_CYCLE_GAP_S: cheap cycles follow each change quickly, costly ones batch.
+MAX_CYCLE_GAP_S = 0.01
+CYCLE_GAP_FACTOR = 4.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 # A cycle as short as the last one was runs on the event loop: handing it to
 # a thread costs more than it does. Longer cycles run in their own thread so
@@ -63,6 +67,7 @@ class Controller:
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
         self.last_cycle_s = 1.0          # the first cycle may be a big one: give it the thread
+        self.last_cycle_work_s = 1.0     # the same, with preparing it and applying its plan
         self.started = time.time()
         self.auth: Auth | None = None
 
@@ -116,8 +121,8 @@ class Controller:
     async def scheduling_loop(self) -> None:
         """Run a cycle when something changed (debounced) and on a timer, until cancelled.
 
-        Cycles start at least MIN_CYCLE_GAP_S apart, so a burst of submits is
-        scheduled in a few cycles rather than one cycle per submit.
+        Cycles are spaced by what the last one cost (see CYCLE_GAP_FACTOR), so a
+        burst of submits is scheduled in a few cycles rather than one per submit.
         """
         last = 0.0
         while True:
@@ -125,7 +130,8 @@ class Controller:
                 await asyncio.wait_for(self.kick.wait(), self.config.interval_s)
             except TimeoutError:
                 pass
-            gap = last + MIN_CYCLE_GAP_S - time.monotonic()
+            spacing = min(MAX_CYCLE_GAP_S, CYCLE_GAP_FACTOR * self.last_cycle_work_s)
+            gap = last + spacing - time.monotonic()
             if self.config.debounce_ms or gap > 0:
                 await asyncio.sleep(max(self.config.debounce_ms / 1000, gap))
             self.kick.clear()
@@ -142,6 +148,7 @@ class Controller:
     async def run_cycle(self) -> None:
         """One scheduling cycle: the core runs in its thread; its plan is carried out here."""
         cluster = self.cluster
+        work_began = time.perf_counter()
         cluster.check_time_limits()
         now = time.time()
         scheduler = cluster.core.prepare(
@@ -165,6 +172,7 @@ class Controller:
             cluster.apply_plan(plan, skip)
         else:
             self.kick.set()
+        self.last_cycle_work_s = time.perf_counter() - work_began
         await self.commit()
 
     async def node_watch(self) -> None:

@@ -33,7 +33,8 @@ class _Poke(asyncio.DatagramProtocol):
         self.agent = agent
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.agent.poke()
+        key = TaskKey.from_dirname(data.decode("utf-8", "replace"))
+        self.agent.poke(key)
 
 
 class NodeAgent:
@@ -52,6 +53,7 @@ class NodeAgent:
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
                                    reconnect_max_s=config.reconnect_max_s)
         self._poked = asyncio.Event()
+        self._poked_keys: set[TaskKey] | None = set()  # the tasks a poke named; None: look at every task
         self._background: list[asyncio.Task] = []
         self._transport: asyncio.DatagramTransport | None = None
         self._register_snapshot: list[TaskState] = []
@@ -104,8 +106,12 @@ class NodeAgent:
         loop = asyncio.get_running_loop()
         self._transport, _ = await loop.create_datagram_endpoint(lambda: _Poke(self), sock=sock)
 
-    def poke(self) -> None:
-        """Look at the tasks now rather than at the next poll."""
+    def poke(self, key: TaskKey | None = None) -> None:
+        """Look at the tasks now rather than at the next poll: at task ``key`` only, or at every task."""
+        if key is None:
+            self._poked_keys = None
+        elif self._poked_keys is not None:
+            self._poked_keys.add(key)
         self._poked.set()
 
     async def _watch(self) -> None:
@@ -113,20 +119,21 @@ class NodeAgent:
             try:
                 await asyncio.wait_for(self._poked.wait(), timeout=self.config.poll_s)
             except asyncio.TimeoutError:
-                pass
+                self._poked_keys = None
             self._poked.clear()
+            keys, self._poked_keys = self._poked_keys, set()
             try:
-                await self.sync()
+                await self.sync(None if keys is None else sorted(keys))
             except Exception:  # noqa: BLE001 - the watcher must keep running
                 log.exception("checking the tasks failed")
 
-    async def sync(self) -> None:
-        """Re-read the tasks and GPU health; report what changed to the controller."""
+    async def sync(self, keys: list[TaskKey] | None = None) -> None:
+        """Re-read the tasks (all, or ``keys``) and GPU health; report what changed to the controller."""
         for event in self.backend.health_events():
             log.warning("GPU %d (%s) is out of service: %s (%s)", event.gpu_index, event.uuid, event.kind,
                         event.detail)
             self.link.heartbeat_soon()
-        for state in self.tasks.refresh():
+        for state in self.tasks.refresh(keys):
             if state.state == STARTING:
                 continue  # reported as started once the supervisor has the task's pid
             if await self.link.send({"type": "task", **state.report()}):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from gpud.node import failsafe, freezer, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
-from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_json, write_state
+from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
 CLEANUP_POLL_S = 0.01  # how often what a finished task left behind is looked for again
 SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the slicer's heartbeat
@@ -146,7 +146,7 @@ class TaskRun:
         return out, err
 
     def _prepare_checkpoint_dir(self, who: RunAs) -> None:
-        os.makedirs(self.checkpoint_dir, mode=0o700, exist_ok=True)
+        _make_dir(self.checkpoint_dir, 0o700)
         if who.switch:
             os.chown(self.checkpoint_dir, who.uid, who.gid)
 
@@ -335,7 +335,7 @@ class Supervisor:
         recorded knows the supervisor will still see it.
         """
         try:
-            os.makedirs(task_dir, mode=0o711, exist_ok=True)
+            _make_dir(task_dir, 0o711)
             run = TaskRun(task_dir, order, self.owner, self.notify)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError, OSError) as exc:
             print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
@@ -345,7 +345,9 @@ class Supervisor:
         if run.key in self.runs:
             return
         if self.feed is not None:
-            write_json(os.path.join(task_dir, ORDER_FILE), order)
+            # Written in place: it is written once, before the state file that tells anyone to read it.
+            with open(os.path.join(task_dir, ORDER_FILE), "w", encoding="utf-8") as f:
+                json.dump(order, f)
         if announce:
             write_state(task_dir, run.state)
         if run.begin():
@@ -484,6 +486,16 @@ class Supervisor:
         for pid in procs.children(os.getpid()):
             procs.kill_tree(pid)
         return 0
+
+
+def _make_dir(path: str, mode: int) -> None:
+    """Make directory ``path`` (and missing parents) unless it exists: one system call when it is new."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(path, mode=mode, exist_ok=True)
 
 
 def _stop_reason(requested: object) -> str:

@@ -101,16 +101,16 @@ class TaskTable:
         return True
 
     def refresh(self, keys: list[TaskKey] | None = None) -> list[TaskState]:
-        """Re-read the state of unfinished tasks (all, or ``keys``); returns those whose report changed."""
+        """Re-read the state of unfinished tasks (all, or ``keys``); returns those (of them) whose report changed."""
         self.launcher.reap()
         for key in keys if keys is not None else list(self._states):
             state = self._states.get(key)
             if state is not None and state.state != EXITED:
                 self._states[key] = self._check(state)
         changed = []
-        for key, state in self._states.items():
-            report = state.report()
-            if self._reported.get(key) != report:
+        for key in keys if keys is not None else list(self._states):
+            state = self._states.get(key)
+            if state is not None and self._reported.get(key) != state.report():
                 changed.append(state)
         return sorted(changed, key=lambda s: s.key)
 
