@@ -23,6 +23,8 @@ PRINT_ENV = ("import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'GPUD_JOB_ID', 'G
              "print(json.dumps({k: os.environ.get(k) for k in keys} | {'uid': os.getuid(), 'cwd': os.getcwd(), "
              "'pgid': os.getpgid(0), 'pid': os.getpid()}))")
 
+WAIT_FOR_GO = "import os, sys, time\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
+
 # The user nobody may not reach a virtualenv under a private home; the system Python has what PRINT_ENV needs.
 SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
 
@@ -206,6 +208,49 @@ def test_no_stray_process_survives_a_finished_task(table, workdir):
     assert state.exit_code == 0
     kids = [int(p) for p in (workdir / "kids").read_text().split()]
     assert kids and not any(alive(pid) for pid in kids)
+
+
+def test_one_supervisor_serves_every_task_and_outlives_the_daemon_until_its_last_task_ends(table, workdir):
+    keys = [TaskKey(str(30 + i), 0, 0) for i in range(3)]
+    for key in keys[:2]:
+        table.start(key, spec(workdir, ["true"]))
+    table.start(keys[2], spec(workdir, [sys.executable, "-c", WAIT_FOR_GO + "sys.exit(4)"]))
+    supervisors = {running(table, key).supervisor_pid for key in keys[2:]} | \
+        {run_to_end(table, key).supervisor_pid for key in keys[:2]}
+    assert len(supervisors) == 1
+    (supervisor,) = supervisors
+    table.launcher.close()  # as when the daemon goes away
+    time.sleep(0.3)
+    assert alive(supervisor), "the supervisor keeps the task it still runs"
+    (workdir / "go").write_text("")
+    assert run_to_end(table, keys[2]).exit_code == 4
+    wait_for(lambda: not alive(supervisor), timeout=5)
+
+
+def test_a_finished_tasks_stray_is_killed_and_other_tasks_keep_running(table, workdir):
+    busy, leaving = TaskKey("33", 0, 0), TaskKey("34", 0, 0)
+    table.start(busy, spec(workdir, ["sleep", "60"]))
+    busy_pid = running(table, busy).pid
+    code = ("import subprocess\n"
+            "b = subprocess.Popen(['sleep', '62'], start_new_session=True)\n"
+            "open('stray', 'w').write(str(b.pid))\n")
+    table.start(leaving, spec(workdir, [sys.executable, "-c", code]))
+    assert run_to_end(table, leaving).exit_code == 0
+    wait_for(lambda: not alive(int((workdir / "stray").read_text())))
+    table.refresh([busy])
+    assert alive(busy_pid) and table.get(busy).state == "running"
+
+
+def test_sigterm_to_the_supervisor_stops_every_task_with_its_stop_signal(table, workdir):
+    keys = [TaskKey("35", 0, 0), TaskKey("36", 0, 0)]
+    for key in keys:
+        table.start(key, spec(workdir, ["sleep", "60"], grace_s=5))
+    supervisor = running(table, keys[0]).supervisor_pid
+    running(table, keys[1])
+    os.kill(supervisor, signal.SIGTERM)
+    for key in keys:
+        state = run_to_end(table, key)
+        assert (state.reason, state.term_signal) == ("stopped", signal.SIGTERM)
 
 
 def test_stop_before_the_supervisor_starts_the_task(table, workdir):

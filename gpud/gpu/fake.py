@@ -44,7 +44,7 @@ def _write(state_dir: str, data: dict) -> None:
     os.makedirs(state_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".fake-gpus.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data))
     os.replace(tmp, _path(state_dir))
 
 

@@ -347,7 +347,7 @@ class Supervisor:
         if self.feed is not None:
             # Written in place: it is written once, before the state file that tells anyone to read it.
             with open(os.path.join(task_dir, ORDER_FILE), "w", encoding="utf-8") as f:
-                json.dump(order, f)
+                f.write(json.dumps(order))
         if announce:
             write_state(task_dir, run.state)
         if run.begin():

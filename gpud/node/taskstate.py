@@ -25,7 +25,7 @@ def write_json(path: str, data: Any, mode: int = 0o600) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+            f.write(json.dumps(data))  # dumps, unlike dump, encodes in C
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
