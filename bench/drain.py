@@ -10,11 +10,15 @@ Where the time went, per job: gpud up's event loop thread on a CPU,
 waiting for one, or blocked (from /proc/PID/task/*/schedstat), the CPU of
 the node's task supervisor and of the tasks it reaped (from /proc/PID/stat),
 and how busy the whole machine was. With --repeat N, N drains (a fresh
-gpud up each) and the median one.
+gpud up each) and the median one. The store is on the disk (fsync'd); the
+running tasks' state on a tmpfs (`gpud up --run-dir`), as the shipped
+node.toml keeps it in /run/gpud/node, or with --tasks-on disk beside the
+store.
 Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
     python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--store-sync normal] [--repeat 5]
+                          [--tasks-on tmpfs|disk]
                           [--json] [--profile FILE.svg|.json|.txt]
 """
 
@@ -39,6 +43,8 @@ from gpud.client import Client, ClientError  # noqa: E402
 
 SLURM_S, SLURM_JOBS = 29.8, 1000
 TARGET_S = 3.0
+TMPFS = "/dev/shm"
+TASKS_ON = {"tmpfs": f"a tmpfs ({TMPFS})", "disk": "the disk, in the state directory"}
 START_TIMEOUT_S = 30.0
 
 
@@ -49,7 +55,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_up(root: str, gpus: int, store_sync: str = "full") -> tuple[subprocess.Popen, Client]:
+def start_up(root: str, gpus: int, store_sync: str = "full",
+             run_dir: str | None = None) -> tuple[subprocess.Popen, Client]:
     """Start `gpud up --fake-gpus GPUS` in ``root``; returns the process and an admin client once its node is up."""
     port = free_port()
     env = {**os.environ, "HOME": os.path.join(root, "home"), "XDG_CONFIG_HOME": os.path.join(root, "config")}
@@ -58,7 +65,7 @@ def start_up(root: str, gpus: int, store_sync: str = "full") -> tuple[subprocess
     log = open(os.path.join(root, "up.log"), "wb")
     process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", str(gpus),
                                 "--port", str(port), "--state-dir", os.path.join(root, "state"),
-                                "--store-sync", store_sync],
+                                "--store-sync", store_sync, *(["--run-dir", run_dir] if run_dir else [])],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     token_file = os.path.join(root, "state", "controller", "admin.token")
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -173,14 +180,17 @@ def run(args: argparse.Namespace) -> dict:
     root = tempfile.mkdtemp(prefix="gpud-drain-")
     workdir = os.path.join(root, "work")
     os.makedirs(workdir)
+    run_dir = tempfile.mkdtemp(prefix="gpud-drain-", dir=TMPFS) if args.tasks_on == "tmpfs" else None
     try:
-        return _drain(args, root, workdir)
+        return _drain(args, root, workdir, run_dir)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
-    process, api = start_up(root, args.gpus, args.store_sync)
+def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | None) -> dict:
+    process, api = start_up(root, args.gpus, args.store_sync, run_dir)
     spy = None
     try:
         jobs = [job(workdir) for _ in range(args.jobs)]
@@ -209,7 +219,7 @@ def _drain(args: argparse.Namespace, root: str, workdir: str) -> dict:
     last_end = max((j["ended"] for j in done.values() if j.get("ended")), default=seen_empty)
     wall = last_end - began
     figures = {"jobs": args.jobs, "gpus": args.gpus, "submit": "one-by-one" if args.one_by_one else "batch",
-               "store_sync": args.store_sync,
+               "store_sync": args.store_sync, "tasks_on": args.tasks_on,
                "submit_s": round(submitted - began, 3), "wall_s": round(wall, 3),
                "jobs_per_s": round(args.jobs / wall, 1), "observed_wall_s": round(seen_empty - began, 3),
                "median_submit_to_running_s": round(statistics.median(waits), 3) if waits else None,
@@ -248,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="py-spy record gpud up into FILE (.svg, .json, or .txt for collapsed stacks)")
     parser.add_argument("--store-sync", choices=("full", "normal"), default="full",
                         help="gpud up --store-sync: fsync every commit (full) or not (normal)")
+    parser.add_argument("--tasks-on", choices=tuple(TASKS_ON), default="tmpfs" if os.path.isdir(TMPFS) else "disk",
+                        help="where gpud up keeps the running tasks' state (--run-dir): a tmpfs, as the shipped "
+                             "node.toml's /run/gpud/node, or the disk beside the store (default tmpfs)")
     parser.add_argument("--repeat", type=int, default=1, help="drains to run; the median one is shown (default 1)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
@@ -263,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         slurm_rate = SLURM_JOBS / SLURM_S
         print(f"drain: {figures['jobs']} jobs (`true`, 1 fake GPU each) on {figures['gpus']} GPUs, "
-              f"submitted {figures['submit']} in {figures['submit_s']:.2f} s, store sync {figures['store_sync']}")
+              f"submitted {figures['submit']} in {figures['submit_s']:.2f} s, store sync {figures['store_sync']}, "
+              f"tasks' state on {TASKS_ON[figures['tasks_on']]}")
         if len(runs) > 1:
             print(f"  {len(runs)} drains, wall times {', '.join(f'{w:.2f}' for w in figures['wall_s_each'])} s; "
                   f"the median one:")

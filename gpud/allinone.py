@@ -37,6 +37,7 @@ class UpOptions:
     demo: bool = False
     exit_when_idle: bool = False
     store_sync: str = "full"
+    run_dir: str | None = None
     node_name: str = field(default_factory=socket.gethostname)
 
     @property
@@ -190,7 +191,7 @@ def controller_config(options: UpOptions) -> ControllerConfig:
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
     """The embedded node's settings: it reaches the controller over loopback with the cluster key."""
     return NodeConfig(controller_url=options.url, cluster_key=cluster_key, state_dir=options.node_dir,
-                      name=options.node_name, gpu_backend=backend_kind, fake_gpus=options.fake_gpus or 0)
+                      run_dir=options.run_dir, name=options.node_name, gpu_backend=backend_kind, fake_gpus=options.fake_gpus or 0)
 
 
 async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdout) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpud.errors import ConfigError
@@ -22,11 +24,12 @@ def test_the_example_file_is_valid_apart_from_its_key_file():
 
 def test_file_values_and_relative_paths(tmp_path):
     path = write(tmp_path, 'controller_url = "http://ctl:6830"\ncluster_key_file = "cluster.key"\n'
-                           'state_dir = "state"\nname = "gpu-1"\npool = "h100"\ngpu_backend = "fake"\n'
+                           'state_dir = "state"\nrun_dir = "/run/gpud/node"\nname = "gpu-1"\npool = "h100"\ngpu_backend = "fake"\n'
                            'fake_gpus = 4\n[labels]\nrack = "r2"\n')
     config = load_node_config(path)
     assert config.cluster_key == "secret-key"
     assert config.state_dir == str(tmp_path / "state")
+    assert config.run_dir == "/run/gpud/node"
     assert (config.name, config.pool, dict(config.labels)) == ("gpu-1", "h100", {"rack": "r2"})
     assert (config.gpu_backend, config.fake_gpus) == ("fake", 4)
     assert config.connect_url == "ws://ctl:6830/api/v1/node/connect"
@@ -35,10 +38,11 @@ def test_file_values_and_relative_paths(tmp_path):
 def test_flags_override_the_file(tmp_path):
     path = write(tmp_path, 'controller_url = "http://ctl:6830"\nname = "a"\n')
     config = load_node_config(path, controller="https://other:1", state_dir=str(tmp_path / "s"), fake_gpus=2,
-                              name="b", cluster_key_file=str(tmp_path / "cluster.key"))
+                              name="b", cluster_key_file=str(tmp_path / "cluster.key"), run_dir="r")
     assert config.connect_url == "wss://other:1/api/v1/node/connect"
     assert (config.name, config.gpu_backend, config.fake_gpus) == ("b", "fake", 2)
     assert config.state_dir == str(tmp_path / "s")
+    assert config.run_dir == os.path.abspath("r")
 
 
 def test_defaults_without_a_file():

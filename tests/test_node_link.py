@@ -96,6 +96,7 @@ def state_dir(tmp_path):
     path = tmp_path / "state"
     yield path
     kill_everything(str(path))
+    kill_everything(str(tmp_path / "run"))
 
 
 @pytest.fixture
@@ -199,10 +200,11 @@ async def test_a_wrong_cluster_key_is_refused_and_retried(controller, state_dir)
         await node.stop()
 
 
-def start_daemon(controller: FakeController, state_dir, key_file) -> subprocess.Popen:
+def start_daemon(controller: FakeController, state_dir, key_file, run_dir=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "node", "--controller", controller.url,
                              "--state-dir", str(state_dir), "--cluster-key-file", str(key_file),
-                             "--fake-gpus", "2", "--name", "d1", "--log-level", "warning"])
+                             "--fake-gpus", "2", "--name", "d1", "--log-level", "warning",
+                             *(["--run-dir", str(run_dir)] if run_dir else [])])
 
 
 def stop_daemon(daemon: subprocess.Popen) -> None:
@@ -214,17 +216,20 @@ def stop_daemon(daemon: subprocess.Popen) -> None:
 async def test_task_survives_kill_9_of_the_daemon_and_is_readopted(controller, state_dir, workdir, tmp_path):
     key_file = tmp_path / "cluster.key"
     key_file.write_text(KEY + "\n")
-    daemon = start_daemon(controller, state_dir, key_file)
+    run_dir = tmp_path / "run"  # the tasks' state apart from the checkpoints, as on a tmpfs
+    daemon = start_daemon(controller, state_dir, key_file, run_dir)
     try:
         await controller.next("register")
         wait = "import os, sys, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nsys.exit(5)\n"
         await controller.send({"type": "start", "job": "40", "task": 0, "attempt": 0,
                                "spec": spec(workdir, [sys.executable, "-c", wait])})
         running = await controller.next("task", task_report("40", "running"))
+        assert (run_dir / "tasks" / "40.0.0" / "state.json").exists()
+        assert (state_dir / "checkpoints" / "40").is_dir() and not (state_dir / "tasks").exists()
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait()
         assert alive(running["pid"])
-        daemon = start_daemon(controller, state_dir, key_file)
+        daemon = start_daemon(controller, state_dir, key_file, run_dir)
         register = await controller.next("register")
         assert [(t["job"], t["state"], t["pid"]) for t in register["tasks"]] == [("40", "running", running["pid"])]
         (workdir / "go").write_text("")

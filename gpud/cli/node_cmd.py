@@ -18,7 +18,7 @@ def run_node(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format)
     try:
         config = load_node_config(args.config, controller=args.controller, state_dir=args.state_dir,
-                                  fake_gpus=args.fake_gpus, name=args.name,
+                                  run_dir=args.run_dir, fake_gpus=args.fake_gpus, name=args.name,
                                   cluster_key_file=args.cluster_key_file)
         if args.metrics_listen is not None:
             config = dataclasses.replace(config, metrics_listen="" if args.metrics_listen == "off"
@@ -38,7 +38,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "Tasks keep running when the daemon restarts; it adopts them again.")
     node.add_argument("--config", metavar="FILE", help="node configuration (TOML), e.g. /etc/gpud/node.toml")
     node.add_argument("--controller", metavar="URL", help="the controller's URL (overrides controller_url)")
-    node.add_argument("--state-dir", metavar="DIR", help="where tasks' state is kept (overrides state_dir)")
+    node.add_argument("--state-dir", metavar="DIR",
+                      help="where the jobs' checkpoint directories, and tasks' state, are kept (overrides state_dir)")
+    node.add_argument("--run-dir", metavar="DIR",
+                      help="where tasks' state is kept instead, e.g. /run/gpud/node on a tmpfs (overrides run_dir)")
     node.add_argument("--cluster-key-file", metavar="FILE", help="the cluster key (overrides cluster_key_file)")
     node.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
     node.add_argument("--name", help="the node's name (default: the host name)")

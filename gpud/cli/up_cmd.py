@@ -36,6 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--state-dir", metavar="DIR",
                         help="jobs, keys, tasks and the default policy (default $XDG_DATA_HOME/gpud, "
                              "i.e. ~/.local/share/gpud)")
+    parser.add_argument("--run-dir", metavar="DIR",
+                        help="keep the running tasks' state here instead of the state dir, e.g. on a tmpfs")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (default: policy.toml in the state dir, "
                                                          "written on the first start)")
     parser.add_argument("--demo", action="store_true",
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = UpOptions(state_dir=os.path.abspath(args.state_dir or default_state_dir()), port=args.port,
                         fake_gpus=args.fake_gpus, policy=os.path.abspath(args.policy) if args.policy else None,
-                        demo=args.demo, exit_when_idle=args.exit_when_idle, store_sync=args.store_sync)
+                        demo=args.demo, exit_when_idle=args.exit_when_idle, store_sync=args.store_sync,
+                        run_dir=os.path.abspath(args.run_dir) if args.run_dir else None)
     try:
         return run_up(options)
     except (UpError, RuntimeError) as exc:

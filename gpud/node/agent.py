@@ -48,7 +48,7 @@ class NodeAgent:
     def __init__(self, config: NodeConfig, backend: GpuBackend) -> None:
         self.config = config
         self.backend = backend
-        self.layout = Layout(config.state_dir)
+        self.layout = Layout(config.state_dir, config.run_dir)
         self.tasks = TaskTable(self.layout)
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
                                    reconnect_max_s=config.reconnect_max_s)
@@ -128,8 +128,11 @@ class NodeAgent:
                 log.exception("checking the tasks failed")
 
     async def sync(self, keys: list[TaskKey] | None = None) -> None:
-        """Re-read the tasks (all, or ``keys``) and GPU health; report what changed to the controller."""
-        for event in self.backend.health_events():
+        """Re-read the tasks (all, or ``keys``); report what changed to the controller.
+
+        A sync of every task (each poll, or when asked) also looks at the GPUs' health.
+        """
+        for event in self.backend.health_events() if keys is None else ():
             log.warning("GPU %d (%s) is out of service: %s (%s)", event.gpu_index, event.uuid, event.kind,
                         event.detail)
             self.link.heartbeat_soon()
@@ -234,13 +237,13 @@ class NodeAgent:
             return None
         if kind == "start":
             if self.tasks.start(key, self._with_slice_env(message.get("spec"))) is not None:
-                self.poke()
+                self.poke(key)
         elif kind == "stop":
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
             grace = message.get("grace_s")
             grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
             self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
-            self.poke()
+            self.poke(key)
         else:
             self.tasks.ack(key)
         return None

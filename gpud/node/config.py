@@ -14,7 +14,7 @@ from gpud.tomlcheck import Table, choices, quote, read_toml
 
 DEFAULT_URL = "http://127.0.0.1:6830"
 DEFAULT_STATE_DIR = "/var/lib/gpud/node"
-TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "name", "pool", "labels", "gpu_backend",
+TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "run_dir", "name", "pool", "labels", "gpu_backend",
             "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib", "metrics_listen")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:6831"
 
@@ -31,6 +31,7 @@ class NodeConfig:
     cluster_key: str = ""
     cluster_key_file: str | None = None
     state_dir: str = DEFAULT_STATE_DIR
+    run_dir: str | None = None
     name: str = field(default_factory=socket.gethostname)
     pool: str = "default"
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -81,7 +82,7 @@ def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file
 
 
 def load_node_config(path: str | None, *, controller: str | None = None, state_dir: str | None = None,
-                     fake_gpus: int | None = None, name: str | None = None,
+                     run_dir: str | None = None, fake_gpus: int | None = None, name: str | None = None,
                      cluster_key_file: str | None = None, read_key: bool = True) -> NodeConfig:
     """The configuration from ``path`` (or the defaults when None), then the flags that override it.
 
@@ -98,7 +99,7 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         base = os.path.dirname(os.path.abspath(path))
         if "controller_url" in top:
             changes["controller_url"] = _check_url(top.string("controller_url"), source, "controller_url")
-        for key in ("state_dir", "cluster_key_file"):
+        for key in ("state_dir", "run_dir", "cluster_key_file"):
             if key in top:
                 changes[key] = os.path.join(base, top.string(key))
         for key in ("name", "pool"):
@@ -122,6 +123,8 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         changes["controller_url"] = _check_url(controller, "--controller", "")
     if state_dir is not None:
         changes["state_dir"] = os.path.abspath(state_dir)
+    if run_dir is not None:
+        changes["run_dir"] = os.path.abspath(run_dir)
     if name is not None:
         changes["name"] = name
     if cluster_key_file is not None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,6 +42,8 @@ class Launcher:
     def __init__(self, layout: Layout, python: str = sys.executable, *, node_wide: bool = True) -> None:
         self.layout = layout
         self._deleter = ThreadPoolExecutor(1, thread_name_prefix="gpud-task-cleanup")
+        self._doomed: list[str] = []
+        self._doomed_lock = threading.Lock()
         self.python = python
         self.node_wide = node_wide
         self._children: dict[TaskKey, subprocess.Popen] = {}
@@ -79,7 +82,7 @@ class Launcher:
             return False
         server = self._server
         if server is None or server.poll() is not None:
-            with open(os.path.join(self.layout.state_dir, "supervisor.log"), "ab") as log:
+            with open(os.path.join(self.layout.run_root, "supervisor.log"), "ab") as log:
                 server = self._server = subprocess.Popen(
                     [self.python, "-m", "gpud.node.supervisor", "--feed", self.layout.tasks_dir], cwd="/",
                     env=_supervisor_env(), stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
@@ -155,5 +158,21 @@ class Launcher:
         """Delete a finished task's directory (its output files in the workdir stay)."""
         self._children.pop(key, None)
         self._handed.pop(key, None)
-        # Off the event loop: deleting a directory costs more than the rest of an exit report.
-        self._deleter.submit(shutil.rmtree, self.layout.task_dir(key), ignore_errors=True)
+        # Off the event loop: deleting a directory costs more than the rest of an exit report. One
+        # deletion job at a time takes every directory doomed so far.
+        with self._doomed_lock:
+            self._doomed.append(self.layout.task_dir(key))
+            if len(self._doomed) > 1:
+                return
+        self._deleter.submit(self._delete_doomed)
+
+    def _delete_doomed(self) -> None:
+        while True:
+            with self._doomed_lock:
+                if not self._doomed:
+                    return
+                doomed = list(self._doomed)
+            for path in doomed:
+                shutil.rmtree(path, ignore_errors=True)
+            with self._doomed_lock:
+                del self._doomed[:len(doomed)]

@@ -83,7 +83,7 @@ class SliceManager:
             slicer = None
         if slicer is None:
             slicer = GpuSlicer(gpu, mode, lease_s, precision, monitor=self.monitor, shares=self._shares,
-                               heartbeat=failsafe.heartbeat_path(self.layout.state_dir))
+                               heartbeat=failsafe.heartbeat_path(self.layout.run_root))
             self.slicers[gpu] = slicer
             slicer.start()
             log.info("time-slicing GPU %d (%s, lease %g ms, precision %g)", gpu, mode, lease_s * 1000, precision)

@@ -47,19 +47,28 @@ def read_json(path: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The node state directory: ``tasks/<job>.<task>.<attempt>/`` per task, ``checkpoints/<job>/`` per job."""
+    """Where a node keeps things: ``checkpoints/<job>/`` per job in the state directory, which outlives the
+    host's reboots; ``tasks/<job>.<task>.<attempt>/`` per task and the node socket in the run directory
+    (the state directory unless another is given), which need only outlive the daemon, as the tasks do.
+    """
 
     state_dir: str
+    run_dir: str | None = None
+
+    @property
+    def run_root(self) -> str:
+        """The directory holding the tasks, the node socket and the slicer's heartbeat."""
+        return self.run_dir or self.state_dir
 
     @property
     def tasks_dir(self) -> str:
         """The directory holding one directory per task the node knows."""
-        return os.path.join(self.state_dir, "tasks")
+        return os.path.join(self.run_root, "tasks")
 
     @property
     def socket_path(self) -> str:
         """The datagram socket supervisors poke when their task changes state."""
-        return os.path.join(self.state_dir, SOCKET_NAME)
+        return os.path.join(self.run_root, SOCKET_NAME)
 
     def task_dir(self, key: TaskKey) -> str:
         """The directory of one task: its order, state, stop request and script."""
@@ -70,8 +79,9 @@ class Layout:
         return os.path.join(self.state_dir, "checkpoints", job)
 
     def create(self) -> None:
-        """Make the state directory and its sub-directories; jobs' users may traverse but not list them."""
+        """Make the state and run directories and their sub-directories; jobs' users may traverse but not list them."""
         os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
+        os.makedirs(self.run_root, mode=0o755, exist_ok=True)
         for sub in (self.tasks_dir, os.path.join(self.state_dir, "checkpoints")):
             os.makedirs(sub, exist_ok=True)
             os.chmod(sub, 0o711)
