@@ -14,6 +14,8 @@ measure, and times:
                 has received the start order AND the API shows the job RUNNING.
     python bench/submit.py [--jobs 5000] [--clients 8] [--latency-jobs 200] [--quick] [--json]
                            [--repeat 3] [--synchronous normal] [--profile DIR]
+Then the same clients against the floor: an aiohttp app that only reads the
+JSON and answers 201, what any submit API on aiohttp costs at least.
 """
 
 from __future__ import annotations
@@ -99,6 +101,56 @@ class Controller:
                 self.process.kill()
                 self.process.wait(10)
         self.log.close()
+
+
+FLOOR_APP = """
+import sys
+from aiohttp import web
+
+async def submit(request):
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        raise web.HTTPUnauthorized()
+    await request.json()
+    return web.json_response({"id": "1"}, status=201)
+
+app = web.Application()
+app.router.add_post("/api/v1/jobs", submit)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+
+
+class FloorServer:
+    """The floor: an aiohttp app that only checks the token's presence, reads the JSON and answers 201.
+
+    What any submit API on aiohttp costs before it stores or schedules
+    anything, measured with the same clients as the controller.
+    """
+
+    def __init__(self, root: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.token, self.workdir = "floor", str(root)
+        self.process = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(self.port)])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise SystemExit("the floor server did not start")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
 
 
 class Profiler:
@@ -328,11 +380,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="gpud-bench-"))
     figures: dict[str, float] = {}
     try:
-        def measure(name: str, run) -> float:
+        def measure(name: str, run, server=None) -> float:
             best = 0.0
             for attempt in range(args.repeat):
-                ctrl = Controller(root, f"{name}-{attempt}", args.synchronous)
-                profiler = Profiler(args.profile, f"{name}-{attempt}", ctrl.process.pid)
+                ctrl = server() if server else Controller(root, f"{name}-{attempt}", args.synchronous)
+                profiler = Profiler(args.profile if not server else None, f"{name}-{attempt}", ctrl.process.pid)
                 try:
                     best = max(best, run(ctrl))
                 finally:
@@ -345,6 +397,11 @@ def main() -> None:
         measure("one_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, 1)))
         measure("many_processes", lambda c: processes_submit(c, args.jobs, args.clients))
         measure("many_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, args.clients)))
+        floor = lambda: FloorServer(root)  # noqa: E731
+        measure("floor_one_http_client", lambda c: one_client_http_client(c, args.jobs), floor)
+        measure("floor_one_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, 1)), floor)
+        measure("floor_many_processes", lambda c: processes_submit(c, args.jobs, args.clients), floor)
+        measure("floor_many_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, args.clients)), floor)
         runs: list[list[float]] = []
         measure("latency", lambda c: runs.append(asyncio.run(latency(c, args.latency_jobs))) or 0.0)
         samples = min(runs, key=statistics.median)
@@ -355,6 +412,8 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     figures["one"] = max(figures["one_http_client"], figures["one_aiohttp"])
     figures["many"] = max(figures["many_processes"], figures["many_aiohttp"])
+    figures["floor_one"] = max(figures["floor_one_http_client"], figures["floor_one_aiohttp"])
+    figures["floor_many"] = max(figures["floor_many_processes"], figures["floor_many_aiohttp"])
     if args.json:
         print(json.dumps({"jobs": args.jobs, "clients": args.clients, **figures}, indent=2))
         return
@@ -383,6 +442,14 @@ def main() -> None:
         print(f"{label:32} {ours:10.1f} {slurm:12.0f} {ratio:10.1f}x {target:9.0f}  {'yes' if met else 'NO'}")
     print("  (Slurm: sbatch in a loop, 4 loops in parallel for the concurrent figure, submit to start tuned "
           "for speed; gpud/Slurm is how many times better gpud is)")
+    print(f"\nfloor: an aiohttp app that only reads the JSON and answers 201 (no auth check, store or scheduler), "
+          f"same clients:\n  one client {figures['floor_one']:.0f} jobs/s (gpud {100 * figures['one'] / figures['floor_one']:.0f} %"
+          f" of it), {args.clients} clients {figures['floor_many']:.0f} jobs/s "
+          f"(gpud {100 * figures['many'] / figures['floor_many']:.0f} %)")
+    for key, label in (("one", "one client"), ("many", f"{args.clients} clients")):
+        if figures[f"floor_{key}"] < TARGETS[key]:
+            print(f"  the {label} target ({TARGETS[key]:.0f} jobs/s) is above the floor itself: "
+                  f"no submit API on aiohttp reaches it on this machine")
 
 
 if __name__ == "__main__":
