@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import sys
 import tempfile
@@ -251,6 +252,21 @@ def test_sigterm_to_the_supervisor_stops_every_task_with_its_stop_signal(table, 
     for key in keys:
         state = run_to_end(table, key)
         assert (state.reason, state.term_signal) == ("stopped", signal.SIGTERM)
+
+
+def test_a_task_whose_directory_vanished_does_not_end_the_supervision_of_the_others(table, workdir):
+    broken, other = TaskKey("37", 0, 0), TaskKey("38", 0, 0)
+    table.start(broken, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO]))
+    table.start(other, spec(workdir, ["sleep", "60"], grace_s=5))
+    supervisor = running(table, broken).supervisor_pid
+    running(table, other)
+    shutil.rmtree(table.layout.task_dir(broken))  # its exit can no longer be recorded
+    (workdir / "go").write_text("")
+    time.sleep(0.5)
+    assert table.stop(other, "cancelled")
+    state = run_to_end(table, other)
+    assert (state.reason, state.term_signal) == ("stopped", signal.SIGTERM)
+    assert alive(supervisor)
 
 
 def test_stop_before_the_supervisor_starts_the_task(table, workdir):

@@ -430,27 +430,32 @@ class Supervisor:
     def _step(self, now: float) -> float:
         """One pass over the tasks; returns when the next pass is due."""
         self._reap()
-        if self._look_at_stops or self._terminate:
-            terminate, self._look_at_stops, self._terminate = self._terminate, False, False
-            for run in self.runs.values():
-                if run.leader_status is None:
-                    run.look_at_stop_request(even_without_file=terminate)
+        terminate, look = self._terminate, self._look_at_stops or self._terminate
+        self._look_at_stops = self._terminate = False
         strays = self._strays() if any(run.leader_status is not None or run.kill_at is not None
                                         for run in self.runs.values()) else {}
         unowned = strays.get(None, [])
         wake = now + IDLE_POLL_S
         for key, run in list(self.runs.items()):
-            mine = strays.get(key, []) + unowned
-            if run.leader_status is None:
-                due = run.tick(now, mine)
-                if due is not None:
-                    wake = min(wake, due)
-            elif run.clean_up(mine):
-                run.finish()
-                del self.runs[key]
-            else:
-                wake = min(wake, now + CLEANUP_POLL_S)
+            try:
+                if look and run.leader_status is None:
+                    run.look_at_stop_request(even_without_file=terminate)
+                wake = min(wake, self._advance(run, now, strays.get(key, []) + unowned))
+            except Exception:  # noqa: BLE001 - one task's trouble (a full disk, say) must not end the others'
+                traceback.print_exc()
+                sys.stderr.flush()
         return wake
+
+    def _advance(self, run: TaskRun, now: float, strays: list[int]) -> float:
+        """Move one task on (its timers, or cleaning up after it); returns when it needs looking at again."""
+        if run.leader_status is None:
+            due = run.tick(now, strays)
+            return due if due is not None else now + IDLE_POLL_S
+        if not run.clean_up(strays):
+            return now + CLEANUP_POLL_S
+        run.finish()
+        del self.runs[run.key]
+        return now + IDLE_POLL_S
 
     def run(self, tasks: tuple[tuple[str, dict], ...] = ()) -> int:
         """Take on ``tasks`` (directory and order), supervise until the feed has ended and every task is over.
