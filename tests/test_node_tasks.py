@@ -254,13 +254,24 @@ def test_sigterm_to_the_supervisor_stops_every_task_with_its_stop_signal(table, 
         assert (state.reason, state.term_signal) == ("stopped", signal.SIGTERM)
 
 
-def test_a_task_whose_directory_vanished_does_not_end_the_supervision_of_the_others(table, workdir):
-    broken, other = TaskKey("37", 0, 0), TaskKey("38", 0, 0)
+def test_a_task_whose_directory_vanished_still_has_its_exit_recorded(table, workdir):
+    key = TaskKey("37", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO + "sys.exit(3)"]))
+    running(table, key)
+    shutil.rmtree(table.layout.task_dir(key))
+    (workdir / "go").write_text("")
+    assert run_to_end(table, key).exit_code == 3
+
+
+def test_a_task_whose_state_cannot_be_written_does_not_end_the_supervision_of_the_others(table, workdir):
+    broken, other = TaskKey("38", 0, 0), TaskKey("39", 0, 0)
     table.start(broken, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO]))
     table.start(other, spec(workdir, ["sleep", "60"], grace_s=5))
     supervisor = running(table, broken).supervisor_pid
     running(table, other)
-    shutil.rmtree(table.layout.task_dir(broken))  # its exit can no longer be recorded
+    state_file = os.path.join(table.layout.task_dir(broken), "state.json")
+    os.remove(state_file)
+    os.makedirs(os.path.join(state_file, "in-the-way"))  # the exit can no longer be written there
     (workdir / "go").write_text("")
     time.sleep(0.5)
     assert table.stop(other, "cancelled")

@@ -111,7 +111,11 @@ class TaskRun:
 
     def _record(self, state: TaskState) -> None:
         self.state = state
-        write_state(self.task_dir, state)
+        try:
+            write_state(self.task_dir, state)
+        except FileNotFoundError:  # someone deleted the task's directory: the state is still worth keeping
+            _make_dir(self.task_dir, 0o711)
+            write_state(self.task_dir, state)
         self.notify(self.key)
 
     # -- starting ----------------------------------------------------------
