@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import (ORDER_FILE, STOP_FILE, Layout, TaskState, read_state, write_json,
                                  write_state)
 
+PIPE_BYTES = 1 << 20
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))
 
 
@@ -87,6 +89,11 @@ class Launcher:
                     [self.python, "-m", "gpud.node.supervisor", "--feed", self.layout.tasks_dir], cwd="/",
                     env=_supervisor_env(), stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
                     close_fds=True)
+            try:
+                # Room for a burst of a few hundred orders, so handing them over never waits for the supervisor.
+                fcntl.fcntl(server.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass  # the system's default size will do
         if not self._send({"dir": task_dir, "order": order}):
             return False
         self._handed[key] = server
