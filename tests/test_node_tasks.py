@@ -324,6 +324,25 @@ def test_a_new_table_adopts_running_tasks_and_records_their_exit(tmp_path, workd
         kill_everything(state_dir)
 
 
+def test_a_task_recorded_after_a_new_table_adopted_is_adopted_when_its_supervisor_pokes(tmp_path, workdir):
+    state_dir = str(tmp_path / "state")
+    try:
+        later = TaskTable(Layout(state_dir))
+        assert later.adopt() == []  # a restarted daemon looked before the old supervisor recorded the task
+        first = TaskTable(Layout(state_dir))
+        key = TaskKey("29", 0, 0)
+        first.start(key, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO + "sys.exit(6)"]))
+        pid = running(first, key).pid
+        (found,) = later.refresh([key])  # what the supervisor's poke makes the restarted daemon do
+        assert (found.key, found.state, found.pid) == (key, "running", pid)
+        (workdir / "go").write_text("")
+        assert run_to_end(later, key).exit_code == 6
+        assert later.ack(key) and later.refresh([key]) == [] and later.get(key) is None
+        first.launcher.close()
+    finally:
+        kill_everything(state_dir)
+
+
 def test_a_task_whose_supervisor_died_is_killed_and_reported_lost(table, workdir):
     key = TaskKey("26", 0, 0)
     table.start(key, spec(workdir, ["sleep", "60"]))

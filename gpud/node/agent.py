@@ -65,13 +65,18 @@ class NodeAgent:
     # -- lifecycle -------------------------------------------------------
 
     async def start(self) -> None:
-        """Adopt the tasks recorded in the state directory, listen for supervisors, and connect."""
+        """Listen for supervisors, adopt the tasks recorded in the run directory, and connect.
+
+        Listening comes first: a task a supervisor records after the
+        adoption looked is then heard of, and adopted, through its poke.
+        """
+        self.layout.create()
+        await self._listen()
         adopted = self.tasks.adopt()
         if adopted:
             log.info("adopted %d task(s) from %s", len(adopted), self.layout.tasks_dir)
             # A previous daemon may have died with some of them frozen; slicing resumes at the next sync.
             thaw_tasks(self.layout, adopted)
-        await self._listen()
         self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
                             asyncio.create_task(self._watch(), name="gpud-node-watch")]
 

@@ -17,6 +17,7 @@ from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json
 
 log = logging.getLogger(__name__)
 MAX_LOG_CHUNK = 1024 * 1024
+FORGOTTEN_KEPT = 4096
 
 
 class TaskTable:
@@ -27,6 +28,7 @@ class TaskTable:
         self.launcher = launcher or Launcher(layout)
         self._states: dict[TaskKey, TaskState] = {}
         self._reported: dict[TaskKey, dict] = {}
+        self._forgotten: dict[TaskKey, None] = {}  # acknowledged lately: never adopted again
 
     def adopt(self) -> list[TaskState]:
         """Load the tasks recorded in the state directory (after a daemon restart) and return them."""
@@ -97,15 +99,28 @@ class TaskTable:
             return False
         del self._states[key]
         self._reported.pop(key, None)
+        self._forgotten[key] = None
+        if len(self._forgotten) > FORGOTTEN_KEPT:
+            del self._forgotten[next(iter(self._forgotten))]
         self.launcher.forget(key)
         return True
 
     def refresh(self, keys: list[TaskKey] | None = None) -> list[TaskState]:
-        """Re-read the state of unfinished tasks (all, or ``keys``); returns those (of them) whose report changed."""
+        """Re-read the state of unfinished tasks (all, or ``keys``); returns those (of them) whose report changed.
+
+        A key this table does not know is adopted when its task directory
+        has a state: a supervisor fed by an earlier daemon recorded the task
+        after this table's :meth:`adopt` looked.
+        """
         self.launcher.reap()
         for key in keys if keys is not None else list(self._states):
             state = self._states.get(key)
-            if state is not None and state.state != EXITED:
+            if state is None and key not in self._forgotten:
+                found = read_state(self.layout.task_dir(key))
+                state = found if found is not None and found.key == key else None
+                if state is not None:
+                    self._states[key] = self._check(state)
+            elif state is not None and state.state != EXITED:
                 self._states[key] = self._check(state)
         changed = []
         for key in keys if keys is not None else list(self._states):
