@@ -93,13 +93,7 @@ class Controller:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
         self.log.close()
 
 
@@ -144,13 +138,18 @@ class FloorServer:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
+
+
+def terminate(process: subprocess.Popen) -> None:
+    """SIGTERM the process, SIGKILL it if it is still there 20 s later, and reap it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 class Profiler:
