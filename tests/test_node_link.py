@@ -264,3 +264,17 @@ def test_daemon_without_gpus_says_so(tmp_path):
     if result.returncode == 0 or "found no GPU" not in result.stderr:
         pytest.skip("this host has NVIDIA GPUs")
     assert result.returncode == 1 and "--fake-gpus N" in result.stderr
+
+
+def test_daemon_that_cannot_make_its_run_dir_says_which_and_exits(tmp_path):
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "node", "--controller",
+                             "http://127.0.0.1:9", "--state-dir", str(tmp_path / "s"), "--run-dir",
+                             str(blocker / "run"), "--cluster-key-file", str(key_file), "--fake-gpus", "1"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert f"cannot use {blocker / 'run'}" in result.stderr and "--run-dir" in result.stderr
+    assert "Traceback" not in result.stderr

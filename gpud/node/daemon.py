@@ -36,7 +36,13 @@ async def serve(config: NodeConfig, backend: GpuBackend, stop: asyncio.Event | N
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     agent = NodeAgent(config, backend)
-    await agent.start()
+    try:
+        await agent.start()
+    except OSError as exc:
+        await agent.stop()
+        where = config.state_dir if config.run_dir is None else f"{config.state_dir} or {config.run_dir}"
+        raise NodeStartError(f"cannot use {exc.filename or where}: {exc.strerror or exc} "
+                             f"(state_dir and run_dir in the node config, --state-dir and --run-dir)") from None
     log.info("node %s: %d GPU(s), state in %s, controller %s", config.name, len(backend.gpus()),
              config.state_dir, config.controller_url)
     metrics = await _start_metrics(agent)
