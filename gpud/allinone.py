@@ -173,8 +173,13 @@ def lock_state_dir(state_dir: str) -> int:
 
 def prepare(options: UpOptions) -> GpuBackend:
     """Make the state directories, lock them, open the GPUs and write the default policy if none exists."""
-    for path in (options.state_dir, options.controller_dir, options.node_dir):
-        os.makedirs(path, mode=0o700, exist_ok=True)
+    for path in (options.state_dir, options.controller_dir, options.node_dir, options.run_dir):
+        if path is None:
+            continue
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise UpError(f"cannot use {path}: {exc.strerror or exc}") from None
     lock_state_dir(options.state_dir)
     backend = open_gpus(options)
     if options.policy is None and write_default_policy(options.policy_path, len(backend.gpus())):

@@ -98,6 +98,7 @@ def ups(tmp_path):
     for up in made:
         up.stop(signal.SIGKILL)
         kill_everything(str(up.state_dir / "node"))
+    kill_everything(str(tmp_path / "run"))
 
 
 def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
@@ -122,12 +123,14 @@ def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
     assert up.stop() == 0
 
 
-def test_a_running_job_survives_a_restart_and_completes(ups):
-    up = ups("--fake-gpus", "2").start()
+def test_a_running_job_survives_a_restart_and_completes(ups, tmp_path):
+    run_dir = tmp_path / "run"  # the running tasks' state apart from the rest, as on a tmpfs
+    up = ups("--fake-gpus", "2", "--run-dir", str(run_dir)).start()
     submitted = up.gpuctl("submit", "--parsable", "-p", "default", "--gpus", "1", "--",
                           "sh", "-c", "echo begun; sleep 3; echo ended")
     job_id = submitted.stdout.strip()
     up.wait_state(job_id, "RUNNING")
+    assert list((run_dir / "tasks").iterdir()) and not (up.state_dir / "node" / "tasks").exists()
     assert up.stop() == 0
     assert "running jobs keep running" in up.output()
     up.start()
@@ -157,6 +160,15 @@ def test_no_gpu_message(ups):
     assert up.popen.wait(30) == 1
     out = up.output()
     assert "found no GPU" in out and "gpud up --fake-gpus 8" in out
+
+
+def test_a_run_dir_gpud_up_cannot_make_is_refused_by_name(ups, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    up = ups("--fake-gpus", "1", "--run-dir", str(blocker / "run")).start(wait=False)
+    assert up.popen.wait(30) == 1
+    assert f"gpud up: cannot use {blocker / 'run'}: Not a directory" in up.output()
+    assert "Traceback" not in up.output()
 
 
 def test_a_second_gpud_up_on_the_same_state_dir_is_refused(ups):
