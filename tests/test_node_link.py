@@ -15,7 +15,8 @@ from aiohttp import web
 from gpud.gpu.fake import FakeBackend, fake_uuid, inject_fault
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
-from node_helpers import alive, kill_everything, spec
+from gpud.node.spec import TaskKey
+from node_helpers import alive, kill_everything, spec, wait_for
 
 KEY = "test-cluster-key"
 
@@ -75,6 +76,13 @@ class FakeController:
                 if message["type"] == kind and where(message):
                     return message
         return await asyncio.wait_for(find(), timeout)
+
+    async def first(self, where) -> dict:
+        """The next message of any type that satisfies ``where`` (earlier others are dropped)."""
+        while True:
+            message = await self.messages.get()
+            if where(message):
+                return message
 
 
 def task_report(job: str, state: str):
@@ -162,6 +170,31 @@ async def test_stop_order_uses_grace_then_sigkill(agent, controller, workdir):
     exited = await controller.next("task", task_report("6", "exited"))
     assert (exited["term_signal"], exited["reason"]) == (signal.SIGKILL, "stopped")
     assert not alive(running["pid"])
+
+
+async def test_a_lost_supervisor_is_found_however_busy_pokes_keep_the_node(agent, controller, workdir):
+    await controller.next("register")
+    await controller.send({"type": "start", "job": "44", "task": 0, "attempt": 0,
+                           "spec": spec(workdir, ["sleep", "60"])})
+    running = await controller.next("task", task_report("44", "running"))
+    supervisor = agent.tasks.get(TaskKey("44", 0, 0)).supervisor_pid
+
+    async def poke_forever():  # another task's supervisor, say, changing state every 20 ms
+        while True:
+            agent.poke(TaskKey("45", 0, 0))
+            await asyncio.sleep(0.02)
+
+    def reports_lost(message: dict) -> bool:  # a task message, or a heartbeat's task list
+        tasks = [message] if message["type"] == "task" else message.get("tasks", [])
+        return any(t["job"] == "44" and t["state"] == "exited" and t["reason"] == "supervisor lost" for t in tasks)
+
+    poker = asyncio.create_task(poke_forever())
+    try:
+        os.kill(supervisor, signal.SIGKILL)
+        await asyncio.wait_for(controller.first(reports_lost), timeout=15)
+    finally:
+        poker.cancel()
+    await asyncio.to_thread(wait_for, lambda: not alive(running["pid"]))
 
 
 async def test_gpu_fault_is_reported_in_a_heartbeat(agent, controller, state_dir):

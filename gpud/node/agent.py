@@ -120,13 +120,19 @@ class NodeAgent:
         self._poked.set()
 
     async def _watch(self) -> None:
+        last_full = time.monotonic()
         while True:
             try:
-                await asyncio.wait_for(self._poked.wait(), timeout=self.config.poll_s)
+                await asyncio.wait_for(self._poked.wait(), timeout=max(0.0, last_full + self.config.poll_s
+                                                                        - time.monotonic()))
             except asyncio.TimeoutError:
-                self._poked_keys = None
+                pass
+            if time.monotonic() - last_full >= self.config.poll_s:
+                self._poked_keys = None  # every poll looks at every task, however busy the pokes keep it
             self._poked.clear()
             keys, self._poked_keys = self._poked_keys, set()
+            if keys is None:
+                last_full = time.monotonic()
             try:
                 await self.sync(None if keys is None else sorted(keys))
             except Exception:  # noqa: BLE001 - the watcher must keep running
