@@ -96,22 +96,33 @@ def _descendants_from_children_files(pid: int) -> list[int] | None:
     todo = [pid]
     while todo:
         parent = todo.pop()
+        kids = _children_files(parent)
+        if kids is None:
+            if parent == pid:
+                return None
+            continue
+        found.extend(kids)
+        todo.extend(kids)
+    return found
+
+
+def _children_files(pid: int) -> list[int] | None:
+    """The children of ``pid`` from its threads' children files ([] when it is gone); None without such files."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in threads:
         try:
-            threads = os.listdir(f"/proc/{parent}/task")
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(k) for k in f.read().split())
+        except FileNotFoundError:
+            if not os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
         except OSError:
             continue
-        for tid in threads:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except FileNotFoundError:
-                if parent == pid:
-                    return None
-                continue
-            except OSError:
-                continue
-            found.extend(kids)
-            todo.extend(kids)
     return found
 
 
@@ -151,18 +162,7 @@ def group_is_ours(pgid: int, leader_ticks: int | None) -> bool:
 
 def children(pid: int) -> list[int]:
     """The pids of the living children of ``pid`` (every thread's), from /proc."""
-    found: list[int] = []
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found.extend(int(k) for k in f.read().split())
-        except OSError:
-            continue
-    return found
+    return _children_files(pid) or []
 
 
 def environ_marks(pid: int, names: tuple[str, ...]) -> dict[str, str]:
