@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpud.controller.cluster import Cluster
+from gpud.controller.cluster import Cluster, with_submitted_event
 from gpud.controller.nodes import Gpu, NodeRecord
 from gpud.controller.persist import Persister
 from gpud.jobs import Job
 from gpud.plugins import make_plugin_manager
 from gpud.policy_file import parse_policy
+from gpud.store import Event
 from gpud.submission import Submission
 
 POLICY = {"min_runtime": 0, "grace_period": 5,
@@ -116,3 +117,15 @@ def test_a_silent_node_fails_its_non_preemptible_job(cluster):
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("NODE_FAIL", "node n1 is down (no heartbeat for 120 s)")
     assert cluster.nodes["n1"].state == "down"
+
+
+def test_the_submitted_event_comes_from_the_record_unless_an_older_store_kept_it(cluster):
+    stored_before = list(cluster.persist._events)
+    job = cluster.jobs[submit(cluster, "a")]
+    assert cluster.persist._events == stored_before, "a submit stores no event row"
+    started = Event(job.submitted + 1, "started", "on n1", job.id, "n1")
+    made = with_submitted_event(job, [started])
+    assert [(e.kind, e.time, e.message) for e in made] == [
+        ("submitted", job.submitted, "submitted by u to project a"), ("started", job.submitted + 1, "on n1")]
+    stored = Event(job.submitted, "submitted", "submitted by u to project a", job.id)
+    assert with_submitted_event(job, [stored, started]) == [stored, started]

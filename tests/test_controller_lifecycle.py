@@ -41,7 +41,9 @@ def test_a_job_runs_on_its_gpus_and_completes_with_its_exit_code(cluster):
     assert env["GPUD_JOB_ID"] == job_id and env["GPUD_NUM_TASKS"] == "1" and env["GPUD_RESTART_COUNT"] == "0"
     status, history = cluster.api("GET", "/api/v1/history")
     assert [j["id"] for j in history["jobs"]] == [job_id]
-    assert [e["kind"] for e in cluster.job(job_id)["events"]][:2] == ["submitted", "started"]
+    events = cluster.job(job_id)["events"]
+    assert [e["kind"] for e in events][:2] == ["submitted", "started"]
+    assert events[0]["message"].startswith("submitted by ") and events[0]["message"].endswith(" to project alpha")
 
 
 def test_a_failing_task_fails_the_job_with_its_code(cluster):
@@ -99,6 +101,15 @@ def test_an_accepted_submit_survives_kill_9_of_the_controller(cluster):
     cluster.start_node("n1", gpus=4)
     for job_id in ids:
         cluster.wait_state(job_id, "COMPLETED")
+
+
+def test_ids_go_on_after_the_newest_job_even_when_it_has_finished(cluster):
+    ids = [cluster.submit(command=["true"], gpus=1) for _ in range(3)]
+    for job_id in ids:
+        assert cluster.api("POST", f"/api/v1/jobs/{job_id}/cancel")[0] == 200
+    cluster.controller.stop(signal.SIGKILL)
+    cluster.start_controller()
+    assert cluster.submit(command=["true"]) == str(int(ids[-1]) + 1)
 
 
 def test_a_running_job_survives_a_controller_crash_and_its_exit_is_recorded(cluster):

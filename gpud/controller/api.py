@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from gpud.controller.auth import Principal, digest, new_token
+from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view
@@ -147,7 +148,7 @@ async def show_job(request: web.Request) -> web.Response:
     view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time(),
                     ctrl.cluster.policy.time_slicing)
     loop = asyncio.get_running_loop()
-    events = await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id)
+    events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
     return ok(view)
 

@@ -26,7 +26,7 @@ from gpud.store import Event
 from gpud.submission import Submission
 
 log = logging.getLogger("gpud.controller")
-
+SUBMITTED = "submitted"
 
 
 class Cluster(NodeMessages):
@@ -97,7 +97,6 @@ class Cluster(NodeMessages):
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
                 job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
                 added.append(job)
-        self.persist.meta("next_seq", str(self.next_seq))
         for job in added:
             job.depends = [dep for original in job.depends for dep in self._expand_dependency(original)]
             self._add(job)
@@ -105,7 +104,8 @@ class Cluster(NodeMessages):
                 if dep.job not in self.jobs:
                     dep.met = _dependency_met(dep.kind, finished_states.get(dep.job, FAILED))
             self.persist.job(job)
-            self._event("submitted", f"submitted by {job.user} to project {job.project}", job=job.id)
+            # Not stored: the job's record says as much (see submitted_event), one row less per submit.
+            self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
             ids.append(job.id)
         for job in added:
             self._sync_core(job)
@@ -377,11 +377,25 @@ class Cluster(NodeMessages):
         orders, self.orders = self.orders, defaultdict(list)
         return orders
 
-    def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None) -> None:
-        self.persist.event(Event(self.clock(), kind, message, job, node))
+    def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None,
+               store: bool = True) -> None:
+        if store:
+            self.persist.event(Event(self.clock(), kind, message, job, node))
         log.info("event=%s job=%s node=%s %s", kind.replace(" ", "_"), job or "-", node or "-", message)
         if job is not None and job in self.jobs:
             self.job_events.emit(kind, self.jobs[job], message)
+
+
+def submitted_message(job: Job) -> str:
+    """What the submitted event of ``job`` says."""
+    return f"submitted by {job.user} to project {job.project}"
+
+
+def with_submitted_event(job: Job, events: list[Event]) -> list[Event]:
+    """The job's stored events with its submitted event first (made from the record unless stored, as it was once)."""
+    if any(event.kind == SUBMITTED for event in events):
+        return events
+    return [Event(job.submitted, SUBMITTED, submitted_message(job), job.id), *events]
 
 
 def _dependency_met(kind: str, state: str) -> bool | None:

@@ -90,7 +90,9 @@ class Controller:
             log.info("wrote the admin token (user %s) to %s", user, self.config.admin_token_path)
         jobs = [Job.from_record(json.loads(record)) for record in loaded.jobs]
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
-        self.cluster.restore(jobs, nodes, int(loaded.meta.get("next_seq", "1")))
+        # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
+        next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
+        self.cluster.restore(jobs, nodes, next_seq)
         await self.persist.flush()
         log.info("controller state: %d active jobs, %d nodes, from %s", len(jobs), len(nodes), self.store.path)
 

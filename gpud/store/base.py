@@ -36,19 +36,21 @@ class WriteBatch:
 
 @dataclass(slots=True)
 class Loaded:
-    """What a restarted controller reads back: active jobs, nodes, token hashes and settings."""
+    """What a restarted controller reads back: active jobs, nodes, token hashes, settings, the highest job seq."""
 
     jobs: list[str]
     nodes: dict[str, str]
     tokens: dict[str, tuple[str, bool]]
     meta: dict[str, str]
+    last_seq: int = 0
 
 
 class Store(Protocol):
     """A durable store; calls block and are made from one thread at a time."""
 
     def load(self) -> Loaded:
-        """Everything a restarted controller needs: jobs not finished (their JSON records), nodes, tokens, meta."""
+        """Everything a restarted controller needs: jobs not finished (their JSON records), nodes, tokens, meta,
+        and the highest seq of any job stored, finished or not."""
 
     def write(self, batch: WriteBatch) -> None:
         """Write the batch in one transaction; durable when this returns."""

@@ -56,7 +56,8 @@ class SQLiteStore:
         tokens = {hash_: (user, bool(admin)) for hash_, user, admin in
                   self.db.execute("SELECT hash, user, admin FROM tokens")}
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
-        return Loaded(jobs, nodes, tokens, meta)
+        (last_seq,) = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
+        return Loaded(jobs, nodes, tokens, meta, last_seq)
 
     def write(self, batch: WriteBatch) -> None:
         """Write the batch in one transaction (rolled back whole on error)."""
