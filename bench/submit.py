@@ -15,7 +15,8 @@ measure, and times:
     python bench/submit.py [--jobs 5000] [--clients 8] [--latency-jobs 200] [--quick] [--json]
                            [--repeat 3] [--synchronous normal] [--profile DIR]
 Then the same clients against the floor: an aiohttp app that only reads the
-JSON and answers 201, what any submit API on aiohttp costs at least.
+JSON and answers 201, what any submit API on aiohttp costs at least; and the
+server's CPU per job (from /proc) in the best run of each.
 """
 
 from __future__ import annotations
@@ -150,6 +151,16 @@ def terminate(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds process ``pid`` has used so far (user and system), from /proc; 0 off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Profiler:
@@ -378,6 +389,7 @@ def main() -> None:
         args.jobs, args.latency_jobs = min(args.jobs, 1000), min(args.latency_jobs, 50)
     root = Path(tempfile.mkdtemp(prefix="gpud-bench-"))
     figures: dict[str, float] = {}
+    cpu_ms: dict[str, float] = {}  # the server's CPU per job in the best run of each throughput measure
     try:
         def measure(name: str, run, server=None) -> float:
             best = 0.0
@@ -385,7 +397,11 @@ def main() -> None:
                 ctrl = server() if server else Controller(root, f"{name}-{attempt}", args.synchronous)
                 profiler = Profiler(args.profile if not server else None, f"{name}-{attempt}", ctrl.process.pid)
                 try:
-                    best = max(best, run(ctrl))
+                    began = process_cpu_s(ctrl.process.pid)
+                    rate = run(ctrl)
+                    if rate > best:
+                        best = rate
+                        cpu_ms[name] = (process_cpu_s(ctrl.process.pid) - began) * 1000 / args.jobs
                 finally:
                     profiler.stop()
                     ctrl.stop()
@@ -413,6 +429,10 @@ def main() -> None:
     figures["many"] = max(figures["many_processes"], figures["many_aiohttp"])
     figures["floor_one"] = max(figures["floor_one_http_client"], figures["floor_one_aiohttp"])
     figures["floor_many"] = max(figures["floor_many_processes"], figures["floor_many_aiohttp"])
+    for key, pair in (("one", ("one_http_client", "one_aiohttp")), ("many", ("many_processes", "many_aiohttp"))):
+        for prefix in ("", "floor_"):
+            fastest = max((prefix + name for name in pair), key=lambda name: figures[name])
+            figures[f"{prefix}{key}_cpu_ms_per_job"] = round(cpu_ms.get(fastest, 0.0), 3)
     if args.json:
         print(json.dumps({"jobs": args.jobs, "clients": args.clients, **figures}, indent=2))
         return
@@ -445,6 +465,9 @@ def main() -> None:
           f"same clients:\n  one client {figures['floor_one']:.0f} jobs/s (gpud {100 * figures['one'] / figures['floor_one']:.0f} %"
           f" of it), {args.clients} clients {figures['floor_many']:.0f} jobs/s "
           f"(gpud {100 * figures['many'] / figures['floor_many']:.0f} %)")
+    print(f"server CPU per job (best runs): gpud {figures['one_cpu_ms_per_job']:.2f} ms with one client, "
+          f"{figures['many_cpu_ms_per_job']:.2f} ms with {args.clients}; the floor "
+          f"{figures['floor_one_cpu_ms_per_job']:.2f} and {figures['floor_many_cpu_ms_per_job']:.2f} ms")
     for key, label in (("one", "one client"), ("many", f"{args.clients} clients")):
         if figures[f"floor_{key}"] < TARGETS[key]:
             print(f"  the {label} target ({TARGETS[key]:.0f} jobs/s) is above the floor itself: "
