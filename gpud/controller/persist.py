@@ -23,9 +23,8 @@ class Persister:
     """Collects changed jobs, nodes, events, tokens and meta, and makes them durable on ``flush``.
 
     One batch is written at a time, on the event loop while commits are quick
-    and nothing else waits (a lone submit pays one fsync and no trip through a
-    thread), in the store's thread once they are slow or changes keep coming,
-    so neither a slow disk nor a busy one stalls the API.
+    (a lone submit pays one fsync and no trip through a thread), in the store's
+    thread once they are slow, so a slow disk never stalls the API.
     """
 
     def __init__(self, store: Store, executor: Executor) -> None:
@@ -41,7 +40,6 @@ class Persister:
         self._taken = 0
         self._done = 0
         self.last_write_s = 0.0
-        self._busy = False
         self.batches = 0
 
     def job(self, job: Job) -> None:
@@ -93,14 +91,11 @@ class Persister:
                 batch = self._take()
                 self._taken += 1
                 began = time.perf_counter()
-                if self.last_write_s < INLINE_WRITE_S and not self._busy:
+                if self.last_write_s < INLINE_WRITE_S:
                     self.store.write(batch)
                 else:
                     await loop.run_in_executor(self.executor, self.store.write, batch)
                 self.last_write_s = time.perf_counter() - began
-                # Changes came in while this batch was written: the loop has other work, which an fsync on
-                # the loop would hold up, so the next batch goes to the store's thread.
-                self._busy = self._dirty()
                 self.batches += 1
                 self._done = self._taken
                 self._wake(self._done)

@@ -28,10 +28,10 @@ from gpud.store.sqlite import SQLiteStore
 
 log = logging.getLogger("gpud.controller")
 # Cycles start at least CYCLE_GAP_FACTOR times the last cycle's work apart
-# (so scheduling takes at most a fifth of the loop), and never more than
+# (so scheduling takes at most a third of the loop), and never more than
 # MAX_CYCLE_GAP_S: cheap cycles follow each change quickly, costly ones batch.
 MAX_CYCLE_GAP_S = 0.01
-CYCLE_GAP_FACTOR = 4.0
+CYCLE_GAP_FACTOR = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 # A cycle as short as the last one was runs on the event loop: handing it to
 # a thread costs more than it does. Longer cycles run in their own thread so

@@ -126,18 +126,6 @@ def _children_files(pid: int) -> list[int] | None:
     return found
 
 
-def kill_descendants(pid: int) -> int:
-    """SIGKILL every descendant of ``pid``; returns how many were signalled."""
-    count = 0
-    for child in descendants(pid):
-        try:
-            os.kill(child, signal.SIGKILL)
-            count += 1
-        except OSError:
-            pass
-    return count
-
-
 def become_subreaper() -> bool:
     """Make orphaned descendants of this process its children (so none escapes it); False if unsupported."""
     try:
