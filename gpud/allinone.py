@@ -210,6 +210,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
 
     from gpud import demo
     from gpud.controller.app import make_app
+    from gpud.controller.keys import CONTROLLER
+    from gpud.controller.node_link import connect_in_process
     from gpud.errors import ConfigError
     from gpud.node.agent import NodeAgent
     from gpud.node.config import read_cluster_key
@@ -230,7 +232,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
                           f"is another gpud running? pick another port with --port") from None
         key = read_cluster_key(config.key_path)
         kind = "fake" if options.fake_gpus is not None else "nvml"
-        agent = NodeAgent(node_config(options, key, kind), backend)
+        # The node reaches the controller in this process through memory, not a loopback WebSocket.
+        agent = NodeAgent(node_config(options, key, kind), backend, connect=connect_in_process(app[CONTROLLER]))
         await agent.start()
         async with demo.Api(options.url, options.admin_token_path) as api:
             await api.wait_node_up(options.node_name, NODE_UP_TIMEOUT_S)

@@ -338,6 +338,8 @@ def test_a_task_recorded_after_a_new_table_adopted_is_adopted_when_its_superviso
         (workdir / "go").write_text("")
         assert run_to_end(later, key).exit_code == 6
         assert later.ack(key) and later.refresh([key]) == [] and later.get(key) is None
+        # The supervisor that ran it is not this table's: the table deletes the directory itself.
+        wait_for(lambda: not os.path.exists(later.layout.task_dir(key)), timeout=5)
         first.launcher.close()
     finally:
         kill_everything(state_dir)
@@ -393,3 +395,49 @@ def test_read_log_shows_only_a_file_the_jobs_user_owns(table, workdir):
     assert shown["data"] == "nobody's output\n"
     unknown = table.read_log({"request": "r3", "path": str(mine), "offset": 0, "user": "no-such-user-here"})
     assert unknown["data"] == ""
+
+
+def test_the_supervisor_deletes_only_the_directories_of_tasks_it_no_longer_supervises(tmp_path):
+    from gpud.node.supervisor import Supervisor
+    supervisor = Supervisor()
+    ended, running_key = TaskKey("60", 0, 0), TaskKey("61", 0, 0)
+    dirs = {key: tmp_path / key.dirname for key in (ended, running_key)}
+    for path in [*dirs.values(), tmp_path / "not-a-task"]:
+        path.mkdir()
+        (path / "state.json").write_text("{}")
+    supervisor.runs[running_key] = object()  # still supervised: its exit is not recorded yet
+    for path in [*dirs.values(), tmp_path / "not-a-task"]:
+        supervisor.forget(str(path))
+    assert not dirs[ended].exists()
+    assert dirs[running_key].is_dir() and (tmp_path / "not-a-task").is_dir()
+
+
+def test_task_changes_noted_together_reach_the_daemon_in_one_poke(tmp_path):
+    import socket as socket_module
+    from gpud.node.agent import _Poke
+    from gpud.node.supervisor import Notifier
+    path = str(tmp_path / "node.sock")
+    with socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_DGRAM) as daemon:
+        daemon.bind(path)
+        daemon.settimeout(5)
+        notify = Notifier()
+        notify.path = path
+        keys = [TaskKey("70", 0, 0), TaskKey("71", 1, 2), TaskKey("70", 0, 0)]
+        for key in keys:
+            notify(key)
+        notify.flush()
+        notify.flush()  # nothing new: no datagram
+        datagram = daemon.recv(65536)
+        daemon.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            daemon.recv(65536)
+
+    class Agent:
+        poked: list = []
+
+        def poke(self, key):
+            self.poked.append(key)
+
+    agent = Agent()
+    _Poke(agent).datagram_received(datagram, None)
+    assert agent.poked == keys[:2]

@@ -129,8 +129,9 @@ def test_a_running_job_survives_a_restart_and_completes(ups, tmp_path):
     submitted = up.gpuctl("submit", "--parsable", "-p", "default", "--gpus", "1", "--",
                           "sh", "-c", "echo begun; sleep 3; echo ended")
     job_id = submitted.stdout.strip()
-    up.wait_state(job_id, "RUNNING")
-    assert list((run_dir / "tasks").iterdir()) and not (up.state_dir / "node" / "tasks").exists()
+    up.wait_state(job_id, "RUNNING")  # from the start order on; the supervisor makes the task's directory next
+    wait_for(lambda: list((run_dir / "tasks").iterdir()), "the task's directory in the run directory")
+    assert not (up.state_dir / "node" / "tasks").exists()
     assert up.stop() == 0
     assert "running jobs keep running" in up.output()
     up.start()

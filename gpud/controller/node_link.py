@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Callable
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
+from gpud.channel import LocalEnd, local_pair, ws_texts
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
+
+if TYPE_CHECKING:
+    from gpud.controller.service import Controller
 
 log = logging.getLogger("gpud.controller")
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -41,28 +48,50 @@ def _tasks(message: dict) -> list[dict]:
 
 async def node_connect(request: web.Request) -> web.WebSocketResponse:
     """One node's connection, for as long as it lasts."""
-    ctrl = request.app[CONTROLLER]
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=30.0)
     await ws.prepare(request)
+    await serve_node(request.app[CONTROLLER], ws, ws_texts(ws), request.remote or "")
+    return ws
+
+
+def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tuple[LocalEnd, AsyncIterator[str]]]]:
+    """How a node agent in the controller's own process (gpud up) connects: an in-memory channel, no key needed.
+
+    Each connection is served by :func:`serve_node` exactly as a WebSocket
+    from another host would be.
+    """
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[LocalEnd, AsyncIterator[str]]]:
+        node_end, controller_end = local_pair()
+        serving = asyncio.create_task(serve_node(ctrl, controller_end, controller_end.texts(), "127.0.0.1"),
+                                      name="gpud-local-node")
+        try:
+            yield node_end, node_end.texts()
+        finally:
+            await node_end.close()
+            await asyncio.gather(serving, return_exceptions=True)
+    return connect
+
+
+async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], peer: str) -> None:
+    """Serve one node's messages from ``texts`` (answers and orders go out on ``channel``) until they end."""
     name: str | None = None
     try:
-        async for msg in ws:
-            if msg.type != WSMsgType.TEXT:
-                continue
+        async for text in texts:
             try:
-                message = json.loads(msg.data)
+                message = json.loads(text)
                 if not isinstance(message, dict):
                     raise ValueError("a message is a JSON object")
                 kind = message.get("type")
                 if kind == "register":
-                    node = node_from_register(message, request.remote or "")
+                    node = node_from_register(message, peer)
                     tasks = _tasks(message)
                     old = ctrl.links.get(node.name)
-                    if old is not None and old is not ws:
+                    if old is not None and old is not channel:
                         await old.close()
                     name = node.name
-                    await ws.send_str(json.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
-                    ctrl.links[name] = ws
+                    await channel.send_str(json.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
+                    ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)
                 elif name is None:
                     raise ValueError("register first")
@@ -80,12 +109,11 @@ async def node_connect(request: web.Request) -> web.WebSocketResponse:
                 else:
                     raise ValueError(f"unknown message type {kind!r}")
             except (ValueError, TypeError, KeyError) as exc:
-                log.warning("node %s: bad message: %s", name or request.remote, exc)
-                await ws.send_str(json.dumps({"type": "error", "error": str(exc)}))
+                log.warning("node %s: bad message: %s", name or peer, exc)
+                await channel.send_str(json.dumps({"type": "error", "error": str(exc)}))
                 continue
             await ctrl.commit()
     finally:
-        if name is not None and ctrl.links.get(name) is ws:
+        if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]
             ctrl.cluster.disconnected(name)
-    return ws

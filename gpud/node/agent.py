@@ -14,7 +14,7 @@ import psutil
 import gpud
 from gpud.gpu import GpuBackend
 from gpud.node.config import NodeConfig
-from gpud.node.link import ControllerLink
+from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
 from gpud.node.slicemgr import SliceManager, thaw_tasks
 from gpud.node.slicerun import UsageMonitor
@@ -33,25 +33,26 @@ class _Poke(asyncio.DatagramProtocol):
         self.agent = agent
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        key = TaskKey.from_dirname(data.decode("utf-8", "replace"))
-        self.agent.poke(key)
+        for name in data.decode("utf-8", "replace").split("\n"):  # the tasks' directory names
+            self.agent.poke(TaskKey.from_dirname(name))
 
 
 class NodeAgent:
     """One node: its GPUs (from ``backend``), its tasks (in ``config.state_dir``) and its link to the controller.
 
     ``await start()`` adopts the tasks a previous daemon left running and
-    connects; ``await stop()`` disconnects and leaves the tasks running, as
+    connects (over a WebSocket to ``config.connect_url``, or through
+    ``connect`` when the controller is in this process); ``await stop()`` disconnects and leaves the tasks running, as
     a daemon restart must.
     """
 
-    def __init__(self, config: NodeConfig, backend: GpuBackend) -> None:
+    def __init__(self, config: NodeConfig, backend: GpuBackend, connect: Connector | None = None) -> None:
         self.config = config
         self.backend = backend
         self.layout = Layout(config.state_dir, config.run_dir)
         self.tasks = TaskTable(self.layout)
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
-                                   reconnect_max_s=config.reconnect_max_s)
+                                   reconnect_max_s=config.reconnect_max_s, connect=connect)
         self._poked = asyncio.Event()
         self._poked_keys: set[TaskKey] | None = set()  # the tasks a poke named; None: look at every task
         self._background: list[asyncio.Task] = []
@@ -59,7 +60,7 @@ class NodeAgent:
         self._register_snapshot: list[TaskState] = []
         self._gpus = backend.gpus()
         self.usage = UsageMonitor(backend)
-        self.slices = SliceManager(self.layout, self.usage, _plugin_manager())
+        self.slices = SliceManager(self.layout, self.usage, _plugin_manager(), known_specs=self.tasks.specs)
         self.memory = MemoryWatch()
 
     # -- lifecycle -------------------------------------------------------

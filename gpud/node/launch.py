@@ -164,7 +164,10 @@ class Launcher:
     def forget(self, key: TaskKey) -> None:
         """Delete a finished task's directory (its output files in the workdir stay)."""
         self._children.pop(key, None)
-        self._handed.pop(key, None)
+        server = self._handed.pop(key, None)
+        if server is not None and server is self._server and server.poll() is None \
+                and self._send({"forget": self.layout.task_dir(key)}):
+            return  # the supervisor that ran it deletes it, off this process
         # Off the event loop: deleting a directory costs more than the rest of an exit report. One
         # deletion job at a time takes every directory doomed so far.
         with self._doomed_lock:

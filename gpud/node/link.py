@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
-from typing import Protocol
+from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol
 
 import aiohttp
+
+from gpud.channel import ws_texts
 
 log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 0.2
 DEFAULT_HEARTBEAT_S = 5.0
+
+# Opens one connection to the controller: the channel to send on and the texts that come in.
+Connector = Callable[[], AsyncContextManager[tuple[Any, AsyncIterator[str]]]]
 
 
 class LinkOwner(Protocol):
@@ -32,17 +38,19 @@ class LinkOwner(Protocol):
 
 
 class ControllerLink:
-    """One WebSocket to ``url``, kept open for as long as :meth:`run` runs."""
+    """One WebSocket to ``url`` (or a channel from ``connect``), kept open for as long as :meth:`run` runs."""
 
-    def __init__(self, url: str, key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0) -> None:
+    def __init__(self, url: str, key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0,
+                 connect: Connector | None = None) -> None:
         self.url = url
+        self.connect = connect
         self.key = key
         self.owner = owner
         self.reconnect_max_s = reconnect_max_s
         self.heartbeat_s = DEFAULT_HEARTBEAT_S
         self.connected = asyncio.Event()
         self.registrations = 0
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._ws: Any = None  # the channel of the current connection
         self._send_lock = asyncio.Lock()
         self._heartbeat_now = asyncio.Event()
 
@@ -65,11 +73,15 @@ class ControllerLink:
     async def run(self) -> None:
         """Connect, serve the connection until it drops, wait with backoff, and again, until cancelled."""
         backoff = FIRST_BACKOFF_S
-        async with aiohttp.ClientSession() as session:
+        async with contextlib.AsyncExitStack() as stack:
+            connect = self.connect
+            if connect is None:
+                connect = self._ws_connector(await stack.enter_async_context(aiohttp.ClientSession()))
             while True:
                 try:
-                    if await self._serve(session):
-                        backoff = FIRST_BACKOFF_S
+                    async with connect() as (channel, texts):
+                        if await self._serve(channel, texts):
+                            backoff = FIRST_BACKOFF_S
                 except aiohttp.WSServerHandshakeError as exc:
                     if exc.status in (401, 403):
                         log.error("the controller at %s refused this node's cluster key (HTTP %s)",
@@ -84,36 +96,38 @@ class ControllerLink:
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, self.reconnect_max_s)
 
-    async def _serve(self, session: aiohttp.ClientSession) -> bool:
+    def _ws_connector(self, session: aiohttp.ClientSession) -> Connector:
+        @contextlib.asynccontextmanager
+        async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
+            headers = {"Authorization": f"Bearer {self.key}"}
+            async with session.ws_connect(self.url, headers=headers, heartbeat=30.0) as ws:
+                yield ws, ws_texts(ws)
+        return connect
+
+    async def _serve(self, channel: Any, texts: AsyncIterator[str]) -> bool:
         """One connection; True when the node was registered on it."""
-        headers = {"Authorization": f"Bearer {self.key}"}
-        async with session.ws_connect(self.url, headers=headers, heartbeat=30.0) as ws:
-            self._ws = ws
-            await ws.send_str(json.dumps(self.owner.register_message()))
-            beating: asyncio.Task | None = None
-            try:
-                async for frame in ws:
-                    if frame.type != aiohttp.WSMsgType.TEXT:
-                        if frame.type == aiohttp.WSMsgType.ERROR:
-                            break
-                        continue
-                    try:
-                        message = json.loads(frame.data)
-                    except ValueError:
-                        log.warning("ignoring a frame from the controller that is not JSON")
-                        continue
-                    if not isinstance(message, dict):
-                        continue
-                    if message.get("type") == "registered":
-                        self._registered(message)
-                        if beating is None:
-                            beating = asyncio.create_task(self._heartbeats())
-                        continue
-                    await self._dispatch(message)
-            finally:
-                if beating is not None:
-                    beating.cancel()
-                    await asyncio.gather(beating, return_exceptions=True)
+        self._ws = channel
+        await channel.send_str(json.dumps(self.owner.register_message()))
+        beating: asyncio.Task | None = None
+        try:
+            async for text in texts:
+                try:
+                    message = json.loads(text)
+                except ValueError:
+                    log.warning("ignoring a frame from the controller that is not JSON")
+                    continue
+                if not isinstance(message, dict):
+                    continue
+                if message.get("type") == "registered":
+                    self._registered(message)
+                    if beating is None:
+                        beating = asyncio.create_task(self._heartbeats())
+                    continue
+                await self._dispatch(message)
+        finally:
+            if beating is not None:
+                beating.cancel()
+                await asyncio.gather(beating, return_exceptions=True)
         log.info("the controller closed the connection")
         return beating is not None
 

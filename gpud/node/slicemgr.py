@@ -38,8 +38,10 @@ def thaw_tasks(layout: Layout, states: Iterable[TaskState]) -> int:
 class SliceManager:
     """Keeps one GpuSlicer per GPU that time-sliced tasks share; ``pm`` answers the plan hook."""
 
-    def __init__(self, layout: Layout, monitor: UsageMonitor | None = None, pm: Any = None) -> None:
+    def __init__(self, layout: Layout, monitor: UsageMonitor | None = None, pm: Any = None,
+                 known_specs: Mapping[Any, TaskSpec] | None = None) -> None:
         self.layout = layout
+        self.known_specs = known_specs if known_specs is not None else {}
         self.monitor = monitor
         self.pm = pm
         self.slicers: dict[int, GpuSlicer] = {}
@@ -47,9 +49,10 @@ class SliceManager:
         self._hook_failed = False
 
     def spec_of(self, state: TaskState) -> TaskSpec | None:
-        """The task's spec, read once per task."""
+        """The task's spec: as started by this daemon (``known_specs``), else read once from its directory."""
         if state.key not in self._specs:
-            self._specs[state.key] = load_spec(self.layout, state)
+            spec = self.known_specs.get(state.key)
+            self._specs[state.key] = spec if spec is not None else load_spec(self.layout, state)
         return self._specs[state.key]
 
     def update(self, states: Sequence[TaskState]) -> None:

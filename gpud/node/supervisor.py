@@ -21,6 +21,7 @@ import json
 import os
 import pwd
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_
 CLEANUP_POLL_S = 0.01  # how often what a finished task left behind is looked for again
 SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the slicer's heartbeat
 IDLE_POLL_S = 1.0
+POKE_NAMES = 1000  # task names per poke datagram: well under the socket's datagram size
 LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
 
 
@@ -295,20 +297,31 @@ class TaskRun:
 
 
 class Notifier:
-    """Pokes the daemon's datagram socket when a task changes state (the daemon may be away: then nothing)."""
+    """Pokes the daemon's datagram socket when tasks change state (the daemon may be away: then nothing).
+
+    Calls only note the task; :meth:`flush` sends the tasks noted since the
+    last flush in one datagram (their directory names, one per line), so a
+    burst of starts and exits wakes the daemon once.
+    """
 
     def __init__(self) -> None:
         self.path: str | None = None
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
+        self._noted: dict[TaskKey, None] = {}
 
     def __call__(self, key: TaskKey) -> None:
-        if not self.path:
-            return
-        try:
-            self._sock.sendto(key.dirname.encode(), self.path)
-        except OSError:
-            pass  # the daemon is away or busy; it reads the state files when it looks
+        if self.path:
+            self._noted[key] = None
+
+    def flush(self) -> None:
+        """Send the tasks noted so far."""
+        names, self._noted = [key.dirname for key in self._noted], {}
+        for first in range(0, len(names), POKE_NAMES):
+            try:
+                self._sock.sendto("\n".join(names[first:first + POKE_NAMES]).encode(), self.path)
+            except OSError:
+                pass  # the daemon is away or busy; it reads the state files when it looks
 
 
 class Supervisor:
@@ -358,6 +371,13 @@ class Supervisor:
             self.runs[run.key] = run
             self.by_pid[run.pid] = run
 
+    def forget(self, task_dir: str) -> None:
+        """Delete the directory of a task that has ended and whose exit the daemon has passed on."""
+        key = TaskKey.from_dirname(os.path.basename(task_dir))
+        if key is None or key in self.runs:
+            return  # not a task directory, or one still supervised (its exit is not recorded yet)
+        shutil.rmtree(task_dir, ignore_errors=True)
+
     # -- the loop ----------------------------------------------------------
 
     def _on_signal(self, signum, frame) -> None:
@@ -383,6 +403,8 @@ class Supervisor:
                     run = self.runs.get(TaskKey.from_dirname(os.path.basename(message["stop"])))
                     if run is not None and run.leader_status is None:
                         run.look_at_stop_request()
+                elif "forget" in message:
+                    self.forget(message["forget"])
                 else:
                     self.add(message["dir"], message["order"])
             except (ValueError, KeyError, TypeError) as exc:
@@ -480,6 +502,7 @@ class Supervisor:
             self.add(task_dir, order, announce=True)
         wake = time.monotonic()
         while self.feed is not None or self.runs:
+            self.notify.flush()
             readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
                                            max(0.0, wake - time.monotonic()))
             if rfd in readable:
@@ -491,6 +514,7 @@ class Supervisor:
             if self.feed is not None and self.feed in readable:
                 self._read_feed()
             wake = self._step(time.monotonic())
+        self.notify.flush()
         # Whatever is left is a stray of a finished task.
         for pid in procs.children(os.getpid()):
             procs.kill_tree(pid)

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from gpud.node import procs
 from gpud.node.freezer import freezer_for
 from gpud.node.launch import Launcher
-from gpud.node.spec import SpecError, TaskKey, expand_path, parse_spec
+from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, parse_spec
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ class TaskTable:
         self._states: dict[TaskKey, TaskState] = {}
         self._reported: dict[TaskKey, dict] = {}
         self._forgotten: dict[TaskKey, None] = {}  # acknowledged lately: never adopted again
+        self.specs: dict[TaskKey, TaskSpec] = {}  # the specs of the tasks this table started, until acknowledged
 
     def adopt(self) -> list[TaskState]:
         """Load the tasks recorded in the state directory (after a daemon restart) and return them."""
@@ -72,6 +73,7 @@ class TaskTable:
         except OSError as exc:
             return self._failed(key, f"cannot launch the supervisor: {exc}")
         self._states[key] = state
+        self.specs[key] = spec
         return state
 
     def _failed(self, key: TaskKey, message: str) -> TaskState:
@@ -99,6 +101,7 @@ class TaskTable:
             return False
         del self._states[key]
         self._reported.pop(key, None)
+        self.specs.pop(key, None)
         self._forgotten[key] = None
         if len(self._forgotten) > FORGOTTEN_KEPT:
             del self._forgotten[next(iter(self._forgotten))]
