@@ -58,8 +58,26 @@ class StartError(Exception):
     """The task could not be started; the message becomes the reason "failed to start: ..."."""
 
 
+USER_CACHE_S = 30.0  # how long a user's identity and groups are reused, as nscd would
+_users: dict[str, tuple[float, RunAs]] = {}
+
+
 def resolve_user(name: str) -> RunAs:
-    """Who a task of user ``name`` runs as: that user when we are root, else the supervisor's own user."""
+    """Who a task of user ``name`` runs as: that user when we are root, else the supervisor's own user.
+
+    An answer is reused for USER_CACHE_S, so a burst of tasks of one user
+    looks the user and their groups up once.
+    """
+    now = time.monotonic()
+    cached = _users.get(name)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    who = _lookup_user(name)
+    _users[name] = (now + USER_CACHE_S, who)
+    return who
+
+
+def _lookup_user(name: str) -> RunAs:
     if os.geteuid() != 0:
         me = pwd.getpwuid(os.geteuid())
         return RunAs(me.pw_name, me.pw_uid, me.pw_gid, tuple(os.getgroups()), me.pw_dir, False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,14 +19,21 @@ def write_json(path: str, data: Any, mode: int = 0o600) -> None:
     """Write ``data`` as JSON to ``path`` atomically (temporary file, then rename).
 
     No fsync: the file must survive the death of a process, which the page
-    cache ensures; after a host crash the tasks are gone with it anyway.
+    cache ensures; after a host crash the tasks are gone with it anyway. The
+    temporary file is named after the writing process and thread, so
+    writers never share one.
     """
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data))  # dumps, unlike dump, encodes in C
-        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+            left = memoryview(json.dumps(data).encode())  # dumps, unlike dump, encodes in C
+            while left:
+                left = left[os.write(fd, left):]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
