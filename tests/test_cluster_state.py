@@ -129,3 +129,12 @@ def test_the_submitted_event_comes_from_the_record_unless_an_older_store_kept_it
         ("submitted", job.submitted, "submitted by u to project a"), ("started", job.submitted + 1, "on n1")]
     stored = Event(job.submitted, "submitted", "submitted by u to project a", job.id)
     assert with_submitted_event(job, [stored, started]) == [stored, started]
+
+
+def test_the_largest_node_follows_registrations_and_gpu_health(cluster):
+    assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (2, 8)
+    cluster.register(NodeRecord("n2", cpus=32, memory_gib=256, gpus=[Gpu(i, f"GPU-2{i}") for i in range(4)]),
+                     tasks=[])
+    assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (4, 32)
+    cluster.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
+    assert cluster.largest_node().max_gpus == 3

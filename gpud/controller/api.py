@@ -18,7 +18,7 @@ from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
-from gpud.submission import Capacity, SubmitError, check_job, is_job_id
+from gpud.submission import SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
 LOG_CHUNK = 256 * 1024
@@ -61,19 +61,9 @@ def owned(principal: Principal, job: Job) -> None:
                             f"your own jobs")
 
 
-def capacity(ctrl: Controller) -> Capacity:
-    """The largest node of the cluster (None everywhere when no node ever registered)."""
-    nodes = list(ctrl.cluster.nodes.values())
-    if not nodes:
-        return Capacity()
-    return Capacity(max_gpus=max(len(n.gpus) for n in nodes),
-                    max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
-                    max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes))
-
-
 async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any]) -> list[str]:
     """Check every job, then accept them all (durably) or none."""
-    cap = capacity(ctrl)
+    cap = ctrl.cluster.largest_node()
     submissions = []
     for index, payload in enumerate(payloads):
         try:

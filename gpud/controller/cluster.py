@@ -23,7 +23,7 @@ from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUN
 from gpud.model import Plan
 from gpud.policy import Policy
 from gpud.store import Event
-from gpud.submission import Submission
+from gpud.submission import Capacity, Submission
 
 log = logging.getLogger("gpud.controller")
 SUBMITTED = "submitted"
@@ -54,6 +54,7 @@ class Cluster(NodeMessages):
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
         self.wake: Callable[[], None] = lambda: None
+        self._largest: Capacity | None = None  # the largest node's resources, until a node changes
 
     # ----------------------------------------------------------------- loading
 
@@ -63,6 +64,7 @@ class Cluster(NodeMessages):
         for node in nodes:
             node.last_seen = now
             self.nodes[node.name] = node
+        self.nodes_changed()
         for job in jobs:
             self._add(job)
             for task, run in enumerate(job.runs):
@@ -74,6 +76,24 @@ class Cluster(NodeMessages):
         self.next_seq = next_seq
         for job in list(self.jobs.values()):
             self._sync_core(job)
+
+    def nodes_changed(self) -> None:
+        """A node was added or its resources changed: the largest node is worked out again when asked."""
+        self._largest = None
+
+    def largest_node(self) -> Capacity:
+        """The largest resources any node has (None everywhere when no node ever registered).
+
+        Worked out once per change of the nodes, not per submit: a cluster
+        of a thousand nodes would otherwise walk them all for every job.
+        """
+        if self._largest is None:
+            nodes = list(self.nodes.values())
+            self._largest = Capacity() if not nodes else Capacity(
+                max_gpus=max(len(n.gpus) for n in nodes),
+                max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
+                max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes))
+        return self._largest
 
     # ------------------------------------------------------------------- jobs
 

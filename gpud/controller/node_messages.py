@@ -34,6 +34,7 @@ class NodeMessages:
         if known is None or known.inventory() != node.inventory():
             self.core.rebuild()
         self.nodes[node.name] = node
+        self.nodes_changed()
         self.connected.add(node.name)
         self._event("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
         self.persist.node(node.name, node.to_json)
@@ -48,6 +49,7 @@ class NodeMessages:
         node.last_seen = self.clock()
         if gpus is not None and gpus != node.gpus:
             node.gpus = gpus
+            self.nodes_changed()
             self.core.rebuild()
             self.persist.node(name, node.to_json)
             self.wake()
