@@ -14,6 +14,7 @@ from gpud.cli.queue_cmd import history_table, queue_table
 WATCH_S = 0.5
 DEMO_PROJECTS = ("alice-lab", "bob-lab")
 DEMO_SLEEP_S = 4
+PLAN_TIMEOUT_S = 10.0  # for the first cycle after the node registered
 UNDECIDED = "waiting for the next scheduling cycle"
 
 
@@ -72,9 +73,19 @@ def demo_jobs(gpus: int, workdir: str) -> list[dict]:
     return alice + bob + [job("bob-lab", "big-sweep", min(big, gpus))]
 
 
+async def _queues(api: Api, timeout: float) -> list[dict]:
+    """The projects' queues, once the first scheduling cycle with the node has listed them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        queues = (await api.call("GET", "projects"))["queues"]
+        if queues or time.monotonic() > deadline:
+            return queues
+        await asyncio.sleep(0.05)
+
+
 async def submit_demo(api: Api, gpus: int, workdir: str, out: TextIO) -> list[str]:
     """Submit the demo jobs in one batch and return their ids; RuntimeError when the policy lacks the demo's projects."""
-    names = {queue["name"] for queue in (await api.call("GET", "projects"))["queues"]}
+    names = {queue["name"] for queue in await _queues(api, PLAN_TIMEOUT_S)}
     missing = [name for name in DEMO_PROJECTS if name not in names]
     if missing:
         raise RuntimeError(f"--demo needs the projects {', '.join(DEMO_PROJECTS)} in the policy; "

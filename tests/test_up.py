@@ -139,6 +139,14 @@ def test_a_running_job_survives_a_restart_and_completes(ups, tmp_path):
     assert (up.workdir / f"gpud-{job_id}.out").read_text() == "begun\nended\n"
 
 
+def test_demo_refuses_a_policy_without_its_projects(ups, tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[projects]]\nname = "vision"\ngpu_quota = 2\n')
+    up = ups("--fake-gpus", "2", "--policy", str(policy), "--demo", "--exit-when-idle").start(wait=False)
+    assert up.popen.wait(60) != 0
+    assert "--demo needs the projects alice-lab, bob-lab" in up.output()
+
+
 def test_demo_runs_to_the_end_and_exits_zero(ups):
     up = ups("--fake-gpus", "4", "--demo", "--exit-when-idle").start(wait=False)
     assert up.popen.wait(90) == 0, up.output()
