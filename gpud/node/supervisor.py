@@ -1,7 +1,10 @@
 """The task supervisor (like slurmstepd): ``python -m gpud.node.supervisor --feed TASKS_DIR``.
 
-Started by the node daemon in a session of its own, it reads start orders on
-its standard input and runs each task as the job's user, enforces time
+Started by the node daemon in a session of its own, it reads orders on its
+standard input, one JSON object per line: ``{"dir", "order"}`` starts a
+task, ``{"stop": dir}`` says its stop file is written, ``{"forget": dir}``
+deletes the directory of a task whose exit the daemon has passed on. It
+runs each task as the job's user, enforces time
 limits, carries out stop requests (the stop signal to the task's process
 group, SIGKILL after the grace period), and records each task's exit in the
 task directory's state file. It does not depend on the daemon staying alive:
