@@ -78,6 +78,10 @@ class NodeAgent:
             log.info("adopted %d task(s) from %s", len(adopted), self.layout.tasks_dir)
             # A previous daemon may have died with some of them frozen; slicing resumes at the next sync.
             thaw_tasks(self.layout, adopted)
+        try:
+            self.tasks.launcher.start_supervisor()
+        except OSError as exc:  # tried again when the first task comes; that task then fails with the reason
+            log.warning("cannot start the task supervisor yet: %s", exc)
         self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
                             asyncio.create_task(self._watch(), name="gpud-node-watch")]
 

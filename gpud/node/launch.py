@@ -80,8 +80,20 @@ class Launcher:
 
     def _hand_over(self, key: TaskKey, task_dir: str, order: dict) -> bool:
         """Send the order to the node-wide supervisor; False when there is none that works."""
-        if not self.node_wide:
+        server = self.start_supervisor()
+        if server is None or not self._send({"dir": task_dir, "order": order}):
             return False
+        self._handed[key] = server
+        return True
+
+    def start_supervisor(self) -> subprocess.Popen | None:
+        """The node-wide supervisor, started now unless it runs (None without ``node_wide``).
+
+        The daemon starts it before the first task comes, so that task does
+        not wait for a Python interpreter to start.
+        """
+        if not self.node_wide:
+            return None
         server = self._server
         if server is None or server.poll() is not None:
             with open(os.path.join(self.layout.run_root, "supervisor.log"), "ab") as log:
@@ -94,10 +106,7 @@ class Launcher:
                 fcntl.fcntl(server.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             except OSError:
                 pass  # the system's default size will do
-        if not self._send({"dir": task_dir, "order": order}):
-            return False
-        self._handed[key] = server
-        return True
+        return server
 
     def _send(self, message: dict) -> bool:
         """Write one line to the node-wide supervisor; False (and the pipe closed) when it cannot be written."""
