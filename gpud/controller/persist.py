@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import time
 from concurrent.futures import Executor
 from typing import Callable
+
+import orjson
 
 from gpud.jobs import Job
 from gpud.store import Event, Store, WriteBatch
 
 
 INLINE_WRITE_S = 0.001
+FLUSH_SOON_S = 0.02  # how long a change nobody waits for may stay in memory only
+log = logging.getLogger("gpud.controller")
 
 
 class StoreError(RuntimeError):
@@ -41,6 +45,7 @@ class Persister:
         self._done = 0
         self.last_write_s = 0.0
         self.batches = 0
+        self._soon: asyncio.TimerHandle | None = None
 
     def job(self, job: Job) -> None:
         """Mark a job as changed (its record is read at the next batch)."""
@@ -77,6 +82,26 @@ class Persister:
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_batches())
         await future
+
+    def flush_soon(self) -> None:
+        """Make the changes marked so far durable within FLUSH_SOON_S, or with an earlier flush.
+
+        For changes nobody waits for (a task the node says has started), so
+        they share the next transaction instead of paying one of their own.
+        """
+        if self._soon is None:
+            self._soon = asyncio.get_running_loop().call_later(FLUSH_SOON_S, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._soon = None
+        if self._dirty():
+            asyncio.ensure_future(self._flush_quietly())
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except StoreError as exc:  # nobody waits for these changes; the next flush that is waited for fails too
+            log.error("%s", exc)
 
     def _dirty(self) -> bool:
         return bool(self._jobs or self._nodes or self._events or self._tokens or self._meta)
@@ -122,7 +147,7 @@ class Persister:
         batch = WriteBatch()
         for job in self._jobs.values():
             batch.jobs.append((job.id, job.seq, job.state, job.user, job.project, job.submitted, job.ended,
-                               json.dumps(job.to_record(), separators=(",", ":"))))
+                               orjson.dumps(job.to_record()).decode()))
         batch.nodes = [(name, to_json()) for name, to_json in self._nodes.items()]
         batch.events, batch.tokens, batch.meta = self._events, self._tokens, self._meta
         self._jobs, self._nodes, self._events, self._tokens, self._meta = {}, {}, [], [], {}

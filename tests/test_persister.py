@@ -1,0 +1,37 @@
+"""The persister against a real SQLite file: what is waited for is durable at once, what is not, soon after."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+
+from gpud.controller.persist import FLUSH_SOON_S, Persister
+from gpud.jobs import Job
+from gpud.store.sqlite import SQLiteStore
+
+
+def stored_state(path: str, job_id: str) -> str | None:
+    """The job's state as another process reading the file would see it."""
+    with sqlite3.connect(path) as db:
+        row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row[0] if row else None
+
+
+async def test_a_flushed_change_is_in_the_file_and_one_flushed_soon_follows_within_moments(tmp_path):
+    store = SQLiteStore(tmp_path)
+    with ThreadPoolExecutor(1) as executor:
+        persist = Persister(store, executor)
+        job = Job(id="7", user="u", project="p", workdir="/tmp", command=["true"])
+        persist.job(job)
+        await persist.flush()
+        assert stored_state(store.path, "7") == "PENDING"
+        job.state = "RUNNING"
+        persist.job(job)
+        persist.flush_soon()
+        persist.flush_soon()  # one flush for both
+        assert stored_state(store.path, "7") == "PENDING"
+        await asyncio.sleep(FLUSH_SOON_S * 5)
+        assert stored_state(store.path, "7") == "RUNNING"
+        assert persist.batches == 2
+        store.close()
