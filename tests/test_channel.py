@@ -1,4 +1,4 @@
-"""The in-memory channel gpud up joins its node and controller with: order, closing, and a full job through it."""
+"""The in-memory channel gpud up joins its node and controller with: order, closing, and recovery from a failure."""
 
 from __future__ import annotations
 
@@ -33,3 +33,50 @@ async def test_sending_on_a_closed_channel_is_a_connection_error():
         await controller.send_str("start")
     with pytest.raises(ConnectionError):
         await node.send_str("task")
+
+
+async def test_the_in_process_node_registers_again_when_serving_it_failed(tmp_path, monkeypatch):
+    from aiohttp import web
+
+    from gpud.controller.app import make_app
+    from gpud.controller.config import ControllerConfig
+    from gpud.controller.keys import CONTROLLER
+    from gpud.controller.node_link import connect_in_process
+    from gpud.gpu.fake import FakeBackend
+    from gpud.node.agent import NodeAgent
+    from gpud.node.config import NodeConfig
+    from node_helpers import kill_everything
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[projects]]\nname = "default"\ngpu_quota = 1\n')
+    app = make_app(ControllerConfig(state_dir=str(tmp_path / "controller"), policy=str(policy), heartbeat_s=0.1))
+    runner = web.AppRunner(app)
+    await runner.setup()  # the controller's loops run; it listens on no port
+    ctrl = app[CONTROLLER]
+    node_dir = tmp_path / "node"
+    agent = NodeAgent(NodeConfig(state_dir=str(node_dir), name="n1", gpu_backend="fake", fake_gpus=1,
+                                 reconnect_max_s=0.2), FakeBackend("n1", 1, str(node_dir)),
+                      connect=connect_in_process(ctrl))
+    try:
+        await agent.start()
+        await _until(lambda: agent.link.registrations == 1 and "n1" in ctrl.links)
+        real_heartbeat = ctrl.cluster.heartbeat
+
+        def failing_once(*args, **kwargs):
+            monkeypatch.setattr(ctrl.cluster, "heartbeat", real_heartbeat)
+            raise RuntimeError("a bug in the controller")
+
+        monkeypatch.setattr(ctrl.cluster, "heartbeat", failing_once)
+        await _until(lambda: agent.link.registrations == 2 and "n1" in ctrl.links)
+        assert ctrl.cluster.nodes["n1"].state == "up"
+    finally:
+        await agent.stop()
+        await runner.cleanup()
+        kill_everything(str(node_dir))
+
+
+async def _until(check, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)

@@ -60,11 +60,18 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
     Each connection is served by :func:`serve_node` exactly as a WebSocket
     from another host would be.
     """
+    async def serve(channel: LocalEnd) -> None:
+        try:
+            await serve_node(ctrl, channel, channel.texts(), "127.0.0.1")
+        except Exception:  # as a WebSocket handler's failure would, it ends the connection; the node reconnects
+            log.exception("serving the node failed; closing its connection")
+        finally:
+            await channel.close()
+
     @contextlib.asynccontextmanager
     async def connect() -> AsyncIterator[tuple[LocalEnd, AsyncIterator[str]]]:
         node_end, controller_end = local_pair()
-        serving = asyncio.create_task(serve_node(ctrl, controller_end, controller_end.texts(), "127.0.0.1"),
-                                      name="gpud-local-node")
+        serving = asyncio.create_task(serve(controller_end), name="gpud-local-node")
         try:
             yield node_end, node_end.texts()
         finally:
