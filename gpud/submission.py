@@ -262,6 +262,18 @@ def _relative_path(r: _Reader, key: str) -> str | None:
     return path
 
 
+def _check_text(key: str, *texts: str) -> None:
+    """400 naming ``key`` when a text holds a lone surrogate (JSON's "\\ud800"): no argv, variable or file
+    name can carry one, and the store writes only valid UTF-8."""
+    for text in texts:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SubmitError(f"{key} must be valid Unicode text (it holds a lone surrogate)", key,
+                                  status=400) from None
+
+
 class _Reader:
     """Typed reads of a payload's fields; a wrong type is a 400 naming the field."""
 
@@ -281,6 +293,7 @@ class _Reader:
             raise SubmitError(f"{key} must be a string", key, status=400)
         if len(value) > limit or "\0" in value:
             raise SubmitError(f"{key} is longer than {limit} characters or holds a NUL byte", key)
+        _check_text(key, value)
         return value
 
     def strings(self, key: str, default: Any = ()) -> Any:
@@ -291,6 +304,7 @@ class _Reader:
             raise SubmitError(f"{key} must be a list of strings", key, status=400)
         if sum(len(item) for item in value) > MAX_STRING or any("\0" in item for item in value):
             raise SubmitError(f"{key} is longer than {MAX_STRING} characters or holds a NUL byte", key)
+        _check_text(key, *value)
         return list(value)
 
     def labels(self, key: str) -> dict[str, str]:
@@ -301,6 +315,7 @@ class _Reader:
             raise SubmitError(f"{key} must be an object of strings", key, status=400)
         if sum(len(k) + len(v) for k, v in value.items()) > MAX_STRING:
             raise SubmitError(f"{key} is larger than {MAX_STRING} characters", key)
+        _check_text(key, *value, *value.values())
         return dict(value)
 
     def boolean(self, key: str, default: bool) -> bool:

@@ -298,6 +298,21 @@ def test_unknown_things_are_json_errors(cluster, method, path, status):
     assert isinstance(body, dict) and body["error"], body
 
 
+@pytest.mark.parametrize("change, field", [
+    ({"env": {"A": "\ud800"}}, "env"),
+    ({"command": ["echo", "\udc80"]}, "command"),
+    ({"name": "\ud83d"}, "name"),
+])
+def test_a_lone_surrogate_is_400_naming_the_field_and_the_next_job_is_stored(cluster, change, field):
+    raw = json.dumps({"project": "alpha", "workdir": str(cluster.workdir), "command": ["true"], "hold": True,
+                      **change}).encode()  # JSON escapes such as "\ud800", as a client may send them
+    status, body = cluster.api("POST", "/api/v1/jobs", raw=raw)
+    assert status == 400 and body["field"] == field and "surrogate" in body["error"], body
+    job_id = submit(cluster, command=["true"], hold=True)
+    assert cluster.job(job_id)["state"] == "PENDING"
+    cluster.api("POST", f"/api/v1/jobs/{job_id}/cancel")
+
+
 def test_bad_input_lost_nothing(cluster):
     assert cluster.controller.alive()
     assert cluster.job(cluster.sentinel)["state"] == "PENDING"

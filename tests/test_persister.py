@@ -35,3 +35,16 @@ async def test_a_flushed_change_is_in_the_file_and_one_flushed_soon_follows_with
         assert stored_state(store.path, "7") == "RUNNING"
         assert persist.batches == 2
         store.close()
+
+
+async def test_a_record_orjson_refuses_is_still_written_and_read_back(tmp_path):
+    from gpud.controller.persist import decode_record, encode_record
+    store = SQLiteStore(tmp_path)
+    with ThreadPoolExecutor(1) as executor:
+        persist = Persister(store, executor)
+        odd = Job(id="8", user="u", project="p", workdir="/tmp", command=["true"], env={"A": "\ud800"})
+        persist.job(odd)
+        await persist.flush()  # the store keeps writing: this record does not stop it
+        assert decode_record(store.job("8"))["env"] == {"A": "\ud800"}
+        assert decode_record(encode_record({"name": "ok"})) == {"name": "ok"}
+        store.close()

@@ -12,13 +12,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
 
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.nodes import NodeRecord
-from gpud.controller.persist import Persister
+from gpud.controller.persist import Persister, decode_record
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.metrics import Histogram
@@ -90,7 +89,7 @@ class Controller:
             self.persist.token(digest(token), user, True, time.time())
             self.auth.add(digest(token), user, True)
             log.info("wrote the admin token (user %s) to %s", user, self.config.admin_token_path)
-        jobs = [Job.from_record(orjson.loads(record)) for record in loaded.jobs]
+        jobs = [Job.from_record(decode_record(record)) for record in loaded.jobs]
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
