@@ -1,10 +1,15 @@
-"""The persister against a real SQLite file: what is waited for is durable at once, what is not, soon after."""
+"""The persister against a real SQLite file (durable at once when waited for, soon after when not), and its JSON text."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gpud import jsontext
 
 from gpud.controller.persist import FLUSH_SOON_S, Persister
 from gpud.jobs import Job
@@ -38,13 +43,19 @@ async def test_a_flushed_change_is_in_the_file_and_one_flushed_soon_follows_with
 
 
 async def test_a_record_orjson_refuses_is_still_written_and_read_back(tmp_path):
-    from gpud.controller.persist import decode_record, encode_record
     store = SQLiteStore(tmp_path)
     with ThreadPoolExecutor(1) as executor:
         persist = Persister(store, executor)
         odd = Job(id="8", user="u", project="p", workdir="/tmp", command=["true"], env={"A": "\ud800"})
         persist.job(odd)
         await persist.flush()  # the store keeps writing: this record does not stop it
-        assert decode_record(store.job("8"))["env"] == {"A": "\ud800"}
-        assert decode_record(encode_record({"name": "ok"})) == {"name": "ok"}
+        assert jsontext.loads(store.job("8"))["env"] == {"A": "\ud800"}
         store.close()
+
+
+def test_json_text_takes_whatever_the_json_module_takes():
+    for value in ({"name": "ok", "n": 1, "x": 1.5, "none": None}, {"big": 2 ** 70}, {"odd": "\udc80"}, {1: "key"}):
+        assert json.loads(jsontext.dumps(value)) == json.loads(json.dumps(value))
+        assert jsontext.loads(json.dumps(value)) == json.loads(json.dumps(value))
+    with pytest.raises(ValueError):
+        jsontext.loads("{not json")

@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gpud import jsontext
 from gpud.controller.auth import Principal, digest, new_token
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
-from gpud.controller.persist import decode_record
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view
 from gpud.controller.why import explain
@@ -125,7 +125,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(ctrl.store_executor, lambda: ctrl.store.history(
             since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000))
-        for job in (Job.from_record(decode_record(r)) for r in records):
+        for job in (Job.from_record(jsontext.loads(r)) for r in records):
             if job.state in states:
                 jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now,
                                      ctrl.cluster.policy.time_slicing))
@@ -194,7 +194,7 @@ async def history(request: web.Request) -> web.Response:
     now = time.time()
     jobs = [job_view(job, job.reason, ctrl.cluster.nodes, now,
                      ctrl.cluster.policy.time_slicing)
-            for job in (Job.from_record(decode_record(r)) for r in records)]
+            for job in (Job.from_record(jsontext.loads(r)) for r in records)]
     return ok({"jobs": jobs})
 
 
@@ -360,7 +360,7 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
     record = await _stored(ctrl, job_id)
     if record is None:
         raise ApiError(404, f"no job {job_id}")
-    return Job.from_record(decode_record(record))
+    return Job.from_record(jsontext.loads(record))
 
 
 async def _stored(ctrl: Controller, job_id: str) -> str | None:

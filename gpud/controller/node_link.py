@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Callable
 
 from aiohttp import web
 
+from gpud import jsontext
 from gpud.channel import LocalEnd, local_pair, ws_texts
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
@@ -86,7 +86,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
     try:
         async for text in texts:
             try:
-                message = json.loads(text)
+                message = jsontext.loads(text)
                 if not isinstance(message, dict):
                     raise ValueError("a message is a JSON object")
                 kind = message.get("type")
@@ -97,7 +97,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     if old is not None and old is not channel:
                         await old.close()
                     name = node.name
-                    await channel.send_str(json.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
+                    await channel.send_str(jsontext.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)
                 elif name is None:
@@ -122,7 +122,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     raise ValueError(f"unknown message type {kind!r}")
             except (ValueError, TypeError, KeyError) as exc:
                 log.warning("node %s: bad message: %s", name or peer, exc)
-                await channel.send_str(json.dumps({"type": "error", "error": str(exc)}))
+                await channel.send_str(jsontext.dumps({"type": "error", "error": str(exc)}))
                 continue
             await ctrl.commit()
     finally:

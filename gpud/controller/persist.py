@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from concurrent.futures import Executor
 from typing import Callable
 
-import orjson
-
+from gpud import jsontext
 from gpud.jobs import Job
 from gpud.store import Event, Store, WriteBatch
 
@@ -18,23 +16,6 @@ from gpud.store import Event, Store, WriteBatch
 INLINE_WRITE_S = 0.001
 FLUSH_SOON_S = 0.02  # how long a change nobody waits for may stay in memory only
 log = logging.getLogger("gpud.controller")
-
-
-def encode_record(record: dict) -> str:
-    """A job's record as JSON text: by orjson, ten times faster than json, or by json for what orjson
-    refuses (a lone surrogate in a string), so no record can stop the store's writes."""
-    try:
-        return orjson.dumps(record).decode()
-    except TypeError:
-        return json.dumps(record, separators=(",", ":"))
-
-
-def decode_record(text: str) -> dict:
-    """A job's record back from its JSON text (json reads what orjson refuses, as encode_record writes it)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 class StoreError(RuntimeError):
@@ -165,7 +146,7 @@ class Persister:
         batch = WriteBatch()
         for job in self._jobs.values():
             batch.jobs.append((job.id, job.seq, job.state, job.user, job.project, job.submitted, job.ended,
-                               encode_record(job.to_record())))
+                               jsontext.dumps(job.to_record())))
         batch.nodes = [(name, to_json()) for name, to_json in self._nodes.items()]
         batch.events, batch.tokens, batch.meta = self._events, self._tokens, self._meta
         self._jobs, self._nodes, self._events, self._tokens, self._meta = {}, {}, [], [], {}

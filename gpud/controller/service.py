@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import logging
 import os
 import sys
@@ -12,12 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-
+from gpud import jsontext
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.nodes import NodeRecord
-from gpud.controller.persist import Persister, decode_record
+from gpud.controller.persist import Persister
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.metrics import Histogram
@@ -89,7 +88,7 @@ class Controller:
             self.persist.token(digest(token), user, True, time.time())
             self.auth.add(digest(token), user, True)
             log.info("wrote the admin token (user %s) to %s", user, self.config.admin_token_path)
-        jobs = [Job.from_record(decode_record(record)) for record in loaded.jobs]
+        jobs = [Job.from_record(jsontext.loads(record)) for record in loaded.jobs]
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
@@ -117,7 +116,7 @@ class Controller:
                 continue
             try:
                 for message in messages:
-                    await link.send_str(json.dumps(message))
+                    await link.send_str(jsontext.dumps(message))
             except (ConnectionError, RuntimeError) as exc:
                 log.warning("could not send orders to node %s: %s", node, exc)
 
@@ -203,7 +202,7 @@ class Controller:
         future = asyncio.get_running_loop().create_future()
         self.log_requests[request] = future
         try:
-            await link.send_str(json.dumps({"type": "read_log", "request": request, "job": job, "task": task,
+            await link.send_str(jsontext.dumps({"type": "read_log", "request": request, "job": job, "task": task,
                                             "path": path, "offset": offset, "limit": limit, "user": user}))
             return await asyncio.wait_for(future, 10.0)
         finally:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol
 
 import aiohttp
 
+from gpud import jsontext
 from gpud.channel import ws_texts
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class ControllerLink:
             return False
         try:
             async with self._send_lock:
-                await ws.send_str(json.dumps(message))
+                await ws.send_str(jsontext.dumps(message))
         except (ConnectionError, aiohttp.ClientError, RuntimeError):
             return False
         return True
@@ -107,12 +107,12 @@ class ControllerLink:
     async def _serve(self, channel: Any, texts: AsyncIterator[str]) -> bool:
         """One connection; True when the node was registered on it."""
         self._ws = channel
-        await channel.send_str(json.dumps(self.owner.register_message()))
+        await channel.send_str(jsontext.dumps(self.owner.register_message()))
         beating: asyncio.Task | None = None
         try:
             async for text in texts:
                 try:
-                    message = json.loads(text)
+                    message = jsontext.loads(text)
                 except ValueError:
                     log.warning("ignoring a frame from the controller that is not JSON")
                     continue
