@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -14,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import gpud
+from gpud import jsontext
 from gpud.node import procs
 from gpud.node.freezer import FREEZER_ENV
 from gpud.node.spec import TaskKey, TaskSpec
@@ -110,7 +110,7 @@ class Launcher:
 
     def _send(self, message: dict) -> bool:
         """Write one line to the node-wide supervisor; False (and the pipe closed) when it cannot be written."""
-        line = json.dumps(message, separators=(",", ":")) + "\n"
+        line = jsontext.dumps(message) + "\n"
         try:
             self._server.stdin.write(line.encode("utf-8", "surrogateescape"))
             self._server.stdin.flush()

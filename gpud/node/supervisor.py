@@ -19,7 +19,6 @@ one task whose order is in TASK_DIR.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import select
@@ -33,6 +32,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from gpud import jsontext
 from gpud.node import failsafe, freezer, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
@@ -384,7 +384,7 @@ class Supervisor:
         if self.feed is not None:
             # Written in place: it is written once, before the state file that tells anyone to read it.
             with open(os.path.join(task_dir, ORDER_FILE), "w", encoding="utf-8") as f:
-                f.write(json.dumps(order))
+                f.write(jsontext.dumps(order))
         if announce:
             write_state(task_dir, run.state)
         if run.begin():
@@ -418,7 +418,7 @@ class Supervisor:
         *lines, self._buffer = (self._buffer + data).split(b"\n")
         for line in lines:
             try:
-                message = json.loads(line)
+                message = jsontext.loads(line)
                 if "stop" in message:
                     run = self.runs.get(TaskKey.from_dirname(os.path.basename(message["stop"])))
                     if run is not None and run.leader_status is None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpud import jsontext
 from gpud.node.spec import TaskKey
 
 STARTING, RUNNING, EXITED = "starting", "running", "exited"
@@ -29,7 +29,7 @@ def write_json(path: str, data: Any, mode: int = 0o600) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
             os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-            left = memoryview(json.dumps(data).encode())  # dumps, unlike dump, encodes in C
+            left = memoryview(jsontext.dumps(data).encode())
             while left:
                 left = left[os.write(fd, left):]
         finally:
@@ -46,8 +46,8 @@ def write_json(path: str, data: Any, mode: int = 0o600) -> None:
 def read_json(path: str) -> Any:
     """The JSON in ``path``, or None when the file is missing or not valid JSON."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            return jsontext.loads(f.read())
     except (OSError, ValueError):
         return None
 
