@@ -1,4 +1,4 @@
-"""The persister against a real SQLite file (durable at once when waited for, soon after when not), and its JSON text."""
+"""The persister on a real SQLite file (durable at once when waited for, soon after when not); its JSON text."""
 
 from __future__ import annotations
 

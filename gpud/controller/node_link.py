@@ -97,7 +97,8 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     if old is not None and old is not channel:
                         await old.close()
                     name = node.name
-                    await channel.send_str(jsontext.dumps({"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}))
+                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}
+                    await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)
                 elif name is None:

@@ -6,10 +6,11 @@ task, ``{"stop": dir}`` says its stop file is written, ``{"forget": dir}``
 deletes the directory of a task whose exit the daemon has passed on. It runs
 each task as the job's user, enforces time limits, carries out stop requests
 (the stop signal to the task's process group, SIGKILL after the grace
-period), and records each task's exit in the task directory's state file. It does not depend on the daemon staying alive:
-when the daemon goes away the supervisor keeps its tasks to their end, and a
-restarted daemon reads the state files, finds each task running or finished,
-and starts a supervisor of its own for new tasks.
+period), and records each task's exit in the task directory's state file.
+It does not depend on the daemon staying alive: when the daemon goes away
+the supervisor keeps its tasks to their end, and a restarted daemon reads
+the state files, finds each task running or finished, and starts a
+supervisor of its own for new tasks.
 
 One supervisor serves every task a daemon starts: it spawns each task
 directly, about a millisecond of CPU, where a Python process per task cost
