@@ -42,8 +42,8 @@ class NodeAgent:
 
     ``await start()`` adopts the tasks a previous daemon left running and
     connects (over a WebSocket to ``config.connect_url``, or through
-    ``connect`` when the controller is in this process); ``await stop()`` disconnects and leaves the tasks running, as
-    a daemon restart must.
+    ``connect`` when the controller is in this process); ``await stop()``
+    disconnects and leaves the tasks running, as a daemon restart must.
     """
 
     def __init__(self, config: NodeConfig, backend: GpuBackend, connect: Connector | None = None) -> None:
