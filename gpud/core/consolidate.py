@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpud.core.allocate import needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
@@ -31,7 +31,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
 
     def hopeless(job: JobSpec) -> bool:
         return (attempts[0] >= MAX_JOBS_PER_CYCLE
-                or failed.find(job, max(needed_tasks(state, job)[1], 1)) is not None)
+                or failed.find(job, gang_tasks(state, job)) is not None)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)

@@ -80,7 +80,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
         group = cursor.heap[0][2]
         job = group.jobs[cursor.at[group]]
-        need = state.need(job, len(state.pending_tasks(job.id)))
+        need = state.need(job, state.pending_count(job.id))
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
@@ -88,11 +88,21 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                                                          if q in backlog.by_queue}
     for queue, groups in chosen.items():
         cursor = _QueueCursor(queue)
+        at = cursor.at
+        entries = cursor.heap
         for group in groups.values():
-            cursor.at[group] = 0
-            if admit is None or (group.jobs and admit(group.jobs[0])):
-                push_group(cursor, group)
-        if cursor.heap:
+            jobs = group.jobs
+            if admit is not None and not (jobs and admit(jobs[0])):
+                at[group] = 0
+                continue
+            i, n = 0, len(jobs)
+            while i < n and None not in placements[jobs[i].id]:
+                i += 1
+            at[group] = i
+            if i < n:
+                entries.append((group.keys[i], next(tiebreak), group))
+        if entries:
+            heapq.heapify(entries)
             cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
     for project, cursor in cursors.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
-from gpud.core.allocate import needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Lazy, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
@@ -28,7 +28,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
     def hopeless(job: JobSpec) -> bool:
         queue = state.queue_of(job)
-        tasks = max(needed_tasks(state, job)[1], 1)
+        tasks = gang_tasks(state, job)
         shapes = failed.get(queue)
         if shapes is not None and shapes.find(job, tasks, (-job.priority,)) is not None:
             return True
@@ -45,7 +45,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))
-        candidates = Lazy(v for v in lists.of_queue(queue) if v.job.priority < job.priority)
+        candidates = Lazy(lists.of_queue(queue, below=job.priority))
         if next(iter(candidates), None) is None:
             shapes.add(job, tasks, "", extra=(-job.priority,))
             return hopeless

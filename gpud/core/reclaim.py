@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
@@ -47,7 +47,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
 
     def hopeless(job: JobSpec) -> bool:
         shapes = failed.get(state.queue_of(job))
-        return shapes is not None and shapes.find(job, max(needed_tasks(state, job)[1], 1)) is not None
+        return shapes is not None and shapes.find(job, gang_tasks(state, job)) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)

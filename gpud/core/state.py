@@ -214,6 +214,10 @@ class ClusterState:
         """Indices of the job's tasks that wait for a placement."""
         return [i for i, p in enumerate(self.placements[job_id]) if p is None]
 
+    def pending_count(self, job_id: str) -> int:
+        """How many of the job's tasks wait for a placement."""
+        return self.placements[job_id].count(None)
+
     def victims(self, queue: QueueState) -> list[Victim]:
         """The running jobs of one queue, as eviction candidates."""
         return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id), self.now)
