@@ -74,8 +74,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
     reasons = state.reasons
     fragmented = state.fragmented
 
-    def skip_same(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
+    def skip_same(job: JobSpec, queue: QueueState) -> bool:
         tasks = gang_tasks(state, job)
         found = blocks.find(job, queue, tasks)
         if found is None:

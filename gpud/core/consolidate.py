@@ -10,6 +10,7 @@ from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, JobSpec
 
@@ -29,7 +30,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     failed = FailedShapes(state)
     attempts = [0]
 
-    def hopeless(job: JobSpec) -> bool:
+    def hopeless(job: JobSpec, queue: QueueState | None = None) -> bool:
         return (attempts[0] >= MAX_JOBS_PER_CYCLE
                 or failed.find(job, gang_tasks(state, job)) is not None)
 

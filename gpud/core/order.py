@@ -13,7 +13,7 @@ from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
-Skip = Callable[[JobSpec], bool]
+Skip = Callable[[JobSpec, QueueState], bool]
 
 
 class _QueueCursor:
@@ -36,7 +36,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
     is recomputed after each of its jobs. ``visit`` may return a predicate:
-    from then on, a group of that queue whose next job it holds for is
+    from then on, a group of that queue whose next job it holds for (given with its queue) is
     passed over whole (the predicate records why that job waits, and with
     ``record_reasons`` the group keeps the reason for all its jobs). A group
     whose first job ``admit`` refuses is not visited at all, nor are queues
@@ -46,6 +46,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count()
     placements = state.placements
+    reasons = state.reasons
     cycle = state.cycle
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
@@ -62,20 +63,29 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     def clean(cursor: _QueueCursor) -> None:
         """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
-        heap, skip = cursor.heap, cursor.skip
+        heap, skip, at, queue = cursor.heap, cursor.skip, cursor.at, cursor.queue
+        heappop = heapq.heappop
         while heap:
-            group = heap[0][2]
-            first = head(cursor, group)
-            if first is not None and (skip is None or not skip(first)):
-                current = group.keys[cursor.at[group]]
-                if current != heap[0][0]:
+            top = heap[0]
+            group = top[2]
+            i, jobs = at[group], group.jobs
+            n = len(jobs)
+            while i < n and None not in placements[jobs[i].id]:
+                i += 1
+            at[group] = i
+            first = jobs[i] if i < n else None
+            if first is not None and (skip is None or not skip(first, queue)):
+                current = group.keys[i]
+                if current != top[0]:
                     heapq.heapreplace(heap, (current, next(tiebreak), group))
                     continue
                 return
-            heapq.heappop(heap)
-            if first is not None and record_reasons and first.id in state.reasons:
-                group.reason = state.reasons[first.id]
-                group.reason_cycle = cycle
+            heappop(heap)
+            if first is not None and record_reasons:
+                reason = reasons.get(first.id)
+                if reason is not None:
+                    group.reason = reason
+                    group.reason_cycle = cycle
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
         group = cursor.heap[0][2]

@@ -26,8 +26,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     failed: dict[QueueState, FailedShapes] = {}
     over_quota: dict[QueueState, FailedShapes] = {}
 
-    def hopeless(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
+    def hopeless(job: JobSpec, queue: QueueState) -> bool:
         tasks = gang_tasks(state, job)
         shapes = failed.get(queue)
         if shapes is not None and shapes.find(job, tasks, (-job.priority,)) is not None:
@@ -39,9 +38,9 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
-        if hopeless(job):
-            return hopeless
         queue = state.queue_of(job)
+        if hopeless(job, queue):
+            return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))

@@ -45,17 +45,17 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if queue.kind == "project":
             by_pool.setdefault(queue.pool, []).append(queue)
 
-    def hopeless(job: JobSpec) -> bool:
-        shapes = failed.get(state.queue_of(job))
+    def hopeless(job: JobSpec, queue: QueueState) -> bool:
+        shapes = failed.get(queue)
         return shapes is not None and shapes.find(job, gang_tasks(state, job)) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
-        if hopeless(job):
-            return hopeless
         queue = state.queue_of(job)
+        if hopeless(job, queue):
+            return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))

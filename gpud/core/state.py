@@ -11,6 +11,7 @@ from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
+from gpud.core.shapes import ShapeIndex
 from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
 from gpud.policy import Policy
 
@@ -69,6 +70,7 @@ class ClusterState:
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
+        self.shapes = ShapeIndex(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
@@ -119,6 +121,7 @@ class ClusterState:
                 self._unbind(job, task)
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job_id)
+        self.shapes.forget(job_id)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
