@@ -76,11 +76,17 @@ class Backlog:
 
     def extend(self, entries: list[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
-        touched: set[Group] = set()
-        key_of, group_of, job_key = self._key_of, self.group_of, self._job_key
+        touched: dict[Group, None] = {}
+        key_of, group_of, job_key, alone = self._key_of, self.group_of, self._job_key, self._alone
+        by_queue = self.by_queue
+        last_queue, groups = None, {}
         for job, queue, partly_running in entries:
-            shape = shape_of(job, partly_running, self._alone)
-            groups = self.by_queue.setdefault(queue, {})
+            shape = shape_of(job, partly_running, alone)
+            if queue is not last_queue:
+                groups = by_queue.get(queue)
+                if groups is None:
+                    groups = by_queue[queue] = {}
+                last_queue = queue
             group = groups.get(shape)
             if group is None:
                 group = groups[shape] = Group(queue, shape)
@@ -88,11 +94,13 @@ class Backlog:
             group.keys.append(key)
             group.jobs.append(job)
             group_of[job.id] = group
-            touched.add(group)
+            touched[group] = None
         for group in touched:
-            order = sorted(range(len(group.jobs)), key=group.keys.__getitem__)
-            group.keys = [group.keys[i] for i in order]
-            group.jobs = [group.jobs[i] for i in order]
+            keys = group.keys
+            if len(keys) > 1:
+                order = sorted(range(len(keys)), key=keys.__getitem__)
+                group.keys = [keys[i] for i in order]
+                group.jobs = [group.jobs[i] for i in order]
 
     def remove(self, job_id: str) -> None:
         """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""

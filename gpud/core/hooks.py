@@ -20,6 +20,14 @@ def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
     if len(impls) == 1:
         function = impls[0].function
         names = tuple(impls[0].argnames)
+        if len(names) == 1:
+            name = names[0]
+
+            def call_one(**kwargs: Any) -> Any:
+                result = function(kwargs[name])
+                return caller(**kwargs) if result is None else result
+
+            return call_one
 
         def call(**kwargs: Any) -> Any:
             result = function(*[kwargs[name] for name in names])

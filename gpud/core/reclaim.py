@@ -73,26 +73,36 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue)
 
-        def rule_for(victim_queue: QueueState) -> str | None:
-            why = []
+        def levels(victim_queue: QueueState) -> list[tuple[QueueState, bool]] | None:
+            """The victim side's queues compared, each with whether it is over its fair share (else over
+            its quota); None when the job may not take from ``victim_queue``."""
+            found = []
             for mine, theirs in _level_pair(queue, victim_queue):
                 if not mine.fits_fair_share(need):
                     return None
                 if not theirs.implicit and not theirs.over(theirs.quota_bound, held):
                     return None
                 if theirs.over(theirs.fair_share, held):
-                    why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.fair_share)} "
-                               f"GPUs over fair share")
+                    found.append((theirs, True))
                 elif not theirs.implicit and mine.fits_quota(need):
-                    why.append(f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.quota)} GPUs over quota")
+                    found.append((theirs, False))
                 else:
                     return None
+            return found
+
+        def rule_for(victim_queue: QueueState) -> str | None:
+            found = levels(victim_queue)
+            if found is None:
+                return None
+            why = [f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.fair_share)} GPUs over fair share"
+                   if over_fair else f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.quota)} GPUs over quota"
+                   for theirs, over_fair in found]
             after = Resources(queue.alloc_gpu + need.gpu)
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
                     f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
 
-        candidates = itertools.chain(lists.of_queues(q for q in over_share if rule_for(q)),
-                                     lists.of_queues(q for q in over_quota if rule_for(q)))
+        candidates = itertools.chain(lists.of_queues(q for q in over_share if levels(q) is not None),
+                                     lists.of_queues(q for q in over_quota if levels(q) is not None))
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None

@@ -65,7 +65,10 @@ class ClusterState:
         self.queues = build_queues(policy, sorted(pools))
         self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
         self.jobs: dict[str, JobSpec] = {}
-        self.placements: dict[str, list[TaskPlacement | None]] = {}
+        # A job none of whose tasks is placed shares one tuple of Nones with the jobs of its size;
+        # its first bind gives it a list of its own, so a long backlog costs no list per job.
+        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = {}
+        self._unplaced: dict[int, tuple[None, ...]] = {}
         self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
@@ -91,19 +94,25 @@ class ClusterState:
 
         With ``later``, the backlog entry is appended there for one bulk insertion instead.
         """
+        tasks = job.tasks
         self.jobs[job.id] = job
-        self.placements[job.id] = [None] * job.tasks
-        queue = self.queue_of(job)
+        unplaced = self._unplaced.get(tasks)
+        if unplaced is None:
+            unplaced = self._unplaced[tasks] = (None,) * tasks
+        self.placements[job.id] = unplaced
+        queue = self.queues.get((job.project, job.pool or self.policy.default_pool))
         if queue is None:
             self.orphans[job.id] = f"project {job.project} is not in the policy"
             return
-        self._add_pending(queue, job, job.tasks)
+        self._add_pending(queue, job, tasks)
         running = 0
-        for task, placement in enumerate(job.placements):
-            if placement is not None and placement.node in self.nodes:
-                self._bind(job, task, placement)
-                running += 1
-        if running < job.tasks:
+        if job.placements:
+            nodes = self.nodes
+            for task, placement in enumerate(job.placements):
+                if placement is not None and placement.node in nodes:
+                    self._bind(job, task, placement)
+                    running += 1
+        if running < tasks:
             if later is None:
                 self.backlog.add(job, queue, partly_running=running > 0)
             else:
@@ -239,7 +248,10 @@ class ClusterState:
             index.free_gpu -= charge.gpu
             index.free_cpu -= charge.cpu
             index.free_mem -= charge.memory
-        self.placements[job.id][task] = placement
+        slots = self.placements[job.id]
+        if slots.__class__ is tuple:
+            slots = self.placements[job.id] = list(slots)
+        slots[task] = placement
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(charge, 1, job.preemptible)
