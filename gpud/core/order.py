@@ -29,7 +29,7 @@ class _QueueCursor:
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
-                   admit: Callable[[JobSpec], bool] | None = None, record_reasons: bool = False,
+                   admit: Skip | None = None, record_reasons: bool = False,
                    queues: Iterable[QueueState] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
 
@@ -39,7 +39,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     from then on, a group of that queue whose next job it holds for (given with its queue) is
     passed over whole (the predicate records why that job waits, and with
     ``record_reasons`` the group keeps the reason for all its jobs). A group
-    whose first job ``admit`` refuses is not visited at all, nor are queues
+    whose first job ``admit`` refuses (given with its queue) is not visited at all, nor are queues
     left out of ``queues`` when it is given. Jobs that stopped waiting
     earlier in the cycle are passed over.
     """
@@ -102,7 +102,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         entries = cursor.heap
         for group in groups.values():
             jobs = group.jobs
-            if admit is not None and not (jobs and admit(jobs[0])):
+            if admit is not None and not (jobs and admit(jobs[0], queue)):
                 at[group] = 0
                 continue
             i, n = 0, len(jobs)

@@ -73,8 +73,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if priorities:
             lowest[queue] = min(priorities)
 
-    def admit(job: JobSpec) -> bool:
-        floor = lowest.get(state.queue_of(job))
+    def admit(job: JobSpec, queue: QueueState) -> bool:
+        floor = lowest.get(queue)
         return floor is not None and job.priority > floor
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)

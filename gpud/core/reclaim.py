@@ -109,8 +109,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         shapes.add(job, tasks, "")
         return hopeless
 
-    def admit(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
+    def admit(job: JobSpec, queue: QueueState) -> bool:
         return queue.fits_fair_share(state.task_need(job))
 
     below = [q for q in state.backlog.by_queue if q.alloc_gpu < q.fair_share.gpu - EPS
