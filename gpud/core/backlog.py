@@ -17,13 +17,14 @@ from gpud.model import JobSpec
 
 
 class Group:
-    """Pending jobs of one queue and one shape, in job order."""
+    """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made."""
 
-    __slots__ = ("queue", "shape", "jobs", "keys", "reason", "reason_cycle")
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "reason", "reason_cycle")
 
-    def __init__(self, queue: QueueState, shape: tuple) -> None:
+    def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
         self.queue = queue
         self.shape = shape
+        self.seq = seq
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
         self.reason: tuple[QueueState | None, str] | None = None
@@ -51,6 +52,9 @@ class Backlog:
         self._job_key = job_key
         self._alone = one_per_group
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
+        # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
+        self.heads: dict[QueueState, list[tuple]] = {}
+        self.groups_made = 0
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
 
@@ -60,17 +64,33 @@ class Backlog:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.group_of
 
+    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple) -> Group:
+        group = groups[shape] = Group(queue, shape, self.groups_made)
+        self.groups_made += 1
+        return group
+
+    def _head_out(self, group: Group) -> None:
+        heads = self.heads[group.queue]
+        del heads[bisect.bisect_left(heads, (group.keys[0], group.seq))]
+
+    def _head_in(self, group: Group) -> None:
+        bisect.insort(self.heads.setdefault(group.queue, []), (group.keys[0], group.seq, group))
+
     def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
         """Put a pending job into its queue's group, in order."""
         shape = shape_of(job, partly_running, self._alone)
         groups = self.by_queue.setdefault(queue, {})
         group = groups.get(shape)
         if group is None:
-            group = groups[shape] = Group(queue, shape)
+            group = self._group(groups, queue, shape)
         key = self._job_key(job=job)
         at = bisect.bisect_right(group.keys, key)
+        if at == 0 and group.jobs:
+            self._head_out(group)
         group.keys.insert(at, key)
         group.jobs.insert(at, job)
+        if at == 0:
+            self._head_in(group)
         self.group_of[job.id] = group
         self._key_of[job.id] = key
 
@@ -89,7 +109,7 @@ class Backlog:
                 last_queue = queue
             group = groups.get(shape)
             if group is None:
-                group = groups[shape] = Group(queue, shape)
+                group = self._group(groups, queue, shape)
             key = key_of[job.id] = job_key(job=job)
             group.keys.append(key)
             group.jobs.append(job)
@@ -101,6 +121,8 @@ class Backlog:
                 order = sorted(range(len(keys)), key=keys.__getitem__)
                 group.keys = [keys[i] for i in order]
                 group.jobs = [group.jobs[i] for i in order]
+        for queue in {group.queue for group in touched}:
+            self.heads[queue] = sorted((group.keys[0], group.seq, group) for group in by_queue[queue].values())
 
     def remove(self, job_id: str) -> None:
         """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""
@@ -111,10 +133,14 @@ class Backlog:
         at = bisect.bisect_left(group.keys, key)
         while group.jobs[at].id != job_id:
             at += 1
+        if at == 0:
+            self._head_out(group)
         del group.keys[at]
         del group.jobs[at]
         if not group.jobs:
             del self.by_queue[group.queue][group.shape]
+        elif at == 0:
+            self._head_in(group)
 
     def jobs(self) -> Iterator[JobSpec]:
         """Every job of the backlog, group by group."""

@@ -24,7 +24,7 @@ class _QueueCursor:
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
         self.heap: list[tuple] = []
-        self.at: dict[Group, int] = {}
+        self.at: dict[Group, int] = defaultdict(int)
         self.skip: Skip | None = None
 
 
@@ -44,7 +44,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     earlier in the cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
-    tiebreak = itertools.count()
+    tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
     reasons = state.reasons
     cycle = state.cycle
@@ -96,23 +96,32 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                          if q in backlog.by_queue}
-    for queue, groups in chosen.items():
+    for queue in chosen:
+        # The backlog keeps each queue's groups sorted by first job; only groups whose first job
+        # started earlier in the cycle are placed again, by their next job. Ties keep the order
+        # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
         at = cursor.at
         entries = cursor.heap
-        for group in groups.values():
+        moved = False
+        for entry in backlog.heads.get(queue, ()):
+            group = entry[2]
             jobs = group.jobs
-            if admit is not None and not (jobs and admit(jobs[0], queue)):
-                at[group] = 0
+            if admit is not None and not admit(jobs[0], queue):
                 continue
-            i, n = 0, len(jobs)
+            if None in placements[jobs[0].id]:
+                entries.append(entry)
+                continue
+            i, n = 1, len(jobs)
             while i < n and None not in placements[jobs[i].id]:
                 i += 1
             at[group] = i
             if i < n:
-                entries.append((group.keys[i], next(tiebreak), group))
+                entries.append((group.keys[i], group.seq, group))
+                moved = True
         if entries:
-            heapq.heapify(entries)
+            if moved:
+                heapq.heapify(entries)
             cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
     for project, cursor in cursors.items():
