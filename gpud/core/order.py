@@ -17,15 +17,37 @@ Skip = Callable[[JobSpec, QueueState], bool]
 
 
 class _QueueCursor:
-    """Where one action stands in one queue: a heap of its groups by their next job."""
+    """Where one action stands in one queue: its groups by their next job, as (key, tiebreak, group).
 
-    __slots__ = ("queue", "heap", "at", "skip")
+    The groups come in a sorted run, read from ``next`` on, and a heap of
+    the groups pushed since; the first of both is the first of the queue.
+    ``at`` holds the index of a group's next job once it is past the first.
+    """
+
+    __slots__ = ("queue", "run", "next", "heap", "at", "skip")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
+        self.run: list[tuple] = []
+        self.next = 0
         self.heap: list[tuple] = []
-        self.at: dict[Group, int] = defaultdict(int)
+        self.at: dict[Group, int] = {}
         self.skip: Skip | None = None
+
+    def top(self) -> tuple | None:
+        """The first entry, or None when no group is left."""
+        run, heap = self.run, self.heap
+        if self.next < len(run) and not (heap and heap[0] < run[self.next]):
+            return run[self.next]
+        return heap[0] if heap else None
+
+    def pop(self) -> tuple:
+        """Take the first entry out."""
+        run, heap = self.run, self.heap
+        if self.next < len(run) and not (heap and heap[0] < run[self.next]):
+            self.next += 1
+            return run[self.next - 1]
+        return heapq.heappop(heap)
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
@@ -50,7 +72,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     cycle = state.cycle
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
-        i = cursor.at[group]
+        i = cursor.at.get(group, 0)
         jobs = group.jobs
         while i < len(jobs) and None not in placements[jobs[i].id]:
             i += 1
@@ -63,24 +85,27 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     def clean(cursor: _QueueCursor) -> None:
         """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
-        heap, skip, at, queue = cursor.heap, cursor.skip, cursor.at, cursor.queue
-        heappop = heapq.heappop
-        while heap:
-            top = heap[0]
+        skip, at, queue = cursor.skip, cursor.at, cursor.queue
+        while True:
+            top = cursor.top()
+            if top is None:
+                return
             group = top[2]
-            i, jobs = at[group], group.jobs
+            i, jobs = at.get(group, 0), group.jobs
             n = len(jobs)
             while i < n and None not in placements[jobs[i].id]:
                 i += 1
-            at[group] = i
             first = jobs[i] if i < n else None
             if first is not None and (skip is None or not skip(first, queue)):
+                if i:
+                    at[group] = i
                 current = group.keys[i]
                 if current != top[0]:
-                    heapq.heapreplace(heap, (current, next(tiebreak), group))
+                    cursor.pop()
+                    heapq.heappush(cursor.heap, (current, next(tiebreak), group))
                     continue
                 return
-            heappop(heap)
+            cursor.pop()
             if first is not None and record_reasons:
                 reason = reasons.get(first.id)
                 if reason is not None:
@@ -88,8 +113,8 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                     group.reason_cycle = cycle
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
-        group = cursor.heap[0][2]
-        job = group.jobs[cursor.at[group]]
+        group = cursor.top()[2]
+        job = group.jobs[cursor.at.get(group, 0)]
         need = state.need(job, state.pending_count(job.id))
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
@@ -102,8 +127,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
         at = cursor.at
-        entries = cursor.heap
-        moved = False
+        entries = cursor.run
         for entry in backlog.heads.get(queue, ()):
             group = entry[2]
             jobs = group.jobs
@@ -117,11 +141,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                 i += 1
             at[group] = i
             if i < n:
-                entries.append((group.keys[i], group.seq, group))
-                moved = True
-        if entries:
-            if moved:
-                heapq.heapify(entries)
+                cursor.heap.append((group.keys[i], group.seq, group))
+        if entries or cursor.heap:
+            heapq.heapify(cursor.heap)
             cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
     for project, cursor in cursors.items():
@@ -133,15 +155,16 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         heap = project_heaps[dept]
         _, project = heapq.heappop(heap)
         cursor = cursors[project]
-        _, _, group = heapq.heappop(cursor.heap)
-        job = group.jobs[cursor.at[group]]
+        _, _, group = cursor.pop()
+        at = cursor.at
+        job = group.jobs[at.get(group, 0)]
         skip = visit(job)
-        cursor.at[group] += 1
+        at[group] = at.get(group, 0) + 1
         if skip is not None:
             cursor.skip = skip
         push_group(cursor, group)
         clean(cursor)
-        if cursor.heap:
+        if cursor.top() is not None:
             heapq.heappush(heap, (key(project, cursor), project))
         if heap:
             heapq.heappush(dept_heap, (key(dept, cursors[heap[0][1]]), dept))
