@@ -20,7 +20,7 @@ def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
 
 def gang_tasks(state: ClusterState, job: JobSpec) -> int:
     """How many pending tasks of the job must start together, at least one."""
-    return max(job.gang_minimum - job.tasks + state.pending_count(job.id), 1)
+    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
 
 
 def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,

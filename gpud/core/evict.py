@@ -45,7 +45,7 @@ class VictimLists:
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue) if v.job.preemptible and not self._young(v)]
+            victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self._young(v)]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
             self._cursor[queue] = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import ge
 from typing import TYPE_CHECKING
 
 from gpud.model import JobSpec
@@ -82,9 +83,9 @@ class FailedShapes:
         """
         group, dims = self._shape(job, tasks, extra)
         frontier = self._frontier.setdefault(group, [])
-        if any(all(d >= f for d, f in zip(dims, failed)) for failed, _ in frontier):
+        if any(all(map(ge, dims, failed)) for failed, _ in frontier):
             return
-        frontier[:] = [(f, why) for f, why in frontier if not all(x >= d for x, d in zip(f, dims))]
+        frontier[:] = [(f, why) for f, why in frontier if not all(map(ge, f, dims))]
         frontier.append((dims, (detail, kind)))
         self._version += 1
 
@@ -101,7 +102,7 @@ class FailedShapes:
         dims = (*base, tasks, *extra)
         found = None
         for failed, why in self._frontier.get(group, ()):
-            if all(d >= f for d, f in zip(dims, failed)):
+            if all(map(ge, dims, failed)):
                 found = why
                 break
         self._answers[key] = (self._version, found)

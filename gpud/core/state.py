@@ -230,10 +230,11 @@ class ClusterState:
         """How many of the job's tasks wait for a placement."""
         return self.placements[job_id].count(None)
 
-    def victims(self, queue: QueueState) -> list[Victim]:
-        """The running jobs of one queue, as eviction candidates."""
-        return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id), self.now)
-                for job_id in self.running[queue]]
+    def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
+        """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
+        jobs = self.jobs
+        return [Victim(jobs[job_id], queue, self.running_tasks(job_id), self.now)
+                for job_id in self.running[queue] if not preemptible_only or jobs[job_id].preemptible]
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
