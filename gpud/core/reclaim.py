@@ -68,26 +68,37 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         others = [q for q in by_pool[queue.pool] if q is not queue]
         over_share = [q for q in others if q.over(q.fair_share, held)
                       or (q.parent is not queue.parent and q.parent and q.parent.over(q.parent.fair_share, held))]
-        over_quota = [q for q in others if q not in over_share and q.over(q.quota_bound, held)]
+        over_fair_share = set(over_share)
+        over_quota = [q for q in others if q not in over_fair_share and q.over(q.quota_bound, held)]
 
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue)
 
-        def levels(victim_queue: QueueState) -> list[tuple[QueueState, bool]] | None:
-            """The victim side's queues compared, each with whether it is over its fair share (else over
-            its quota); None when the job may not take from ``victim_queue``."""
+        def level(mine: QueueState, theirs: QueueState) -> bool | None:
+            """Whether ``theirs`` is over its fair share (True) or only over its quota (False) for
+            ``mine`` to take from it; None when it may not."""
+            if not mine.fits_fair_share(need):
+                return None
+            if not theirs.implicit and not theirs.over(theirs.quota_bound, held):
+                return None
+            if theirs.over(theirs.fair_share, held):
+                return True
+            if not theirs.implicit and mine.fits_quota(need):
+                return False
+            return None
+
+        def levels(victim_queue: QueueState, seen: dict | None = None) -> list[tuple[QueueState, bool]] | None:
+            """The victim side's queues compared, each with ``level``; None when the job may not take
+            from ``victim_queue``. ``seen`` keeps the departments' answers while nothing changes."""
             found = []
             for mine, theirs in _level_pair(queue, victim_queue):
-                if not mine.fits_fair_share(need):
-                    return None
-                if not theirs.implicit and not theirs.over(theirs.quota_bound, held):
-                    return None
-                if theirs.over(theirs.fair_share, held):
-                    found.append((theirs, True))
-                elif not theirs.implicit and mine.fits_quota(need):
-                    found.append((theirs, False))
+                if seen is None or mine is queue:
+                    over = level(mine, theirs)
                 else:
+                    over = seen[theirs] if theirs in seen else seen.setdefault(theirs, level(mine, theirs))
+                if over is None:
                     return None
+                found.append((theirs, over))
             return found
 
         def rule_for(victim_queue: QueueState) -> str | None:
@@ -101,8 +112,9 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
                     f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
 
-        candidates = itertools.chain(lists.of_queues(q for q in over_share if levels(q) is not None),
-                                     lists.of_queues(q for q in over_quota if levels(q) is not None))
+        seen: dict[QueueState, bool | None] = {}
+        candidates = itertools.chain(lists.of_queues(q for q in over_share if levels(q, seen) is not None),
+                                     lists.of_queues(q for q in over_quota if levels(q, seen) is not None))
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None
