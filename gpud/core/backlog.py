@@ -10,7 +10,7 @@ by one.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec
@@ -94,7 +94,7 @@ class Backlog:
         self.group_of[job.id] = group
         self._key_of[job.id] = key
 
-    def extend(self, entries: list[tuple[JobSpec, QueueState, bool]]) -> None:
+    def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
         touched: dict[Group, None] = {}
         key_of, group_of, job_key, alone = self._key_of, self.group_of, self._job_key, self._alone

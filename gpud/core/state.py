@@ -60,7 +60,7 @@ class ClusterState:
             if node.spec.schedulable:
                 pool_nodes[node.pool].append(node)
         pools = set(pool_nodes) | {n.pool for n in self.nodes.values()}
-        pools |= {self.pool_of(job) for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
+        pools |= {job.pool or policy.default_pool for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
         self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
         self.queues = build_queues(policy, sorted(pools))
         self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
@@ -81,19 +81,20 @@ class ClusterState:
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
-        entries: list[tuple[JobSpec, QueueState, bool]] = []
-        for job in snapshot.jobs:
-            self.add_job(job, entries)
-        self.backlog.extend(entries)
+        # One bulk insertion into the backlog, fed as the jobs are taken in.
+        self.backlog.extend((job, *waiting) for job in snapshot.jobs if (waiting := self._take(job)) is not None)
         self.touched = set()
 
     # --- jobs coming and going, cycles beginning and ending ------------------------------------
 
-    def add_job(self, job: JobSpec, later: list[tuple[JobSpec, QueueState, bool]] | None = None) -> None:
-        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog.
+    def add_job(self, job: JobSpec) -> None:
+        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog."""
+        waiting = self._take(job)
+        if waiting is not None:
+            self.backlog.add(job, *waiting)
 
-        With ``later``, the backlog entry is appended there for one bulk insertion instead.
-        """
+    def _take(self, job: JobSpec) -> tuple[QueueState, bool] | None:
+        """Book a job's running tasks; (its queue, whether some tasks run) when tasks are left to place."""
         tasks = job.tasks
         self.jobs[job.id] = job
         unplaced = self._unplaced.get(tasks)
@@ -103,7 +104,7 @@ class ClusterState:
         queue = self.queues.get((job.project, job.pool or self.policy.default_pool))
         if queue is None:
             self.orphans[job.id] = f"project {job.project} is not in the policy"
-            return
+            return None
         self._add_pending(queue, job, tasks)
         running = 0
         if job.placements:
@@ -112,11 +113,7 @@ class ClusterState:
                 if placement is not None and placement.node in nodes:
                     self._bind(job, task, placement)
                     running += 1
-        if running < tasks:
-            if later is None:
-                self.backlog.add(job, queue, partly_running=running > 0)
-            else:
-                later.append((job, queue, running > 0))
+        return (queue, running > 0) if running < tasks else None
 
     def remove_job(self, job_id: str) -> None:
         """Forget a job that finished or was cancelled, releasing what its tasks held."""
