@@ -131,13 +131,13 @@ class Lazy:
 class _NodeRoom:
     """What one node would have free if some victims' tasks on it were gone (nothing is changed).
 
-    ``want`` is the share of one GPU a shared task of the request takes here,
-    None when the node's GPUs are too small for it.
+    ``want`` is the share of one GPU a shared task takes here (less the
+    tolerance), None when the node's GPUs are too small for it.
     """
 
     __slots__ = ("node", "share", "copied", "whole", "cpu", "mem", "victims", "want")
 
-    def __init__(self, node: NodeState, request: TaskRequest) -> None:
+    def __init__(self, node: NodeState, want: float | None) -> None:
         self.node = node
         self.share = node.free_share  # copied before the first change
         self.copied = False
@@ -145,10 +145,14 @@ class _NodeRoom:
         self.cpu = node.free_cpu
         self.mem = node.free_mem
         self.victims: list[Victim] = []
-        self.want: float | None = None
-        if request.is_shared and not (request.gpu_memory_gib is not None
-                                      and request.gpu_memory_gib > node.gpu_memory_gib + EPS):
-            self.want = request.gpu_share_on(node.gpu_memory_gib) - EPS
+        self.want = want
+
+
+def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
+    """The share of one GPU of ``gpu_memory_gib`` a shared task takes, less the tolerance; None if it cannot."""
+    if request.gpu_memory_gib is not None and request.gpu_memory_gib > gpu_memory_gib + EPS:
+        return None
+    return request.gpu_share_on(gpu_memory_gib) - EPS
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
@@ -168,6 +172,7 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     request = job.request
     cpus, mem = request.cpus, request.memory_gib
     uses_gpu, shared, whole = request.uses_gpu, request.is_shared, request.whole_gpus
+    wants: dict[float, float | None] = {}
     for victim in ordered:
         vjob = victim.job
         vcpus, vmem = vjob.request.cpus, vjob.request.memory_gib
@@ -182,7 +187,14 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
                     node = nodes[name]
                     fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
                                            and node.matches(job.node_selector))
-                room = rooms[name] = _NodeRoom(nodes[name], request) if fits else None
+                if fits:
+                    node = nodes[name]
+                    size = node.gpu_memory_gib
+                    if shared and size not in wants:
+                        wants[size] = _wanted_share(request, size)
+                    room = rooms[name] = _NodeRoom(node, wants[size] if shared else None)
+                else:
+                    room = rooms[name] = None
             if room is None:
                 continue
             share = room.share
