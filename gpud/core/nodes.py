@@ -148,8 +148,11 @@ class NodeIndex:
                 return size
         return None
 
-    def update(self, node: NodeState) -> None:
-        """Move a node to the buckets that match its free capacity now."""
+    def update(self, node: NodeState, gpus: tuple[int, ...] | None = None) -> None:
+        """Move a node to the buckets that match its free capacity now.
+
+        ``gpus``, when given, are the only GPUs whose free share changed.
+        """
         klass = cpu_class(node.free_cpu + EPS)
         old_class = node._cpu_class
         moved_class = klass != old_class
@@ -166,8 +169,9 @@ class NodeIndex:
                 del self.by_cpu[node._cpu_bucket][node]
             self.by_cpu[cpu][node] = None
             node._cpu_bucket = cpu
-        for i, free in enumerate(node.free_share):
-            bucket = _share_bucket(free)
+        shares = node.free_share
+        for i in range(len(shares)) if gpus is None or moved_class else sorted(gpus):
+            bucket = _share_bucket(shares[i])
             old = node._share_bucket[i]
             if bucket != old or moved_class:
                 if old >= 0:

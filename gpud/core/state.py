@@ -242,7 +242,7 @@ class ClusterState:
         index = self.indexes.get(node.pool)
         charge = self._charge(job, placement)
         if node.spec.schedulable and index is not None:
-            index.update(node)
+            index.update(node, placement.gpu_index)
             index.free_gpu -= charge.gpu
             index.free_cpu -= charge.cpu
             index.free_mem -= charge.memory
@@ -265,7 +265,7 @@ class ClusterState:
         index = self.indexes.get(node.pool)
         charge = self._charge(job, placement)
         if node.spec.schedulable and index is not None:
-            index.update(node)
+            index.update(node, placement.gpu_index)
             index.free_gpu += charge.gpu
             index.free_cpu += charge.cpu
             index.free_mem += charge.memory
