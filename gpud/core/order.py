@@ -57,13 +57,14 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
-    is recomputed after each of its jobs. ``visit`` may return a predicate:
-    from then on, a group of that queue whose next job it holds for (given with its queue) is
-    passed over whole (the predicate records why that job waits, and with
-    ``record_reasons`` the group keeps the reason for all its jobs). A group
-    whose first job ``admit`` refuses (given with its queue) is not visited at all, nor are queues
-    left out of ``queues`` when it is given. Jobs that stopped waiting
-    earlier in the cycle are passed over.
+    is recomputed after each of its jobs. ``visit`` may return a predicate
+    (asked with a job and its queue): from then on, a group of that queue
+    whose next job it holds for is passed over whole (the predicate records
+    why that job waits, and with ``record_reasons`` the group keeps the
+    reason for all its jobs). A group whose first job ``admit`` (asked the
+    same way) refuses is not visited at all, nor are queues left out of
+    ``queues`` when it is given. Jobs that stopped waiting earlier in the
+    cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count(backlog.groups_made)

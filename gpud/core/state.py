@@ -94,7 +94,10 @@ class ClusterState:
             self.backlog.add(job, *waiting)
 
     def _take(self, job: JobSpec) -> tuple[QueueState, bool] | None:
-        """Book a job's running tasks; (its queue, whether some tasks run) when tasks are left to place."""
+        """Register a job and book what its running tasks hold.
+
+        Returns (its queue, whether some of its tasks run) when tasks are left to place, else None.
+        """
         tasks = job.tasks
         self.jobs[job.id] = job
         unplaced = self._unplaced.get(tasks)
