@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
@@ -87,11 +89,13 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
     index = state.indexes[state.pool_of(job)]
     best: tuple[int, NodeState] | None = None
     tried = 0
-    nodes = sorted((n for n in index.nodes if largest_fit(n, job) and n.matches(job.node_selector)),
-                   key=lambda n: -sum(n.free_share))
-    for node in nodes:
-        if tried >= MAX_NODES_TRIED:
-            break
+    # Most free GPU share first, in pool order among equals; only as many as are tried get checked.
+    order = [(-sum(n.free_share), i, n) for i, n in enumerate(index.nodes)]
+    heapq.heapify(order)
+    while order and tried < MAX_NODES_TRIED:
+        node = heapq.heappop(order)[2]
+        if not (largest_fit(node, job) and node.matches(job.node_selector)):
+            continue
         movable = _movable(state, lists, job, node)
         if not movable:
             continue
