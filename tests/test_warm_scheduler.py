@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpud.core import Scheduler, schedule
+from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec, Snapshot, TaskRequest
 from gpud.plugins import make_plugin_manager
@@ -166,3 +167,56 @@ def test_a_node_filter_plugin_judges_each_job_on_its_own(tmp_path):
     plan = schedule(sc.snapshot, sc.policy, pm)
     assert [b.job for b in plan.binds] == ["e"]
     assert "p" in plan.pending_reasons
+
+
+
+def same_plan(first, second) -> None:
+    assert first.binds == second.binds
+    assert first.evictions == second.evictions
+    assert dict(first.pending_reasons) == dict(second.pending_reasons)
+    assert first.queues == second.queues
+
+
+def sorted_heads(state: ClusterState) -> dict:
+    """Each queue's groups by first job, sorted afresh."""
+    return {queue: sorted((group.keys[0], group.seq, group) for group in groups.values())
+            for queue, groups in state.backlog.by_queue.items() if groups}
+
+
+def forget_memories(state: ClusterState) -> None:
+    """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
+    shared tuples of unplaced tasks, each queue's groups in order."""
+    state.shapes = ShapeIndex(state)
+    for job_id, slots in state.placements.items():
+        state.placements[job_id] = list(slots)
+    state.backlog.heads = sorted_heads(state)
+
+
+@SETTINGS
+@given(churned(), st.sampled_from([0.0, 10.0, 400.0]), st.data())
+def test_what_a_warm_scheduler_remembers_never_changes_a_plan(data, step, draw):
+    # Two warm schedulers see the same churn; one forgets its memories before every cycle. A
+    # finished job's id may come back with another request, so a remembered shape would be stale;
+    # twins of known jobs (same project, request and size) make groups of several jobs.
+    case, steps = data
+    kept, forgetful = Scheduler(case.snapshot, case.policy, PM), Scheduler(case.snapshot, case.policy, PM)
+    same_plan(kept.cycle(), forgetful.cycle())
+    for n, (new, finishing) in enumerate(steps):
+        finished = [j.id for j in kept.jobs() if j.is_running][:finishing]
+        again = [JobSpec(job_id, kept.job(job_id).project, draw.draw(requests()), priority=75,
+                         submitted=kept.state.now, placements=(None,))
+                 for job_id in finished if draw.draw(st.booleans())]
+        known = [j for j in kept.jobs() if j.id not in finished]
+        twins = [JobSpec(f"t{n}-{i}", j.project, j.request, priority=draw.draw(st.sampled_from([50, 75])),
+                         tasks=j.tasks, submitted=draw.draw(st.sampled_from([0.0, 500.0])), seq=2000 + 10 * n + i,
+                         placements=(None,) * j.tasks)
+                 for i, j in enumerate(draw.draw(st.lists(st.sampled_from(known), max_size=4)) if known else [])]
+        for scheduler in (kept, forgetful):
+            for job_id in finished:
+                scheduler.finish(job_id)
+            for job in [*new, *again, *twins]:
+                scheduler.submit(job)
+        assert {q: h for q, h in kept.state.backlog.heads.items() if h} == sorted_heads(kept.state)
+        forget_memories(forgetful.state)
+        now = kept.state.now + step
+        same_plan(kept.cycle(now), forgetful.cycle(now))

@@ -18,6 +18,11 @@ def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
     return pending, max(0, job.gang_minimum - running)
 
 
+def gang_tasks(state: ClusterState, job: JobSpec) -> int:
+    """How many pending tasks of the job must start together, at least one."""
+    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
+
+
 def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
                  queue: QueueState) -> tuple[str, int] | None:
     """Place the job's pending tasks into free resources.
@@ -69,10 +74,8 @@ def allocate(state: ClusterState, placer: Placer) -> None:
     reasons = state.reasons
     fragmented = state.fragmented
 
-    def skip_same(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
-        _, minimum = needed_tasks(state, job)
-        tasks = max(minimum, 1)
+    def skip_same(job: JobSpec, queue: QueueState) -> bool:
+        tasks = gang_tasks(state, job)
         found = blocks.find(job, queue, tasks)
         if found is None:
             return False
@@ -81,8 +84,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
 
     def visit(job: JobSpec) -> Skip | None:
         queue = state.queue_of(job)
-        _, minimum = needed_tasks(state, job)
-        tasks = max(minimum, 1)
+        tasks = gang_tasks(state, job)
         found = blocks.find(job, queue, tasks)
         if found is not None and found[1] == WAITING:
             found = (own_need(state, job, tasks, found[0]), WAITING)

@@ -10,20 +10,21 @@ by one.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec
 
 
 class Group:
-    """Pending jobs of one queue and one shape, in job order."""
+    """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made."""
 
-    __slots__ = ("queue", "shape", "jobs", "keys", "reason", "reason_cycle")
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "reason", "reason_cycle")
 
-    def __init__(self, queue: QueueState, shape: tuple) -> None:
+    def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
         self.queue = queue
         self.shape = shape
+        self.seq = seq
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
         self.reason: tuple[QueueState | None, str] | None = None
@@ -51,6 +52,9 @@ class Backlog:
         self._job_key = job_key
         self._alone = one_per_group
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
+        # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
+        self.heads: dict[QueueState, list[tuple]] = {}
+        self.groups_made = 0
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
 
@@ -60,39 +64,65 @@ class Backlog:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.group_of
 
+    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple) -> Group:
+        group = groups[shape] = Group(queue, shape, self.groups_made)
+        self.groups_made += 1
+        return group
+
+    def _head_out(self, group: Group) -> None:
+        heads = self.heads[group.queue]
+        del heads[bisect.bisect_left(heads, (group.keys[0], group.seq))]
+
+    def _head_in(self, group: Group) -> None:
+        bisect.insort(self.heads.setdefault(group.queue, []), (group.keys[0], group.seq, group))
+
     def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
         """Put a pending job into its queue's group, in order."""
         shape = shape_of(job, partly_running, self._alone)
         groups = self.by_queue.setdefault(queue, {})
         group = groups.get(shape)
         if group is None:
-            group = groups[shape] = Group(queue, shape)
+            group = self._group(groups, queue, shape)
         key = self._job_key(job=job)
         at = bisect.bisect_right(group.keys, key)
+        if at == 0 and group.jobs:
+            self._head_out(group)
         group.keys.insert(at, key)
         group.jobs.insert(at, job)
+        if at == 0:
+            self._head_in(group)
         self.group_of[job.id] = group
         self._key_of[job.id] = key
 
-    def extend(self, entries: list[tuple[JobSpec, QueueState, bool]]) -> None:
+    def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
-        touched: set[Group] = set()
-        key_of, group_of, job_key = self._key_of, self.group_of, self._job_key
+        touched: dict[Group, None] = {}
+        key_of, group_of, job_key, alone = self._key_of, self.group_of, self._job_key, self._alone
+        by_queue = self.by_queue
+        last_queue, groups = None, {}
         for job, queue, partly_running in entries:
-            shape = shape_of(job, partly_running, self._alone)
-            groups = self.by_queue.setdefault(queue, {})
+            shape = shape_of(job, partly_running, alone)
+            if queue is not last_queue:
+                groups = by_queue.get(queue)
+                if groups is None:
+                    groups = by_queue[queue] = {}
+                last_queue = queue
             group = groups.get(shape)
             if group is None:
-                group = groups[shape] = Group(queue, shape)
+                group = self._group(groups, queue, shape)
             key = key_of[job.id] = job_key(job=job)
             group.keys.append(key)
             group.jobs.append(job)
             group_of[job.id] = group
-            touched.add(group)
+            touched[group] = None
         for group in touched:
-            order = sorted(range(len(group.jobs)), key=group.keys.__getitem__)
-            group.keys = [group.keys[i] for i in order]
-            group.jobs = [group.jobs[i] for i in order]
+            keys = group.keys
+            if len(keys) > 1:
+                order = sorted(range(len(keys)), key=keys.__getitem__)
+                group.keys = [keys[i] for i in order]
+                group.jobs = [group.jobs[i] for i in order]
+        for queue in {group.queue for group in touched}:
+            self.heads[queue] = sorted((group.keys[0], group.seq, group) for group in by_queue[queue].values())
 
     def remove(self, job_id: str) -> None:
         """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""
@@ -103,10 +133,14 @@ class Backlog:
         at = bisect.bisect_left(group.keys, key)
         while group.jobs[at].id != job_id:
             at += 1
+        if at == 0:
+            self._head_out(group)
         del group.keys[at]
         del group.jobs[at]
         if not group.jobs:
             del self.by_queue[group.queue][group.shape]
+        elif at == 0:
+            self._head_in(group)
 
     def jobs(self) -> Iterator[JobSpec]:
         """Every job of the backlog, group by group."""

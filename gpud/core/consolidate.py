@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gpud.core.allocate import needed_tasks
+import heapq
+
+from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
@@ -10,6 +12,7 @@ from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, JobSpec
 
@@ -29,9 +32,9 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     failed = FailedShapes(state)
     attempts = [0]
 
-    def hopeless(job: JobSpec) -> bool:
+    def hopeless(job: JobSpec, queue: QueueState | None = None) -> bool:
         return (attempts[0] >= MAX_JOBS_PER_CYCLE
-                or failed.find(job, max(needed_tasks(state, job)[1], 1)) is not None)
+                or failed.find(job, gang_tasks(state, job)) is not None)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
@@ -86,11 +89,13 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
     index = state.indexes[state.pool_of(job)]
     best: tuple[int, NodeState] | None = None
     tried = 0
-    nodes = sorted((n for n in index.nodes if largest_fit(n, job) and n.matches(job.node_selector)),
-                   key=lambda n: -sum(n.free_share))
-    for node in nodes:
-        if tried >= MAX_NODES_TRIED:
-            break
+    # Most free GPU share first, in pool order among equals; only as many as are tried get checked.
+    order = [(-sum(n.free_share), i, n) for i, n in enumerate(index.nodes)]
+    heapq.heapify(order)
+    while order and tried < MAX_NODES_TRIED:
+        node = heapq.heappop(order)[2]
+        if not (largest_fit(node, job) and node.matches(job.node_selector)):
+            continue
         movable = _movable(state, lists, job, node)
         if not movable:
             continue

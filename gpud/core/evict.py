@@ -45,27 +45,38 @@ class VictimLists:
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue) if v.job.preemptible and not self._young(v)]
+            victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self._young(v)]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
             self._cursor[queue] = 0
         return found
 
-    def _running(self, queue: QueueState) -> Iterator[tuple]:
-        """The entries of a queue whose job still runs, moving its cursor past the evicted at the front."""
+    def _start(self, queue: QueueState) -> tuple[list[tuple], int]:
+        """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front."""
         entries = self.ordered(queue)
         placements = self.state.placements
         i = self._cursor[queue]
         while i < len(entries) and not any(placements[entries[i][2].job.id]):
             i += 1
         self._cursor[queue] = i
+        return entries, i
+
+    def _running(self, queue: QueueState) -> Iterator[tuple]:
+        """The entries of a queue whose job still runs."""
+        entries, i = self._start(queue)
+        placements = self.state.placements
         for entry in entries[i:]:
             if any(placements[entry[2].job.id]):
                 yield entry
 
-    def of_queue(self, queue: QueueState) -> Iterator[Victim]:
-        """The running victims of one queue, in victim order."""
-        return (entry[2] for entry in self._running(queue))
+    def of_queue(self, queue: QueueState, below: int | None = None) -> Iterator[Victim]:
+        """The running victims of one queue, in victim order; with ``below``, only those of lower priority."""
+        entries, i = self._start(queue)
+        placements = self.state.placements
+        for entry in entries[i:]:
+            victim = entry[2]
+            if (below is None or victim.job.priority < below) and any(placements[victim.job.id]):
+                yield victim
 
     def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
         """The running victims of several queues, merged in one victim order."""
@@ -118,42 +129,30 @@ class Lazy:
 
 
 class _NodeRoom:
-    """What one node would have free if some victims' tasks on it were gone (nothing is changed)."""
+    """What one node would have free if some victims' tasks on it were gone (nothing is changed).
 
-    __slots__ = ("node", "share", "whole", "cpu", "mem", "victims")
+    ``want`` is the share of one GPU a shared task takes here (less the
+    tolerance), None when the node's GPUs are too small for it.
+    """
 
-    def __init__(self, node: NodeState) -> None:
+    __slots__ = ("node", "share", "copied", "whole", "cpu", "mem", "victims", "want")
+
+    def __init__(self, node: NodeState, want: float | None) -> None:
         self.node = node
-        self.share = list(node.free_share)
+        self.share = node.free_share  # copied before the first change
+        self.copied = False
         self.whole = node.free_whole
         self.cpu = node.free_cpu
         self.mem = node.free_mem
         self.victims: list[Victim] = []
+        self.want = want
 
-    def release(self, placement: TaskPlacement, job: JobSpec) -> None:
-        share = self.share
-        for i in placement.gpu_index:
-            before = share[i]
-            after = before + placement.gpu_share
-            if after >= 1.0 - EPS:
-                after = 1.0
-                if before < 1.0 - EPS:
-                    self.whole += 1
-            share[i] = after
-        self.cpu += job.request.cpus
-        self.mem += job.request.memory_gib
 
-    def holds(self, request: TaskRequest) -> bool:
-        if request.cpus > self.cpu + EPS or request.memory_gib > self.mem + EPS:
-            return False
-        if not request.uses_gpu:
-            return True
-        if request.is_shared:
-            if request.gpu_memory_gib is not None and request.gpu_memory_gib > self.node.gpu_memory_gib + EPS:
-                return False
-            share = request.gpu_share_on(self.node.gpu_memory_gib)
-            return any(free >= share - EPS for free in self.share)
-        return self.whole >= request.whole_gpus
+def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
+    """The share of one GPU of ``gpu_memory_gib`` a shared task takes, less the tolerance; None if it cannot."""
+    if request.gpu_memory_gib is not None and request.gpu_memory_gib > gpu_memory_gib + EPS:
+        return None
+    return request.gpu_share_on(gpu_memory_gib) - EPS
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
@@ -169,9 +168,15 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     pool = state.pool_of(job)
     rooms: dict[str, _NodeRoom | None] = {}
     placements = state.placements
+    nodes = state.nodes
     request = job.request
+    cpus, mem = request.cpus, request.memory_gib
+    uses_gpu, shared, whole = request.uses_gpu, request.is_shared, request.whole_gpus
+    wants: dict[float, float | None] = {}
     for victim in ordered:
-        for placement in placements[victim.job.id]:
+        vjob = victim.job
+        vcpus, vmem = vjob.request.cpus, vjob.request.memory_gib
+        for placement in placements[vjob.id]:
             if placement is None:
                 continue
             name = placement.node
@@ -179,16 +184,45 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
             if room is False:
                 fits = usable.get(name)
                 if fits is None:
-                    node = state.nodes[name]
+                    node = nodes[name]
                     fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
                                            and node.matches(job.node_selector))
-                room = rooms[name] = _NodeRoom(state.nodes[name]) if fits else None
+                if fits:
+                    node = nodes[name]
+                    size = node.gpu_memory_gib
+                    if shared and size not in wants:
+                        wants[size] = _wanted_share(request, size)
+                    room = rooms[name] = _NodeRoom(node, wants[size] if shared else None)
+                else:
+                    room = rooms[name] = None
             if room is None:
                 continue
-            room.release(placement, victim.job)
-            if not room.victims or room.victims[-1] is not victim:
-                room.victims.append(victim)
-            if room.holds(request):
+            share = room.share
+            gpu_share = placement.gpu_share
+            if placement.gpu_index and not room.copied:
+                share = room.share = list(share)
+                room.copied = True
+            for i in placement.gpu_index:
+                before = share[i]
+                after = before + gpu_share
+                if after >= 1.0 - EPS:
+                    after = 1.0
+                    if before < 1.0 - EPS:
+                        room.whole += 1
+                share[i] = after
+            room.cpu += vcpus
+            room.mem += vmem
+            held = room.victims
+            if not held or held[-1] is not victim:
+                held.append(victim)
+            if cpus > room.cpu + EPS or mem > room.mem + EPS:
+                continue
+            if not uses_gpu:
+                return room
+            if shared:
+                if room.want is not None and max(share) >= room.want:
+                    return room
+            elif room.whole >= whole:
                 return room
     return None
 

@@ -8,23 +8,42 @@ TRACING = "gpud_tracing"
 
 
 def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
-    """A callable with the hook's first-result meaning, cheaper when one plugin implements it.
+    """A callable with the hook's first-result meaning, cheaper than pluggy's dispatch.
 
-    With exactly one implementation (no wrappers, and hook tracing off for
-    ``pm``) the implementation is called directly, which skips pluggy's
-    dispatch; a None answer still falls back to the full hook call.
+    Without wrappers (and with hook tracing off for ``pm``) the
+    implementations are called directly, in pluggy's order, up to the first
+    that answers; when none answers, the full hook call is made.
     """
     impls = caller.get_hookimpls()
-    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper or getattr(pm, TRACING, False):
+    if not impls or any(i.hookwrapper or i.wrapper for i in impls) or getattr(pm, TRACING, False):
         return caller
-    function = impls[0].function
-    names = tuple(impls[0].argnames)
+    if len(impls) == 1:
+        function = impls[0].function
+        names = tuple(impls[0].argnames)
+        if len(names) == 1:
+            name = names[0]
 
-    def call(**kwargs: Any) -> Any:
-        result = function(*[kwargs[name] for name in names])
-        return caller(**kwargs) if result is None else result
+            def call_one(**kwargs: Any) -> Any:
+                result = function(kwargs[name])
+                return caller(**kwargs) if result is None else result
 
-    return call
+            return call_one
+
+        def call(**kwargs: Any) -> Any:
+            result = function(*[kwargs[name] for name in names])
+            return caller(**kwargs) if result is None else result
+
+        return call
+    ordered = [(i.function, tuple(i.argnames)) for i in reversed(impls)]
+
+    def call_each(**kwargs: Any) -> Any:
+        for function, names in ordered:
+            result = function(*[kwargs[name] for name in names])
+            if result is not None:
+                return result
+        return caller(**kwargs)
+
+    return call_each
 
 
 def has_implementations(caller: Any) -> bool:

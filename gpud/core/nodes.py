@@ -134,6 +134,7 @@ class NodeIndex:
         self.by_cpu: list[dict[NodeState, None]] = [{} for _ in range(self.max_cpus + 1)]
         self.by_share: list[list[dict[tuple[NodeState, int], None]]] = [[{} for _ in range(CPU_CLASSES)]
                                                                         for _ in range(SHARE_BUCKETS)]
+        self.share_counts = [0] * SHARE_BUCKETS  # GPUs in each row of by_share, so empty rows are passed over
         self.free_gpu = float(self.capacity.gpu)
         self.free_cpu = float(self.capacity.cpu)
         self.free_mem = float(self.capacity.memory)
@@ -147,8 +148,11 @@ class NodeIndex:
                 return size
         return None
 
-    def update(self, node: NodeState) -> None:
-        """Move a node to the buckets that match its free capacity now."""
+    def update(self, node: NodeState, gpus: tuple[int, ...] | None = None) -> None:
+        """Move a node to the buckets that match its free capacity now.
+
+        ``gpus``, when given, are the only GPUs whose free share changed.
+        """
         klass = cpu_class(node.free_cpu + EPS)
         old_class = node._cpu_class
         moved_class = klass != old_class
@@ -165,14 +169,17 @@ class NodeIndex:
                 del self.by_cpu[node._cpu_bucket][node]
             self.by_cpu[cpu][node] = None
             node._cpu_bucket = cpu
-        for i, free in enumerate(node.free_share):
-            bucket = _share_bucket(free)
+        shares = node.free_share
+        for i in range(len(shares)) if gpus is None or moved_class else sorted(gpus):
+            bucket = _share_bucket(shares[i])
             old = node._share_bucket[i]
             if bucket != old or moved_class:
                 if old >= 0:
                     del self.by_share[old][old_class][(node, i)]
+                    self.share_counts[old] -= 1
                 if bucket >= 0:
                     self.by_share[bucket][klass][(node, i)] = None
+                    self.share_counts[bucket] += 1
                 node._share_bucket[i] = bucket
 
     def with_free_gpus(self, count: int, most_free_first: bool = False,
@@ -211,7 +218,10 @@ class NodeIndex:
         low = min(low, SHARE_BUCKETS - 1)
         buckets = range(SHARE_BUCKETS - 1, low - 1, -1) if most_free_first else range(low, SHARE_BUCKETS)
         classes = range(cpu_class(cpus), CPU_CLASSES)
+        counts = self.share_counts
         for k in buckets:
+            if not counts[k]:
+                continue
             row = self.by_share[k]
             for c in classes:
                 for node, i in row[c]:

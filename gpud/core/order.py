@@ -13,43 +13,67 @@ from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
-Skip = Callable[[JobSpec], bool]
+Skip = Callable[[JobSpec, QueueState], bool]
 
 
 class _QueueCursor:
-    """Where one action stands in one queue: a heap of its groups by their next job."""
+    """Where one action stands in one queue: its groups by their next job, as (key, tiebreak, group).
 
-    __slots__ = ("queue", "heap", "at", "skip")
+    The groups come in a sorted run, read from ``next`` on, and a heap of
+    the groups pushed since; the first of both is the first of the queue.
+    ``at`` holds the index of a group's next job once it is past the first.
+    """
+
+    __slots__ = ("queue", "run", "next", "heap", "at", "skip")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
+        self.run: list[tuple] = []
+        self.next = 0
         self.heap: list[tuple] = []
         self.at: dict[Group, int] = {}
         self.skip: Skip | None = None
 
+    def top(self) -> tuple | None:
+        """The first entry, or None when no group is left."""
+        run, heap = self.run, self.heap
+        if self.next < len(run) and not (heap and heap[0] < run[self.next]):
+            return run[self.next]
+        return heap[0] if heap else None
+
+    def pop(self) -> tuple:
+        """Take the first entry out."""
+        run, heap = self.run, self.heap
+        if self.next < len(run) and not (heap and heap[0] < run[self.next]):
+            self.next += 1
+            return run[self.next - 1]
+        return heapq.heappop(heap)
+
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
-                   admit: Callable[[JobSpec], bool] | None = None, record_reasons: bool = False,
+                   admit: Skip | None = None, record_reasons: bool = False,
                    queues: Iterable[QueueState] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
 
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
-    is recomputed after each of its jobs. ``visit`` may return a predicate:
-    from then on, a group of that queue whose next job it holds for is
-    passed over whole (the predicate records why that job waits, and with
-    ``record_reasons`` the group keeps the reason for all its jobs). A group
-    whose first job ``admit`` refuses is not visited at all, nor are queues
-    left out of ``queues`` when it is given. Jobs that stopped waiting
-    earlier in the cycle are passed over.
+    is recomputed after each of its jobs. ``visit`` may return a predicate
+    (asked with a job and its queue): from then on, a group of that queue
+    whose next job it holds for is passed over whole (the predicate records
+    why that job waits, and with ``record_reasons`` the group keeps the
+    reason for all its jobs). A group whose first job ``admit`` (asked the
+    same way) refuses is not visited at all, nor are queues left out of
+    ``queues`` when it is given. Jobs that stopped waiting earlier in the
+    cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
-    tiebreak = itertools.count()
+    tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
+    reasons = state.reasons
     cycle = state.cycle
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
-        i = cursor.at[group]
+        i = cursor.at.get(group, 0)
         jobs = group.jobs
         while i < len(jobs) and None not in placements[jobs[i].id]:
             i += 1
@@ -62,37 +86,65 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     def clean(cursor: _QueueCursor) -> None:
         """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
-        heap, skip = cursor.heap, cursor.skip
-        while heap:
-            group = heap[0][2]
-            first = head(cursor, group)
-            if first is not None and (skip is None or not skip(first)):
-                current = group.keys[cursor.at[group]]
-                if current != heap[0][0]:
-                    heapq.heapreplace(heap, (current, next(tiebreak), group))
+        skip, at, queue = cursor.skip, cursor.at, cursor.queue
+        while True:
+            top = cursor.top()
+            if top is None:
+                return
+            group = top[2]
+            i, jobs = at.get(group, 0), group.jobs
+            n = len(jobs)
+            while i < n and None not in placements[jobs[i].id]:
+                i += 1
+            first = jobs[i] if i < n else None
+            if first is not None and (skip is None or not skip(first, queue)):
+                if i:
+                    at[group] = i
+                current = group.keys[i]
+                if current != top[0]:
+                    cursor.pop()
+                    heapq.heappush(cursor.heap, (current, next(tiebreak), group))
                     continue
                 return
-            heapq.heappop(heap)
-            if first is not None and record_reasons and first.id in state.reasons:
-                group.reason = state.reasons[first.id]
-                group.reason_cycle = cycle
+            cursor.pop()
+            if first is not None and record_reasons:
+                reason = reasons.get(first.id)
+                if reason is not None:
+                    group.reason = reason
+                    group.reason_cycle = cycle
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
-        group = cursor.heap[0][2]
-        job = group.jobs[cursor.at[group]]
-        need = state.need(job, len(state.pending_tasks(job.id)))
+        group = cursor.top()[2]
+        job = group.jobs[cursor.at.get(group, 0)]
+        need = state.need(job, state.pending_count(job.id))
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                          if q in backlog.by_queue}
-    for queue, groups in chosen.items():
+    for queue in chosen:
+        # The backlog keeps each queue's groups sorted by first job; only groups whose first job
+        # started earlier in the cycle are placed again, by their next job. Ties keep the order
+        # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
-        for group in groups.values():
-            cursor.at[group] = 0
-            if admit is None or (group.jobs and admit(group.jobs[0])):
-                push_group(cursor, group)
-        if cursor.heap:
+        at = cursor.at
+        entries = cursor.run
+        for entry in backlog.heads.get(queue, ()):
+            group = entry[2]
+            jobs = group.jobs
+            if admit is not None and not admit(jobs[0], queue):
+                continue
+            if None in placements[jobs[0].id]:
+                entries.append(entry)
+                continue
+            i, n = 1, len(jobs)
+            while i < n and None not in placements[jobs[i].id]:
+                i += 1
+            at[group] = i
+            if i < n:
+                cursor.heap.append((group.keys[i], group.seq, group))
+        if entries or cursor.heap:
+            heapq.heapify(cursor.heap)
             cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
     for project, cursor in cursors.items():
@@ -104,15 +156,16 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         heap = project_heaps[dept]
         _, project = heapq.heappop(heap)
         cursor = cursors[project]
-        _, _, group = heapq.heappop(cursor.heap)
-        job = group.jobs[cursor.at[group]]
+        _, _, group = cursor.pop()
+        at = cursor.at
+        job = group.jobs[at.get(group, 0)]
         skip = visit(job)
-        cursor.at[group] += 1
+        at[group] = at.get(group, 0) + 1
         if skip is not None:
             cursor.skip = skip
         push_group(cursor, group)
         clean(cursor)
-        if cursor.heap:
+        if cursor.top() is not None:
             heapq.heappush(heap, (key(project, cursor), project))
         if heap:
             heapq.heappush(dept_heap, (key(dept, cursors[heap[0][1]]), dept))

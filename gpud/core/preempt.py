@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
-from gpud.core.allocate import needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Lazy, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
@@ -26,9 +26,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     failed: dict[QueueState, FailedShapes] = {}
     over_quota: dict[QueueState, FailedShapes] = {}
 
-    def hopeless(job: JobSpec) -> bool:
-        queue = state.queue_of(job)
-        tasks = max(needed_tasks(state, job)[1], 1)
+    def hopeless(job: JobSpec, queue: QueueState) -> bool:
+        tasks = gang_tasks(state, job)
         shapes = failed.get(queue)
         if shapes is not None and shapes.find(job, tasks, (-job.priority,)) is not None:
             return True
@@ -39,13 +38,13 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
-        if hopeless(job):
-            return hopeless
         queue = state.queue_of(job)
+        if hopeless(job, queue):
+            return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))
-        candidates = Lazy(v for v in lists.of_queue(queue) if v.job.priority < job.priority)
+        candidates = Lazy(lists.of_queue(queue, below=job.priority))
         if next(iter(candidates), None) is None:
             shapes.add(job, tasks, "", extra=(-job.priority,))
             return hopeless
@@ -74,8 +73,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if priorities:
             lowest[queue] = min(priorities)
 
-    def admit(job: JobSpec) -> bool:
-        floor = lowest.get(state.queue_of(job))
+    def admit(job: JobSpec, queue: QueueState) -> bool:
+        floor = lowest.get(queue)
         return floor is not None and job.priority > floor
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)

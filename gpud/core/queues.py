@@ -99,13 +99,13 @@ class QueueState:
 
     def dominant_share(self, need: Resources) -> float:
         """max over resources of (allocated + need) / max(quota, fair share): how served the queue would be."""
-        alloc = self.allocated
+        quota, share = self.quota, self.fair_share
         worst = 0.0
-        for r in RESOURCES:
-            after = alloc.get(r) + need.get(r)
+        for after, base in ((self.alloc_gpu + need.gpu, max(quota.gpu, share.gpu)),
+                            (self.alloc_cpu + need.cpu, max(quota.cpu, share.cpu)),
+                            (self.alloc_mem + need.memory, max(quota.memory, share.memory))):
             if after <= EPS:
                 continue
-            base = max(self.quota.get(r), self.fair_share.get(r))
             worst = max(worst, after / base if base > EPS else INF)
         return worst
 

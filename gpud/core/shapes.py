@@ -2,8 +2,55 @@
 
 from __future__ import annotations
 
-from gpud.core.state import ClusterState
+from operator import ge
+from typing import TYPE_CHECKING
+
 from gpud.model import JobSpec
+
+if TYPE_CHECKING:
+    from gpud.core.state import ClusterState
+
+
+class ShapeIndex:
+    """Each job's shape as the failure memory compares it, worked out once per job and numbered.
+
+    A shape is (class, (size, CPUs, memory)): the class is the pool, node
+    selector and kind (whole GPUs, fractions, memory slices, CPU-only), and
+    the job itself when plugins judge job by job.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._of_job: dict[str, int] = {}
+        self._ids: dict[tuple, int] = {}
+        self.shapes: list[tuple[tuple, tuple]] = []
+
+    def of(self, job: JobSpec) -> int:
+        """The number of the job's shape."""
+        sid = self._of_job.get(job.id)
+        if sid is None:
+            r = job.request
+            if not r.uses_gpu:
+                kind, size = "cpu", 0.0
+            elif r.gpu_memory_gib is not None:
+                kind, size = "memory", r.gpu_memory_gib
+            else:
+                kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
+            selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+            group = (self.state.pool_of(job), selector, kind)
+            if self.state.job_specific_plugins:
+                group += (job.id,)
+            base = (group, (size, r.cpus, r.memory_gib))
+            sid = self._ids.get(base)
+            if sid is None:
+                sid = self._ids[base] = len(self.shapes)
+                self.shapes.append(base)
+            self._of_job[job.id] = sid
+        return sid
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job that left (its id may come back with another request)."""
+        self._of_job.pop(job_id, None)
 
 
 class FailedShapes:
@@ -20,27 +67,14 @@ class FailedShapes:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._index: ShapeIndex = state.shapes
         self._frontier: dict[tuple, list[tuple[tuple, tuple[str, str]]]] = {}
         self._answers: dict[tuple, tuple[int, tuple[str, str] | None]] = {}
         self._version = 0
-        self._shapes: dict[str, tuple[tuple, tuple]] = {}
 
     def _shape(self, job: JobSpec, tasks: int, extra: tuple) -> tuple[tuple, tuple]:
-        base = self._shapes.get(job.id)
-        if base is None:
-            r = job.request
-            if not r.uses_gpu:
-                kind, size = "cpu", 0.0
-            elif r.gpu_memory_gib is not None:
-                kind, size = "memory", r.gpu_memory_gib
-            else:
-                kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
-            selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-            group = (self.state.pool_of(job), selector, kind)
-            if self.state.job_specific_plugins:
-                group += (job.id,)
-            base = self._shapes[job.id] = (group, (size, r.cpus, r.memory_gib))
-        return base[0], (*base[1], tasks, *extra)
+        group, base = self._index.shapes[self._index.of(job)]
+        return group, (*base, tasks, *extra)
 
     def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:
         """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
@@ -49,9 +83,9 @@ class FailedShapes:
         """
         group, dims = self._shape(job, tasks, extra)
         frontier = self._frontier.setdefault(group, [])
-        if any(all(d >= f for d, f in zip(dims, failed)) for failed, _ in frontier):
+        if any(all(map(ge, dims, failed)) for failed, _ in frontier):
             return
-        frontier[:] = [(f, why) for f, why in frontier if not all(x >= d for x, d in zip(f, dims))]
+        frontier[:] = [(f, why) for f, why in frontier if not all(map(ge, f, dims))]
         frontier.append((dims, (detail, kind)))
         self._version += 1
 
@@ -59,14 +93,16 @@ class FailedShapes:
         """(reason, kind) of a failed request this one is at least as large as, or None."""
         if not self._frontier:
             return None
-        group, dims = self._shape(job, tasks, extra)
-        key = (group, dims)
+        sid = self._index.of(job)
+        key = (sid, tasks, extra)
         known = self._answers.get(key)
         if known is not None and (known[1] is not None or known[0] == self._version):
             return known[1]
+        group, base = self._index.shapes[sid]
+        dims = (*base, tasks, *extra)
         found = None
         for failed, why in self._frontier.get(group, ()):
-            if all(d >= f for d, f in zip(dims, failed)):
+            if all(map(ge, dims, failed)):
                 found = why
                 break
         self._answers[key] = (self._version, found)

@@ -11,6 +11,7 @@ from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
+from gpud.core.shapes import ShapeIndex
 from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
 from gpud.policy import Policy
 
@@ -59,16 +60,20 @@ class ClusterState:
             if node.spec.schedulable:
                 pool_nodes[node.pool].append(node)
         pools = set(pool_nodes) | {n.pool for n in self.nodes.values()}
-        pools |= {self.pool_of(job) for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
+        pools |= {job.pool or policy.default_pool for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
         self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
         self.queues = build_queues(policy, sorted(pools))
         self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
         self.jobs: dict[str, JobSpec] = {}
-        self.placements: dict[str, list[TaskPlacement | None]] = {}
+        # A job none of whose tasks is placed shares one tuple of Nones with the jobs of its size;
+        # its first bind gives it a list of its own, so a long backlog costs no list per job.
+        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = {}
+        self._unplaced: dict[int, tuple[None, ...]] = {}
         self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
+        self.shapes = ShapeIndex(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
@@ -76,36 +81,42 @@ class ClusterState:
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
-        entries: list[tuple[JobSpec, QueueState, bool]] = []
-        for job in snapshot.jobs:
-            self.add_job(job, entries)
-        self.backlog.extend(entries)
+        # One bulk insertion into the backlog, fed as the jobs are taken in.
+        self.backlog.extend((job, *waiting) for job in snapshot.jobs if (waiting := self._take(job)) is not None)
         self.touched = set()
 
     # --- jobs coming and going, cycles beginning and ending ------------------------------------
 
-    def add_job(self, job: JobSpec, later: list[tuple[JobSpec, QueueState, bool]] | None = None) -> None:
-        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog.
+    def add_job(self, job: JobSpec) -> None:
+        """Take in a job: its running tasks hold their resources, its pending tasks join the backlog."""
+        waiting = self._take(job)
+        if waiting is not None:
+            self.backlog.add(job, *waiting)
 
-        With ``later``, the backlog entry is appended there for one bulk insertion instead.
+    def _take(self, job: JobSpec) -> tuple[QueueState, bool] | None:
+        """Register a job and book what its running tasks hold.
+
+        Returns (its queue, whether some of its tasks run) when tasks are left to place, else None.
         """
+        tasks = job.tasks
         self.jobs[job.id] = job
-        self.placements[job.id] = [None] * job.tasks
-        queue = self.queue_of(job)
+        unplaced = self._unplaced.get(tasks)
+        if unplaced is None:
+            unplaced = self._unplaced[tasks] = (None,) * tasks
+        self.placements[job.id] = unplaced
+        queue = self.queues.get((job.project, job.pool or self.policy.default_pool))
         if queue is None:
             self.orphans[job.id] = f"project {job.project} is not in the policy"
-            return
-        self._add_pending(queue, job, job.tasks)
+            return None
+        self._add_pending(queue, job, tasks)
         running = 0
-        for task, placement in enumerate(job.placements):
-            if placement is not None and placement.node in self.nodes:
-                self._bind(job, task, placement)
-                running += 1
-        if running < job.tasks:
-            if later is None:
-                self.backlog.add(job, queue, partly_running=running > 0)
-            else:
-                later.append((job, queue, running > 0))
+        if job.placements:
+            nodes = self.nodes
+            for task, placement in enumerate(job.placements):
+                if placement is not None and placement.node in nodes:
+                    self._bind(job, task, placement)
+                    running += 1
+        return (queue, running > 0) if running < tasks else None
 
     def remove_job(self, job_id: str) -> None:
         """Forget a job that finished or was cancelled, releasing what its tasks held."""
@@ -119,6 +130,7 @@ class ClusterState:
                 self._unbind(job, task)
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job_id)
+        self.shapes.forget(job_id)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
@@ -214,10 +226,15 @@ class ClusterState:
         """Indices of the job's tasks that wait for a placement."""
         return [i for i, p in enumerate(self.placements[job_id]) if p is None]
 
-    def victims(self, queue: QueueState) -> list[Victim]:
-        """The running jobs of one queue, as eviction candidates."""
-        return [Victim(self.jobs[job_id], queue, self.running_tasks(job_id), self.now)
-                for job_id in self.running[queue]]
+    def pending_count(self, job_id: str) -> int:
+        """How many of the job's tasks wait for a placement."""
+        return self.placements[job_id].count(None)
+
+    def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
+        """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
+        jobs = self.jobs
+        return [Victim(jobs[job_id], queue, self.running_tasks(job_id), self.now)
+                for job_id in self.running[queue] if not preemptible_only or jobs[job_id].preemptible]
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
@@ -228,11 +245,14 @@ class ClusterState:
         index = self.indexes.get(node.pool)
         charge = self._charge(job, placement)
         if node.spec.schedulable and index is not None:
-            index.update(node)
+            index.update(node, placement.gpu_index)
             index.free_gpu -= charge.gpu
             index.free_cpu -= charge.cpu
             index.free_mem -= charge.memory
-        self.placements[job.id][task] = placement
+        slots = self.placements[job.id]
+        if slots.__class__ is tuple:
+            slots = self.placements[job.id] = list(slots)
+        slots[task] = placement
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(charge, 1, job.preemptible)
@@ -248,7 +268,7 @@ class ClusterState:
         index = self.indexes.get(node.pool)
         charge = self._charge(job, placement)
         if node.spec.schedulable and index is not None:
-            index.update(node)
+            index.update(node, placement.gpu_index)
             index.free_gpu += charge.gpu
             index.free_cpu += charge.cpu
             index.free_mem += charge.memory
