@@ -108,12 +108,8 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     ctrl.cluster.heartbeat(name, gpus, _tasks(message))
                 elif kind == "task":
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
-                    ctrl.cluster.task_report(name, message)
-                    if message.get("state") != "exited" and not any(ctrl.cluster.orders.values()):
-                        # A task has started: nobody waits for that to be durable (after a crash the node
-                        # reports it again), so it is written with the next batch rather than in one of its own.
-                        ctrl.persist.flush_soon()
-                        continue
+                    if not ctrl.cluster.task_report(name, message):
+                        continue  # nothing waits for its changes to be durable
                 elif kind == "log":
                     future = ctrl.log_requests.get(str(message.get("request")))
                     if future is not None and not future.done():

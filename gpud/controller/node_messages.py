@@ -78,14 +78,21 @@ class NodeMessages:
                 self.unsent[name][key] = now
         self._send_starts(name)
 
-    def task_report(self, name: str, report: dict) -> None:
-        """One task's state from its node: running, or exited with its code."""
+    def task_report(self, name: str, report: dict) -> bool:
+        """One task's state from its node: running, or exited with its code.
+
+        Returns whether the caller must commit now: the report left orders
+        that may go out only once its changes are durable. A task that has
+        started needs no answer and no durability before one (after a crash
+        the node reports it again): its change is written within a moment,
+        with the next batch rather than in a transaction of its own.
+        """
         try:
             job_id, task, attempt = str(report["job"]), int(report["task"]), int(report["attempt"])
             state = report["state"]
         except (KeyError, TypeError, ValueError):
             log.warning("node %s sent a malformed task report: %r", name, report)
-            return
+            return False
         key = incarnation_key(job_id, task, attempt)
         node = self.nodes[name]
         exited = state == "exited"
@@ -95,7 +102,7 @@ class NodeMessages:
                 self.persist.node(name, node.to_json)
                 self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
                 self._send_starts(name)
-            return
+            return exited
         job = self.jobs.get(job_id)
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
         if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
@@ -104,22 +111,24 @@ class NodeMessages:
             else:
                 node.stopping[key] = []
                 self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s))
-            return
+            return True
         if run.state == "exited":
             self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
-            return
+            return True
         if not exited:
             if run.state != "running" or run.pid != report.get("pid"):
                 run.state, run.pid = "running", report.get("pid")
                 self.unsent[name].pop(key, None)
                 self.persist.job(job)
-            return
+                self.persist.flush_soon()
+            return False
         run.state, run.exit_code, run.term_signal = "exited", report.get("exit_code"), report.get("term_signal")
         run.reason = str(report.get("reason") or "")
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
         self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
         self._task_exited(job, task, run)
+        return True
 
     def _task_exited(self, job: Job, task: int, run: TaskRun) -> None:
         self.persist.job(job)

@@ -88,8 +88,13 @@ class Persister:
         For changes nobody waits for (a task the node says has started), so
         they share the next transaction instead of paying one of their own.
         """
-        if self._soon is None:
-            self._soon = asyncio.get_running_loop().call_later(FLUSH_SOON_S, self._flush_soon)
+        if self._soon is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (the state machine driven directly): the next flush writes the changes
+        self._soon = loop.call_later(FLUSH_SOON_S, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._soon = None
