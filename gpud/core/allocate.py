@@ -83,7 +83,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         return True
 
     def visit(job: JobSpec) -> Skip | None:
-        queue = state.queue_of(job)
+        queue = state.project_queue(job)
         tasks = gang_tasks(state, job)
         found = blocks.find(job, queue, tasks)
         if found is not None and found[1] == WAITING:

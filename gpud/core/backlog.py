@@ -99,13 +99,14 @@ class Backlog:
         touched: dict[Group, None] = {}
         key_of, group_of, job_key, alone = self._key_of, self.group_of, self._job_key, self._alone
         by_queue = self.by_queue
-        last_queue, groups = None, {}
+        last_queue: QueueState | None = None
+        groups: dict[tuple, Group] = {}
         for job, queue, partly_running in entries:
             shape = shape_of(job, partly_running, alone)
             if queue is not last_queue:
-                groups = by_queue.get(queue)
-                if groups is None:
-                    groups = by_queue[queue] = {}
+                if queue not in by_queue:
+                    by_queue[queue] = {}
+                groups = by_queue[queue]
                 last_queue = queue
             group = groups.get(shape)
             if group is None:

@@ -65,7 +65,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     blocked = Backlog(first_result(state.hook.gpud_job_order_key, state.pm), state.job_specific_plugins)
     for job_id in state.fragmented:
         job = state.jobs[job_id]
-        blocked.add(job, state.queue_of(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
+        blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
     serve_in_order(state, blocked, visit)
 
 

@@ -86,7 +86,8 @@ def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction,
     for job_id in sorted(state.touched):
         job = state.jobs[job_id]
         final = state.placements[job_id]
-        stopped, moved = [], []
+        stopped: list[int] = []
+        moved: list[int] = []
         for task in range(job.tasks):
             before, after = job.task_placement(task), final[task]
             if before == after:

@@ -107,7 +107,7 @@ def tasks_to_evict(state: ClusterState, victim: Victim, node: str | None) -> lis
     """
     running = state.running_tasks(victim.job.id)
     placements = state.placements[victim.job.id]
-    here = [t for t in running if node is None or placements[t].node == node]
+    here = running if node is None else [t for t in running if (p := placements[t]) is not None and p.node == node]
     spare = len(running) - victim.job.gang_minimum
     if spare > 0 and here:
         return here[::-1][:spare] if node is not None else running[-1:]
@@ -180,8 +180,9 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
             if placement is None:
                 continue
             name = placement.node
-            room = rooms.get(name, False)
-            if room is False:
+            if name in rooms:
+                room = rooms[name]
+            else:
                 fits = usable.get(name)
                 if fits is None:
                     node = nodes[name]

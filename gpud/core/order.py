@@ -114,7 +114,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                     group.reason_cycle = cycle
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
-        group = cursor.top()[2]
+        top = cursor.top()
+        assert top is not None, "a queue without pending groups has no key"
+        group = top[2]
         job = group.jobs[cursor.at.get(group, 0)]
         need = state.need(job, state.pending_count(job.id))
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
@@ -148,7 +150,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             cursors[queue] = cursor
     project_heaps: dict[QueueState, list] = defaultdict(list)
     for project, cursor in cursors.items():
-        heapq.heappush(project_heaps[project.parent], (key(project, cursor), project))
+        dept = project.parent
+        assert dept is not None, f"project {project.name} has no department queue"
+        heapq.heappush(project_heaps[dept], (key(project, cursor), project))
     dept_heap = [(key(dept, cursors[heap[0][1]]), dept) for dept, heap in project_heaps.items()]
     heapq.heapify(dept_heap)
     while dept_heap:

@@ -38,7 +38,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
-        queue = state.queue_of(job)
+        queue = state.project_queue(job)
         if hopeless(job, queue):
             return hopeless
         tasks = max(minimum, 1)

@@ -149,10 +149,10 @@ def build_queues(policy: Policy, pools: Iterable[str]) -> dict[tuple[str, str], 
             queue = QueueState(project.name, "project", pool, project, i, parent=parent)
             parent.children.append(queue)
             queues[(project.name, pool)] = queue
-        for dept in depts.values():
-            if dept.implicit:
-                dept.quota = sum((c.quota for c in dept.children), Resources())
-                dept.quota_bound = _bound(dept.quota)
+        for dept_queue in depts.values():
+            if dept_queue.implicit:
+                dept_queue.quota = sum((c.quota for c in dept_queue.children), Resources())
+                dept_queue.quota_bound = _bound(dept_queue.quota)
     return queues
 
 

@@ -53,7 +53,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
-        queue = state.queue_of(job)
+        queue = state.project_queue(job)
         if hopeless(job, queue):
             return hopeless
         tasks = max(minimum, 1)
@@ -72,7 +72,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         over_quota = [q for q in others if q not in over_fair_share and q.over(q.quota_bound, held)]
 
         def eligible(victim: Victim) -> str | None:
-            return rule_for(victim.queue)
+            return rule_for(victim.queue) if victim.queue is not None else None
 
         def level(mine: QueueState, theirs: QueueState) -> bool | None:
             """Whether ``theirs`` is over its fair share (True) or only over its quota (False) for

@@ -37,7 +37,7 @@ class ShapeIndex:
             else:
                 kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
             selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-            group = (self.state.pool_of(job), selector, kind)
+            group: tuple = (self.state.pool_of(job), selector, kind)
             if self.state.job_specific_plugins:
                 group += (job.id,)
             base = (group, (size, r.cpus, r.memory_gib))

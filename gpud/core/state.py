@@ -17,11 +17,12 @@ from gpud.policy import Policy
 
 
 class Victim:
-    """A running job as a candidate for eviction: the job, its queue and its running tasks."""
+    """A running job as a candidate for eviction: the job, its queue (None for a project the policy
+    no longer has) and its running tasks."""
 
     __slots__ = ("job", "queue", "tasks", "started")
 
-    def __init__(self, job: JobSpec, queue: QueueState, tasks: list[int], now: float) -> None:
+    def __init__(self, job: JobSpec, queue: QueueState | None, tasks: list[int], now: float) -> None:
         self.job = job
         self.queue = queue
         self.tasks = tasks
@@ -166,7 +167,7 @@ class ClusterState:
             self.jobs[job_id] = updated
             backlog.remove(job_id)
             if None in current:
-                backlog.add(updated, self.queue_of(updated), partly_running=running)
+                backlog.add(updated, self.project_queue(updated), partly_running=running)
 
     def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
         request = job.request
@@ -193,6 +194,10 @@ class ClusterState:
     def queue_of(self, job: JobSpec) -> QueueState | None:
         """The project queue a job belongs to, None when the policy does not know its project."""
         return self.queues.get((job.project, self.pool_of(job)))
+
+    def project_queue(self, job: JobSpec) -> QueueState:
+        """The project queue of a job whose project the policy knows (every job of the backlog)."""
+        return self.queues[(job.project, self.pool_of(job))]
 
     def task_need(self, job: JobSpec) -> Resources:
         """What one pending task of the job will hold at most.
@@ -250,7 +255,7 @@ class ClusterState:
             index.free_cpu -= charge.cpu
             index.free_mem -= charge.memory
         slots = self.placements[job.id]
-        if slots.__class__ is tuple:
+        if isinstance(slots, tuple):
             slots = self.placements[job.id] = list(slots)
         slots[task] = placement
         queue = self.queue_of(job)
@@ -262,7 +267,9 @@ class ClusterState:
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
         self.touched.add(job.id)
         self.releases += 1
-        placement = self.placements[job.id][task]
+        slots = self.placements[job.id]
+        placement = slots[task]
+        assert placement is not None and isinstance(slots, list), f"task {task} of job {job.id} is not running"
         node = self.nodes[placement.node]
         node.give_back((job.id, task), job.request)
         index = self.indexes.get(node.pool)
@@ -272,7 +279,7 @@ class ClusterState:
             index.free_gpu += charge.gpu
             index.free_cpu += charge.cpu
             index.free_mem += charge.memory
-        self.placements[job.id][task] = None
+        slots[task] = None
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(charge, -1, job.preemptible)
