@@ -60,6 +60,11 @@ def test_no_verb_prints_help_and_exits_2(argv, capsys):
     (["history", "--since", "yesterday"], "bad time"),
     (["queue", "--", "x"], "only `gpuctl submit` takes a command"),
     (["drain", "n1"], "--reason"),
+    (["submit", "--time-limit", "1h", "-p", "p", "--", "x"],
+     "gpuctl submit: error: unknown option --time-limit (did you mean -t/--time?)"),
+    (["queue", "--mine"], "gpuctl queue: error: unknown option --mine (did you mean --me?)"),
+    (["cancel", "1", "--frobnicate"], "gpuctl cancel: error: unknown option --frobnicate; see `gpuctl cancel --help`"),
+    (["show", "1", "2"], "gpuctl show: error: unexpected argument: 2"),
 ])
 def test_argument_errors_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as done:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -51,6 +52,30 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command ``argv`` names: gpuctl's own, a verb's, or a verb's sub-verb's."""
+    words = (arg for arg in argv if not arg.startswith("-"))
+    current = parser
+    while True:
+        verbs = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        word = next(words, None) if verbs is not None else None
+        if verbs is None or word not in verbs.choices:
+            return current
+        current = verbs.choices[word]
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What is wrong with arguments the command does not take, naming the closest option it has."""
+    unknown = [arg for arg in extras if arg.startswith("-")]
+    if not unknown:
+        return f"unexpected argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}"
+    name = unknown[0].split("=", 1)[0]
+    spelled = {option: action for action in parser._actions for option in action.option_strings}
+    close = difflib.get_close_matches(name, [o for o in spelled if o.startswith("--")], n=1, cutoff=0.6)
+    hint = f" (did you mean {'/'.join(spelled[close[0]].option_strings)}?)" if close else ""
+    return f"unknown option {name}{hint}; see `{parser.prog} --help`"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sub-command; returns the exit status.
 
@@ -64,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:cut], argv[cut + 1:]
     verb = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = build_parser(verb)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        owner = command_parser(parser, argv)
+        owner.error(unknown_arguments(owner, extras))
     if not hasattr(args, "func"):
         getattr(args, "help_of", parser).print_help()
         return EXIT_USAGE
