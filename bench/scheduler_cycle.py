@@ -25,7 +25,7 @@ import sys
 import time
 
 import gpud
-from gpud.core import Scheduler, schedule
+from gpud.core import COMPILED, Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
@@ -270,7 +270,7 @@ def run(args) -> dict:
            "repeat": args.repeat, "quick": args.quick,  # a hash of the gpud sources measured:
            "gpud_sources": hashlib.sha1(b"".join(  # others edit them while benchmarks run
                p.read_bytes() for p in sorted(pathlib.Path(gpud.__file__).parent.rglob("*.py")))).hexdigest()[:12],
-           "load_average": os.getloadavg()[0]}
+           "load_average": os.getloadavg()[0], "core": "compiled (mypyc)" if COMPILED else "Python"}
     prof = {k: cProfile.Profile() for k in ("fresh", "steady", "reclaim")} if args.profile else {}
     if args.only in (None, "big"):
         out["big"] = measure_big(args, pm, prof)
@@ -297,7 +297,7 @@ def report(out: dict) -> str:
                                      c["evictions"], c["moves"], c["pending"])
     lines = [f"Python {out['python']} ({out['implementation']}) on {out['machine']}, os.cpu_count()="
              f"{out['cpu_count']}, load average {out['load_average']:.1f}, seed {out['seed']}, repeat "
-             f"{out['repeat']}, gpud sources {out['gpud_sources']}" + (", QUICK" if out["quick"] else "")]
+             f"{out['repeat']}, gpud sources {out['gpud_sources']}, core {out['core']}" + (", QUICK" if out["quick"] else "")]
     summary = [f"\n  {'measure (median)':<36}{'wall s':>10}{'target':>9}{'ratio':>8}"]
     if "big" in out:
         big = out["big"]

@@ -22,10 +22,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Built from a copy so the build's scratch files never land in the working tree.
     source = tmp_path_factory.mktemp("source")
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".venv", "*.pyc")
-    for name in ("gpud", "tests", "plugins", "examples", "etc", "systemd", "docs"):
+    for name in ("gpud", "build_support", "tests", "plugins", "examples", "etc", "systemd", "docs"):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, source / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("dist")
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)]

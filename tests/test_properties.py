@@ -7,6 +7,8 @@ memory, gangs at or above their minimum), so every violation found is the schedu
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -160,7 +162,7 @@ def cases(draw) -> Case:
             if len(placements) >= minimum:
                 placements += [None] * (tasks - len(placements))
                 started = float(draw(st.integers(int(job.submitted), int(NOW))))
-                job = JobSpec(**{**_fields(job), "placements": tuple(placements), "started": started})
+                job = dataclasses.replace(job, placements=tuple(placements), started=started)
             else:  # give back what a gang that could not start took
                 for placement in placements:
                     for i in placement.gpu_index:
@@ -170,9 +172,6 @@ def cases(draw) -> Case:
         jobs.append(job)
     return Case(policy, Snapshot(tuple(specs), tuple(jobs), NOW), draw(st.integers(1, 3)))
 
-
-def _fields(job: JobSpec) -> dict:
-    return {name: getattr(job, name) for name in JobSpec.__slots__}
 
 
 # --- reading snapshots and plans ----------------------------------------------------------------

@@ -17,6 +17,7 @@ from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister
+from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.metrics import Histogram
@@ -94,7 +95,8 @@ class Controller:
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         self.cluster.restore(jobs, nodes, next_seq)
         await self.persist.flush()
-        log.info("controller state: %d active jobs, %d nodes, from %s", len(jobs), len(nodes), self.store.path)
+        log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
+                 self.store.path, "compiled with mypyc" if COMPILED else "in Python (GPUD_COMPILE=1 compiles it)")
 
     async def close(self) -> None:
         """Flush what is left and release the store."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
 
@@ -58,7 +58,7 @@ class NodeState:
         """True when the node has the CPUs and memory a task asks for free."""
         return request.cpus <= self.free_cpu + EPS and request.memory_gib <= self.free_mem + EPS
 
-    def pick_gpus(self, request: TaskRequest, order: list[int]) -> TaskPlacement | None:
+    def pick_gpus(self, request: TaskRequest, order: Iterable[int]) -> TaskPlacement | None:
         """Choose GPUs for a task in the given order of preference; None when they are not free."""
         if not request.uses_gpu:
             return TaskPlacement(self.name, (), 0.0)
