@@ -1,6 +1,6 @@
 """The pure scheduling core: a snapshot and a policy in, a plan out; no I/O, no clock."""
 
-from gpud.core import cycle as _cycle
+import gpud.core.cycle as _cycle
 from gpud.core.cycle import Scheduler, schedule
 
 # True in an installation built with GPUD_COMPILE=1, where mypyc compiled the core to C extensions.
