@@ -263,6 +263,150 @@ def test_queue_at_quota_is_not_reclaimed_for_a_job_started_this_cycle():
     assert gpus(sim, "p2") <= fair_share(sim, "p2")
 
 
+OVER_QUOTA_ONLY_IN_ANOTHER_RESOURCE = """
+    # Each project ends at exactly its GPU fair share (p1 5, p2 2) with n2's last GPU, and each is over
+    # a quota the other's job does not touch: p1 over its CPU quota (c1 and c2), p2 over its memory
+    # quota (pm). pc (GPU and CPU) may take that GPU only from a p1 job holding CPUs, m (GPU and
+    # memory) only from a p2 job holding memory. Taking it from the GPU-and-memory job m, and m taking
+    # it back from the GPU-and-CPU job pc, would repeat every cycle.
+    [policy]
+    over_quota_weights = false
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 5
+    cpu_quota = 1
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[policy.projects]]
+    name = "p2"
+    gpu_quota = 2
+    cpu_quota = 1
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[nodes]]
+    name = "n1"
+    gpus = 1
+    cpus = 2
+    memory_gib = 8
+    [[nodes]]
+    name = "n2"
+    gpus = 5
+    cpus = 2
+    memory_gib = 8
+    [[jobs]]
+    name = "c1"
+    project = "p1"
+    gpus = 1
+    cpus = 1
+    memory_gib = 0
+    [[jobs]]
+    name = "pm"
+    project = "p2"
+    gpus = 1
+    cpus = 0
+    memory_gib = 2
+    [[jobs]]
+    name = "g"
+    count = 2
+    project = "p1"
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "c2"
+    project = "p1"
+    gpus = 1
+    cpus = 1
+    memory_gib = 0
+    [[jobs]]
+    name = "m"
+    project = "p1"
+    gpus = 1
+    cpus = 0
+    memory_gib = 1
+    [[jobs]]
+    name = "pc"
+    project = "p2"
+    gpus = 1
+    cpus = 1
+    memory_gib = 0
+"""
+
+
+def test_reclaim_over_quota_takes_only_from_a_job_holding_the_resource_over_quota():
+    sim = run("cycles = 4\n" + OVER_QUOTA_ONLY_IN_ANOTHER_RESOURCE)
+    assert evictions(sim) == []
+    assert sim.pending() == {"c2"}
+    assert (gpus(sim, "p1"), gpus(sim, "p2")) == (4, 2)
+
+
+OVER_ONLY_IN_ANOTHER_RESOURCE = """
+    # Jobs that may not be evicted hold 2 GPUs of pa (fair share 1) and 60 GiB of pb (fair share 8).
+    # pb's GPU job needs n1's idle GPU and the 4 CPUs pa's CPU-only job holds there: pa is over its
+    # share only in GPUs, which that job does not hold, so it is no victim. Were it one, pb would be one
+    # in turn for pa's job, over its share only in memory, which the GPU job does not hold, and the two
+    # jobs would take n1 from each other every cycle.
+    [[policy.projects]]
+    name = "pa"
+    gpu_quota = 1
+    cpu_quota = 4
+    memory_quota_gib = 8
+    over_quota_weight = 0
+    [[policy.projects]]
+    name = "pb"
+    gpu_quota = 1
+    cpu_quota = 4
+    memory_quota_gib = 8
+    over_quota_weight = 0
+    [[nodes]]
+    name = "n1"
+    gpus = 1
+    cpus = 4
+    memory_gib = 16
+    [[nodes]]
+    name = "n2"
+    gpus = 2
+    cpus = 4
+    memory_gib = 60
+    [[jobs]]
+    name = "a"
+    count = 2
+    project = "pa"
+    priority = "build"
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    running_on = ["n2"]
+    [[jobs]]
+    name = "cpu"
+    project = "pa"
+    cpus = 4
+    memory_gib = 4
+    running_on = ["n1"]
+    [[jobs]]
+    name = "mem"
+    project = "pb"
+    priority = "build"
+    cpus = 0
+    memory_gib = 60
+    running_on = ["n2"]
+    [[jobs]]
+    name = "gpu"
+    project = "pb"
+    gpus = 1
+    cpus = 4
+    memory_gib = 0
+    submitted = 5
+"""
+
+
+def test_reclaim_takes_only_from_a_queue_over_in_a_resource_the_victim_holds():
+    sim = run("cycles = 4\n" + OVER_ONLY_IN_ANOTHER_RESOURCE)
+    assert evictions(sim) == []
+    assert sim.pending() == {"gpu"}
+    assert nodes_of(sim, "cpu") == ["n1"]
+
+
 def test_reclaim_compares_departments_first():
     # Both departments sit at their fair share (4). Inside each, one project holds everything. p1 may
     # reclaim only from p2 (same department) and p4 only from p3, though p3's jobs are the most recent.
@@ -776,6 +920,36 @@ def test_reclaim_reason_names_the_rule_the_queue_and_the_numbers():
     assert reasons["x-6"].startswith("reclaim: project p1 6/5 GPUs over fair share")
 
 
+def test_reclaim_reason_names_the_resource_the_queue_is_over_in():
+    # p1 holds all 8 CPUs (quota 2, fair share 4) and no GPU; p2's CPU-only job takes 4 back.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        cpu_quota = 2
+        [[policy.projects]]
+        name = "p2"
+        cpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 0
+        cpus = 8
+        [[jobs]]
+        name = "x"
+        count = 4
+        project = "p1"
+        cpus = 2
+        running_on = ["n1"]
+        [[jobs]]
+        name = "y"
+        project = "p2"
+        cpus = 4
+        submitted = 100
+        """)
+    reasons = {e.job: e.reason for e in evictions(sim, "reclaim")}
+    assert reasons == {"x-4": "reclaim: project p1 8/4 CPUs over fair share; for job y of project p2 4/4 CPUs",
+                       "x-3": "reclaim: project p1 6/4 CPUs over fair share; for job y of project p2 4/4 CPUs"}
+
+
 def test_preempt_reason_names_both_jobs_and_priorities():
     sim = run("""
         [[policy.projects]]
@@ -805,6 +979,8 @@ def test_preempt_reason_names_both_jobs_and_priorities():
 STABLE_CASES = {
     "reclaim": RECLAIM_OVER_FAIR_SHARE_FIRST,
     "over-quota reclaim": OVER_QUOTA_ONLY.format(p1_quota=0, p3_quota=2),
+    "over quota only in another resource": OVER_QUOTA_ONLY_IN_ANOTHER_RESOURCE,
+    "over only in another resource": OVER_ONLY_IN_ANOTHER_RESOURCE,
     "elastic gang": """
         [[policy.projects]]
         name = "p1"

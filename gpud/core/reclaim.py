@@ -12,7 +12,7 @@ from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState, format_amount
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, JobSpec, Resources
+from gpud.model import EPS, RESOURCES, JobSpec, Resources
 
 RULE = "reclaim"
 
@@ -26,17 +26,40 @@ def _level_pair(reclaimer: QueueState, victim: QueueState) -> list[tuple[QueueSt
     return pairs
 
 
-def _gpu_text(queue: QueueState, level: Resources) -> str:
-    return f"{format_amount(queue.alloc_gpu)}/{format_amount(level.gpu)}"
+UNITS = {"gpu": "GPUs", "cpu": "CPUs", "memory": "GiB memory"}
+
+
+def _taken(need: Resources, victim: JobSpec) -> Resources:
+    """The part of ``need`` a victim gives back: only the resources its tasks hold.
+
+    A queue is a victim only when it is over its fair share (or quota) in
+    one of these. Were it enough to be over in a resource the victim does
+    not hold, two queues could each be over in a resource the other's job
+    does not use and take the same node back and forth every cycle.
+    """
+    request = victim.request
+    return Resources(need.gpu if request.uses_gpu else 0.0, need.cpu if request.cpus > EPS else 0.0,
+                     need.memory if request.memory_gib > EPS else 0.0)
+
+
+def _over_in(queue: QueueState, level: Resources, taken: Resources) -> str:
+    """The first resource of ``taken`` in which ``queue`` holds more than ``level`` (GPUs if none)."""
+    held = queue.allocated
+    return next((r for r in RESOURCES if taken.get(r) > EPS and held.get(r) > level.get(r) + EPS), "gpu")
+
+
+def _amount_text(held: float, level: Resources, resource: str) -> str:
+    return f"{format_amount(held)}/{format_amount(level.get(resource))} {UNITS[resource]}"
 
 
 def reclaim(state: ClusterState, placer: Placer) -> None:
     """For each pending job whose queue stays within its fair share, evict from queues above theirs.
 
     Victims come first from queues over their fair share, then from queues
-    over their quota (only while the reclaimer stays within its own quota);
-    the test is made before each victim, so a queue at or below its quota is
-    never a victim. Departments are compared first, then projects.
+    over their quota (only while the reclaimer stays within its own quota),
+    in a resource both the pending job needs and the victim holds; the test
+    is made before each victim, so a queue at or below its quota is never a
+    victim. Departments are compared first, then projects.
     """
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
@@ -72,49 +95,58 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         over_quota = [q for q in others if q not in over_fair_share and q.over(q.quota_bound, held)]
 
         def eligible(victim: Victim) -> str | None:
-            return rule_for(victim.queue) if victim.queue is not None else None
+            return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
 
-        def level(mine: QueueState, theirs: QueueState) -> bool | None:
-            """Whether ``theirs`` is over its fair share (True) or only over its quota (False) for
-            ``mine`` to take from it; None when it may not."""
+        def level(mine: QueueState, theirs: QueueState, taken: Resources) -> bool | None:
+            """Whether ``theirs`` is over its fair share (True) or only over its quota (False), in a
+            resource of ``taken``, for ``mine`` to take from it; None when it may not."""
             if not mine.fits_fair_share(need):
                 return None
-            if not theirs.implicit and not theirs.over(theirs.quota_bound, held):
+            if not theirs.implicit and not theirs.over(theirs.quota_bound, taken):
                 return None
-            if theirs.over(theirs.fair_share, held):
+            if theirs.over(theirs.fair_share, taken):
                 return True
             if not theirs.implicit and mine.fits_quota(need):
                 return False
             return None
 
-        def levels(victim_queue: QueueState, seen: dict | None = None) -> list[tuple[QueueState, bool]] | None:
+        def levels(victim_queue: QueueState, taken: Resources,
+                   seen: dict | None = None) -> list[tuple[QueueState, bool]] | None:
             """The victim side's queues compared, each with ``level``; None when the job may not take
-            from ``victim_queue``. ``seen`` keeps the departments' answers while nothing changes."""
+            ``taken`` from ``victim_queue``. ``seen`` keeps the departments' answers while nothing changes."""
             found = []
             for mine, theirs in _level_pair(queue, victim_queue):
                 if seen is None or mine is queue:
-                    over = level(mine, theirs)
+                    over = level(mine, theirs, taken)
                 else:
-                    over = seen[theirs] if theirs in seen else seen.setdefault(theirs, level(mine, theirs))
+                    over = seen[theirs] if theirs in seen else seen.setdefault(theirs, level(mine, theirs, taken))
                 if over is None:
                     return None
                 found.append((theirs, over))
             return found
 
-        def rule_for(victim_queue: QueueState) -> str | None:
-            found = levels(victim_queue)
+        def rule_for(victim_queue: QueueState, taken: Resources) -> str | None:
+            found = levels(victim_queue, taken)
             if found is None:
                 return None
-            why = [f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.fair_share)} GPUs over fair share"
-                   if over_fair else f"{theirs.kind} {theirs.name} {_gpu_text(theirs, theirs.quota)} GPUs over quota"
-                   for theirs, over_fair in found]
-            after = Resources(queue.alloc_gpu + need.gpu)
+            why = []
+            for theirs, over_fair in found:
+                bound = theirs.fair_share if over_fair else theirs.quota_bound
+                resource = _over_in(theirs, bound, taken)
+                amounts = _amount_text(theirs.allocated.get(resource),
+                                       theirs.fair_share if over_fair else theirs.quota, resource)
+                why.append(f"{theirs.kind} {theirs.name} {amounts} over {'fair share' if over_fair else 'quota'}")
+            after = queue.allocated.get(resource) + need.get(resource)
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
-                    f"{format_amount(after.gpu)}/{format_amount(queue.fair_share.gpu)}")
+                    f"{_amount_text(after, queue.fair_share, resource)}")
 
+        # What a victim gives back is part of ``held``: a queue over its level in none of ``held``
+        # has no victim for the job. Of the others, only victims holding a resource their queue is
+        # over in are offered, so no node is chosen for victims that may not go.
         seen: dict[QueueState, bool | None] = {}
-        candidates = itertools.chain(lists.of_queues(q for q in over_share if levels(q, seen) is not None),
-                                     lists.of_queues(q for q in over_quota if levels(q, seen) is not None))
+        queued = itertools.chain(lists.of_queues(q for q in over_share if levels(q, held, seen) is not None),
+                                 lists.of_queues(q for q in over_quota if levels(q, held, seen) is not None))
+        candidates = (v for v in queued if v.queue is not None and levels(v.queue, _taken(held, v.job)) is not None)
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None
