@@ -80,3 +80,26 @@ async def _until(check, timeout: float = 10.0) -> None:
     while not check():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_stuck_controller_side_does_not_hold_up_the_node_leaving(monkeypatch):
+    from gpud.controller import node_link
+
+    ended = asyncio.Event()
+
+    async def stuck(ctrl, channel, texts, peer):
+        try:
+            await asyncio.Event().wait()  # never reads the close
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(node_link, "serve_node", stuck)
+    monkeypatch.setattr(node_link, "LOCAL_CLOSE_WAIT_S", 0.2)
+    connect = node_link.connect_in_process(None)
+
+    async def connect_and_leave():
+        async with connect() as (channel, _):
+            await channel.send_str("register")
+
+    await asyncio.wait_for(connect_and_leave(), 5)
+    assert ended.is_set()  # the stuck serving task was cancelled, not left behind

@@ -407,6 +407,81 @@ def test_reclaim_takes_only_from_a_queue_over_in_a_resource_the_victim_holds():
     assert nodes_of(sim, "cpu") == ["n1"]
 
 
+DEPARTMENT_QUOTA_OVER_THE_POOL = """
+    # The implicit department's quota, 7 GPUs, is more than the pool's 6. Were the surplus its projects
+    # share out 7 less their quotas, p2 (quota 0) would get 3 GPUs that do not exist, reclaim for j0
+    # from p1, leaving p1 below its quota with the gang, and p1 would take it back, every cycle.
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 2
+    cpu_quota = 1
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[policy.projects]]
+    name = "p2"
+    cpu_quota = 1
+    memory_quota_gib = 1
+    [[policy.projects]]
+    name = "p3"
+    gpu_quota = 5
+    cpu_quota = 1
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[nodes]]
+    name = "n1"
+    gpus = 6
+    cpus = 2
+    memory_gib = 8
+    [[jobs]]
+    name = "j0"
+    project = "p2"
+    gpus = 3
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j1"
+    project = "p1"
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j2"
+    project = "p1"
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    submitted = 1
+    [[jobs]]
+    name = "j3"
+    project = "p1"
+    tasks = 2
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j4"
+    project = "p1"
+    count = 3
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j7"
+    project = "p3"
+    tasks = 2
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+"""
+
+
+def test_a_department_quota_over_the_pool_shares_out_only_the_pool():
+    sim = run("cycles = 4\n" + DEPARTMENT_QUOTA_OVER_THE_POOL)
+    assert evictions(sim) == []
+    assert fair_share(sim, "p2") == pytest.approx(2)  # the pool's 6 GPUs less p1's and p3's quotas (2 each)
+    assert "j0" in sim.pending()
+
+
 def test_reclaim_compares_departments_first():
     # Both departments sit at their fair share (4). Inside each, one project holds everything. p1 may
     # reclaim only from p2 (same department) and p4 only from p3, though p3's jobs are the most recent.
@@ -981,6 +1056,7 @@ STABLE_CASES = {
     "over-quota reclaim": OVER_QUOTA_ONLY.format(p1_quota=0, p3_quota=2),
     "over quota only in another resource": OVER_QUOTA_ONLY_IN_ANOTHER_RESOURCE,
     "over only in another resource": OVER_ONLY_IN_ANOTHER_RESOURCE,
+    "department quota over the pool": DEPARTMENT_QUOTA_OVER_THE_POOL,
     "elastic gang": """
         [[policy.projects]]
         name = "p1"

@@ -54,6 +54,14 @@ def test_divide_top_level_honours_quotas_beyond_capacity():
     assert divide(10, [claim(8), claim(8)], scale_quotas=False) == pytest.approx([8, 8])
 
 
+def test_divide_shares_out_no_surplus_beyond_the_pool():
+    # A department deserving 7 of a 6-GPU pool: its projects keep their quotas, and the surplus
+    # handed to the third is what the pool has left (6 - 4), not what the department's quota says.
+    claims = [claim(2, weight=0), claim(5, weight=0, cap=2), claim(0, weight=1)]
+    assert divide(7, claims, scale_quotas=True, pool=6) == pytest.approx([2, 2, 2])
+    assert divide(7, claims, scale_quotas=True) == pytest.approx([2, 2, 3])
+
+
 def test_divide_inside_department_scales_quotas_in_proportion():
     assert divide(6, [claim(6), claim(3)], scale_quotas=True) == pytest.approx([4, 2])
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpud.controller")
 MAX_MESSAGE = 64 * 1024 * 1024
+LOCAL_CLOSE_WAIT_S = 5.0  # how long a closing in-process node waits for the controller side to finish
 
 
 def node_from_register(message: dict, peer: str) -> NodeRecord:
@@ -76,7 +77,12 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
             yield node_end, node_end.texts()
         finally:
             await node_end.close()
-            await asyncio.gather(serving, return_exceptions=True)
+            # Serving ends once it reads the close; a node going away never waits on it for long.
+            done, _ = await asyncio.wait({serving}, timeout=LOCAL_CLOSE_WAIT_S)
+            if not done:
+                log.warning("serving the in-process node did not end with its connection; cancelling it")
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
     return connect
 
 

@@ -48,7 +48,7 @@ def water_fill(amount: float, weights: Sequence[float], caps: Sequence[float]) -
     return given
 
 
-def divide(capacity: float, claims: Sequence[Claim], scale_quotas: bool) -> list[float]:
+def divide(capacity: float, claims: Sequence[Claim], scale_quotas: bool, pool: float = INF) -> list[float]:
     """Each claim's fair share of ``capacity``: its deserved quota plus its part of the surplus.
 
     Deserved quota is min(quota, cap). At the top of the hierarchy
@@ -57,13 +57,16 @@ def divide(capacity: float, claims: Sequence[Claim], scale_quotas: bool) -> list
     (``scale_quotas`` true) deserved quotas that add up to more than the
     department's share divide that share in proportion to quota. The surplus
     goes to the highest over-quota priority first, then by weight, each
-    queue capped at what it may receive.
+    queue capped at what it may receive. The surplus is never more than
+    ``pool`` (the whole pool) leaves after the deserved quotas: a department
+    whose quota exceeds the pool deserves it, but its projects share out only
+    GPUs that exist.
     """
     deserved = [min(c.quota, c.cap) for c in claims]
     if scale_quotas and sum(deserved) > capacity + EPS:
         deserved = water_fill(capacity, [c.quota for c in claims], deserved)
     shares = list(deserved)
-    surplus = capacity - sum(deserved)
+    surplus = min(capacity, pool) - sum(deserved)
     for priority in sorted({c.priority for c in claims}, reverse=True):
         if surplus <= EPS:
             break

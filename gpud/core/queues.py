@@ -175,7 +175,7 @@ def compute_fair_shares(policy: Policy, queues: dict[tuple[str, str], QueueState
         dept_shares = _divide_level(policy, capacity[pool], depts, scale_quotas=False)
         for dept, share in zip(depts, dept_shares):
             dept.fair_share = share
-            shares = _divide_level(policy, share, dept.children, scale_quotas=True)
+            shares = _divide_level(policy, share, dept.children, scale_quotas=True, pool=capacity[pool])
             for project, project_share in zip(dept.children, shares):
                 project.fair_share = project_share
 
@@ -192,7 +192,7 @@ def _cap(queue: QueueState, resource: str) -> float:
 
 
 def _divide_level(policy: Policy, capacity: Resources, members: list[QueueState],
-                  scale_quotas: bool) -> list[Resources]:
+                  scale_quotas: bool, pool: Resources | None = None) -> list[Resources]:
     """Fair shares of ``members``; with weights off the surplus goes by quota (equally if none has one)."""
     per_resource = []
     for r in RESOURCES:
@@ -201,5 +201,5 @@ def _divide_level(policy: Policy, capacity: Resources, members: list[QueueState]
                         weight=q.quota.get(r) if by_quota else
                         (q.settings.over_quota_weight if policy.over_quota_weights else 1.0),
                         priority=q.over_quota_priority, cap=_cap(q, r)) for q in members]
-        per_resource.append(divide(capacity.get(r), claims, scale_quotas))
+        per_resource.append(divide(capacity.get(r), claims, scale_quotas, pool.get(r) if pool is not None else INF))
     return [Resources(g, c, m) for g, c, m in zip(*per_resource)]
