@@ -61,3 +61,22 @@ def test_the_installation_under_test_runs_the_compiled_core() -> None:
     assert gpud.core.COMPILED
     for module in (gpud.core.cycle, gpud.core.order, gpud.core.evict, gpud.model):
         assert not module.__file__.endswith(".py"), module.__file__
+
+
+def test_victims_are_judged_only_as_they_are_read() -> None:
+    # Reclaim and preempt judge each victim after the evictions made before it; a compiled generator
+    # expression would be read whole up front, so the core uses generator functions there. The
+    # compiled-core stage of CI runs this on the compiled core.
+    from gpud.core.evict import judged
+    from gpud.core.state import Victim
+    from gpud.model import JobSpec, TaskRequest
+
+    victims = [Victim(JobSpec(f"j{i}", "p", TaskRequest(1)), None, [0], 0.0) for i in range(3)]
+    seen: list[str] = []
+
+    def keep(victim: Victim) -> bool:
+        seen.append(victim.job.id)
+        return True
+
+    first = next(judged(iter(victims), keep))
+    assert first is victims[0] and seen == ["j0"]

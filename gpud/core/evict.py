@@ -79,9 +79,8 @@ class VictimLists:
                 yield victim
 
     def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
-        """The running victims of several queues, merged in one victim order."""
-        streams = [self._running(q) for q in queues]
-        return (entry[2] for entry in heapq.merge(*streams, key=lambda t: t[:2]))
+        """The running victims of several queues, merged in one victim order, read as they are needed."""
+        return _merged([self._running(q) for q in queues])
 
     def usable_nodes(self, job: JobSpec) -> dict[str, bool]:
         """A memo, shared by jobs of the same request, pool and selector, of the nodes that could hold one task."""
@@ -97,6 +96,20 @@ class VictimLists:
             if vetoes:
                 return vetoes[0]
         return None
+
+
+def _merged(streams: list[Iterator[tuple]]) -> Iterator[Victim]:
+    # A generator function, never a generator expression: compiled (GPUD_COMPILE), a generator
+    # expression may be read whole at once, and the victims must be read only as far as needed.
+    for entry in heapq.merge(*streams, key=lambda t: t[:2]):
+        yield entry[2]
+
+
+def judged(victims: Iterable[Victim], keep: Callable[[Victim], bool]) -> Iterator[Victim]:
+    """The victims ``keep`` accepts, each judged only when it is read: after the evictions made before."""
+    for victim in victims:
+        if keep(victim):
+            yield victim
 
 
 def tasks_to_evict(state: ClusterState, victim: Victim, node: str | None) -> list[int]:
@@ -247,8 +260,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
-    ordered = Lazy(v for v in candidates if lists.protected(v, job, rule) is None) if lists.vetoes else \
-        Lazy(candidates)
+    ordered = Lazy(judged(candidates, lambda v: lists.protected(v, job, rule) is None) if lists.vetoes else candidates)
     evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
 
     def evict(victim: Victim, node: str | None) -> bool:

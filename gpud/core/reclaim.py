@@ -7,7 +7,7 @@ import itertools
 from gpud.core.admission import refusal
 from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import VictimLists, make_room
+from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState, format_amount
@@ -146,7 +146,10 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         seen: dict[QueueState, bool | None] = {}
         queued = itertools.chain(lists.of_queues(q for q in over_share if levels(q, held, seen) is not None),
                                  lists.of_queues(q for q in over_quota if levels(q, held, seen) is not None))
-        candidates = (v for v in queued if v.queue is not None and levels(v.queue, _taken(held, v.job)) is not None)
+        def may_go(victim: Victim) -> bool:
+            return victim.queue is not None and levels(victim.queue, _taken(held, victim.job)) is not None
+
+        candidates = judged(queued, may_go)
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
             state.reasons.pop(job.id, None)
             return None
