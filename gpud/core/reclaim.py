@@ -146,8 +146,18 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         seen: dict[QueueState, bool | None] = {}
         queued = itertools.chain(lists.of_queues(q for q in over_share if levels(q, held, seen) is not None),
                                  lists.of_queues(q for q in over_quota if levels(q, held, seen) is not None))
+        judged_at: dict[tuple, tuple[int, bool]] = {}
+
         def may_go(victim: Victim) -> bool:
-            return victim.queue is not None and levels(victim.queue, _taken(held, victim.job)) is not None
+            # The answer for a queue and what its victim gives back holds until an allocation changes.
+            if victim.queue is None:
+                return False
+            taken = _taken(held, victim.job)
+            key = (victim.queue, taken.gpu > EPS, taken.cpu > EPS, taken.memory > EPS)
+            known = judged_at.get(key)
+            if known is None or known[0] != state.changes:
+                known = judged_at[key] = (state.changes, levels(victim.queue, taken) is not None)
+            return known[1]
 
         candidates = judged(queued, may_go)
         if make_room(state, placer, job, candidates, RULE, eligible, lists):

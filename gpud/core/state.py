@@ -82,6 +82,7 @@ class ClusterState:
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
+        self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         # One bulk insertion into the backlog, fed as the jobs are taken in.
         self.backlog.extend((job, *waiting) for job in snapshot.jobs if (waiting := self._take(job)) is not None)
         self.touched = set()
@@ -245,6 +246,7 @@ class ClusterState:
 
     def _bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
         self.touched.add(job.id)
+        self.changes += 1
         node = self.nodes[placement.node]
         node.take((job.id, task), placement, job.request)
         index = self.indexes.get(node.pool)
@@ -267,6 +269,7 @@ class ClusterState:
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
         self.touched.add(job.id)
         self.releases += 1
+        self.changes += 1
         slots = self.placements[job.id]
         placement = slots[task]
         assert placement is not None and isinstance(slots, list), f"task {task} of job {job.id} is not running"
