@@ -2,7 +2,7 @@
 
 A wheel built with ``GPUD_COMPILE=1`` has the scheduling core (``gpud/core``) and the
 model it works on (``gpud/model.py``) compiled to C extensions with mypyc, which runs a
-scheduling cycle about twice as fast; the same sources stay the definition of what it
+warm scheduling cycle about 2.4 times as fast; the same sources stay the definition of what it
 does. Without the variable, and always for an editable install (where compiled files
 would shadow the sources being edited), gpud is pure Python.
 """
