@@ -167,8 +167,9 @@ class ClusterState:
             updated = dataclasses.replace(job, placements=current, started=started)
             self.jobs[job_id] = updated
             backlog.remove(job_id)
-            if None in current:
-                backlog.add(updated, self.project_queue(updated), partly_running=running)
+            queue = self.queue_of(updated)
+            if None in current and queue is not None:  # a job of a project the policy dropped waits as an orphan
+                backlog.add(updated, queue, partly_running=running)
 
     def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
         request = job.request
