@@ -1118,3 +1118,80 @@ def test_after_convergence_further_cycles_change_nothing(text):
     assert len(sim.plans) == 8
     for number, plan in enumerate(sim.plans[3:], start=4):
         assert plan.binds == () and plan.evictions == (), f"cycle {number} changed something: {plan}"
+
+
+RECLAIMED_THEN_PREEMPTED = """
+    # p1's j0 reclaims the GPU from p2's j2 (p2 is over its 2-CPU quota); preemption then gives the
+    # room to p1's higher-priority gang j6, 12 CPUs against p1's CPU fair share of 11, so next cycle
+    # j2 reclaims the gang, and so on.
+    [policy]
+    over_quota_weights = false
+    min_runtime = 0
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 1
+    cpu_quota = 1
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[policy.projects]]
+    name = "p2"
+    gpu_quota = 1
+    cpu_quota = 2
+    memory_quota_gib = 1
+    over_quota_weight = 0
+    [[nodes]]
+    name = "n1"
+    gpus = 1
+    gpu_memory_gib = 40
+    cpus = 27
+    memory_gib = 8
+    [[jobs]]
+    name = "j0"
+    project = "p1"
+    gpus = 1
+    cpus = 1
+    memory_gib = 0
+    [[jobs]]
+    name = "j1"
+    project = "p1"
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j2"
+    project = "p2"
+    gpus = 1
+    cpus = 1
+    memory_gib = 0
+    [[jobs]]
+    name = "j3"
+    project = "p1"
+    count = 2
+    gpus = 1
+    cpus = 0
+    memory_gib = 0
+    [[jobs]]
+    name = "j5"
+    project = "p2"
+    tasks = 3
+    min_tasks = 1
+    gpus = 0
+    cpus = 5
+    memory_gib = 0
+    [[jobs]]
+    name = "j6"
+    project = "p1"
+    tasks = 3
+    gpus = 0.25
+    cpus = 4
+    memory_gib = 0
+    priority = "interactive-preemptible"
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="preemption may hand what reclaim freed to a job that takes its project over "
+                                       "its fair share, which the other project reclaims the next cycle")
+def test_what_reclaim_freed_is_not_preempted_over_the_fair_share():
+    sim = simulate(scenario("cycles = 3\nstable_cycles = 5\n" + RECLAIMED_THEN_PREEMPTED), make_plugin_manager())
+    for number, plan in enumerate(sim.plans[3:], start=4):
+        assert plan.binds == () and plan.evictions == (), f"cycle {number} changed something: {plan}"
