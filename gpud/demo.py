@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from gpud.cli.projects_cmd import projects_table
 from gpud.cli.queue_cmd import history_table, queue_table
+from gpud.waits import wait_event
 
 WATCH_S = 0.5
 DEMO_PROJECTS = ("alice-lab", "bob-lab")
@@ -160,10 +161,7 @@ async def run(api: Api, options: Any, stop: asyncio.Event, out: TextIO = sys.std
         active = await watcher.poll() if watcher is not None else 1
         if options.exit_when_idle and active == 0:
             return _summary(watcher, out)
-        try:
-            await asyncio.wait_for(stop.wait(), WATCH_S)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(stop, WATCH_S)
     print("gpud up: stopping; running jobs keep running and the next gpud up picks them up", file=out, flush=True)
     return 0
 

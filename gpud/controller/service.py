@@ -26,6 +26,7 @@ from gpud.policy import Policy
 from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy
 from gpud.tomlcheck import read_toml
 from gpud.store.sqlite import SQLiteStore
+from gpud.waits import wait_event
 
 log = logging.getLogger("gpud.controller")
 # Cycles start at least CYCLE_GAP_FACTOR times the last cycle's work apart
@@ -130,10 +131,7 @@ class Controller:
         """
         last = 0.0
         while True:
-            try:
-                await asyncio.wait_for(self.kick.wait(), self.config.interval_s)
-            except TimeoutError:
-                pass
+            await wait_event(self.kick, self.config.interval_s)
             spacing = min(MAX_CYCLE_GAP_S, CYCLE_GAP_FACTOR * self.last_cycle_work_s)
             gap = last + spacing - time.monotonic()
             if self.config.debounce_ms or gap > 0:

@@ -21,6 +21,7 @@ from gpud.node.slicerun import UsageMonitor
 from gpud.node.spec import SpecError, TaskKey
 from gpud.node.taskstate import STARTING, Layout, TaskState
 from gpud.node.tasks import TaskTable
+from gpud.waits import wait_event
 
 log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 107
@@ -127,11 +128,7 @@ class NodeAgent:
     async def _watch(self) -> None:
         last_full = time.monotonic()
         while True:
-            try:
-                await asyncio.wait_for(self._poked.wait(), timeout=max(0.0, last_full + self.config.poll_s
-                                                                        - time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._poked, max(0.0, last_full + self.config.poll_s - time.monotonic()))
             if time.monotonic() - last_full >= self.config.poll_s:
                 self._poked_keys = None  # every poll looks at every task, however busy the pokes keep it
             self._poked.clear()

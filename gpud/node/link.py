@@ -12,6 +12,7 @@ import aiohttp
 
 from gpud import jsontext
 from gpud.channel import ws_texts
+from gpud.waits import wait_event
 
 log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 0.2
@@ -151,9 +152,6 @@ class ControllerLink:
 
     async def _heartbeats(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._heartbeat_now.wait(), timeout=self.heartbeat_s)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._heartbeat_now, self.heartbeat_s)
             self._heartbeat_now.clear()
             await self.send(self.owner.heartbeat_message())
