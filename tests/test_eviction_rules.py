@@ -636,6 +636,99 @@ def test_priority_means_nothing_across_projects():
     assert gpus(sim, "p2") == 2
 
 
+PREEMPTOR_OVER_FAIR_SHARE = """
+    # p1 runs "low" (2 CPUs) and p2 "theirs" (4 CPUs) on a node of %d CPUs; both projects want more.
+    # p1's "urgent" (%d CPUs) may evict "low" only if p1 then stays within its CPU fair share.
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 1
+    cpu_quota = 4
+    [[policy.projects]]
+    name = "p2"
+    gpu_quota = 1
+    cpu_quota = 4
+    [[nodes]]
+    name = "n1"
+    gpus = 2
+    cpus = %d
+    [[jobs]]
+    name = "low"
+    project = "p1"
+    gpus = 1
+    cpus = 2
+    running_on = ["n1"]
+    [[jobs]]
+    name = "theirs"
+    project = "p2"
+    gpus = 1
+    cpus = 4
+    running_on = ["n1"]
+    [[jobs]]
+    name = "more"
+    project = "p2"
+    gpus = 0
+    cpus = 4
+    submitted = 50
+    [[jobs]]
+    name = "urgent"
+    project = "p1"
+    priority = "interactive-preemptible"
+    gpus = 1
+    cpus = %d
+    submitted = 100
+"""
+
+
+def test_preemption_within_the_fair_share_goes_ahead():
+    # 8 CPUs: p1's CPU fair share is its quota, 4; urgent takes p1 from 2 to 4 CPUs.
+    sim = run(PREEMPTOR_OVER_FAIR_SHARE % (8, 4, 8, 4))
+    assert evicted_jobs(sim, "preempt") == {"low"} and "urgent" in sim.running()
+
+
+def test_preemption_never_takes_the_project_over_its_fair_share():
+    # 9 CPUs: p1's CPU fair share is 4.5; urgent would take p1 to 5 CPUs, so "low" stays.
+    sim = run(PREEMPTOR_OVER_FAIR_SHARE % (9, 5, 9, 5))
+    assert evictions(sim) == [] and sim.running() == {"low", "theirs"}
+    assert reason(sim, "urgent").endswith(
+        "preempting lower-priority jobs would take project p1 to 5/4.5 CPUs, over its fair share")
+
+
+def test_preemption_over_the_fair_share_may_swap_like_for_like():
+    # p1 runs 4 one-GPU jobs, over its fair share of 2: p2's 3-GPU build job wants the other 2 but,
+    # non-preemptible, may not go over p2's quota to take them. p1's urgent job takes the place of
+    # one of p1's jobs: p1 holds no more than before.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "t"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "big"
+        project = "p2"
+        priority = "build"
+        gpus = 3
+        [[jobs]]
+        name = "urgent"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 1
+        submitted = 100
+        """)
+    assert fair_share(sim, "p1") == 2
+    assert evicted_jobs(sim, "preempt") == {"t-4"} and "urgent" in sim.running()
+
+
 def test_non_preemptible_jobs_are_never_evicted():
     # p1's build jobs hold its quota; p2 deserves 2 and may reclaim only p1's training jobs; p1's own
     # inference job cannot preempt the build jobs either.
@@ -1121,9 +1214,9 @@ def test_after_convergence_further_cycles_change_nothing(text):
 
 
 RECLAIMED_THEN_PREEMPTED = """
-    # p1's j0 reclaims the GPU from p2's j2 (p2 is over its 2-CPU quota); preemption then gives the
-    # room to p1's higher-priority gang j6, 12 CPUs against p1's CPU fair share of 11, so next cycle
-    # j2 reclaims the gang, and so on.
+    # p1's j0 reclaims the GPU from p2's j2 (p2 is over its 2-CPU quota). Were preemption to give
+    # the room to p1's higher-priority gang j6, 12 CPUs against p1's CPU fair share of 11, j2 would
+    # reclaim the gang at the next cycle, j0 the GPU the cycle after, and so on.
     [policy]
     over_quota_weights = false
     min_runtime = 0
@@ -1189,8 +1282,6 @@ RECLAIMED_THEN_PREEMPTED = """
 """
 
 
-@pytest.mark.xfail(strict=True, reason="preemption may hand what reclaim freed to a job that takes its project over "
-                                       "its fair share, which the other project reclaims the next cycle")
 def test_what_reclaim_freed_is_not_preempted_over_the_fair_share():
     sim = simulate(scenario("cycles = 3\nstable_cycles = 5\n" + RECLAIMED_THEN_PREEMPTED), make_plugin_manager())
     for number, plan in enumerate(sim.plans[3:], start=4):

@@ -243,7 +243,7 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
 
 def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
-              ready: Callable[[], bool] = lambda: True) -> bool:
+              ready: Callable[[], bool] = lambda: True, accept: Callable[[], bool] = lambda: True) -> bool:
     """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
     Victims are taken in victim order. When the job's queue must first give
@@ -254,8 +254,8 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     and returns the reason recorded with the eviction, or None to pass the
     victim over. Once the job is placed, evicted tasks are put back on their
     very GPUs where those are still free (they did not move), else placed
-    elsewhere (moved); the rest are stopped. If the job does not fit,
-    nothing changes.
+    elsewhere (moved); the rest are stopped. ``accept`` judges the result
+    last. If the job does not fit, or ``accept`` says no, nothing changes.
     """
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
@@ -294,6 +294,9 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 return False
         stmt.bind(job, task, placement)
     _settle_victims(state, placer, stmt, evicted)
+    if not accept():
+        stmt.rollback()
+        return False
     return True
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Lazy, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
-from gpud.core.queues import QueueState
+from gpud.core.queues import QueueState, amount_text
 from gpud.core.state import ClusterState, Victim
-from gpud.model import JobSpec
+from gpud.model import EPS, RESOURCES, JobSpec, Resources
 
 RULE = "preempt"
 
@@ -20,7 +22,11 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
     Priority means nothing across projects. A non-preemptible preemptor must
     fit its quota with the other non-preemptible jobs; evictions may also
-    bring a project back under its limit.
+    bring a project back under its limit. A preemption reorders work inside
+    the project's share: it never takes the project (or its department) over
+    its fair share in a resource, or further over it. Were it to, another
+    queue would reclaim the preemptor at the next cycle, the victims would
+    take their room back the cycle after, and so on.
     """
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
@@ -29,7 +35,10 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     def hopeless(job: JobSpec, queue: QueueState) -> bool:
         tasks = gang_tasks(state, job)
         shapes = failed.get(queue)
-        if shapes is not None and shapes.find(job, tasks, (-job.priority,)) is not None:
+        found = shapes.find(job, tasks, (-job.priority,)) if shapes is not None else None
+        if found is not None:
+            if found[0]:
+                state.reasons[job.id] = (queue, found[0])
             return True
         refused = over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks) is not None
@@ -61,11 +70,32 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         def ready() -> bool:
             return refusal(queue, job, need) is None
 
-        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready):
+        refusals: list[str] = []
+        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, within_share(queue, refusals)):
             state.reasons.pop(job.id, None)
             return None
-        shapes.add(job, tasks, "", extra=(-job.priority,))
+        if refusals:
+            state.reasons[job.id] = (queue, refusals[0])
+        shapes.add(job, tasks, refusals[0] if refusals else "", extra=(-job.priority,))
         return hopeless
+
+    def within_share(queue: QueueState, refusals: list[str]) -> Callable[[], bool]:
+        """make_room's last check: no level of the queue ends over its fair share, or further over.
+
+        A refusal's reason is appended to ``refusals``.
+        """
+        levels = [(q, q.allocated) for q in (queue, queue.parent) if q is not None]
+
+        def accept() -> bool:
+            for level, before in levels:
+                resource = grown_over_share(level, before)
+                if resource is not None:
+                    amounts = amount_text(level.allocated.get(resource), level.fair_share, resource)
+                    refusals.append(f"preempting lower-priority jobs would take {level.kind} {level.name} "
+                                    f"to {amounts}, over its fair share")
+                    return False
+            return True
+        return accept
 
     lowest: dict[QueueState, int] = {}
     for queue, running in state.running.items():
@@ -78,3 +108,13 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         return floor is not None and job.priority > floor
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+
+
+def grown_over_share(queue: QueueState, before: Resources) -> str | None:
+    """The first resource in which ``queue`` now holds more than its fair share and than ``before``, or None.
+
+    As Slurm's preempt_job_prio does with CHECK_FOR_PREEMPTOR_OVERALLOC, a
+    preemptor may not overallocate its project.
+    """
+    after, share = queue.allocated, queue.fair_share
+    return next((r for r in RESOURCES if after.get(r) > max(share.get(r), before.get(r)) + EPS), None)

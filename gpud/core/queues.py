@@ -132,6 +132,14 @@ def format_amount(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
 
 
+UNITS = {"gpu": "GPUs", "cpu": "CPUs", "memory": "GiB memory"}
+
+
+def amount_text(held: float, level: Resources, resource: str) -> str:
+    """``held`` against ``level`` in one resource, for people: "12/11 CPUs"."""
+    return f"{format_amount(held)}/{format_amount(level.get(resource))} {UNITS[resource]}"
+
+
 def build_queues(policy: Policy, pools: Iterable[str]) -> dict[tuple[str, str], QueueState]:
     """Create the project and department queues of every pool, keyed by (name, pool).
 

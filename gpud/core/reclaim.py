@@ -10,7 +10,7 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
-from gpud.core.queues import QueueState, format_amount
+from gpud.core.queues import QueueState, amount_text
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, JobSpec, Resources
 
@@ -24,9 +24,6 @@ def _level_pair(reclaimer: QueueState, victim: QueueState) -> list[tuple[QueueSt
         pairs.append((reclaimer.parent, victim.parent))
     pairs.append((reclaimer, victim))
     return pairs
-
-
-UNITS = {"gpu": "GPUs", "cpu": "CPUs", "memory": "GiB memory"}
 
 
 def _taken(need: Resources, victim: JobSpec) -> Resources:
@@ -46,10 +43,6 @@ def _over_in(queue: QueueState, level: Resources, taken: Resources) -> str:
     """The first resource of ``taken`` in which ``queue`` holds more than ``level`` (GPUs if none)."""
     held = queue.allocated
     return next((r for r in RESOURCES if taken.get(r) > EPS and held.get(r) > level.get(r) + EPS), "gpu")
-
-
-def _amount_text(held: float, level: Resources, resource: str) -> str:
-    return f"{format_amount(held)}/{format_amount(level.get(resource))} {UNITS[resource]}"
 
 
 def reclaim(state: ClusterState, placer: Placer) -> None:
@@ -133,12 +126,12 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             for theirs, over_fair in found:
                 bound = theirs.fair_share if over_fair else theirs.quota_bound
                 resource = _over_in(theirs, bound, taken)
-                amounts = _amount_text(theirs.allocated.get(resource),
+                amounts = amount_text(theirs.allocated.get(resource),
                                        theirs.fair_share if over_fair else theirs.quota, resource)
                 why.append(f"{theirs.kind} {theirs.name} {amounts} over {'fair share' if over_fair else 'quota'}")
             after = queue.allocated.get(resource) + need.get(resource)
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
-                    f"{_amount_text(after, queue.fair_share, resource)}")
+                    f"{amount_text(after, queue.fair_share, resource)}")
 
         # What a victim gives back is part of ``held``: a queue over its level in none of ``held``
         # has no victim for the job. Of the others, only victims holding a resource their queue is
