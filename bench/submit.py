@@ -15,8 +15,10 @@ measure, and times:
     python bench/submit.py [--jobs 5000] [--clients 8] [--latency-jobs 200] [--quick] [--json]
                            [--repeat 3] [--synchronous normal] [--profile DIR]
 Then the same clients against the floor: an aiohttp app that only reads the
-JSON and answers 201, what any submit API on aiohttp costs at least; and the
-server's CPU per job (from /proc) in the best run of each.
+JSON and answers 201, what any submit API on aiohttp costs at least; one
+client against the durable floor, the same app committing each job to SQLite
+with the same synchronous setting before it answers; and the server's CPU per
+job (from /proc) in the best run of each.
 """
 
 from __future__ import annotations
@@ -99,13 +101,25 @@ class Controller:
 
 
 FLOOR_APP = """
+import sqlite3
 import sys
 from aiohttp import web
+
+db = None
+if len(sys.argv) > 2:  # the durable floor: each job committed to SQLite before the answer
+    db = sqlite3.connect(sys.argv[2], isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=" + sys.argv[3])
+    db.execute("CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY, record TEXT)")
 
 async def submit(request):
     if not request.headers.get("Authorization", "").startswith("Bearer "):
         raise web.HTTPUnauthorized()
-    await request.json()
+    body = await request.json()
+    if db is not None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO jobs (record) VALUES (?)", (str(body),))
+        db.execute("COMMIT")
     return web.json_response({"id": "1"}, status=201)
 
 app = web.Application()
@@ -118,15 +132,18 @@ class FloorServer:
     """The floor: an aiohttp app that only checks the token's presence, reads the JSON and answers 201.
 
     What any submit API on aiohttp costs before it stores or schedules
-    anything, measured with the same clients as the controller.
+    anything, measured with the same clients as the controller. With
+    ``synchronous``, the durable floor: it also commits each job to SQLite
+    (WAL, that synchronous setting) before it answers.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, synchronous: str | None = None) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.token, self.workdir = "floor", str(root)
-        self.process = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(self.port)])
+        store = [] if synchronous is None else [str(root / f"floor-{self.port}.sqlite"), synchronous]
+        self.process = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(self.port), *store])
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -417,6 +434,9 @@ def main() -> None:
         measure("floor_one_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, 1)), floor)
         measure("floor_many_processes", lambda c: processes_submit(c, args.jobs, args.clients), floor)
         measure("floor_many_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, args.clients)), floor)
+        durable = lambda: FloorServer(root, args.synchronous)  # noqa: E731
+        measure("durable_floor_one_http_client", lambda c: one_client_http_client(c, args.jobs), durable)
+        measure("durable_floor_one_aiohttp", lambda c: asyncio.run(aiohttp_submit(c, args.jobs, 1)), durable)
         runs: list[list[float]] = []
         measure("latency", lambda c: runs.append(asyncio.run(latency(c, args.latency_jobs))) or 0.0)
         samples = min(runs, key=statistics.median)
@@ -429,6 +449,7 @@ def main() -> None:
     figures["many"] = max(figures["many_processes"], figures["many_aiohttp"])
     figures["floor_one"] = max(figures["floor_one_http_client"], figures["floor_one_aiohttp"])
     figures["floor_many"] = max(figures["floor_many_processes"], figures["floor_many_aiohttp"])
+    figures["durable_floor_one"] = max(figures["durable_floor_one_http_client"], figures["durable_floor_one_aiohttp"])
     for key, pair in (("one", ("one_http_client", "one_aiohttp")), ("many", ("many_processes", "many_aiohttp"))):
         for prefix in ("", "floor_"):
             fastest = max((prefix + name for name in pair), key=lambda name: figures[name])
@@ -468,10 +489,17 @@ def main() -> None:
     print(f"server CPU per job (best runs): gpud {figures['one_cpu_ms_per_job']:.2f} ms with one client, "
           f"{figures['many_cpu_ms_per_job']:.2f} ms with {args.clients}; the floor "
           f"{figures['floor_one_cpu_ms_per_job']:.2f} and {figures['floor_many_cpu_ms_per_job']:.2f} ms")
+    print(f"durable floor: the same app, committing each job to SQLite (WAL, synchronous="
+          f"{args.synchronous.upper()}) before it answers:\n  one client {figures['durable_floor_one']:.0f} jobs/s "
+          f"(gpud {100 * figures['one'] / figures['durable_floor_one']:.0f} % of it)")
     for key, label in (("one", "one client"), ("many", f"{args.clients} clients")):
         if figures[f"floor_{key}"] < TARGETS[key]:
             print(f"  the {label} target ({TARGETS[key]:.0f} jobs/s) is above the floor itself: "
                   f"no submit API on aiohttp reaches it on this machine")
+    if figures["durable_floor_one"] < TARGETS["one"]:
+        print(f"  the one client target ({TARGETS['one']:.0f} jobs/s) is above the durable floor: no submit API "
+              f"on aiohttp that commits each job (synchronous={args.synchronous.upper()}) before it answers "
+              f"reaches it on this machine")
 
 
 if __name__ == "__main__":
