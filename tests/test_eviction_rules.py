@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sched_helpers import evicted_jobs, evictions, fair_share, gpus, job, nodes_of, reason, run, scenario
+from sched_helpers import evicted_jobs, evictions, fair_share, gpus, job, nodes_of, queue, reason, run, scenario
 from gpud.plugins import make_plugin_manager
 from gpud.simulate import simulate
 
@@ -690,7 +690,67 @@ def test_preemption_never_takes_the_project_over_its_fair_share():
     sim = run(PREEMPTOR_OVER_FAIR_SHARE % (9, 5, 9, 5))
     assert evictions(sim) == [] and sim.running() == {"low", "theirs"}
     assert reason(sim, "urgent").endswith(
-        "preempting lower-priority jobs would take project p1 to 5/4.5 CPUs, over its fair share")
+        "preempting lower-priority jobs cannot keep project p1 within its fair share "
+        "(it holds 1/1 GPUs, 2/4.5 CPUs; the job needs 1 GPU, 5 CPUs)")
+
+
+def test_preemption_evicts_as_many_jobs_as_the_fair_share_takes():
+    # Evicting low-b alone makes room for urgent, but p1 would then hold 8 CPUs against its fair
+    # share of 6: low-a goes too, and neither comes back.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        cpu_quota = 6
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 2
+        cpu_quota = 10
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        cpus = 16
+        [[jobs]]
+        name = "low-a"
+        project = "p1"
+        gpus = 1
+        cpus = 3
+        memory_gib = 0
+        submitted = 0
+        running_on = ["n1"]
+        [[jobs]]
+        name = "low-b"
+        project = "p1"
+        gpus = 0
+        cpus = 3
+        memory_gib = 0
+        submitted = 10
+        running_on = ["n1"]
+        [[jobs]]
+        name = "theirs"
+        project = "p2"
+        gpus = 2
+        cpus = 6
+        memory_gib = 0
+        running_on = ["n1"]
+        [[jobs]]
+        name = "more"
+        project = "p2"
+        gpus = 2
+        cpus = 6
+        memory_gib = 0
+        [[jobs]]
+        name = "urgent"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 1
+        cpus = 5
+        memory_gib = 0
+        submitted = 100
+        """)
+    assert evicted_jobs(sim, "preempt") == {"low-a", "low-b"}
+    assert sim.running() == {"urgent", "theirs"}
+    assert queue(sim, "p1").allocated.cpu == 5
 
 
 def test_preemption_over_the_fair_share_may_swap_like_for_like():

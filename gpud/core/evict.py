@@ -9,9 +9,9 @@ from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
 from gpud.core.nodes import NodeState
 from gpud.core.placement import Placer, largest_fit
-from gpud.core.queues import QueueState
+from gpud.core.queues import UNITS, QueueState, amount_text, format_amount
 from gpud.core.state import ClusterState, Statement, Victim
-from gpud.model import EPS, JobSpec, TaskPlacement, TaskRequest
+from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
 
 Eligibility = Callable[[Victim], str | None]
 
@@ -141,14 +141,65 @@ class Lazy:
             yield item
 
 
+UNIT = {"gpu": "GPU", "cpu": "CPU", "memory": "GiB memory"}
+
+
+class ShareLimit:
+    """How far evictions for a job may take its queue: never over its fair share, or further over it.
+
+    The levels compared are the queue and its department; what each may
+    hold, per resource, is the larger of its fair share and what it holds
+    when the limit is made. ``refusal`` says, for people, why the limit
+    stopped the job.
+    """
+
+    def __init__(self, queue: QueueState) -> None:
+        self.levels = [(q, Resources(max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
+                                     max(q.fair_share.memory, q.alloc_mem)))
+                       for q in (queue, queue.parent) if q is not None]
+        self.refusal = ""
+
+    def must_free(self, need: Resources) -> tuple[float, float, float]:
+        """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
+        gpu = cpu = mem = 0.0
+        for level, allowed in self.levels:
+            excess = (level.alloc_gpu + need.gpu - allowed.gpu, level.alloc_cpu + need.cpu - allowed.cpu,
+                      level.alloc_mem + need.memory - allowed.memory)
+            gpu, cpu, mem = max(gpu, excess[0]), max(cpu, excess[1]), max(mem, excess[2])
+            over = [r for r, amount in zip(RESOURCES, excess) if amount > EPS]
+            if over and not self.refusal:
+                held = ", ".join(amount_text(level.allocated.get(r), level.fair_share, r) for r in over)
+                needed = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}"
+                                   for r in over)
+                self.refusal = (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
+                                f"its fair share (it holds {held}; the job needs {needed})")
+        return gpu, cpu, mem
+
+    def holds(self) -> bool:
+        """True when no level holds more than it may."""
+        return not self.over()
+
+    def over(self) -> str:
+        """Which level holds more than it may, in which resource, with the numbers; "" when none does."""
+        for level, allowed in self.levels:
+            held = level.allocated
+            resource = next((r for r in RESOURCES if held.get(r) > allowed.get(r) + EPS), None)
+            if resource is not None:
+                return (f"preempting lower-priority jobs would take {level.kind} {level.name} to "
+                        f"{amount_text(held.get(resource), level.fair_share, resource)}, over its fair share")
+        return ""
+
+
 class _NodeRoom:
     """What one node would have free if some victims' tasks on it were gone (nothing is changed).
 
     ``want`` is the share of one GPU a shared task takes here (less the
-    tolerance), None when the node's GPUs are too small for it.
+    tolerance), None when the node's GPUs are too small for it; ``freed_*``
+    add up what the victims' tasks here hold.
     """
 
-    __slots__ = ("node", "share", "copied", "whole", "cpu", "mem", "victims", "want")
+    __slots__ = ("node", "share", "copied", "whole", "cpu", "mem", "victims", "want", "freed_gpu", "freed_cpu",
+                 "freed_mem")
 
     def __init__(self, node: NodeState, want: float | None) -> None:
         self.node = node
@@ -159,6 +210,7 @@ class _NodeRoom:
         self.mem = node.free_mem
         self.victims: list[Victim] = []
         self.want = want
+        self.freed_gpu = self.freed_cpu = self.freed_mem = 0.0
 
 
 def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
@@ -169,14 +221,15 @@ def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
-                   usable: dict[str, bool]) -> _NodeRoom | None:
+                   usable: dict[str, bool], must: tuple[float, float, float] | None = None) -> _NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
 
     Victims are added in victim order, each to the nodes its tasks sit on;
     the first node that would fit is the one whose needed victims come
     earliest in that order (lowest priority, most recently started).
     ``usable`` remembers, by node name, whether the node could hold a task
-    of the job at all.
+    of the job at all. With ``must``, the victims' tasks on the node must
+    also hold at least that many GPUs, CPUs and memory.
     """
     pool = state.pool_of(job)
     rooms: dict[str, _NodeRoom | None] = {}
@@ -226,10 +279,16 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
                 share[i] = after
             room.cpu += vcpus
             room.mem += vmem
+            room.freed_gpu += gpu_share * len(placement.gpu_index)
+            room.freed_cpu += vcpus
+            room.freed_mem += vmem
             held = room.victims
             if not held or held[-1] is not victim:
                 held.append(victim)
             if cpus > room.cpu + EPS or mem > room.mem + EPS:
+                continue
+            if must is not None and (room.freed_gpu < must[0] - EPS or room.freed_cpu < must[1] - EPS
+                                     or room.freed_mem < must[2] - EPS):
                 continue
             if not uses_gpu:
                 return room
@@ -243,7 +302,7 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
 
 def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
-              ready: Callable[[], bool] = lambda: True, accept: Callable[[], bool] = lambda: True) -> bool:
+              ready: Callable[[], bool] = lambda: True, limit: ShareLimit | None = None) -> bool:
     """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
     Victims are taken in victim order. When the job's queue must first give
@@ -254,8 +313,11 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     and returns the reason recorded with the eviction, or None to pass the
     victim over. Once the job is placed, evicted tasks are put back on their
     very GPUs where those are still free (they did not move), else placed
-    elsewhere (moved); the rest are stopped. ``accept`` judges the result
-    last. If the job does not fit, or ``accept`` says no, nothing changes.
+    elsewhere (moved); the rest are stopped. With a ``limit``, each task
+    whose queue it would take over the limit goes to a node where the
+    victims free at least the excess, victims come back only while the
+    queue stays within it, and the queue must end within it. If the job
+    does not fit, nothing changes.
     """
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
@@ -279,10 +341,14 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     if not ready():
         stmt.rollback()
         return False
+    task_need = state.task_need(job)
     for task in wanted:
-        placement = placer.find(job)
+        must = limit.must_free(task_need) if limit is not None else None
+        if must is not None and max(must) <= EPS:
+            must = None
+        placement = placer.find(job) if must is None else None
         if placement is None:
-            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job))
+            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job), must)
             if room is None:
                 stmt.rollback()
                 return False
@@ -293,15 +359,18 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 stmt.rollback()
                 return False
         stmt.bind(job, task, placement)
-    _settle_victims(state, placer, stmt, evicted)
-    if not accept():
-        stmt.rollback()
-        return False
+    _settle_victims(state, placer, stmt, evicted, limit)
+    if limit is not None:
+        over = limit.over()
+        if over:
+            limit.refusal = over
+            stmt.rollback()
+            return False
     return True
 
 
 def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
-                    evicted: list[tuple[JobSpec, int, TaskPlacement]]) -> None:
+                    evicted: list[tuple[JobSpec, int, TaskPlacement]], limit: ShareLimit | None) -> None:
     by_job: dict[str, tuple[JobSpec, list[tuple[int, TaskPlacement]]]] = {}
     for vjob, task, placement in evicted:
         by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
@@ -312,5 +381,5 @@ def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
             running = len(state.running_tasks(vjob.id))
             placer.place(stmt, vjob, lost, max(0, vjob.gang_minimum - running))
         running = len(state.running_tasks(vjob.id))
-        if 0 < running < vjob.gang_minimum:
+        if 0 < running < vjob.gang_minimum or (limit is not None and not limit.holds()):
             stmt.rollback(mark)

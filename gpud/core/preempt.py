@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import Lazy, VictimLists, make_room
+from gpud.core.evict import Lazy, ShareLimit, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
-from gpud.core.queues import QueueState, amount_text
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, RESOURCES, JobSpec, Resources
+from gpud.model import JobSpec
 
 RULE = "preempt"
 
@@ -24,9 +22,11 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     fit its quota with the other non-preemptible jobs; evictions may also
     bring a project back under its limit. A preemption reorders work inside
     the project's share: it never takes the project (or its department) over
-    its fair share in a resource, or further over it. Were it to, another
-    queue would reclaim the preemptor at the next cycle, the victims would
-    take their room back the cycle after, and so on.
+    its fair share in a resource, or further over it, and evicts as many
+    lower-priority jobs as that takes (as Slurm's preempt_job_prio does with
+    CHECK_FOR_PREEMPTOR_OVERALLOC). Were it to go over, another queue would
+    reclaim the preemptor at the next cycle, the victims would take their
+    room back the cycle after, and so on.
     """
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
@@ -70,32 +70,14 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         def ready() -> bool:
             return refusal(queue, job, need) is None
 
-        refusals: list[str] = []
-        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, within_share(queue, refusals)):
+        limit = ShareLimit(queue)
+        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
             state.reasons.pop(job.id, None)
             return None
-        if refusals:
-            state.reasons[job.id] = (queue, refusals[0])
-        shapes.add(job, tasks, refusals[0] if refusals else "", extra=(-job.priority,))
+        if limit.refusal:
+            state.reasons[job.id] = (queue, limit.refusal)
+        shapes.add(job, tasks, limit.refusal, extra=(-job.priority,))
         return hopeless
-
-    def within_share(queue: QueueState, refusals: list[str]) -> Callable[[], bool]:
-        """make_room's last check: no level of the queue ends over its fair share, or further over.
-
-        A refusal's reason is appended to ``refusals``.
-        """
-        levels = [(q, q.allocated) for q in (queue, queue.parent) if q is not None]
-
-        def accept() -> bool:
-            for level, before in levels:
-                resource = grown_over_share(level, before)
-                if resource is not None:
-                    amounts = amount_text(level.allocated.get(resource), level.fair_share, resource)
-                    refusals.append(f"preempting lower-priority jobs would take {level.kind} {level.name} "
-                                    f"to {amounts}, over its fair share")
-                    return False
-            return True
-        return accept
 
     lowest: dict[QueueState, int] = {}
     for queue, running in state.running.items():
@@ -109,12 +91,3 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
 
-
-def grown_over_share(queue: QueueState, before: Resources) -> str | None:
-    """The first resource in which ``queue`` now holds more than its fair share and than ``before``, or None.
-
-    As Slurm's preempt_job_prio does with CHECK_FOR_PREEMPTOR_OVERALLOC, a
-    preemptor may not overallocate its project.
-    """
-    after, share = queue.allocated, queue.fair_share
-    return next((r for r in RESOURCES if after.get(r) > max(share.get(r), before.get(r)) + EPS), None)
