@@ -9,7 +9,7 @@ from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
 from gpud.core.nodes import NodeState
 from gpud.core.placement import Placer, largest_fit
-from gpud.core.queues import UNITS, QueueState, amount_text, format_amount
+from gpud.core.queues import UNIT, UNITS, QueueState, amount_text, format_amount
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
 
@@ -141,16 +141,13 @@ class Lazy:
             yield item
 
 
-UNIT = {"gpu": "GPU", "cpu": "CPU", "memory": "GiB memory"}
-
-
 class ShareLimit:
-    """How far evictions for a job may take its queue: never over its fair share, or further over it.
+    """How far a preemption may take its queue: never over its fair share, or further over it.
 
     The levels compared are the queue and its department; what each may
     hold, per resource, is the larger of its fair share and what it holds
     when the limit is made. ``refusal`` says, for people, why the limit
-    stopped the job.
+    stopped the preemptor.
     """
 
     def __init__(self, queue: QueueState) -> None:

@@ -90,4 +90,3 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         return floor is not None and job.priority > floor
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
-

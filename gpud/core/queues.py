@@ -133,6 +133,7 @@ def format_amount(value: float) -> str:
 
 
 UNITS = {"gpu": "GPUs", "cpu": "CPUs", "memory": "GiB memory"}
+UNIT = {"gpu": "GPU", "cpu": "CPU", "memory": "GiB memory"}
 
 
 def amount_text(held: float, level: Resources, resource: str) -> str:

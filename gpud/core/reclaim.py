@@ -127,7 +127,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                 bound = theirs.fair_share if over_fair else theirs.quota_bound
                 resource = _over_in(theirs, bound, taken)
                 amounts = amount_text(theirs.allocated.get(resource),
-                                       theirs.fair_share if over_fair else theirs.quota, resource)
+                                      theirs.fair_share if over_fair else theirs.quota, resource)
                 why.append(f"{theirs.kind} {theirs.name} {amounts} over {'fair share' if over_fair else 'quota'}")
             after = queue.allocated.get(resource) + need.get(resource)
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
