@@ -44,6 +44,21 @@ def load_policy(path: str | os.PathLike, known_placements: frozenset[str] = DEFA
     return parse_policy(data, source, known_placements)
 
 
+SCENARIO_TABLES = ("policy", "nodes", "jobs", "expect")
+
+
+def _refuse_scenario_tables(data: dict, source: str) -> None:
+    """Name the mix-up when a policy file holds a scenario file's tables."""
+    found = [key for key in SCENARIO_TABLES if key in data]
+    if not found:
+        return
+    if found[0] == "policy":
+        raise ConfigError(source, "policy", "unknown key: [policy] is a table of a scenario file (gpuctl "
+                          "simulate); in a policy file its settings are top-level keys, before any table")
+    raise ConfigError(source, found[0], "unknown key: nodes, jobs and expect belong in a scenario file "
+                      "(gpuctl simulate), not in a policy file")
+
+
 def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEFAULT_PLACEMENTS,
                  *, where: str = "") -> Policy:
     """Build a Policy from the parsed TOML of a policy file (or a scenario's [policy] table).
@@ -52,6 +67,8 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
     table inside it ("" for a policy file, "policy" in a scenario).
     ``known_placements`` are the placement strategies the plugins implement.
     """
+    if not where:
+        _refuse_scenario_tables(data, source)
     top = Table(data, source, where, POLICY_KEYS)
     placement = _strategy(top, "placement", known_placements) or "binpack"
     cpu_placement = _strategy(top, "cpu_placement", known_placements) or "binpack"

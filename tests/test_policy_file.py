@@ -201,6 +201,14 @@ def test_unknown_key_without_a_close_one_lists_the_known_keys():
     assert "known keys: name, placement, cpu_placement, gpu_placement" in str(error)
 
 
+def test_a_scenario_files_tables_in_a_policy_file_are_named_as_such():
+    error = refused('[policy]\nmin_runtime = 0\n')
+    assert error.where == "policy"
+    assert "[policy] is a table of a scenario file" in str(error) and "top-level keys" in str(error)
+    error = refused('[[projects]]\nname = "a"\n[[nodes]]\nname = "n1"\n')
+    assert error.where == "nodes" and "belong in a scenario file" in str(error)
+
+
 def test_unknown_key_in_plugins_and_departments():
     assert refused('[plugins]\ndisabled = ["x"]\n').where == "plugins.disabled"
     error = refused('[[departments]]\nname = "d"\nusers = ["a"]\n')
