@@ -7,6 +7,7 @@ from typing import Iterator, Mapping
 import pluggy
 
 from gpud.core.allocate import allocate
+from gpud.core.collector import CollectorPaused
 from gpud.core.consolidate import consolidate
 from gpud.core.preempt import preempt
 from gpud.core.reclaim import reclaim
@@ -27,7 +28,8 @@ class Scheduler:
     """
 
     def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
-        self.state = ClusterState(snapshot, policy, pm)
+        with CollectorPaused():
+            self.state = ClusterState(snapshot, policy, pm)
 
     def submit(self, job: JobSpec) -> None:
         """Add a job (pending, or already running where its placements say)."""
@@ -53,17 +55,18 @@ class Scheduler:
         The plan's binds and evictions are taken as carried out: the next
         cycle starts from them.
         """
-        state = self.state
-        state.begin_cycle(now)
-        placer = Placer(state)
-        allocate(state, placer)
-        consolidate(state, placer)
-        reclaim(state, placer)
-        preempt(state, placer)
-        binds, evictions = plan_changes(state)
-        queues = tuple(_report(q) for q in state.queues.values())
-        state.commit()
-        return Plan(binds, evictions, PendingReasons(state), queues)
+        with CollectorPaused():
+            state = self.state
+            state.begin_cycle(now)
+            placer = Placer(state)
+            allocate(state, placer)
+            consolidate(state, placer)
+            reclaim(state, placer)
+            preempt(state, placer)
+            binds, evictions = plan_changes(state)
+            queues = tuple(_report(q) for q in state.queues.values())
+            state.commit()
+            return Plan(binds, evictions, PendingReasons(state), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
