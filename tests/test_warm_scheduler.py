@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from gpud.core import Scheduler, schedule
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
-from gpud.model import JobSpec, Snapshot, TaskRequest
+from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskRequest
+from gpud.policy import Department, NodePool, Policy, Project
 from gpud.plugins import make_plugin_manager
 from test_properties import PM, SETTINGS, Case, assert_not_overcommitted, cases, requests
 
@@ -87,6 +88,23 @@ def test_first_warm_cycle_is_the_snapshot_schedule(case):
     assert warm.binds == cold.binds
     assert warm.evictions == cold.evictions
     assert dict(warm.pending_reasons) == dict(cold.pending_reasons)
+
+
+def test_a_started_job_keeps_every_field_of_its_spec():
+    # The core rebuilds each job it starts or stops with its new placements; the rest of the spec
+    # (selector, pool, gang minimum, order, ...) must come back exactly as submitted.
+    node = NodeSpec("n1", gpus=4, labels={"rack": "r1"}, pool="fast")
+    job = JobSpec("j", "p1", TaskRequest(1, cpus=2, memory_gib=3), priority=75, tasks=2, min_tasks=1,
+                  submitted=5.0, placements=(None, None), node_selector={"rack": "r1"}, pool="fast", seq=42)
+    project = Project("p1", quota={"fast": Resources(gpu=4)}, department="d")
+    policy = Policy(departments={"d": Department("d")}, projects={"p1": project}, pools={"fast": NodePool("fast")},
+                    default_pool="fast")
+    scheduler = Scheduler(Snapshot((node,), (job,), 10.0), policy, PM)
+    plan = scheduler.cycle()
+    assert len(plan.binds) == 2
+    started = scheduler.job("j")
+    assert started.is_running and started.started == 10.0
+    assert dataclasses.replace(started, placements=job.placements, started=None) == job
 
 
 def test_finished_job_frees_its_gpus_for_the_next_cycle():

@@ -69,14 +69,12 @@ class VictimLists:
             if any(placements[entry[2].job.id]):
                 yield entry
 
-    def of_queue(self, queue: QueueState, below: int | None = None) -> Iterator[Victim]:
-        """The running victims of one queue, in victim order; with ``below``, only those of lower priority."""
+    def running_below(self, queue: QueueState, priority: int) -> list[Victim]:
+        """The victims of one queue whose jobs still run and have a lower priority, in victim order."""
         entries, i = self._start(queue)
         placements = self.state.placements
-        for entry in entries[i:]:
-            victim = entry[2]
-            if (below is None or victim.job.priority < below) and any(placements[victim.job.id]):
-                yield victim
+        return [entry[2] for entry in entries[i:]
+                if entry[2].job.priority < priority and any(placements[entry[2].job.id])]
 
     def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
         """The running victims of several queues, merged in one victim order, read as they are needed."""
@@ -154,7 +152,21 @@ class ShareLimit:
         self.levels = [(q, Resources(max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
                                      max(q.fair_share.memory, q.alloc_mem)))
                        for q in (queue, queue.parent) if q is not None]
-        self.refusal = ""
+        self._refused: tuple[QueueState, Resources, Resources, list[str]] | None = None
+        self._over = ""
+
+    @property
+    def refusal(self) -> str:
+        """Why the limit stopped the preemptor, with the numbers; "" when it did not."""
+        if self._over:
+            return self._over
+        if self._refused is None:
+            return ""
+        level, held, need, over = self._refused
+        holds = ", ".join(amount_text(held.get(r), level.fair_share, r) for r in over)
+        needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
+        return (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
+                f"its fair share (it holds {holds}; the job needs {needs})")
 
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
@@ -163,18 +175,28 @@ class ShareLimit:
             excess = (level.alloc_gpu + need.gpu - allowed.gpu, level.alloc_cpu + need.cpu - allowed.cpu,
                       level.alloc_mem + need.memory - allowed.memory)
             gpu, cpu, mem = max(gpu, excess[0]), max(cpu, excess[1]), max(mem, excess[2])
-            over = [r for r, amount in zip(RESOURCES, excess) if amount > EPS]
-            if over and not self.refusal:
-                held = ", ".join(amount_text(level.allocated.get(r), level.fair_share, r) for r in over)
-                needed = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}"
-                                   for r in over)
-                self.refusal = (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
-                                f"its fair share (it holds {held}; the job needs {needed})")
+            if self._refused is None and max(excess) > EPS:
+                # The numbers of the first excess found; the words are made only if someone reads them.
+                self._refused = (level, level.allocated, need,
+                                 [r for r, amount in zip(RESOURCES, excess) if amount > EPS])
         return gpu, cpu, mem
+
+    def refuse(self) -> bool:
+        """Record, when a level holds more than it may, that this stopped the preemptor; True if so."""
+        self._over = self.over()
+        return bool(self._over)
 
     def holds(self) -> bool:
         """True when no level holds more than it may."""
         return not self.over()
+
+    def admits(self, gpu: float, cpu: float, mem: float) -> bool:
+        """True when every level would still hold no more than it may after taking this much more."""
+        for level, allowed in self.levels:
+            if (level.alloc_gpu + gpu > allowed.gpu + EPS or level.alloc_cpu + cpu > allowed.cpu + EPS
+                    or level.alloc_mem + mem > allowed.memory + EPS):
+                return False
+        return True
 
     def over(self) -> str:
         """Which level holds more than it may, in which resource, with the numbers; "" when none does."""
@@ -233,64 +255,71 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     placements = state.placements
     nodes = state.nodes
     request = job.request
-    cpus, mem = request.cpus, request.memory_gib
+    cpus, mem = request.cpus - EPS, request.memory_gib - EPS
     uses_gpu, shared, whole = request.uses_gpu, request.is_shared, request.whole_gpus
+    must_gpu, must_cpu, must_mem = (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0)
+    full = 1.0 - EPS
     wants: dict[float, float | None] = {}
     for victim in ordered:
         vjob = victim.job
-        vcpus, vmem = vjob.request.cpus, vjob.request.memory_gib
+        vrequest = vjob.request
+        vcpus, vmem = vrequest.cpus, vrequest.memory_gib
         for placement in placements[vjob.id]:
             if placement is None:
                 continue
             name = placement.node
             if name in rooms:
                 room = rooms[name]
+                if room is None:
+                    continue
             else:
                 fits = usable.get(name)
+                node = nodes[name]
                 if fits is None:
-                    node = nodes[name]
                     fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
                                            and node.matches(job.node_selector))
-                if fits:
-                    node = nodes[name]
+                if not fits:
+                    rooms[name] = None
+                    continue
+                want = None
+                if shared:
                     size = node.gpu_memory_gib
-                    if shared and size not in wants:
+                    if size not in wants:
                         wants[size] = _wanted_share(request, size)
-                    room = rooms[name] = _NodeRoom(node, wants[size] if shared else None)
-                else:
-                    room = rooms[name] = None
-            if room is None:
-                continue
-            share = room.share
-            gpu_share = placement.gpu_share
-            if placement.gpu_index and not room.copied:
-                share = room.share = list(share)
-                room.copied = True
-            for i in placement.gpu_index:
-                before = share[i]
-                after = before + gpu_share
-                if after >= 1.0 - EPS:
-                    after = 1.0
-                    if before < 1.0 - EPS:
-                        room.whole += 1
-                share[i] = after
+                    want = wants[size]
+                room = rooms[name] = _NodeRoom(node, want)
+            gpu_index = placement.gpu_index
+            if gpu_index:
+                gpu_share = placement.gpu_share
+                share = room.share
+                if not room.copied:
+                    share = room.share = list(share)
+                    room.copied = True
+                for i in gpu_index:
+                    before = share[i]
+                    after = before + gpu_share
+                    if after >= full:
+                        after = 1.0
+                        if before < full:
+                            room.whole += 1
+                    share[i] = after
+                room.freed_gpu += gpu_share * len(gpu_index)
             room.cpu += vcpus
             room.mem += vmem
-            room.freed_gpu += gpu_share * len(placement.gpu_index)
             room.freed_cpu += vcpus
             room.freed_mem += vmem
             held = room.victims
             if not held or held[-1] is not victim:
                 held.append(victim)
-            if cpus > room.cpu + EPS or mem > room.mem + EPS:
+            if cpus > room.cpu or mem > room.mem:
                 continue
-            if must is not None and (room.freed_gpu < must[0] - EPS or room.freed_cpu < must[1] - EPS
-                                     or room.freed_mem < must[2] - EPS):
+            if must is not None and (room.freed_gpu < must_gpu or room.freed_cpu < must_cpu
+                                     or room.freed_mem < must_mem):
                 continue
             if not uses_gpu:
                 return room
             if shared:
-                if room.want is not None and max(share) >= room.want:
+                if room.want is not None and max(room.share) >= room.want:
                     return room
             elif room.whole >= whole:
                 return room
@@ -319,7 +348,11 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     stmt = Statement(state)
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
-    ordered = Lazy(judged(candidates, lambda v: lists.protected(v, job, rule) is None) if lists.vetoes else candidates)
+    ordered: Iterable[Victim]
+    if lists.vetoes:
+        ordered = Lazy(judged(candidates, lambda v: lists.protected(v, job, rule) is None))
+    else:  # read several times: an iterator is kept as far as it was read
+        ordered = candidates if isinstance(candidates, list) else Lazy(candidates)
     evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
 
     def evict(victim: Victim, node: str | None) -> bool:
@@ -357,12 +390,9 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 return False
         stmt.bind(job, task, placement)
     _settle_victims(state, placer, stmt, evicted, limit)
-    if limit is not None:
-        over = limit.over()
-        if over:
-            limit.refusal = over
-            stmt.rollback()
-            return False
+    if limit is not None and limit.refuse():
+        stmt.rollback()
+        return False
     return True
 
 
@@ -372,6 +402,10 @@ def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
     for vjob, task, placement in evicted:
         by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
     for vjob, tasks in by_job.values():
+        request = vjob.request
+        if limit is not None and not limit.admits(request.gpus if request.gpu_memory_gib is None else 0.0,
+                                                  request.cpus, request.memory_gib):
+            continue  # even one task back would take the queue over its limit: it would be undone
         mark = stmt.checkpoint()
         lost = [task for task, placement in tasks if not placer.restore(stmt, vjob, task, placement)]
         if lost:

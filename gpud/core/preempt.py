@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import Lazy, ShareLimit, VictimLists, make_room
+from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
@@ -53,8 +53,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.setdefault(queue, FailedShapes(state))
-        candidates = Lazy(lists.of_queue(queue, below=job.priority))
-        if next(iter(candidates), None) is None:
+        candidates = lists.running_below(queue, job.priority)
+        if not candidates:
             shapes.add(job, tasks, "", extra=(-job.priority,))
             return hopeless
 
@@ -74,9 +74,10 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
             state.reasons.pop(job.id, None)
             return None
-        if limit.refusal:
-            state.reasons[job.id] = (queue, limit.refusal)
-        shapes.add(job, tasks, limit.refusal, extra=(-job.priority,))
+        refused_by_limit = limit.refusal
+        if refused_by_limit:
+            state.reasons[job.id] = (queue, refused_by_limit)
+        shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
         return hopeless
 
     lowest: dict[QueueState, int] = {}
