@@ -80,11 +80,14 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
         return hopeless
 
+    # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs
+    # past their minimum run time. (Jobs too young to be victims would make whole groups try in vain.)
     lowest: dict[QueueState, int] = {}
     for queue, running in state.running.items():
-        priorities = [state.jobs[job_id].priority for job_id in running if state.jobs[job_id].preemptible]
-        if priorities:
-            lowest[queue] = min(priorities)
+        if running and queue in state.backlog.by_queue:
+            victims = lists.ordered(queue)
+            if victims:
+                lowest[queue] = min(entry[2].job.priority for entry in victims)
 
     def admit(job: JobSpec, queue: QueueState) -> bool:
         floor = lowest.get(queue)
