@@ -62,9 +62,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     whose next job it holds for is passed over whole (the predicate records
     why that job waits, and with ``record_reasons`` the group keeps the
     reason for all its jobs). A group whose first job ``admit`` (asked the
-    same way) refuses is not visited at all, nor are queues left out of
-    ``queues`` when it is given. Jobs that stopped waiting earlier in the
-    cycle are passed over.
+    same way, and only before the first visit) refuses is not visited at
+    all, nor are queues left out of ``queues`` when it is given. Jobs that
+    stopped waiting earlier in the cycle are passed over.
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count(backlog.groups_made)

@@ -17,15 +17,6 @@ from gpud.model import EPS, RESOURCES, JobSpec, Resources
 RULE = "reclaim"
 
 
-def _level_pair(reclaimer: QueueState, victim: QueueState) -> list[tuple[QueueState, QueueState]]:
-    """The (reclaimer side, victim side) queues compared: departments if they differ, and projects."""
-    pairs = []
-    if reclaimer.parent is not victim.parent and reclaimer.parent and victim.parent:
-        pairs.append((reclaimer.parent, victim.parent))
-    pairs.append((reclaimer, victim))
-    return pairs
-
-
 def _taken(need: Resources, victim: JobSpec) -> Resources:
     """The part of ``need`` a victim gives back: only the resources its tasks hold.
 
@@ -61,6 +52,26 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if queue.kind == "project":
             by_pool.setdefault(queue.pool, []).append(queue)
 
+    over_known: dict[tuple, tuple[int, list[QueueState], list[QueueState]]] = {}
+
+    def over_lists(queue: QueueState, held: Resources) -> tuple[list[QueueState], list[QueueState]]:
+        """The other queues of the pool over their fair share (theirs or their department's, against
+        another department) and those over only their quota, in a resource ``held`` uses."""
+        # The answer depends on which resources ``held`` uses, not how much: kept while nothing changes.
+        key = (queue.pool, queue.parent, held.gpu > EPS, held.cpu > EPS, held.memory > EPS)
+        known = over_known.get(key)
+        if known is None or known[0] != state.changes:
+            share: list[QueueState] = []
+            quota: list[QueueState] = []
+            for q in by_pool[queue.pool]:
+                if q.over(q.fair_share, held) or (q.parent is not queue.parent and q.parent is not None
+                                                  and q.parent.over(q.parent.fair_share, held)):
+                    share.append(q)
+                elif q.over(q.quota_bound, held):
+                    quota.append(q)
+            known = over_known[key] = (state.changes, share, quota)
+        return [q for q in known[1] if q is not queue], [q for q in known[2] if q is not queue]
+
     def hopeless(job: JobSpec, queue: QueueState) -> bool:
         shapes = failed.get(queue)
         return shapes is not None and shapes.find(job, gang_tasks(state, job)) is not None
@@ -81,11 +92,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if refusal(queue, job, need):
             return None
         held = state.task_need(job)
-        others = [q for q in by_pool[queue.pool] if q is not queue]
-        over_share = [q for q in others if q.over(q.fair_share, held)
-                      or (q.parent is not queue.parent and q.parent and q.parent.over(q.parent.fair_share, held))]
-        over_fair_share = set(over_share)
-        over_quota = [q for q in others if q not in over_fair_share and q.over(q.quota_bound, held)]
+        over_share, over_quota = over_lists(queue, held)
 
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
@@ -108,14 +115,19 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             """The victim side's queues compared, each with ``level``; None when the job may not take
             ``taken`` from ``victim_queue``. ``seen`` keeps the departments' answers while nothing changes."""
             found = []
-            for mine, theirs in _level_pair(queue, victim_queue):
-                if seen is None or mine is queue:
+            mine, theirs = queue.parent, victim_queue.parent
+            if mine is not theirs and mine is not None and theirs is not None:  # departments differ
+                if seen is None:
                     over = level(mine, theirs, taken)
                 else:
                     over = seen[theirs] if theirs in seen else seen.setdefault(theirs, level(mine, theirs, taken))
                 if over is None:
                     return None
                 found.append((theirs, over))
+            over = level(queue, victim_queue, taken)
+            if over is None:
+                return None
+            found.append((victim_queue, over))
             return found
 
         def rule_for(victim_queue: QueueState, taken: Resources) -> str | None:
@@ -159,8 +171,15 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         shapes.add(job, tasks, "")
         return hopeless
 
+    admitted: dict[tuple[QueueState, int], bool] = {}
+
     def admit(job: JobSpec, queue: QueueState) -> bool:
-        return queue.fits_fair_share(state.task_need(job))
+        # Asked before the first visit, while nothing changes: one answer per queue and shape.
+        key = (queue, state.shapes.of(job))
+        found = admitted.get(key)
+        if found is None:
+            found = admitted[key] = queue.fits_fair_share(state.task_need(job))
+        return found
 
     below = [q for q in state.backlog.by_queue if q.alloc_gpu < q.fair_share.gpu - EPS
              or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS]
