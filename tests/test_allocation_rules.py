@@ -824,3 +824,35 @@ def test_a_larger_job_blocked_after_a_smaller_one_states_its_own_need():
     plan = Scheduler(Snapshot((NodeSpec("n", gpus=2),), tuple(jobs), 0.0), policy, make_plugin_manager()).cycle()
     assert plan.pending_reasons["one-2"].endswith("has 0 free, the job needs 1")
     assert plan.pending_reasons["four"].endswith("has 0 free, the job needs 4")
+
+
+def test_every_job_of_a_queue_passed_over_whole_says_why_even_after_the_next_cycle():
+    # Once the smallest requests of a queue are blocked, its other jobs are passed over at once and
+    # their reasons are worked out when read: each states its own need or the quota rule that
+    # binds it, and stays readable while the scheduler goes on.
+    from gpud.core import Scheduler
+    from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
+    from gpud.plugins import make_plugin_manager
+    from gpud.policy_file import parse_policy
+
+    policy = parse_policy({"projects": [{"name": "a", "gpu_quota": 1}]}, "test")
+    small = [JobSpec(id=f"small-{i}", project="a", request=TaskRequest(gpus=1, cpus=2), seq=i, submitted=i)
+             for i in range(3)]
+    sizes = {"two": 2, "four": 4, "eight": 8, "one-more-cpu": 1}
+    larger = [JobSpec(id=name, project="a", request=TaskRequest(gpus=n, cpus=3), seq=10 + i, submitted=10 + i)
+              for i, (name, n) in enumerate(sizes.items())]
+    fixed = [JobSpec(id=f"fixed-{i}", project="a", request=TaskRequest(gpus=2, cpus=2), priority=125, seq=20 + i,
+                     submitted=20 + i) for i in range(2)]
+    jobs = small + larger + fixed
+    scheduler = Scheduler(Snapshot((NodeSpec("n", gpus=2),), tuple(jobs), 0.0), policy, make_plugin_manager())
+    plan = scheduler.cycle()
+    assert sorted(b.job for b in plan.binds) == ["small-0", "small-1"]
+    assert set(plan.pending_reasons) == {j.id for j in jobs} - {"small-0", "small-1"}
+    scheduler.cycle(10.0)  # the next cycle runs before anyone reads the first plan's reasons
+    for job in jobs[2:]:
+        reason = plan.pending_reasons[job.id]
+        assert reason.startswith("project a: 2/1 GPUs of quota"), reason
+        if job.preemptible:
+            assert reason.endswith(f"has 0 free, the job needs {job.request.gpus:g}"), reason
+        else:
+            assert "has no quota left for it (non-preemptible jobs hold 0/1 GPUs" in reason, reason

@@ -249,6 +249,16 @@ def test_no_node_or_gpu_is_ever_overcommitted(case):
 
 @SETTINGS
 @given(cases())
+def test_every_waiting_job_says_why(case):
+    for _, plan, after in run_cycles(case, case.cycles):
+        waiting = {job.id for job in after.jobs if job.running_tasks < job.tasks}
+        for job_id in waiting:
+            reason = plan.pending_reasons[job_id]
+            assert reason and "not considered" not in reason, f"{job_id}: {reason!r}"
+
+
+@SETTINGS
+@given(cases())
 def test_gangs_run_whole_or_not_at_all(case):
     for _, _, after in run_cycles(case, case.cycles):
         for job in after.jobs:

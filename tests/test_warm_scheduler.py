@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpud.core import Scheduler, schedule
+from gpud.core.cover import QueueCovers
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskRequest
@@ -203,8 +204,9 @@ def sorted_heads(state: ClusterState) -> dict:
 
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
-    shared tuples of unplaced tasks, each queue's groups in order."""
+    shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups."""
     state.shapes = ShapeIndex(state)
+    state.covers = QueueCovers(state)
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)
     state.backlog.heads = sorted_heads(state)

@@ -6,7 +6,7 @@ from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, explain_unplaced
 from gpud.core.queues import QueueState, format_amount
-from gpud.core.shapes import FailedShapes
+from gpud.core.shapes import FailedShapes, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec
 
@@ -66,6 +66,48 @@ class Blocks:
         """Remember a queue rule that refused the job (``binds``: EVERY_JOB or NON_PREEMPTIBLE_ONLY)."""
         self.rules.setdefault(queue, FailedShapes(self.state)).add(job, tasks, reason, "", (binds,))
 
+    def blocks_all(self, queue: QueueState) -> bool:
+        """True when every pending job of the queue is blocked: each of its smallest requests is."""
+        cover = self.state.covers.of(queue)
+        if not cover:
+            return False
+        for group in cover:
+            job = group.jobs[0]
+            if self.find(job, queue, max(job.gang_minimum, 1)) is None:
+                return False
+        return True
+
+    def late_reasons(self, queue: QueueState) -> LateReasons:
+        """Why the queue's jobs wait, as the failures remembered now say, worked out when asked."""
+        rules = self.rules.get(queue)
+        return LateReasons(self.state, queue, self.room.frozen(), rules.frozen() if rules is not None else {})
+
+
+class LateReasons:
+    """The reasons of jobs passed over with their whole queue, from a copy of the failures at that moment.
+
+    Read after the cycle, perhaps while the next one runs: it reads the
+    copy and the job, never what the next cycle changes.
+    """
+
+    def __init__(self, state: ClusterState, queue: QueueState, room: dict, rules: dict) -> None:
+        self.state = state
+        self.queue = queue
+        self.room = room
+        self.rules = rules
+
+    def of(self, job: JobSpec) -> tuple[QueueState, str] | None:
+        """(queue, reason) for a job of the queue that has not started; None if no failure covers it."""
+        state = self.state
+        klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
+        tasks = max(job.gang_minimum, 1)
+        found = first_covering(self.room, klass, (*base, tasks))
+        if found is None:
+            found = first_covering(self.rules, klass, (*base, tasks, 0 if job.preemptible else 1))
+        if found is None:
+            return None
+        return self.queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0]
+
 
 def allocate(state: ClusterState, placer: Placer) -> None:
     """Bind every pending job that fits into free resources, recording why the others wait."""
@@ -91,7 +133,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         if found is None:
             refused = try_allocate(state, placer, stmt, job, queue)
             if refused is None:
-                reasons.pop(job.id, None)
+                started(state, job, queue)
                 return None
             if refused[0]:
                 found = (refused[0], "")
@@ -107,7 +149,24 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         reasons[job.id] = (queue, found[0])
         return skip_same
 
-    serve_in_order(state, state.backlog, visit, record_reasons=True)
+    def drop(queue: QueueState) -> bool:
+        if not blocks.blocks_all(queue):
+            return False
+        state.late_reasons[queue] = blocks.late_reasons(queue)
+        return True
+
+    serve_in_order(state, state.backlog, visit, record_reasons=True, drop=drop)
+
+
+def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
+    """Record that the job got tasks placed: it waits no more, or (an elastic job started with
+    fewer tasks than it asks for) why its other tasks still wait."""
+    left = state.pending_count(job.id)
+    if not left:
+        state.reasons.pop(job.id, None)
+        return
+    detail, _ = explain_unplaced(state, job, 1)
+    state.reasons[job.id] = (queue, f"runs {job.tasks - left} of its {job.tasks} tasks; the others wait: {detail}")
 
 
 def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: str) -> str:

@@ -55,6 +55,9 @@ class Backlog:
         # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
         self.heads: dict[QueueState, list[tuple]] = {}
         self.groups_made = 0
+        # Bumped for a queue whenever one of its groups is made or emptied: what is derived from a
+        # queue's shapes (gpud.core.cover) holds while it stands still.
+        self.shape_versions: dict[QueueState, int] = {}
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
 
@@ -67,6 +70,7 @@ class Backlog:
     def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple) -> Group:
         group = groups[shape] = Group(queue, shape, self.groups_made)
         self.groups_made += 1
+        self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
         return group
 
     def _head_out(self, group: Group) -> None:
@@ -140,6 +144,7 @@ class Backlog:
         del group.jobs[at]
         if not group.jobs:
             del self.by_queue[group.queue][group.shape]
+            self.shape_versions[group.queue] += 1
         elif at == 0:
             self._head_in(group)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from gpud.core.allocate import gang_tasks, needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
@@ -57,7 +57,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
                 stmt.rollback()
                 failed.add(job, len(tasks), "")
                 return hopeless
-        state.reasons.pop(job.id, None)
+        started(state, job, state.project_queue(job))
         return None
 
     if not state.fragmented:

@@ -12,6 +12,7 @@ from gpud.core.consolidate import consolidate
 from gpud.core.preempt import preempt
 from gpud.core.reclaim import reclaim
 from gpud.core.placement import Placer
+from gpud.core.backlog import Group
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot
@@ -117,7 +118,8 @@ class PendingReasons(Mapping[str, str]):
     """Why each job still waits after a cycle, formatted only when read (there may be 100,000).
 
     Captured when the plan is built: the cycle's own reasons, each group's
-    shared reason, the evictions, and the queues' numbers at that moment.
+    shared reason, the evictions, and the queues' numbers at that moment; a
+    group passed over with its whole queue gets its reason when first read.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -126,8 +128,16 @@ class PendingReasons(Mapping[str, str]):
         self._evicted = state.evicted_by
         self._orphans = dict(state.orphans)
         self._group_of = dict(state.backlog.group_of)
-        self._group_reason = {group: group.reason for groups in state.backlog.by_queue.values()
-                              for group in groups.values() if group.reason_cycle == cycle}
+        self._group_reason: dict[Group, tuple[QueueState | None, str] | None] = {}
+        late = self._late = dict(state.late_reasons)
+        self._late_first: dict[Group, JobSpec] = {}  # a job of each group passed over with its queue
+        for queue, groups in state.backlog.by_queue.items():
+            dropped = queue in late
+            for group in groups.values():
+                if group.reason_cycle == cycle:
+                    self._group_reason[group] = group.reason
+                elif dropped:
+                    self._late_first[group] = group.jobs[0]
         self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:
@@ -138,6 +148,8 @@ class PendingReasons(Mapping[str, str]):
         if evicted is not None:
             return f"evicted this cycle: {evicted[1]}"
         found = self._reasons.get(job_id) or self._group_reason.get(group)
+        if found is None and group in self._late_first:
+            found = self._group_reason[group] = self._late[group.queue].of(self._late_first.pop(group))
         if found is None:
             return "not considered this cycle"
         queue, detail = found

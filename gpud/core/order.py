@@ -52,7 +52,8 @@ class _QueueCursor:
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
                    admit: Skip | None = None, record_reasons: bool = False,
-                   queues: Iterable[QueueState] | None = None) -> None:
+                   queues: Iterable[QueueState] | None = None,
+                   drop: Callable[[QueueState], bool] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
 
     Queues compare by the queue-order plugin with their next job, first
@@ -64,7 +65,10 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     reason for all its jobs). A group whose first job ``admit`` (asked the
     same way, and only before the first visit) refuses is not visited at
     all, nor are queues left out of ``queues`` when it is given. Jobs that
-    stopped waiting earlier in the cycle are passed over.
+    stopped waiting earlier in the cycle are passed over. Once a queue has a
+    predicate, ``drop`` may say that the predicate holds for every group the
+    queue has left: they are all passed over at once, and no reason is
+    recorded for them here (``drop`` records them its own way).
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count(backlog.groups_made)
@@ -87,6 +91,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     def clean(cursor: _QueueCursor) -> None:
         """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
         skip, at, queue = cursor.skip, cursor.at, cursor.queue
+        if skip is not None and drop is not None and cursor.top() is not None and drop(queue):
+            cursor.run, cursor.next, cursor.heap = [], 0, []
+            return
         while True:
             top = cursor.top()
             if top is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
-from gpud.core.allocate import gang_tasks, needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Skip, serve_in_order
@@ -72,7 +72,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
         limit = ShareLimit(queue)
         if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
-            state.reasons.pop(job.id, None)
+            started(state, job, queue)
             return None
         refused_by_limit = limit.refusal
         if refused_by_limit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import gang_tasks, needed_tasks
+from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Skip, serve_in_order
@@ -166,7 +166,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
 
         candidates = judged(queued, may_go)
         if make_room(state, placer, job, candidates, RULE, eligible, lists):
-            state.reasons.pop(job.id, None)
+            started(state, job, queue)
             return None
         shapes.add(job, tasks, "")
         return hopeless

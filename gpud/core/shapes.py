@@ -11,13 +11,28 @@ if TYPE_CHECKING:
     from gpud.core.state import ClusterState
 
 
-class ShapeIndex:
-    """Each job's shape as the failure memory compares it, worked out once per job and numbered.
+def shape_key(job: JobSpec, pool: str, job_specific: bool) -> tuple[tuple, tuple]:
+    """A job's shape as the failure memory compares it: (class, (size, CPUs, memory)).
 
-    A shape is (class, (size, CPUs, memory)): the class is the pool, node
-    selector and kind (whole GPUs, fractions, memory slices, CPU-only), and
-    the job itself when plugins judge job by job.
+    The class is the pool, node selector and kind (whole GPUs, fractions,
+    memory slices, CPU-only), and the job itself when plugins judge job by job.
     """
+    r = job.request
+    if not r.uses_gpu:
+        kind, size = "cpu", 0.0
+    elif r.gpu_memory_gib is not None:
+        kind, size = "memory", r.gpu_memory_gib
+    else:
+        kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
+    selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+    group: tuple = (pool, selector, kind)
+    if job_specific:
+        group += (job.id,)
+    return group, (size, r.cpus, r.memory_gib)
+
+
+class ShapeIndex:
+    """Each job's shape (``shape_key``) worked out once per job and numbered."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
@@ -29,18 +44,7 @@ class ShapeIndex:
         """The number of the job's shape."""
         sid = self._of_job.get(job.id)
         if sid is None:
-            r = job.request
-            if not r.uses_gpu:
-                kind, size = "cpu", 0.0
-            elif r.gpu_memory_gib is not None:
-                kind, size = "memory", r.gpu_memory_gib
-            else:
-                kind, size = ("fraction" if r.is_shared else "whole"), r.gpus
-            selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-            group: tuple = (self.state.pool_of(job), selector, kind)
-            if self.state.job_specific_plugins:
-                group += (job.id,)
-            base = (group, (size, r.cpus, r.memory_gib))
+            base = shape_key(job, self.state.pool_of(job), self.state.job_specific_plugins)
             sid = self._ids.get(base)
             if sid is None:
                 sid = self._ids[base] = len(self.shapes)
@@ -89,6 +93,10 @@ class FailedShapes:
         frontier.append((dims, (detail, kind)))
         self._version += 1
 
+    def frozen(self) -> dict[tuple, list[tuple[tuple, tuple[str, str]]]]:
+        """A copy of the failures remembered now, by class, for ``first_covering``."""
+        return {group: list(failed) for group, failed in self._frontier.items()}
+
     def find(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[str, str] | None:
         """(reason, kind) of a failed request this one is at least as large as, or None."""
         if not self._frontier:
@@ -107,3 +115,12 @@ class FailedShapes:
                 break
         self._answers[key] = (self._version, found)
         return found
+
+
+def first_covering(frontier: dict[tuple, list[tuple[tuple, tuple[str, str]]]], group: tuple,
+                   dims: tuple) -> tuple[str, str] | None:
+    """(reason, kind) of the first failure in a ``FailedShapes.frozen`` copy that ``dims`` is at least as large as."""
+    for failed, why in frontier.get(group, ()):
+        if all(map(ge, dims, failed)):
+            return why
+    return None

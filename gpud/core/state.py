@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from gpud.core.backlog import Backlog
+from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
 from gpud.policy import Policy
+
+if TYPE_CHECKING:
+    from gpud.core.allocate import LateReasons
 
 
 class Victim:
@@ -74,10 +79,13 @@ class ClusterState:
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
+        self.covers = QueueCovers(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, str]] = {}
+        # Queues whose jobs allocation passed over all at once, and how to say why each waits.
+        self.late_reasons: dict[QueueState, LateReasons] = {}
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
@@ -140,6 +148,7 @@ class ClusterState:
             self.now = now
         self.cycle += 1
         self.reasons = {}
+        self.late_reasons = {}
         self.evicted_by = {}
         self.touched = set()
         self.fragmented = set()

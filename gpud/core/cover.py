@@ -1,0 +1,95 @@
+"""The smallest requests of each queue: when all of them are blocked, so is every job of the queue."""
+
+from __future__ import annotations
+
+from operator import ge
+from typing import TYPE_CHECKING
+
+from gpud.core.backlog import Group
+from gpud.core.queues import QueueState
+
+if TYPE_CHECKING:
+    from gpud.core.state import ClusterState
+
+
+class _Cover:
+    """One queue's groups by class with their dimensions, the minimal ones, and the backlog version seen."""
+
+    __slots__ = ("version", "by_class", "minimal", "class_of", "partly_running", "groups")
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.by_class: dict[tuple, dict[Group, tuple]] = {}
+        self.minimal: dict[tuple, list[tuple[tuple, Group]]] = {}
+        self.class_of: dict[Group, tuple] = {}
+        self.partly_running: set[Group] = set()
+        self.groups: list[Group] | None = []
+
+
+class QueueCovers:
+    """For each queue, groups of pending jobs whose shapes every group of the queue is at least as large as.
+
+    Shapes compare as the failure memory compares them (gpud.core.shapes),
+    class by class, on size, CPUs, memory, the tasks that must start
+    together and non-preemptibility. A queue with a group of a job that
+    runs some of its tasks already has no cover: how many tasks it still
+    needs changes as it runs. Kept across cycles: groups are added as they
+    come, and a class is worked out afresh only when one of its minimal
+    groups is emptied.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._covers: dict[QueueState, _Cover] = {}
+
+    def of(self, queue: QueueState) -> list[Group] | None:
+        """The queue's covering groups (empty when it has none waiting), None when it has no cover."""
+        backlog = self.state.backlog
+        version = backlog.shape_versions.get(queue, 0)
+        cover = self._covers.get(queue)
+        if cover is None:
+            cover = self._covers[queue] = _Cover()
+        elif cover.version == version:
+            return cover.groups
+        current = backlog.by_queue.get(queue, {})
+        stale: set[tuple] = set()
+        for group in [g for g in cover.class_of if current.get(g.shape) is not g]:
+            klass = cover.class_of.pop(group)
+            cover.partly_running.discard(group)
+            if klass:
+                del cover.by_class[klass][group]
+                if any(g is group for _, g in cover.minimal[klass]):
+                    stale.add(klass)
+        for group in current.values():  # in the order made, so covers never vary
+            if group not in cover.class_of:
+                self._add(cover, group, stale)
+        for klass in stale:
+            found = cover.minimal[klass] = []
+            for group, dims in cover.by_class[klass].items():
+                _keep_minimal(found, dims, group)
+        cover.groups = None if cover.partly_running else [
+            group for found in cover.minimal.values() for _, group in found]
+        cover.version = version
+        return cover.groups
+
+    def _add(self, cover: _Cover, group: Group, stale: set[tuple]) -> None:
+        if group.shape[0] == "job":
+            cover.class_of[group] = ()
+            cover.partly_running.add(group)
+            return
+        shapes = self.state.shapes
+        job = group.jobs[0]
+        klass, base = shapes.shapes[shapes.of(job)]
+        dims = (*base, max(job.gang_minimum, 1), 0 if job.preemptible else 1)
+        cover.class_of[group] = klass
+        cover.by_class.setdefault(klass, {})[group] = dims
+        if klass not in stale:
+            _keep_minimal(cover.minimal.setdefault(klass, []), dims, group)
+
+
+def _keep_minimal(found: list[tuple[tuple, Group]], dims: tuple, group: Group) -> None:
+    """Add a group to a class's minimal groups unless one of them is at most as large."""
+    if any(all(map(ge, dims, other)) for other, _ in found):
+        return
+    found[:] = [(other, g) for other, g in found if not all(map(ge, other, dims))]
+    found.append((dims, group))
