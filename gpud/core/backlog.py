@@ -19,7 +19,7 @@ from gpud.model import JobSpec
 class Group:
     """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made."""
 
-    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "reason", "reason_cycle")
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys")
 
     def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
         self.queue = queue
@@ -27,8 +27,6 @@ class Group:
         self.seq = seq
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
-        self.reason: tuple[QueueState | None, str] | None = None
-        self.reason_cycle = -1
 
     def __repr__(self) -> str:
         return f"Group({self.queue.name}, {len(self.jobs)} jobs)"

@@ -123,21 +123,15 @@ class PendingReasons(Mapping[str, str]):
     """
 
     def __init__(self, state: ClusterState) -> None:
-        cycle = state.cycle
+        # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
         self._reasons = state.reasons
+        self._group_reason = state.group_reasons
+        self._late = state.late_reasons
+        self._late_found: dict[Group, tuple[QueueState | None, str] | None] = {}
+        self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = state.evicted_by
         self._orphans = dict(state.orphans)
         self._group_of = dict(state.backlog.group_of)
-        self._group_reason: dict[Group, tuple[QueueState | None, str] | None] = {}
-        late = self._late = dict(state.late_reasons)
-        self._late_first: dict[Group, JobSpec] = {}  # a job of each group passed over with its queue
-        for queue, groups in state.backlog.by_queue.items():
-            dropped = queue in late
-            for group in groups.values():
-                if group.reason_cycle == cycle:
-                    self._group_reason[group] = group.reason
-                elif dropped:
-                    self._late_first[group] = group.jobs[0]
         self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:
@@ -148,8 +142,12 @@ class PendingReasons(Mapping[str, str]):
         if evicted is not None:
             return f"evicted this cycle: {evicted[1]}"
         found = self._reasons.get(job_id) or self._group_reason.get(group)
-        if found is None and group in self._late_first:
-            found = self._group_reason[group] = self._late[group.queue].of(self._late_first.pop(group))
+        if found is None and group.queue in self._late:
+            if group in self._late_found:  # the jobs of a group share their shape, hence their reason
+                found = self._late_found[group]
+            else:
+                job = self._jobs.get(job_id)
+                found = self._late_found[group] = self._late[group.queue].of(job) if job is not None else None
         if found is None:
             return "not considered this cycle"
         queue, detail = found

@@ -74,7 +74,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
     reasons = state.reasons
-    cycle = state.cycle
+    group_reasons = state.group_reasons
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
         i = cursor.at.get(group, 0)
@@ -117,8 +117,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             if first is not None and record_reasons:
                 reason = reasons.get(first.id)
                 if reason is not None:
-                    group.reason = reason
-                    group.reason_cycle = cycle
+                    group_reasons[group] = reason
 
     def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
         top = cursor.top()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from gpud.core.backlog import Backlog
+from gpud.core.backlog import Backlog, Group
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
@@ -84,6 +84,7 @@ class ClusterState:
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, str]] = {}
+        self.group_reasons: dict[Group, tuple[QueueState | None, str]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
         self.touched: set[str] = set()
@@ -148,6 +149,7 @@ class ClusterState:
             self.now = now
         self.cycle += 1
         self.reasons = {}
+        self.group_reasons = {}
         self.late_reasons = {}
         self.evicted_by = {}
         self.touched = set()
