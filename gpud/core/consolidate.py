@@ -75,8 +75,10 @@ def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeSt
         other = state.jobs[job_id]
         if not other.preemptible or other.id == job.id:
             continue
-        victim = Victim(other, state.queue_of(other), [task], state.now)
-        if lists.protected(victim, job, RULE) is None:
+        if not lists.vetoes:
+            if not lists.too_young(other):
+                found.append((other, task))
+        elif lists.protected(Victim(other, state.queue_of(other), [task], state.now), job, RULE) is None:
             found.append((other, task))
     found.sort(key=lambda item: -(node.tasks[(item[0].id, item[1])].gpu_share
                                    * len(node.tasks[(item[0].id, item[1])].gpu_index)))

@@ -37,6 +37,13 @@ class VictimLists:
     def _young(self, victim: Victim) -> bool:
         return not victim.placed_this_cycle and self.state.now - victim.started < self._min_runtime - EPS
 
+    def too_young(self, job: JobSpec) -> bool:
+        """True for a job that has not run the minimum run time (one placed this cycle has not started)."""
+        if not job.is_running:
+            return False
+        started = job.started if job.started is not None else job.submitted
+        return self.state.now - started < self._min_runtime - EPS
+
     def ordered(self, queue: QueueState) -> list[tuple]:
         """(key, n, victim) triples of one queue's evictable jobs, first victim first.
 

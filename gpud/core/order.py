@@ -130,11 +130,18 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                          if q in backlog.by_queue}
+    # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they are.
+    untouched = admit is None and state.changes == state.changes_at_begin
     for queue in chosen:
         # The backlog keeps each queue's groups sorted by first job; only groups whose first job
         # started earlier in the cycle are placed again, by their next job. Ties keep the order
         # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
+        if untouched:
+            cursor.run = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
+            if cursor.run:
+                cursors[queue] = cursor
+            continue
         at = cursor.at
         entries = cursor.run
         for entry in backlog.heads.get(queue, ()):

@@ -91,6 +91,7 @@ class ClusterState:
         self.fragmented: set[str] = set()
         self.releases = 0
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
+        self.changes_at_begin = 0
         # One bulk insertion into the backlog, fed as the jobs are taken in.
         self.backlog.extend((job, *waiting) for job in snapshot.jobs if (waiting := self._take(job)) is not None)
         self.touched = set()
@@ -148,6 +149,7 @@ class ClusterState:
         if now is not None:
             self.now = now
         self.cycle += 1
+        self.changes_at_begin = self.changes
         self.reasons = {}
         self.group_reasons = {}
         self.late_reasons = {}
