@@ -53,6 +53,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             by_pool.setdefault(queue.pool, []).append(queue)
 
     over_known: dict[tuple, tuple[int, list[QueueState], list[QueueState]]] = {}
+    victim_queues: dict[tuple, tuple[int, list[QueueState], list[QueueState]]] = {}
 
     def over_lists(queue: QueueState, held: Resources) -> tuple[list[QueueState], list[QueueState]]:
         """The other queues of the pool over their fair share (theirs or their department's, against
@@ -92,7 +93,6 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if refusal(queue, job, need):
             return None
         held = state.task_need(job)
-        over_share, over_quota = over_lists(queue, held)
 
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
@@ -148,9 +148,18 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         # What a victim gives back is part of ``held``: a queue over its level in none of ``held``
         # has no victim for the job. Of the others, only victims holding a resource their queue is
         # over in are offered, so no node is chosen for victims that may not go.
-        seen: dict[QueueState, bool | None] = {}
-        queued = itertools.chain(lists.of_queues(q for q in over_share if levels(q, held, seen) is not None),
-                                 lists.of_queues(q for q in over_quota if levels(q, held, seen) is not None))
+        # Which queues may give back depends on which resources ``held`` uses and on whether this
+        # queue and its department fit their fair share and quota with ``need``: kept while nothing changes.
+        parent = queue.parent
+        key = (queue, held.gpu > EPS, held.cpu > EPS, held.memory > EPS, queue.fits_quota(need),
+               parent is None or parent.fits_fair_share(need), parent is None or parent.fits_quota(need))
+        known = victim_queues.get(key)
+        if known is None or known[0] != state.changes:
+            over_share, over_quota = over_lists(queue, held)
+            seen: dict[QueueState, bool | None] = {}
+            known = victim_queues[key] = (state.changes, [q for q in over_share if levels(q, held, seen) is not None],
+                                          [q for q in over_quota if levels(q, held, seen) is not None])
+        queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
         judged_at: dict[tuple, tuple[int, bool]] = {}
 
         def may_go(victim: Victim) -> bool:
@@ -181,6 +190,12 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             found = admitted[key] = queue.fits_fair_share(state.task_need(job))
         return found
 
-    below = [q for q in state.backlog.by_queue if q.alloc_gpu < q.fair_share.gpu - EPS
-             or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS]
+    def some_job_fits(queue: QueueState) -> bool:
+        # No job fits the fair share when none of the queue's smallest requests does.
+        cover = state.covers.of(queue)
+        return cover is None or any(admit(group.jobs[0], queue) for group in cover)
+
+    below = [q for q in state.backlog.by_queue if (q.alloc_gpu < q.fair_share.gpu - EPS
+             or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS)
+             and some_job_fits(q)]
     serve_in_order(state, state.backlog, visit, admit, queues=below)
