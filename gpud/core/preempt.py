@@ -83,11 +83,13 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs
     # past their minimum run time. (Jobs too young to be victims would make whole groups try in vain.)
     lowest: dict[QueueState, int] = {}
+    jobs = state.jobs
     for queue, running in state.running.items():
         if running and queue in state.backlog.by_queue:
-            victims = lists.ordered(queue)
-            if victims:
-                lowest[queue] = min(entry[2].job.priority for entry in victims)
+            priorities = [job.priority for job in map(jobs.__getitem__, running)
+                          if job.preemptible and not lists.too_young(job)]
+            if priorities:
+                lowest[queue] = min(priorities)
 
     def admit(job: JobSpec, queue: QueueState) -> bool:
         floor = lowest.get(queue)
