@@ -7,12 +7,12 @@ from typing import Iterator, Mapping
 import pluggy
 
 from gpud.core.allocate import allocate
+from gpud.core.backlog import Group
 from gpud.core.collector import CollectorPaused
 from gpud.core.consolidate import consolidate
 from gpud.core.preempt import preempt
 from gpud.core.reclaim import reclaim
 from gpud.core.placement import Placer
-from gpud.core.backlog import Group
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot
