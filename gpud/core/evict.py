@@ -34,9 +34,6 @@ class VictimLists:
         self._usable: dict[tuple, dict[str, bool]] = {}
         self._min_runtime = state.policy.min_runtime_s
 
-    def _young(self, victim: Victim) -> bool:
-        return not victim.placed_this_cycle and self.state.now - victim.started < self._min_runtime - EPS
-
     def too_young(self, job: JobSpec) -> bool:
         """True for a job that has not run the minimum run time (one placed this cycle has not started)."""
         if not job.is_running:
@@ -52,7 +49,7 @@ class VictimLists:
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self._young(v)]
+            victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
             found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
             self._lists[queue] = found
             self._cursor[queue] = 0
@@ -94,7 +91,7 @@ class VictimLists:
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
         """Why a victim may not be evicted for ``preemptor``: too young, or vetoed by a plugin."""
-        if self._young(victim):
+        if self.too_young(victim.job):
             return "ran less than the minimum run time"
         if self._veto is not None:
             vetoes = [v for v in self._veto(victim=victim, preemptor=preemptor, rule=rule) if v]
