@@ -694,6 +694,83 @@ def test_preemption_never_takes_the_project_over_its_fair_share():
         "(it holds 1/1 GPUs, 2/4.5 CPUs; the job needs 1 GPU, 5 CPUs)")
 
 
+def test_each_job_refused_by_the_fair_share_says_so_and_a_smaller_one_still_preempts():
+    # p1 and p2 sit at their fair share (4 GPUs each) on two nodes; p1's low-priority jobs hold 2 GPUs
+    # on each. "big" (3 GPUs) and "narrow" (3 GPUs, fewer CPUs, so not judged with "big") could only
+    # run by freeing 3 GPUs of p1 on one node: both wait, each with its own numbers. "small" (1 GPU)
+    # evicts one low job.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[policy.projects]]
+        name = "p2"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        cpus = 64
+        [[nodes]]
+        name = "n2"
+        gpus = 4
+        cpus = 64
+        [[jobs]]
+        name = "low1"
+        count = 2
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "low2"
+        count = 2
+        project = "p1"
+        gpus = 1
+        running_on = ["n2"]
+        [[jobs]]
+        name = "theirs1"
+        count = 2
+        project = "p2"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "theirs2"
+        count = 2
+        project = "p2"
+        gpus = 1
+        running_on = ["n2"]
+        [[jobs]]
+        name = "more"
+        project = "p2"
+        gpus = 1
+        submitted = 50
+        [[jobs]]
+        name = "big"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 3
+        cpus = 4
+        submitted = 100
+        [[jobs]]
+        name = "narrow"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 3
+        cpus = 2
+        submitted = 110
+        [[jobs]]
+        name = "small"
+        project = "p1"
+        priority = "interactive-preemptible"
+        gpus = 1
+        submitted = 120
+        """)
+    assert "small" in sim.running() and len(evicted_jobs(sim, "preempt")) == 1
+    for job_id in ("big", "narrow"):
+        assert reason(sim, job_id).endswith(
+            "preempting lower-priority jobs cannot keep project p1 within its fair share "
+            "(it holds 4/4 GPUs; the job needs 3 GPUs)"), reason(sim, job_id)
+
+
 def test_preemption_evicts_as_many_jobs_as_the_fair_share_takes():
     # Evicting low-b alone makes room for urgent, but p1 would then hold 8 CPUs against its fair
     # share of 6: low-a goes too, and neither comes back.

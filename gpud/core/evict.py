@@ -32,14 +32,14 @@ class VictimLists:
         self._lists: dict[QueueState, list[tuple]] = {}
         self._cursor: dict[QueueState, int] = {}
         self._usable: dict[tuple, dict[str, bool]] = {}
+        self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
+        self._held: dict[tuple[QueueState, int], tuple[int, list[tuple[float, float, float]]]] = {}
         self._min_runtime = state.policy.min_runtime_s
 
     def too_young(self, job: JobSpec) -> bool:
         """True for a job that has not run the minimum run time (one placed this cycle has not started)."""
-        if not job.is_running:
-            return False
         started = job.started if job.started is not None else job.submitted
-        return self.state.now - started < self._min_runtime - EPS
+        return self.state.now - started < self._min_runtime - EPS and job.is_running
 
     def ordered(self, queue: QueueState) -> list[tuple]:
         """(key, n, victim) triples of one queue's evictable jobs, first victim first.
@@ -74,11 +74,54 @@ class VictimLists:
                 yield entry
 
     def running_below(self, queue: QueueState, priority: int) -> list[Victim]:
-        """The victims of one queue whose jobs still run and have a lower priority, in victim order."""
+        """The victims of one queue whose jobs still run and have a lower priority, in victim order.
+
+        The list is kept, and given again, until a task of the queue is placed or released.
+        """
+        key = (queue, priority)
+        known = self._below.get(key)
+        if known is not None and known[0] == queue.changes:
+            return known[1]
         entries, i = self._start(queue)
         placements = self.state.placements
-        return [entry[2] for entry in entries[i:]
-                if entry[2].job.priority < priority and any(placements[entry[2].job.id])]
+        found = [entry[2] for entry in entries[i:]
+                 if entry[2].job.priority < priority and any(placements[entry[2].job.id])]
+        self._below[key] = (queue.changes, found)
+        return found
+
+    def may_free_on_one_node(self, queue: QueueState, priority: int, gpu: float, cpu: float, mem: float) -> bool:
+        """False when it is known that no node holds, in victims of ``queue`` below ``priority``, this many
+        GPUs, CPUs and memory: no eviction among them then frees that much where one task goes.
+
+        Known from ``learn_holdings`` until a task of the queue is placed or released.
+        """
+        known = self._held.get((queue, priority))
+        if known is None or known[0] != queue.changes:
+            return True
+        gpu, cpu, mem = gpu - 2 * EPS, cpu - 2 * EPS, mem - 2 * EPS  # sums may round apart from make_room's
+        for held_gpu, held_cpu, held_mem in known[1]:
+            if held_gpu >= gpu and held_cpu >= cpu and held_mem >= mem:
+                return True
+        return False
+
+    def learn_holdings(self, queue: QueueState, priority: int) -> None:
+        """Sum up, node by node, what the victims of ``queue`` below ``priority`` hold (GPUs, CPUs, memory).
+
+        Worth it after an eviction failed: a queue's later jobs often fail the same way.
+        """
+        held: dict[str, list[float]] = {}
+        placements = self.state.placements
+        for victim in self.running_below(queue, priority):
+            request = victim.job.request
+            for placement in placements[victim.job.id]:
+                if placement is not None:
+                    sums = held.get(placement.node)
+                    if sums is None:
+                        sums = held[placement.node] = [0.0, 0.0, 0.0]
+                    sums[0] += placement.gpu_share * len(placement.gpu_index)
+                    sums[1] += request.cpus
+                    sums[2] += request.memory_gib
+        self._held[(queue, priority)] = (queue.changes, [(g, c, m) for g, c, m in held.values()])
 
     def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
         """The running victims of several queues, merged in one victim order, read as they are needed."""

@@ -10,7 +10,7 @@ from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import JobSpec
+from gpud.model import EPS, JobSpec
 
 RULE = "preempt"
 
@@ -71,11 +71,21 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             return refusal(queue, job, need) is None
 
         limit = ShareLimit(queue)
-        if make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
+        if refused is None:
+            # The first task alone may take the queue over the limit: then its victims must free the
+            # excess on the node it goes to, and make_room would fail, evicting nothing, where none can.
+            must_gpu, must_cpu, must_mem = limit.must_free(state.task_need(job))
+            hopeful = (max(must_gpu, must_cpu, must_mem) <= EPS
+                       or lists.may_free_on_one_node(queue, job.priority, must_gpu, must_cpu, must_mem))
+        else:
+            hopeful = True
+        if hopeful and make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
             started(state, job, queue)
             return None
         refused_by_limit = limit.refusal
         if refused_by_limit:
+            if hopeful:  # the queue's next jobs may be judged without trying
+                lists.learn_holdings(queue, job.priority)
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
         return hopeless
@@ -86,10 +96,13 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     jobs = state.jobs
     for queue, running in state.running.items():
         if running and queue in state.backlog.by_queue:
-            priorities = [job.priority for job in map(jobs.__getitem__, running)
-                          if job.preemptible and not lists.too_young(job)]
-            if priorities:
-                lowest[queue] = min(priorities)
+            floor = None
+            for job in map(jobs.__getitem__, running):
+                # The priority test first: most jobs cannot lower the floor, and the age test costs more.
+                if (floor is None or job.priority < floor) and job.preemptible and not lists.too_young(job):
+                    floor = job.priority
+            if floor is not None:
+                lowest[queue] = floor
 
     def admit(job: JobSpec, queue: QueueState) -> bool:
         floor = lowest.get(queue)

@@ -18,7 +18,7 @@ class QueueState:
     __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
                  "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "fixed_gpu", "fixed_cpu", "fixed_mem",
                  "declared", "over_quota_priority",
-                 "implicit", "children", "quota_bound")
+                 "implicit", "children", "quota_bound", "changes")
 
     def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
                  parent: QueueState | None = None, implicit: bool = False) -> None:
@@ -38,6 +38,7 @@ class QueueState:
         self.over_quota_priority = settings.over_quota_priority
         self.implicit = implicit
         self.children: list[QueueState] = []
+        self.changes = 0  # binds and releases here and below: what is derived from them holds while it stands still
 
     @property
     def allocated(self) -> Resources:
@@ -52,6 +53,7 @@ class QueueState:
         """
         queue: QueueState | None = self
         while queue is not None:
+            queue.changes += 1
             queue.alloc_gpu += sign * amount.gpu
             queue.alloc_cpu += sign * amount.cpu
             queue.alloc_mem += sign * amount.memory
