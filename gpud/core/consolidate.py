@@ -29,6 +29,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     fewest moves wins.
     """
     lists = VictimLists(state)
+    movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
     failed = FailedShapes(state)
     attempts = [0]
 
@@ -53,7 +54,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
             placement = placer.find(job)
             if placement is not None:
                 stmt.bind(job, task, placement)
-            elif not _clear_node_for(state, placer, stmt, lists, job, task):
+            elif not _clear_node_for(state, placer, stmt, lists, job, task, movable):
                 stmt.rollback()
                 failed.add(job, len(tasks), "")
                 return hopeless
@@ -69,11 +70,27 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     serve_in_order(state, blocked, visit)
 
 
-def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState) -> list[tuple[JobSpec, int]]:
+def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState,
+             kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]]) -> list[tuple[JobSpec, int]]:
+    """The tasks on ``node`` that may move for ``job``, the largest GPU holders first.
+
+    Without veto plugins the answer is the same for every job (but its own
+    tasks) until the node changes: it is kept in ``kept``, by node.
+    """
+    if not lists.vetoes:
+        known = kept.get(node.name)
+        if known is None or known[0] != node.version:
+            known = kept[node.name] = (node.version, _movable_tasks(state, lists, job, node, ""))
+        return [item for item in known[1] if item[0].id != job.id]
+    return _movable_tasks(state, lists, job, node, job.id)
+
+
+def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState,
+                   exclude: str) -> list[tuple[JobSpec, int]]:
     found = []
     for job_id, task in list(node.tasks):
         other = state.jobs[job_id]
-        if not other.preemptible or other.id == job.id:
+        if not other.preemptible or other.id == exclude:
             continue
         if not lists.vetoes:
             if not lists.too_young(other):
@@ -86,7 +103,7 @@ def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeSt
 
 
 def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
-                    job: JobSpec, task: int) -> bool:
+                    job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]]) -> bool:
     """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
     index = state.indexes[state.pool_of(job)]
     best: tuple[int, NodeState] | None = None
@@ -98,7 +115,7 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
         node = heapq.heappop(order)[2]
         if not (largest_fit(node, job) and node.matches(job.node_selector)):
             continue
-        movable = _movable(state, lists, job, node)
+        movable = _movable(state, lists, job, node, kept)
         if not movable:
             continue
         tried += 1
@@ -111,7 +128,7 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
                 break
     if best is None:
         return False
-    return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1])) is not None
+    return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1], kept)) is not None
 
 
 def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec, task: int,

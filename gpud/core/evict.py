@@ -46,11 +46,19 @@ class VictimLists:
 
         A job placed earlier in the same cycle counts as started just now, so
         it comes first among jobs of its priority: undoing it loses no work.
+        The list is made once per action; the next action of the cycle takes
+        it again if no task of the queue was placed or released since.
         """
         found = self._lists.get(queue)
         if found is None:
-            victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
-            found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
+            state = self.state
+            kept = state.victim_orders.get(queue)
+            if kept is not None and kept[0] == queue.changes:
+                found = kept[1]
+            else:
+                victims = [v for v in state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
+                found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
+                state.victim_orders[queue] = (queue.changes, found)
             self._lists[queue] = found
             self._cursor[queue] = 0
         return found

@@ -87,6 +87,8 @@ class ClusterState:
         self.group_reasons: dict[Group, tuple[QueueState | None, str]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
+        # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
+        self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
@@ -153,6 +155,7 @@ class ClusterState:
         self.reasons = {}
         self.group_reasons = {}
         self.late_reasons = {}
+        self.victim_orders = {}
         self.evicted_by = {}
         self.touched = set()
         self.fragmented = set()
