@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpud.core.backlog import Group
 from gpud.core.queues import QueueState
+from gpud.core.shapes import shape_key
 
 if TYPE_CHECKING:
     from gpud.core.state import ClusterState
@@ -41,6 +42,7 @@ class QueueCovers:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._covers: dict[QueueState, _Cover] = {}
+        self._by_shape: dict[tuple, tuple[tuple, tuple]] = {}  # a group's shape: its class and dimensions
 
     def of(self, queue: QueueState) -> list[Group] | None:
         """The queue's covering groups (empty when it has none waiting), None when it has no cover."""
@@ -77,10 +79,13 @@ class QueueCovers:
             cover.class_of[group] = ()
             cover.partly_running.add(group)
             return
-        shapes = self.state.shapes
-        job = group.jobs[0]
-        klass, base = shapes.shapes[shapes.of(job)]
-        dims = (*base, max(job.gang_minimum, 1), 0 if job.preemptible else 1)
+        known = self._by_shape.get(group.shape)
+        if known is None:  # groups of one shape in different queues compare alike
+            job = group.jobs[0]
+            state = self.state
+            klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
+            known = self._by_shape[group.shape] = (klass, (*base, max(job.gang_minimum, 1), 0 if job.preemptible else 1))
+        klass, dims = known
         cover.class_of[group] = klass
         cover.by_class.setdefault(klass, {})[group] = dims
         if klass not in stale:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
@@ -14,6 +14,7 @@ from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
 
 Eligibility = Callable[[Victim], str | None]
+VictimEntry = tuple[Any, int, Victim]  # (the victim-order plugin's key, tiebreak, victim)
 
 
 class VictimLists:
@@ -29,7 +30,7 @@ class VictimLists:
         self._key = first_result(state.hook.gpud_victim_order_key, state.pm)
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
         self.vetoes = self._veto is not None
-        self._lists: dict[QueueState, list[tuple]] = {}
+        self._lists: dict[QueueState, list[VictimEntry]] = {}
         self._cursor: dict[QueueState, int] = {}
         self._usable: dict[tuple, dict[str, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
@@ -41,7 +42,7 @@ class VictimLists:
         started = job.started if job.started is not None else job.submitted
         return self.state.now - started < self._min_runtime - EPS and job.is_running
 
-    def ordered(self, queue: QueueState) -> list[tuple]:
+    def ordered(self, queue: QueueState) -> list[VictimEntry]:
         """(key, n, victim) triples of one queue's evictable jobs, first victim first.
 
         A job placed earlier in the same cycle counts as started just now, so
@@ -63,7 +64,7 @@ class VictimLists:
             self._cursor[queue] = 0
         return found
 
-    def _start(self, queue: QueueState) -> tuple[list[tuple], int]:
+    def _start(self, queue: QueueState) -> tuple[list[VictimEntry], int]:
         """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front."""
         entries = self.ordered(queue)
         placements = self.state.placements
@@ -73,7 +74,7 @@ class VictimLists:
         self._cursor[queue] = i
         return entries, i
 
-    def _running(self, queue: QueueState) -> Iterator[tuple]:
+    def _running(self, queue: QueueState) -> Iterator[VictimEntry]:
         """The entries of a queue whose job still runs."""
         entries, i = self._start(queue)
         placements = self.state.placements
@@ -151,7 +152,7 @@ class VictimLists:
         return None
 
 
-def _merged(streams: list[Iterator[tuple]]) -> Iterator[Victim]:
+def _merged(streams: list[Iterator[VictimEntry]]) -> Iterator[Victim]:
     # A generator function, never a generator expression: compiled (GPUD_COMPILE), a generator
     # expression may be read whole at once, and the victims must be read only as far as needed.
     for entry in heapq.merge(*streams, key=lambda t: t[:2]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
@@ -14,6 +14,7 @@ from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
 Skip = Callable[[JobSpec, QueueState], bool]
+Entry = tuple[Any, int, Group]  # a group by its next job: (that job's key, tiebreak, group)
 
 
 class _QueueCursor:
@@ -28,20 +29,20 @@ class _QueueCursor:
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
-        self.run: list[tuple] = []
+        self.run: list[Entry] = []
         self.next = 0
-        self.heap: list[tuple] = []
+        self.heap: list[Entry] = []
         self.at: dict[Group, int] = {}
         self.skip: Skip | None = None
 
-    def top(self) -> tuple | None:
+    def top(self) -> Entry | None:
         """The first entry, or None when no group is left."""
         run, heap = self.run, self.heap
         if self.next < len(run) and not (heap and heap[0] < run[self.next]):
             return run[self.next]
         return heap[0] if heap else None
 
-    def pop(self) -> tuple:
+    def pop(self) -> Entry:
         """Take the first entry out."""
         run, heap = self.run, self.heap
         if self.next < len(run) and not (heap and heap[0] < run[self.next]):

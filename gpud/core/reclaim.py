@@ -159,6 +159,9 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             seen: dict[QueueState, bool | None] = {}
             known = victim_queues[key] = (state.changes, [q for q in over_share if levels(q, held, seen) is not None],
                                           [q for q in over_quota if levels(q, held, seen) is not None])
+        if not known[1] and not known[2] and placer.find(job) is None:
+            shapes.add(job, tasks, "")  # no queue may give back, and there is no room without: as make_room finds
+            return hopeless
         queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
         judged_at: dict[tuple, tuple[int, bool]] = {}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -88,7 +88,7 @@ class ClusterState:
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
-        self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}
+        self.victim_orders: dict[QueueState, tuple[int, list[tuple[Any, int, Victim]]]] = {}
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
