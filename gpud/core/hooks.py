@@ -20,6 +20,10 @@ def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
     if len(impls) == 1:
         function = impls[0].function
         names = tuple(impls[0].argnames)
+        spec = caller.spec
+        if spec is not None and names == tuple(spec.argnames):
+            # It takes every argument by its name, and its None is the hook's None: call it as it is.
+            return function  # type: ignore[no-any-return]
         if len(names) == 1:
             name = names[0]
 
