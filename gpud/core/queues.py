@@ -38,7 +38,7 @@ class QueueState:
         self.over_quota_priority = settings.over_quota_priority
         self.implicit = implicit
         self.children: list[QueueState] = []
-        self.changes = 0  # binds and releases here and below: what is derived from them holds while it stands still
+        self.changes = 0  # binds and releases here and below: what is derived from them holds until it moves
 
     @property
     def allocated(self) -> Resources:
