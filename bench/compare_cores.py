@@ -4,7 +4,12 @@ The two cores run the big workload of bench/scheduler_cycle.py at the same
 time, one process pinned to each of two CPUs, and swap CPUs every round: on a
 machine whose speed drifts from one minute to the next (a shared VM), the
 ratio of two runs made together is steadier than either figure alone.
-    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick]
+
+With --instructions, each core runs once under valgrind's callgrind, which
+counts the instructions the cycles execute: the same count at every run, so
+a change of 1% shows (valgrind must be installed; the big workload takes
+about ten minutes under it, --quick about one).
+    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick] [--instructions]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,6 +53,69 @@ print(json.dumps({"fresh": fresh, "warm": statistics.median(warm[1:])}))
 """
 
 
+# The same workload, for callgrind: only what runs inside exec() is counted (--toggle-collect), so the
+# workload's own making is left out. One phase per run: the fresh cycle, or three warm cycles after one.
+RUN_COUNTED = r"""
+import gc, random, sys
+root, quick, phase = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+sys.path[:0] = [root, root + "/bench"]
+import gpud
+assert gpud.__file__.startswith(root), f"imported {gpud.__file__}, not the checkout at {root}"
+from scheduler_cycle import big_cluster, pending_job
+from gpud.core import Scheduler
+from gpud.plugins import make_plugin_manager
+gc.disable()
+snapshot, policy = big_cluster(1, *((100, 600, 10_000) if quick else (1000, 6000, 100_000)))
+pm = make_plugin_manager()
+if phase == "fresh":
+    exec("Scheduler(snapshot, policy, pm).cycle()")
+else:
+    scheduler, rng = Scheduler(snapshot, policy, pm), random.Random(8)
+    scheduler.cycle()
+    for cycle in range(4):
+        jobs = scheduler.jobs()
+        done = rng.sample([j.id for j in jobs if j.is_running], 100)
+        names, seq = sorted({j.project for j in jobs}), max(j.seq for j in jobs) + 1
+        now = scheduler.state.now + 10.0
+        for job_id in done:
+            scheduler.finish(job_id)
+        for i in range(100):
+            scheduler.submit(pending_job(rng, f"s{cycle}-{i}", rng.choice(names), seq + i, now - 10 + i * 0.01))
+        if cycle:
+            exec("scheduler.cycle(now)")
+        else:
+            scheduler.cycle(now)
+"""
+
+
+def count_instructions(checkouts: list[pathlib.Path], quick: bool) -> dict[tuple[pathlib.Path, str], int]:
+    """Instructions of each checkout's fresh cycle and three warm cycles, counted by callgrind, two runs at once."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    runs = [(checkout, phase) for checkout in checkouts for phase in ("fresh", "warm")]
+    counts: dict[tuple[pathlib.Path, str], int] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for pair in (runs[i:i + 2] for i in range(0, len(runs), 2)):
+            procs = []
+            for checkout, phase in pair:
+                out = pathlib.Path(scratch) / f"{len(counts) + len(procs)}.out"
+                argv = [valgrind, "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=builtin_exec*",
+                        f"--callgrind-out-file={out}", sys.executable, "-c", RUN_COUNTED, str(checkout),
+                        "1" if quick else "0", phase]
+                env = {**os.environ, "PYTHONHASHSEED": "0"}  # sets and dicts of strings in one order every run
+                procs.append((checkout, phase, out, subprocess.Popen(argv, cwd="/", env=env, text=True,
+                                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+            for checkout, phase, out, proc in procs:
+                _, err = proc.communicate()
+                totals = [line for line in out.read_text().splitlines() if line.startswith("totals:")] \
+                    if out.exists() else []
+                if proc.returncode or not totals:
+                    raise SystemExit(f"the core of {checkout} failed under valgrind ({phase}):\n{err[-2000:]}")
+                counts[(checkout, phase)] = int(totals[0].split()[1])
+    return counts
+
+
 def run_round(checkouts: list[pathlib.Path], cpus: list[int], quick: bool) -> list[dict]:
     """Both checkouts at once, the i-th on CPU ``cpus[i]`` when it can be pinned; their figures in order."""
     taskset = shutil.which("taskset")
@@ -70,10 +139,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("other", type=pathlib.Path, help="another checkout of gpud (e.g. a git worktree)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds, CPUs swapped each round (default 6)")
     parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under valgrind instead of timing (one run, the same every time)")
     args = parser.parse_args(argv)
     other = args.other.resolve()
     if not (other / "gpud" / "core").is_dir():
         raise SystemExit(f"{other} is not a gpud checkout (no gpud/core)")
+    if args.instructions:
+        counts = count_instructions([other, HERE], args.quick)
+        for kind, what in (("fresh", "the fresh cycle"), ("warm", "three warm cycles")):
+            mine, theirs = counts[(HERE, kind)], counts[(other, kind)]
+            print(f"{kind:<6} instructions of {what}: other {theirs / 1e6:,.1f} M, this {mine / 1e6:,.1f} M; "
+                  f"other/this {theirs / mine:.3f}x")
+        return
     if len(os.sched_getaffinity(0)) < 2:
         print("only one CPU: the two runs share it", file=sys.stderr)
     cpus = sorted(os.sched_getaffinity(0))[:2] * (1 if len(os.sched_getaffinity(0)) >= 2 else 2)
