@@ -697,8 +697,8 @@ def test_preemption_never_takes_the_project_over_its_fair_share():
 def test_each_job_refused_by_the_fair_share_says_so_and_a_smaller_one_still_preempts():
     # p1 and p2 sit at their fair share (4 GPUs each) on two nodes; p1's low-priority jobs hold 2 GPUs
     # on each. "big" (3 GPUs) and "narrow" (3 GPUs, fewer CPUs, so not judged with "big") could only
-    # run by freeing 3 GPUs of p1 on one node: both wait, each with its own numbers. "small" (1 GPU)
-    # evicts one low job.
+    # run by freeing 3 GPUs of p1 on one node: both wait and say why, "narrow" without a try (nothing
+    # of p1 changed since "big" failed). "small" (1 GPU) evicts one low job.
     sim = run("""
         [[policy.projects]]
         name = "p1"
