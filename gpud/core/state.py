@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pluggy
 
@@ -95,41 +95,50 @@ class ClusterState:
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         self.changes_at_begin = 0
         # One bulk insertion into the backlog, fed as the jobs are taken in.
-        self.backlog.extend((job, *waiting) for job in snapshot.jobs if (waiting := self._take(job)) is not None)
+        self.backlog.extend(self._take(snapshot.jobs))
         self.touched = set()
 
     # --- jobs coming and going, cycles beginning and ending ------------------------------------
 
     def add_job(self, job: JobSpec) -> None:
         """Take in a job: its running tasks hold their resources, its pending tasks join the backlog."""
-        waiting = self._take(job)
-        if waiting is not None:
-            self.backlog.add(job, *waiting)
+        for waiting, queue, partly_running in self._take((job,)):
+            self.backlog.add(waiting, queue, partly_running)
 
-    def _take(self, job: JobSpec) -> tuple[QueueState, bool] | None:
-        """Register a job and book what its running tasks hold.
+    def _take(self, jobs: Iterable[JobSpec]) -> Iterator[tuple[JobSpec, QueueState, bool]]:
+        """Register jobs and book what their running tasks hold.
 
-        Returns (its queue, whether some of its tasks run) when tasks are left to place, else None.
+        Yields (job, its queue, whether some of its tasks run) for each job
+        with tasks left to place, as the backlog takes them in.
         """
-        tasks = job.tasks
-        self.jobs[job.id] = job
-        unplaced = self._unplaced.get(tasks)
-        if unplaced is None:
-            unplaced = self._unplaced[tasks] = (None,) * tasks
-        self.placements[job.id] = unplaced
-        queue = self.queues.get((job.project, job.pool or self.policy.default_pool))
-        if queue is None:
-            self.orphans[job.id] = f"project {job.project} is not in the policy"
-            return None
-        self._add_pending(queue, job, tasks)
-        running = 0
-        if job.placements:
-            nodes = self.nodes
-            for task, placement in enumerate(job.placements):
-                if placement is not None and placement.node in nodes:
-                    self._bind(job, task, placement)
-                    running += 1
-        return (queue, running > 0) if running < tasks else None
+        default_pool = self.policy.default_pool
+        queues, known, placements, unplaced_of, nodes = self.queues, self.jobs, self.placements, self._unplaced, self.nodes
+        pending_need = self.pending_need
+        for job in jobs:
+            tasks = job.tasks
+            known[job.id] = job
+            unplaced = unplaced_of.get(tasks)
+            if unplaced is None:
+                unplaced = unplaced_of[tasks] = (None,) * tasks
+            placements[job.id] = unplaced
+            queue = queues.get((job.project, job.pool or default_pool))
+            if queue is None:
+                self.orphans[job.id] = f"project {job.project} is not in the policy"
+                continue
+            request = job.request  # what _add_pending does, inline: a long backlog passes here job by job
+            acc = pending_need[queue]
+            acc[0] += (request.gpus if request.gpu_memory_gib is None else self.task_need(job).gpu) * tasks
+            acc[1] += request.cpus * tasks
+            acc[2] += request.memory_gib * tasks
+            running = 0
+            if job.placements:
+                for task, placement in enumerate(job.placements):
+                    if placement is not None and placement.node in nodes:
+                        self._bind(job, task, placement)
+                        running += 1
+                if running == tasks:
+                    continue
+            yield job, queue, running > 0
 
     def remove_job(self, job_id: str) -> None:
         """Forget a job that finished or was cancelled, releasing what its tasks held."""
