@@ -35,6 +35,7 @@ class VictimLists:
         self._usable: dict[tuple, dict[str, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
         self._held: dict[tuple[QueueState, int], tuple[int, list[tuple[float, float, float]]]] = {}
+        self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
 
     def too_young(self, job: JobSpec) -> bool:
@@ -99,25 +100,26 @@ class VictimLists:
         return found
 
     def may_free_on_one_node(self, queue: QueueState, priority: int, gpu: float, cpu: float, mem: float) -> bool:
-        """False when it is known that no node holds, in victims of ``queue`` below ``priority``, this many
-        GPUs, CPUs and memory: no eviction among them then frees that much where one task goes.
+        """False when no node holds, in victims of ``queue`` below ``priority``, this many GPUs, CPUs and
+        memory: no eviction among them then frees that much where one task goes.
 
-        Known from ``learn_holdings`` until a task of the queue is placed or released.
+        What each node holds is summed up once, and used for the rest of the
+        action as long as no victim of the queue is placed anew (``gained``):
+        evictions only take from what the victims hold, and a rollback or a
+        victim put back on its own GPUs gives back no more than they held.
         """
         known = self._held.get((queue, priority))
-        if known is None or known[0] != queue.changes:
-            return True
+        gains = self._gains.get(queue, 0)
+        if known is None or known[0] != gains:
+            known = self._held[(queue, priority)] = (gains, self._holdings(queue, priority))
         gpu, cpu, mem = gpu - 2 * EPS, cpu - 2 * EPS, mem - 2 * EPS  # sums may round apart from make_room's
         for held_gpu, held_cpu, held_mem in known[1]:
             if held_gpu >= gpu and held_cpu >= cpu and held_mem >= mem:
                 return True
         return False
 
-    def learn_holdings(self, queue: QueueState, priority: int) -> None:
-        """Sum up, node by node, what the victims of ``queue`` below ``priority`` hold (GPUs, CPUs, memory).
-
-        Worth it after an eviction failed: a queue's later jobs often fail the same way.
-        """
+    def _holdings(self, queue: QueueState, priority: int) -> list[tuple[float, float, float]]:
+        """What the victims of ``queue`` below ``priority`` hold (GPUs, CPUs, memory), node by node."""
         held: dict[str, list[float]] = {}
         placements = self.state.placements
         for victim in self.running_below(queue, priority):
@@ -130,7 +132,12 @@ class VictimLists:
                     sums[0] += placement.gpu_share * len(placement.gpu_index)
                     sums[1] += request.cpus
                     sums[2] += request.memory_gib
-        self._held[(queue, priority)] = (queue.changes, [(g, c, m) for g, c, m in held.values()])
+        return [(g, c, m) for g, c, m in held.values()]
+
+    def gained(self, queue: QueueState | None) -> None:
+        """Note that a job that may be among the queue's victims was placed where it did not run."""
+        if queue is not None:
+            self._gains[queue] = self._gains.get(queue, 0) + 1
 
     def of_queues(self, queues: Iterable[QueueState]) -> Iterator[Victim]:
         """The running victims of several queues, merged in one victim order, read as they are needed."""
@@ -402,6 +409,8 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     does not fit, nothing changes.
     """
     stmt = Statement(state)
+    if job.id in state.touched:  # placed or evicted earlier in the cycle: it may be among the victims
+        lists.gained(state.queue_of(job))
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
     ordered: Iterable[Victim]
@@ -445,7 +454,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 stmt.rollback()
                 return False
         stmt.bind(job, task, placement)
-    _settle_victims(state, placer, stmt, evicted, limit)
+    _settle_victims(state, placer, stmt, evicted, limit, lists)
     if limit is not None and limit.refuse():
         stmt.rollback()
         return False
@@ -453,7 +462,8 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
 
 
 def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
-                    evicted: list[tuple[JobSpec, int, TaskPlacement]], limit: ShareLimit | None) -> None:
+                    evicted: list[tuple[JobSpec, int, TaskPlacement]], limit: ShareLimit | None,
+                    lists: VictimLists) -> None:
     by_job: dict[str, tuple[JobSpec, list[tuple[int, TaskPlacement]]]] = {}
     for vjob, task, placement in evicted:
         by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
@@ -465,6 +475,7 @@ def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
         mark = stmt.checkpoint()
         lost = [task for task, placement in tasks if not placer.restore(stmt, vjob, task, placement)]
         if lost:
+            lists.gained(state.queue_of(vjob))
             running = len(state.running_tasks(vjob.id))
             placer.place(stmt, vjob, lost, max(0, vjob.gang_minimum - running))
         running = len(state.running_tasks(vjob.id))

@@ -84,8 +84,6 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             return None
         refused_by_limit = limit.refusal
         if refused_by_limit:
-            if hopeful:  # the queue's next jobs may be judged without trying
-                lists.learn_holdings(queue, job.priority)
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
         return hopeless
