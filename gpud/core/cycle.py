@@ -76,7 +76,8 @@ def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Pl
     Pure: reads the snapshot and the policy, asks the plugins, and returns a
     plan; nothing outside is changed.
     """
-    return Scheduler(snapshot, policy, pm).cycle()
+    with CollectorPaused():  # once for both: the state built here is dropped on return, never collected
+        return Scheduler(snapshot, policy, pm).cycle()
 
 
 def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:

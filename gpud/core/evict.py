@@ -235,13 +235,19 @@ class ShareLimit:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
         gpu = cpu = mem = 0.0
         for level, allowed in self.levels:
-            excess = (level.alloc_gpu + need.gpu - allowed.gpu, level.alloc_cpu + need.cpu - allowed.cpu,
-                      level.alloc_mem + need.memory - allowed.memory)
-            gpu, cpu, mem = max(gpu, excess[0]), max(cpu, excess[1]), max(mem, excess[2])
-            if self._refused is None and max(excess) > EPS:
+            over_gpu = level.alloc_gpu + need.gpu - allowed.gpu
+            over_cpu = level.alloc_cpu + need.cpu - allowed.cpu
+            over_mem = level.alloc_mem + need.memory - allowed.memory
+            if over_gpu > gpu:
+                gpu = over_gpu
+            if over_cpu > cpu:
+                cpu = over_cpu
+            if over_mem > mem:
+                mem = over_mem
+            if self._refused is None and (over_gpu > EPS or over_cpu > EPS or over_mem > EPS):
                 # The numbers of the first excess found; the words are made only if someone reads them.
-                self._refused = (level, level.allocated, need,
-                                 [r for r, amount in zip(RESOURCES, excess) if amount > EPS])
+                over = [r for r, amount in zip(RESOURCES, (over_gpu, over_cpu, over_mem)) if amount > EPS]
+                self._refused = (level, level.allocated, need, over)
         return gpu, cpu, mem
 
     def refuse(self) -> bool:

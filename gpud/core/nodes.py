@@ -169,18 +169,19 @@ class NodeIndex:
                 del self.by_cpu[node._cpu_bucket][node]
             self.by_cpu[cpu][node] = None
             node._cpu_bucket = cpu
-        shares = node.free_share
-        for i in range(len(shares)) if gpus is None or moved_class else sorted(gpus):
+        shares, buckets = node.free_share, node._share_bucket
+        changed = range(len(shares)) if gpus is None or moved_class else gpus if len(gpus) < 2 else sorted(gpus)
+        for i in changed:
             bucket = _share_bucket(shares[i])
-            old = node._share_bucket[i]
-            if bucket != old or moved_class:
+            old = buckets[i]
+            if bucket != old or (moved_class and bucket >= 0):  # a GPU in no bucket stays in none
                 if old >= 0:
                     del self.by_share[old][old_class][(node, i)]
                     self.share_counts[old] -= 1
                 if bucket >= 0:
                     self.by_share[bucket][klass][(node, i)] = None
                     self.share_counts[bucket] += 1
-                node._share_bucket[i] = bucket
+                buckets[i] = bucket
 
     def with_free_gpus(self, count: int, most_free_first: bool = False,
                        cpus: float = 0.0) -> Iterator[NodeState]:

@@ -45,8 +45,8 @@ class QueueState:
         """What the queue's running tasks hold now."""
         return Resources(self.alloc_gpu, self.alloc_cpu, self.alloc_mem)
 
-    def charge(self, amount: Resources, sign: int, preemptible: bool = True) -> None:
-        """Add (sign 1) or remove (sign -1) an allocation here and in the parent queue.
+    def charge(self, gpu: float, cpu: float, memory: float, preemptible: bool = True) -> None:
+        """Add an allocation (negative amounts remove one) here and in the parent queue.
 
         Allocations of non-preemptible jobs are also counted apart: those
         jobs must fit the quota on their own.
@@ -54,13 +54,13 @@ class QueueState:
         queue: QueueState | None = self
         while queue is not None:
             queue.changes += 1
-            queue.alloc_gpu += sign * amount.gpu
-            queue.alloc_cpu += sign * amount.cpu
-            queue.alloc_mem += sign * amount.memory
+            queue.alloc_gpu += gpu
+            queue.alloc_cpu += cpu
+            queue.alloc_mem += memory
             if not preemptible:
-                queue.fixed_gpu += sign * amount.gpu
-                queue.fixed_cpu += sign * amount.cpu
-                queue.fixed_mem += sign * amount.memory
+                queue.fixed_gpu += gpu
+                queue.fixed_cpu += cpu
+                queue.fixed_mem += memory
             queue = queue.parent
 
     @property
@@ -102,14 +102,9 @@ class QueueState:
     def dominant_share(self, need: Resources) -> float:
         """max over resources of (allocated + need) / max(quota, fair share): how served the queue would be."""
         quota, share = self.quota, self.fair_share
-        worst = 0.0
-        for after, base in ((self.alloc_gpu + need.gpu, max(quota.gpu, share.gpu)),
-                            (self.alloc_cpu + need.cpu, max(quota.cpu, share.cpu)),
-                            (self.alloc_mem + need.memory, max(quota.memory, share.memory))):
-            if after <= EPS:
-                continue
-            worst = max(worst, after / base if base > EPS else INF)
-        return worst
+        return max(_served(self.alloc_gpu + need.gpu, quota.gpu, share.gpu),
+                   _served(self.alloc_cpu + need.cpu, quota.cpu, share.cpu),
+                   _served(self.alloc_mem + need.memory, quota.memory, share.memory))
 
     def describe(self, resource: str = "gpu") -> str:
         """A short account such as ``project vision: 6/4 GPUs (fair share 5.5)``."""
@@ -120,6 +115,14 @@ class QueueState:
 
     def __repr__(self) -> str:
         return f"QueueState({self.kind} {self.name} in {self.pool})"
+
+
+def _served(after: float, quota: float, share: float) -> float:
+    """``after`` over the larger of ``quota`` and ``share``; 0 when nothing is held, infinite over nothing."""
+    if after <= EPS:
+        return 0.0
+    base = quota if quota > share else share
+    return after / base if base > EPS else INF
 
 
 def _bound(quota: Resources) -> Resources:

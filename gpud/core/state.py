@@ -112,8 +112,8 @@ class ClusterState:
         with tasks left to place, as the backlog takes them in.
         """
         default_pool = self.policy.default_pool
-        queues, known, placements, unplaced_of, nodes = self.queues, self.jobs, self.placements, self._unplaced, self.nodes
-        pending_need = self.pending_need
+        queues, known, placements, unplaced_of = self.queues, self.jobs, self.placements, self._unplaced
+        nodes, pending_need = self.nodes, self.pending_need
         for job in jobs:
             tasks = job.tasks
             known[job.id] = job
@@ -242,12 +242,9 @@ class ClusterState:
 
     def need(self, job: JobSpec, tasks: int) -> Resources:
         """What ``tasks`` pending tasks of the job will hold."""
+        if tasks == 1:
+            return self.task_need(job)
         return self.task_need(job).scaled(tasks) if tasks else Resources()
-
-    @staticmethod
-    def _charge(job: JobSpec, placement: TaskPlacement) -> Resources:
-        return Resources(placement.gpu_share * len(placement.gpu_index), job.request.cpus,
-                         job.request.memory_gib)
 
     def running_tasks(self, job_id: str) -> list[int]:
         """Indices of the job's tasks that hold a placement now."""
@@ -275,19 +272,20 @@ class ClusterState:
         node = self.nodes[placement.node]
         node.take((job.id, task), placement, job.request)
         index = self.indexes.get(node.pool)
-        charge = self._charge(job, placement)
+        request = job.request
+        gpu, cpu, mem = placement.gpu_share * len(placement.gpu_index), request.cpus, request.memory_gib
         if node.spec.schedulable and index is not None:
             index.update(node, placement.gpu_index)
-            index.free_gpu -= charge.gpu
-            index.free_cpu -= charge.cpu
-            index.free_mem -= charge.memory
+            index.free_gpu -= gpu
+            index.free_cpu -= cpu
+            index.free_mem -= mem
         slots = self.placements[job.id]
         if isinstance(slots, tuple):
             slots = self.placements[job.id] = list(slots)
         slots[task] = placement
         queue = self.queue_of(job)
         if queue is not None:
-            queue.charge(charge, 1, job.preemptible)
+            queue.charge(gpu, cpu, mem, job.preemptible)
             self.running[queue][job.id] = None
             self._add_pending(queue, job, -1)
 
@@ -301,16 +299,17 @@ class ClusterState:
         node = self.nodes[placement.node]
         node.give_back((job.id, task), job.request)
         index = self.indexes.get(node.pool)
-        charge = self._charge(job, placement)
+        request = job.request
+        gpu, cpu, mem = placement.gpu_share * len(placement.gpu_index), request.cpus, request.memory_gib
         if node.spec.schedulable and index is not None:
             index.update(node, placement.gpu_index)
-            index.free_gpu += charge.gpu
-            index.free_cpu += charge.cpu
-            index.free_mem += charge.memory
+            index.free_gpu += gpu
+            index.free_cpu += cpu
+            index.free_mem += mem
         slots[task] = None
         queue = self.queue_of(job)
         if queue is not None:
-            queue.charge(charge, -1, job.preemptible)
+            queue.charge(-gpu, -cpu, -mem, job.preemptible)
             self._add_pending(queue, job, 1)
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
