@@ -18,7 +18,7 @@ from gpud.core import Scheduler, schedule
 from gpud.core.cover import QueueCovers
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
-from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskRequest
+from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Department, NodePool, Policy, Project
 from gpud.plugins import make_plugin_manager
 from test_properties import PM, SETTINGS, Case, assert_not_overcommitted, cases, requests
@@ -136,6 +136,31 @@ def test_finished_job_frees_its_gpus_for_the_next_cycle():
     assert scheduler.job("next").is_running
 
 
+def test_a_job_started_again_after_its_eviction_is_judged_by_its_new_start():
+    # "low" is preempted, then starts again when the preemptor ends. Just restarted, it is younger
+    # than the minimum run time, so the next preemptor takes "mid" instead. A victim remembered from
+    # before the eviction (started long ago) would let "low" go again.
+    node = NodeSpec("n1", gpus=2, cpus=8, memory_gib=64)
+    ran = [JobSpec(name, "p1", TaskRequest(1, cpus=1, memory_gib=1), priority=priority, submitted=0.0,
+                   started=100.0, placements=(TaskPlacement("n1", (gpu,), 1.0),), seq=gpu)
+           for gpu, (name, priority) in enumerate([("mid", 50), ("low", 40)])]
+    policy = Policy(departments={"d": Department("d")},
+                    projects={"p1": Project("p1", quota={"default": Resources(gpu=2)}, department="d")},
+                    min_runtime_s=600.0)
+    scheduler = Scheduler(Snapshot((node,), tuple(ran), 10_000.0), policy, PM)
+    scheduler.submit(JobSpec("urgent1", "p1", TaskRequest(1, cpus=1, memory_gib=1), priority=75,
+                             submitted=9_000.0, placements=(None,), seq=10))
+    first = scheduler.cycle()
+    assert [(e.job, e.rule) for e in first.evictions] == [("low", "preempt")]
+    scheduler.finish("urgent1")
+    second = scheduler.cycle(10_010.0)
+    assert [b.job for b in second.binds] == ["low"] and scheduler.job("low").started == 10_010.0
+    scheduler.submit(JobSpec("urgent2", "p1", TaskRequest(1, cpus=1, memory_gib=1), priority=75,
+                             submitted=10_015.0, placements=(None,), seq=11))
+    third = scheduler.cycle(10_020.0)
+    assert [(e.job, e.rule) for e in third.evictions] == [("mid", "preempt")]
+
+
 def test_submitting_a_known_job_twice_is_refused():
     sc = scenario("""
         [[policy.projects]]
@@ -204,9 +229,12 @@ def sorted_heads(state: ClusterState) -> dict:
 
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
-    shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups."""
+    shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
+    job's need per task, each running job as a victim."""
     state.shapes = ShapeIndex(state)
     state.covers = QueueCovers(state)
+    state._task_needs = {}
+    state._victims = {}
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)
     state.backlog.heads = sorted_heads(state)

@@ -13,7 +13,7 @@ from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
-from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement
+from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Policy
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ class ClusterState:
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
+        self._task_needs: dict[str, tuple[TaskRequest, Resources]] = {}
+        self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
         self.covers = QueueCovers(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
@@ -153,6 +155,8 @@ class ClusterState:
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job_id)
         self.shapes.forget(job_id)
+        self._task_needs.pop(job_id, None)
+        self._victims.pop(job_id, None)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
@@ -233,12 +237,17 @@ class ClusterState:
         still hold after it.
         """
         request = job.request
+        known = self._task_needs.get(job.id)
+        if known is not None and known[0] is request:  # kept with the request: the pool's GPUs stay as they are
+            return known[1]
         if request.gpu_memory_gib is not None:
             size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
             gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
         else:
             gpu = request.gpus
-        return Resources(gpu, request.cpus, request.memory_gib)
+        need = Resources(gpu, request.cpus, request.memory_gib)
+        self._task_needs[job.id] = (request, need)
+        return need
 
     def need(self, job: JobSpec, tasks: int) -> Resources:
         """What ``tasks`` pending tasks of the job will hold."""
@@ -260,9 +269,21 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        jobs = self.jobs
-        return [Victim(jobs[job_id], queue, self.running_tasks(job_id), self.now)
-                for job_id in self.running[queue] if not preemptible_only or jobs[job_id].preemptible]
+        jobs, kept, touched = self.jobs, self._victims, self.touched
+        found = []
+        for job_id in self.running[queue]:
+            job = jobs[job_id]
+            if preemptible_only and not job.preemptible:
+                continue
+            # A victim is kept while its job's tasks stay where they were when it was made: made for a
+            # job untouched in its cycle, it holds for the same JobSpec as long as the job stays untouched.
+            victim = kept.get(job_id)
+            if victim is None or victim.job is not job or victim.queue is not queue or job_id in touched:
+                victim = Victim(job, queue, self.running_tasks(job_id), self.now)
+                if job_id not in touched:
+                    kept[job_id] = victim
+            found.append(victim)
+        return found
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
