@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from typing import Iterator
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog
@@ -30,6 +31,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     """
     lists = VictimLists(state)
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
+    orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]] = {}  # by pool (_most_free_first)
     failed = FailedShapes(state)
     attempts = [0]
 
@@ -54,7 +56,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
             placement = placer.find(job)
             if placement is not None:
                 stmt.bind(job, task, placement)
-            elif not _clear_node_for(state, placer, stmt, lists, job, task, movable):
+            elif not _clear_node_for(state, placer, stmt, lists, job, task, movable, orders):
                 stmt.rollback()
                 failed.add(job, len(tasks), "")
                 return hopeless
@@ -103,16 +105,14 @@ def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: 
 
 
 def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
-                    job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]]) -> bool:
+                    job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]],
+                    orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]]) -> bool:
     """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
-    index = state.indexes[state.pool_of(job)]
     best: tuple[int, NodeState] | None = None
     tried = 0
-    # Most free GPU share first, in pool order among equals; only as many as are tried get checked.
-    order = [(-sum(n.free_share), i, n) for i, n in enumerate(index.nodes)]
-    heapq.heapify(order)
-    while order and tried < MAX_NODES_TRIED:
-        node = heapq.heappop(order)[2]
+    for node in _most_free_first(state, state.pool_of(job), orders):
+        if tried >= MAX_NODES_TRIED:
+            break
         if not (largest_fit(node, job) and node.matches(job.node_selector)):
             continue
         movable = _movable(state, lists, job, node, kept)
@@ -129,6 +129,27 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
     if best is None:
         return False
     return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1], kept)) is not None
+
+
+def _most_free_first(state: ClusterState, pool: str,
+                     orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]]) -> Iterator[NodeState]:
+    """The pool's nodes, most free GPU share first, in pool order among equals, read as far as needed.
+
+    The free shares are summed once for the action (in ``orders``), and again only for nodes changed since.
+    """
+    nodes = state.indexes[pool].nodes
+    known = orders.get(pool)
+    if known is None:
+        known = orders[pool] = ([(-sum(n.free_share), i, n) for i, n in enumerate(nodes)], [n.version for n in nodes])
+    sums, versions = known
+    for i, node in enumerate(nodes):
+        if node.version != versions[i]:
+            versions[i] = node.version
+            sums[i] = (-sum(node.free_share), i, node)
+    order = list(sums)
+    heapq.heapify(order)
+    while order:
+        yield heapq.heappop(order)[2]
 
 
 def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec, task: int,

@@ -15,6 +15,7 @@ from gpud.model import JobSpec
 
 Skip = Callable[[JobSpec, QueueState], bool]
 Entry = tuple[Any, int, Group]  # a group by its next job: (that job's key, tiebreak, group)
+Admit = Callable[[QueueState, list[Entry]], list[Entry]]
 
 
 class _QueueCursor:
@@ -52,7 +53,7 @@ class _QueueCursor:
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
-                   admit: Skip | None = None, record_reasons: bool = False,
+                   admit: Admit | None = None, record_reasons: bool = False,
                    queues: Iterable[QueueState] | None = None,
                    drop: Callable[[QueueState], bool] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
@@ -63,9 +64,10 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     (asked with a job and its queue): from then on, a group of that queue
     whose next job it holds for is passed over whole (the predicate records
     why that job waits, and with ``record_reasons`` the group keeps the
-    reason for all its jobs). A group whose first job ``admit`` (asked the
-    same way, and only before the first visit) refuses is not visited at
-    all, nor are queues left out of ``queues`` when it is given. Jobs that
+    reason for all its jobs). ``admit``, given a queue and its groups as
+    sorted (key, tiebreak, group) entries before the first visit, returns
+    those to serve: the others are not visited at all, nor are queues left
+    out of ``queues`` when it is given. Jobs that
     stopped waiting earlier in the cycle are passed over. Once a queue has a
     predicate, ``drop`` may say that the predicate holds for every group the
     queue has left: they are all passed over at once, and no reason is
@@ -145,11 +147,10 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             continue
         at = cursor.at
         entries = cursor.run
-        for entry in backlog.heads.get(queue, ()):
+        heads = backlog.heads.get(queue, [])
+        for entry in heads if admit is None else admit(queue, heads):
             group = entry[2]
             jobs = group.jobs
-            if admit is not None and not admit(jobs[0], queue):
-                continue
             if None in placements[jobs[0].id]:
                 entries.append(entry)
                 continue

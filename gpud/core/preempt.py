@@ -6,7 +6,7 @@ from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
-from gpud.core.order import Skip, serve_in_order
+from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
@@ -102,8 +102,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             if floor is not None:
                 lowest[queue] = floor
 
-    def admit(job: JobSpec, queue: QueueState) -> bool:
-        floor = lowest.get(queue)
-        return floor is not None and job.priority > floor
+    def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
+        floor = lowest[queue]
+        return [entry for entry in heads if entry[2].jobs[0].priority > floor]
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)

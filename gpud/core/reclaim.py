@@ -8,7 +8,7 @@ from gpud.core.admission import refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
-from gpud.core.order import Skip, serve_in_order
+from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState, amount_text
 from gpud.core.state import ClusterState, Victim
@@ -183,20 +183,14 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         shapes.add(job, tasks, "")
         return hopeless
 
-    admitted: dict[tuple[QueueState, int], bool] = {}
-
-    def admit(job: JobSpec, queue: QueueState) -> bool:
-        # Asked before the first visit, while nothing changes: one answer per queue and shape.
-        key = (queue, state.shapes.of(job))
-        found = admitted.get(key)
-        if found is None:
-            found = admitted[key] = queue.fits_fair_share(state.task_need(job))
-        return found
+    def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
+        # Asked before the first visit: groups whose one task would take the queue over its fair share wait.
+        return [entry for entry in heads if queue.fits_fair_share(state.task_need(entry[2].jobs[0]))]
 
     def some_job_fits(queue: QueueState) -> bool:
         # No job fits the fair share when none of the queue's smallest requests does.
         cover = state.covers.of(queue)
-        return cover is None or any(admit(group.jobs[0], queue) for group in cover)
+        return cover is None or any(queue.fits_fair_share(state.task_need(group.jobs[0])) for group in cover)
 
     below = [q for q in state.backlog.by_queue if (q.alloc_gpu < q.fair_share.gpu - EPS
              or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS)
