@@ -131,8 +131,9 @@ class PendingReasons(Mapping[str, str]):
         self._late_found: dict[Group, tuple[QueueState | None, str] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = state.evicted_by
-        self._orphans = dict(state.orphans)
-        self._group_of = dict(state.backlog.group_of)
+        # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
+        self._orphans = state.orphans.copy()
+        self._group_of = state.backlog.group_of.copy()
         self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:
