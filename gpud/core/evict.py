@@ -59,7 +59,8 @@ class VictimLists:
                 found = kept[1]
             else:
                 victims = [v for v in state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
-                found = sorted(((self._key(victim=v), i, v) for i, v in enumerate(victims)), key=lambda t: t[:2])
+                # (key, n) pairs are unique, so the victims themselves are never compared.
+                found = sorted([(self._key(victim=v), i, v) for i, v in enumerate(victims)])
                 state.victim_orders[queue] = (queue.changes, found)
             self._lists[queue] = found
             self._cursor[queue] = 0
