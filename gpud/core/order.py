@@ -67,11 +67,11 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     reason for all its jobs). ``admit``, given a queue and its groups as
     sorted (key, tiebreak, group) entries before the first visit, returns
     those to serve: the others are not visited at all, nor are queues left
-    out of ``queues`` when it is given. Jobs that
-    stopped waiting earlier in the cycle are passed over. Once a queue has a
-    predicate, ``drop`` may say that the predicate holds for every group the
-    queue has left: they are all passed over at once, and no reason is
-    recorded for them here (``drop`` records them its own way).
+    out of ``queues`` when it is given. Jobs that stopped waiting earlier in
+    the cycle are passed over. Once a queue has a predicate, ``drop`` may
+    say that the predicate holds for every group the queue has left: they
+    are all passed over at once, and no reason is recorded for them here
+    (``drop`` records them its own way).
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count(backlog.groups_made)

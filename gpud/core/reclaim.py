@@ -6,6 +6,7 @@ import itertools
 
 from gpud.core.admission import refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
+from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
@@ -183,14 +184,17 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         shapes.add(job, tasks, "")
         return hopeless
 
+    def fits(queue: QueueState, group: Group) -> bool:
+        return queue.fits_fair_share(state.task_need(group.jobs[0]))
+
     def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
         # Asked before the first visit: groups whose one task would take the queue over its fair share wait.
-        return [entry for entry in heads if queue.fits_fair_share(state.task_need(entry[2].jobs[0]))]
+        return [entry for entry in heads if fits(queue, entry[2])]
 
     def some_job_fits(queue: QueueState) -> bool:
         # No job fits the fair share when none of the queue's smallest requests does.
         cover = state.covers.of(queue)
-        return cover is None or any(queue.fits_fair_share(state.task_need(group.jobs[0])) for group in cover)
+        return cover is None or any(fits(queue, group) for group in cover)
 
     below = [q for q in state.backlog.by_queue if (q.alloc_gpu < q.fair_share.gpu - EPS
              or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS)
