@@ -11,11 +11,13 @@ import dataclasses
 
 from collections import defaultdict
 from dataclasses import dataclass
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpud.core import schedule
+from gpud.core.evict import VictimLists
 from gpud.model import EPS, JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
@@ -358,3 +360,26 @@ def test_a_converged_cluster_stays_put(case):
         for n, (_, p, _) in enumerate(cycles[:10]))
     _, next_plan, _ = cycles[quiet + 1]
     assert not changed(next_plan), f"cycle {quiet + 2} changed a converged cluster: {next_plan}"
+
+
+class _EveryNodeHoldsAll(dict):
+    """Node sums that rule out no node: the victims hold everything everywhere."""
+
+    def get(self, node, default=None):
+        return (float("inf"),) * 3
+
+    def values(self):
+        return [(float("inf"),) * 3]
+
+
+@SETTINGS
+@given(cases())
+def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
+    # Before it tries, preemption sums up what the victims hold on each node, and passes over the
+    # nodes (or the whole try) where they cannot free what the fair share asks back. Sums that rule
+    # out nothing must give the very same plans: the sums only save searches that would fail.
+    for before, plan, _ in run_cycles(case, case.cycles):
+        with mock.patch.object(VictimLists, "holdings", lambda self, queue, priority: _EveryNodeHoldsAll()):
+            unbounded = schedule(before, case.policy, PM)
+        assert (unbounded.binds, unbounded.evictions, dict(unbounded.pending_reasons)) == (
+            plan.binds, plan.evictions, dict(plan.pending_reasons))

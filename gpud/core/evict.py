@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
@@ -34,7 +34,7 @@ class VictimLists:
         self._cursor: dict[QueueState, int] = {}
         self._usable: dict[tuple, dict[str, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
-        self._held: dict[tuple[QueueState, int], tuple[int, list[tuple[float, float, float]]]] = {}
+        self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
 
@@ -67,7 +67,12 @@ class VictimLists:
         return found
 
     def _start(self, queue: QueueState) -> tuple[list[VictimEntry], int]:
-        """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front."""
+        """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front.
+
+        Called between statements only (or, reading lazily, before the
+        statement evicts from the queue): a job evicted by an open statement
+        comes back if it is rolled back.
+        """
         entries = self.ordered(queue)
         placements = self.state.placements
         i = self._cursor[queue]
@@ -104,23 +109,29 @@ class VictimLists:
         """False when no node holds, in victims of ``queue`` below ``priority``, this many GPUs, CPUs and
         memory: no eviction among them then frees that much where one task goes.
 
-        What each node holds is summed up once, and used for the rest of the
-        action as long as no victim of the queue is placed anew (``gained``):
-        evictions only take from what the victims hold, and a rollback or a
-        victim put back on its own GPUs gives back no more than they held.
+        What each node holds is summed up as ``holdings`` says.
         """
-        known = self._held.get((queue, priority))
-        gains = self._gains.get(queue, 0)
-        if known is None or known[0] != gains:
-            known = self._held[(queue, priority)] = (gains, self._holdings(queue, priority))
         gpu, cpu, mem = gpu - 2 * EPS, cpu - 2 * EPS, mem - 2 * EPS  # sums may round apart from make_room's
-        for held_gpu, held_cpu, held_mem in known[1]:
+        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).values():
             if held_gpu >= gpu and held_cpu >= cpu and held_mem >= mem:
                 return True
         return False
 
-    def _holdings(self, queue: QueueState, priority: int) -> list[tuple[float, float, float]]:
-        """What the victims of ``queue`` below ``priority`` hold (GPUs, CPUs, memory), node by node."""
+    def holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
+        """At least what the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node.
+
+        Summed up once, and used for the rest of the action as long as no
+        victim of the queue is placed anew (``gained``): evictions only take
+        from what the victims hold, and a rollback or a victim put back on
+        its own GPUs gives back no more than they held.
+        """
+        known = self._held.get((queue, priority))
+        gains = self._gains.get(queue, 0)
+        if known is None or known[0] != gains:
+            known = self._held[(queue, priority)] = (gains, self._sum_holdings(queue, priority))
+        return known[1]
+
+    def _sum_holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
         held: dict[str, list[float]] = {}
         placements = self.state.placements
         for victim in self.running_below(queue, priority):
@@ -133,7 +144,7 @@ class VictimLists:
                     sums[0] += placement.gpu_share * len(placement.gpu_index)
                     sums[1] += request.cpus
                     sums[2] += request.memory_gib
-        return [(g, c, m) for g, c, m in held.values()]
+        return {node: (g, c, m) for node, (g, c, m) in held.items()}
 
     def gained(self, queue: QueueState | None) -> None:
         """Note that a job that may be among the queue's victims was placed where it did not run."""
@@ -310,7 +321,8 @@ def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
-                   usable: dict[str, bool], must: tuple[float, float, float] | None = None) -> _NodeRoom | None:
+                   usable: dict[str, bool], must: tuple[float, float, float] | None = None,
+                   holdings: Mapping[str, tuple[float, float, float]] | None = None) -> _NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
 
     Victims are added in victim order, each to the nodes its tasks sit on;
@@ -318,7 +330,8 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     earliest in that order (lowest priority, most recently started).
     ``usable`` remembers, by node name, whether the node could hold a task
     of the job at all. With ``must``, the victims' tasks on the node must
-    also hold at least that many GPUs, CPUs and memory.
+    also hold at least that many GPUs, CPUs and memory; ``holdings``, at least
+    what the victims hold by node, then passes over nodes where they cannot.
     """
     pool = state.pool_of(job)
     rooms: dict[str, _NodeRoom | None] = {}
@@ -328,6 +341,9 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     cpus, mem = request.cpus - EPS, request.memory_gib - EPS
     uses_gpu, shared, whole = request.uses_gpu, request.is_shared, request.whole_gpus
     must_gpu, must_cpu, must_mem = (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0)
+    if must is None:
+        holdings = None
+    nothing = (0.0, 0.0, 0.0)
     full = 1.0 - EPS
     wants: dict[float, float | None] = {}
     for victim in ordered:
@@ -348,6 +364,9 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
                 if fits is None:
                     fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
                                            and node.matches(job.node_selector))
+                if fits and holdings is not None:
+                    most = holdings.get(name, nothing)  # sums may round apart from the room's: one more EPS
+                    fits = most[0] >= must_gpu - EPS and most[1] >= must_cpu - EPS and most[2] >= must_mem - EPS
                 if not fits:
                     rooms[name] = None
                     continue
@@ -398,7 +417,8 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
 
 def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
-              ready: Callable[[], bool] = lambda: True, limit: ShareLimit | None = None) -> bool:
+              ready: Callable[[], bool] = lambda: True, limit: ShareLimit | None = None,
+              held: Callable[[], Mapping[str, tuple[float, float, float]]] | None = None) -> bool:
     """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
     Victims are taken in victim order. When the job's queue must first give
@@ -412,12 +432,16 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     elsewhere (moved); the rest are stopped. With a ``limit``, each task
     whose queue it would take over the limit goes to a node where the
     victims free at least the excess, victims come back only while the
-    queue stays within it, and the queue must end within it. If the job
-    does not fit, nothing changes.
+    queue stays within it, and the queue must end within it; ``held`` then
+    gives at least what the candidates hold by node, so nodes where they
+    cannot free the excess are passed over. If the job does not fit,
+    nothing changes.
     """
     stmt = Statement(state)
     if job.id in state.touched:  # placed or evicted earlier in the cycle: it may be among the victims
         lists.gained(state.queue_of(job))
+    # Summed before the first eviction: sums made after it could be smaller than what a rollback gives back.
+    holdings = held() if held is not None and limit is not None else None
     pending, minimum = needed_tasks(state, job)
     wanted = pending[:max(minimum, 1)]
     ordered: Iterable[Victim]
@@ -450,7 +474,7 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
             must = None
         placement = placer.find(job) if must is None else None
         if placement is None:
-            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job), must)
+            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job), must, holdings)
             if room is None:
                 stmt.rollback()
                 return False

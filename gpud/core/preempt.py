@@ -79,7 +79,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
                        or lists.may_free_on_one_node(queue, job.priority, must_gpu, must_cpu, must_mem))
         else:
             hopeful = True
-        if hopeful and make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit):
+        if hopeful and make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit,
+                                 lambda: lists.holdings(queue, job.priority)):
             started(state, job, queue)
             return None
         refused_by_limit = limit.refusal
