@@ -7,6 +7,7 @@ from gpud.core.nodes import NodeState
 from gpud.core.queues import format_amount
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, JobSpec, TaskPlacement
+from gpud.policy import NodePool
 
 
 class Placer:
@@ -19,6 +20,14 @@ class Placer:
         self._gpu_order = first_result(hook.gpud_gpu_order, state.pm)
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
         self._no_room: dict[tuple, int] = {}
+        self._pools: dict[str, NodePool] = {}
+
+    def _pool(self, name: str) -> NodePool:
+        """The placement settings of pool ``name`` (the policy makes them anew for pools it does not list)."""
+        found = self._pools.get(name)
+        if found is None:
+            found = self._pools[name] = self.state.policy.pool(name)
+        return found
 
     def find(self, job: JobSpec, exclude: frozenset[str] = frozenset()) -> TaskPlacement | None:
         """The best free placement for one more task of ``job``, or None when no node fits.
@@ -48,7 +57,7 @@ class Placer:
                 or (request.uses_gpu and index.free_gpu < EPS)
                 or (request.whole_gpus and request.whole_gpus > index.free_gpu + EPS)):
             return None
-        settings = state.policy.pool(pool)
+        settings = self._pool(pool)
         strategy = settings.placement if request.uses_gpu else settings.cpu_placement
         candidates = self._candidates(strategy=strategy, request=request, index=index)
         if candidates is None:
@@ -81,7 +90,7 @@ class Placer:
         """A placement for one task of ``job`` on this very node (GPUs in the pool's order), or None."""
         if not node.holds_host_resources(job.request):
             return None
-        return self._pick(job, node, self.state.policy.pool(node.pool).gpu_placement)
+        return self._pick(job, node, self._pool(node.pool).gpu_placement)
 
     def place(self, stmt: Statement, job: JobSpec, tasks: list[int], minimum: int,
               exclude: frozenset[str] = frozenset()) -> int:
