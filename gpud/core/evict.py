@@ -282,6 +282,9 @@ class ShareLimit:
     def over(self) -> str:
         """Which level holds more than it may, in which resource, with the numbers; "" when none does."""
         for level, allowed in self.levels:
+            if (level.alloc_gpu <= allowed.gpu + EPS and level.alloc_cpu <= allowed.cpu + EPS
+                    and level.alloc_mem <= allowed.memory + EPS):
+                continue  # the common case, told without building the words
             held = level.allocated
             resource = next((r for r in RESOURCES if held.get(r) > allowed.get(r) + EPS), None)
             if resource is not None:
