@@ -132,6 +132,7 @@ class VictimLists:
         return known[1]
 
     def _sum_holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
+        """What the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node."""
         held: dict[str, list[float]] = {}
         placements = self.state.placements
         for victim in self.running_below(queue, priority):
