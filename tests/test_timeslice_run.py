@@ -288,7 +288,7 @@ def test_a_shortfall_is_carried_into_the_next_plans(standin):
     later = slicer.history[2:6]
     assert all(r.shares["a"] == pytest.approx(0.5) for r in later)
     # Each plan's carry follows the noise of the one before, so the claim is on the mean: with no carry
-    # every target would be exactly 0.5; the 80 % meter makes a owed about 0.05 per plan.
+    # every target would be exactly 0.5; the 80 % meter leaves job a owed about 0.05 per plan.
     targets = [r.targets["a"] for r in later]
     assert sum(targets) / len(targets) > 0.52, [r.targets for r in later]
     got = [r.delivered["a"] / (r.delivered["a"] + r.delivered["b"]) for r in later]
