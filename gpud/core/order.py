@@ -97,9 +97,16 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         if skip is not None and drop is not None and cursor.top() is not None and drop(queue):
             cursor.run, cursor.next, cursor.heap = [], 0, []
             return
+        # cursor.top() and cursor.pop(), inline: every group a predicate passes over comes through here.
+        run, heap = cursor.run, cursor.heap
         while True:
-            top = cursor.top()
-            if top is None:
+            at_run = cursor.next
+            if at_run < len(run) and not (heap and heap[0] < run[at_run]):
+                top = run[at_run]
+            elif heap:
+                top = heap[0]
+                at_run = -1
+            else:
                 return
             group = top[2]
             i, jobs = at.get(group, 0), group.jobs
@@ -112,11 +119,17 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                     at[group] = i
                 current = group.keys[i]
                 if current != top[0]:
-                    cursor.pop()
-                    heapq.heappush(cursor.heap, (current, next(tiebreak), group))
+                    if at_run < 0:
+                        heapq.heappop(heap)
+                    else:
+                        cursor.next = at_run + 1
+                    heapq.heappush(heap, (current, next(tiebreak), group))
                     continue
                 return
-            cursor.pop()
+            if at_run < 0:
+                heapq.heappop(heap)
+            else:
+                cursor.next = at_run + 1
             if first is not None and record_reasons:
                 reason = reasons.get(first.id)
                 if reason is not None:

@@ -189,7 +189,18 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
 
     def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
         # Asked before the first visit: groups whose one task would take the queue over its fair share wait.
-        return [entry for entry in heads if fits(queue, entry[2])]
+        # Every group of a long backlog passes here: fits_fair_share, inline, with the same arithmetic.
+        share = queue.fair_share
+        gpu, cpu, mem = queue.alloc_gpu, queue.alloc_cpu, queue.alloc_mem
+        gpu_level, cpu_level, mem_level = share.gpu + EPS, share.cpu + EPS, share.memory + EPS
+        task_need = state.task_need
+        admitted = []
+        for entry in heads:
+            need = task_need(entry[2].jobs[0])
+            if not ((need.gpu > EPS and gpu + need.gpu > gpu_level) or (need.cpu > EPS and cpu + need.cpu > cpu_level)
+                    or (need.memory > EPS and mem + need.memory > mem_level)):
+                admitted.append(entry)
+        return admitted
 
     def some_job_fits(queue: QueueState) -> bool:
         # No job fits the fair share when none of the queue's smallest requests does.

@@ -101,7 +101,10 @@ class FailedShapes:
         """(reason, kind) of a failed request this one is at least as large as, or None."""
         if not self._frontier:
             return None
-        sid = self._index.of(job)
+        index = self._index
+        sid = index._of_job.get(job.id)  # index.of(job), inline for a job seen before: the common case
+        if sid is None:
+            sid = index.of(job)
         key = (sid, tasks, extra)
         known = self._answers.get(key)
         if known is not None and (known[1] is not None or known[0] == self._version):
