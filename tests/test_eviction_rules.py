@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sched_helpers import evicted_jobs, evictions, fair_share, gpus, job, nodes_of, queue, reason, run, scenario
+from gpud import hookimpl
 from gpud.plugins import make_plugin_manager
 from gpud.simulate import simulate
 
@@ -598,6 +599,49 @@ def test_higher_priority_job_preempts_the_most_recent_lower_priority_job_of_its_
     assert "ws" in sim.running()
     (eviction,) = evictions(sim)
     assert eviction.rule == "preempt" and eviction.for_job == "ws"
+
+
+class OldestFirst:
+    """A job order that ignores priority (submission order): a queue's groups then come in no order of priority."""
+
+    @hookimpl
+    def gpud_job_order_key(self, job):
+        return (job.seq, job.id)
+
+
+def test_a_job_order_without_priority_first_still_lets_the_higher_priority_job_preempt():
+    # The old job comes first in the queue's order but outranks no victim; the build job comes after
+    # it and outranks them. Which jobs may preempt follows their priority, whatever the job order.
+    text = """
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "t"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "old"
+        project = "p1"
+        gpus = 1
+        submitted = 10
+        [[jobs]]
+        name = "ws"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        submitted = 100
+        """
+    pm = make_plugin_manager(disable=["job_order"])
+    pm.register(OldestFirst(), name="oldest-first")
+    sim = simulate(scenario(text), pm)
+    assert sim.preempted == {"t-4"} and "ws" in sim.running() and "old" not in sim.running()
+    assert run(text).preempted == {"t-4"}  # the built-in order: the same preemption
 
 
 def test_priority_means_nothing_across_projects():

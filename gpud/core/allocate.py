@@ -64,7 +64,8 @@ class Blocks:
 
     def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: str, binds: int) -> None:
         """Remember a queue rule that refused the job (``binds``: EVERY_JOB or NON_PREEMPTIBLE_ONLY)."""
-        self.rules.setdefault(queue, FailedShapes(self.state)).add(job, tasks, reason, "", (binds,))
+        rules = self.rules.get(queue) or self.rules.setdefault(queue, FailedShapes(self.state))
+        rules.add(job, tasks, reason, "", (binds,))
 
     def blocks_all(self, queue: QueueState) -> bool:
         """True when every pending job of the queue is blocked: each of its smallest requests is."""

@@ -13,13 +13,17 @@ import bisect
 from typing import Any, Callable, Iterable, Iterator
 
 from gpud.core.queues import QueueState
-from gpud.model import JobSpec
+from gpud.model import JobSpec, Resources
 
 
 class Group:
-    """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made."""
+    """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made.
 
-    __slots__ = ("queue", "shape", "seq", "jobs", "keys")
+    ``need`` is what one task of its jobs holds at most (they share their
+    request and pool), kept by ``ClusterState.group_need`` once asked.
+    """
+
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "need")
 
     def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
         self.queue = queue
@@ -27,6 +31,7 @@ class Group:
         self.seq = seq
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
+        self.need: Resources | None = None
 
     def __repr__(self) -> str:
         return f"Group({self.queue.name}, {len(self.jobs)} jobs)"

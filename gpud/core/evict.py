@@ -225,8 +225,9 @@ class ShareLimit:
     """
 
     def __init__(self, queue: QueueState) -> None:
-        self.levels = [(q, Resources(max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
-                                     max(q.fair_share.memory, q.alloc_mem)))
+        # (level, GPUs, CPUs, memory it may hold): plain numbers, made at every preemption tried.
+        self.levels = [(q, max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
+                        max(q.fair_share.memory, q.alloc_mem))
                        for q in (queue, queue.parent) if q is not None]
         self._refused: tuple[QueueState, Resources, Resources, list[str]] | None = None
         self._over = ""
@@ -247,10 +248,10 @@ class ShareLimit:
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
         gpu = cpu = mem = 0.0
-        for level, allowed in self.levels:
-            over_gpu = level.alloc_gpu + need.gpu - allowed.gpu
-            over_cpu = level.alloc_cpu + need.cpu - allowed.cpu
-            over_mem = level.alloc_mem + need.memory - allowed.memory
+        for level, allowed_gpu, allowed_cpu, allowed_mem in self.levels:
+            over_gpu = level.alloc_gpu + need.gpu - allowed_gpu
+            over_cpu = level.alloc_cpu + need.cpu - allowed_cpu
+            over_mem = level.alloc_mem + need.memory - allowed_mem
             if over_gpu > gpu:
                 gpu = over_gpu
             if over_cpu > cpu:
@@ -274,20 +275,21 @@ class ShareLimit:
 
     def admits(self, gpu: float, cpu: float, mem: float) -> bool:
         """True when every level would still hold no more than it may after taking this much more."""
-        for level, allowed in self.levels:
-            if (level.alloc_gpu + gpu > allowed.gpu + EPS or level.alloc_cpu + cpu > allowed.cpu + EPS
-                    or level.alloc_mem + mem > allowed.memory + EPS):
+        for level, allowed_gpu, allowed_cpu, allowed_mem in self.levels:
+            if (level.alloc_gpu + gpu > allowed_gpu + EPS or level.alloc_cpu + cpu > allowed_cpu + EPS
+                    or level.alloc_mem + mem > allowed_mem + EPS):
                 return False
         return True
 
     def over(self) -> str:
         """Which level holds more than it may, in which resource, with the numbers; "" when none does."""
-        for level, allowed in self.levels:
-            if (level.alloc_gpu <= allowed.gpu + EPS and level.alloc_cpu <= allowed.cpu + EPS
-                    and level.alloc_mem <= allowed.memory + EPS):
+        for level, allowed_gpu, allowed_cpu, allowed_mem in self.levels:
+            if (level.alloc_gpu <= allowed_gpu + EPS and level.alloc_cpu <= allowed_cpu + EPS
+                    and level.alloc_mem <= allowed_mem + EPS):
                 continue  # the common case, told without building the words
             held = level.allocated
-            resource = next((r for r in RESOURCES if held.get(r) > allowed.get(r) + EPS), None)
+            resource = next((r for r, allowed in zip(RESOURCES, (allowed_gpu, allowed_cpu, allowed_mem))
+                             if held.get(r) > allowed + EPS), None)
             if resource is not None:
                 return (f"preempting lower-priority jobs would take {level.kind} {level.name} to "
                         f"{amount_text(held.get(resource), level.fair_share, resource)}, over its fair share")

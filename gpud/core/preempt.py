@@ -52,7 +52,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
-        shapes = failed.setdefault(queue, FailedShapes(state))
+        shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         candidates = lists.running_below(queue, job.priority)
         if not candidates:
             shapes.add(job, tasks, "", extra=(-job.priority,))
@@ -64,7 +64,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
         refused = refusal(queue, job, need)
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
-            over_quota.setdefault(queue, FailedShapes(state)).add(job, tasks, "")
+            (over_quota.get(queue) or over_quota.setdefault(queue, FailedShapes(state))).add(job, tasks, "")
             return hopeless
 
         def ready() -> bool:

@@ -87,7 +87,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
-        shapes = failed.setdefault(queue, FailedShapes(state))
+        shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         if not queue.fits_fair_share(need):
             shapes.add(job, tasks, "")
             return hopeless
@@ -165,16 +165,18 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             return hopeless
         queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
         judged_at: dict[tuple, tuple[int, bool]] = {}
+        held_gpu, held_cpu, held_mem = held.gpu > EPS, held.cpu > EPS, held.memory > EPS
 
         def may_go(victim: Victim) -> bool:
             # The answer for a queue and what its victim gives back holds until an allocation changes.
             if victim.queue is None:
                 return False
-            taken = _taken(held, victim.job)
-            key = (victim.queue, taken.gpu > EPS, taken.cpu > EPS, taken.memory > EPS)
+            request = victim.job.request  # which resources _taken would give back, without making it
+            key = (victim.queue, held_gpu and request.uses_gpu, held_cpu and request.cpus > EPS,
+                   held_mem and request.memory_gib > EPS)
             known = judged_at.get(key)
             if known is None or known[0] != state.changes:
-                known = judged_at[key] = (state.changes, levels(victim.queue, taken) is not None)
+                known = judged_at[key] = (state.changes, levels(victim.queue, _taken(held, victim.job)) is not None)
             return known[1]
 
         candidates = judged(queued, may_go)
@@ -185,7 +187,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         return hopeless
 
     def fits(queue: QueueState, group: Group) -> bool:
-        return queue.fits_fair_share(state.task_need(group.jobs[0]))
+        return queue.fits_fair_share(state.group_need(group))
 
     def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
         # Asked before the first visit: groups whose one task would take the queue over its fair share wait.
@@ -193,10 +195,12 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         share = queue.fair_share
         gpu, cpu, mem = queue.alloc_gpu, queue.alloc_cpu, queue.alloc_mem
         gpu_level, cpu_level, mem_level = share.gpu + EPS, share.cpu + EPS, share.memory + EPS
-        task_need = state.task_need
         admitted = []
         for entry in heads:
-            need = task_need(entry[2].jobs[0])
+            group = entry[2]
+            need = group.need
+            if need is None:
+                need = state.group_need(group)
             if not ((need.gpu > EPS and gpu + need.gpu > gpu_level) or (need.cpu > EPS and cpu + need.cpu > cpu_level)
                     or (need.memory > EPS and mem + need.memory > mem_level)):
                 admitted.append(entry)

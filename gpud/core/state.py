@@ -249,6 +249,13 @@ class ClusterState:
         self._task_needs[job.id] = (request, need)
         return need
 
+    def group_need(self, group: Group) -> Resources:
+        """What one pending task of any job of the group will hold at most (``task_need``), kept on the group."""
+        need = group.need
+        if need is None:
+            need = group.need = self.task_need(group.jobs[0])
+        return need
+
     def need(self, job: JobSpec, tasks: int) -> Resources:
         """What ``tasks`` pending tasks of the job will hold."""
         if tasks == 1:
