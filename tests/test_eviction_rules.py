@@ -601,6 +601,46 @@ def test_higher_priority_job_preempts_the_most_recent_lower_priority_job_of_its_
     assert eviction.rule == "preempt" and eviction.for_job == "ws"
 
 
+def test_preemption_frees_a_node_the_job_may_use_past_victims_on_nodes_it_may_not():
+    # The nodes differ only in their labels; the most recent victims run on n1, which the job may not use.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        labels = { kind = "a" }
+        [[nodes]]
+        name = "n2"
+        gpus = 2
+        labels = { kind = "b" }
+        [[jobs]]
+        name = "old"
+        count = 2
+        project = "p1"
+        gpus = 1
+        submitted = 0
+        running_on = ["n2"]
+        [[jobs]]
+        name = "new"
+        count = 2
+        project = "p1"
+        gpus = 1
+        submitted = 50
+        running_on = ["n1"]
+        [[jobs]]
+        name = "ws"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        node_selector = { kind = "b" }
+        submitted = 100
+        """)
+    assert len(sim.preempted) == 1 and sim.preempted <= {"old-1", "old-2"}
+    assert nodes_of(sim, "ws") == ["n2"]
+
+
 class OldestFirst:
     """A job order that ignores priority (submission order): a queue's groups then come in no order of priority."""
 

@@ -32,7 +32,7 @@ class VictimLists:
         self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[VictimEntry]] = {}
         self._cursor: dict[QueueState, int] = {}
-        self._usable: dict[tuple, dict[str, bool]] = {}
+        self._usable: dict[tuple, dict[int, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
         self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
@@ -156,8 +156,9 @@ class VictimLists:
         """The running victims of several queues, merged in one victim order, read as they are needed."""
         return _merged([self._running(q) for q in queues])
 
-    def usable_nodes(self, job: JobSpec) -> dict[str, bool]:
-        """A memo, shared by jobs of the same request, pool and selector, of the nodes that could hold one task."""
+    def usable_nodes(self, job: JobSpec) -> dict[int, bool]:
+        """A memo, shared by jobs of the same request, pool and selector, of the kinds of node
+        (``NodeState.kind``) that could hold one task."""
         selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
         return self._usable.setdefault((job.request, job.pool, selector), {})
 
@@ -327,14 +328,14 @@ def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
 
 
 def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
-                   usable: dict[str, bool], must: tuple[float, float, float] | None = None,
+                   usable: dict[int, bool], must: tuple[float, float, float] | None = None,
                    holdings: Mapping[str, tuple[float, float, float]] | None = None) -> _NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
 
     Victims are added in victim order, each to the nodes its tasks sit on;
     the first node that would fit is the one whose needed victims come
     earliest in that order (lowest priority, most recently started).
-    ``usable`` remembers, by node name, whether the node could hold a task
+    ``usable`` remembers, by kind of node, whether the node could hold a task
     of the job at all. With ``must``, the victims' tasks on the node must
     also hold at least that many GPUs, CPUs and memory; ``holdings``, at least
     what the victims hold by node, then passes over nodes where they cannot.
@@ -365,11 +366,11 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
                 if room is None:
                     continue
             else:
-                fits = usable.get(name)
                 node = nodes[name]
+                fits = usable.get(node.kind)
                 if fits is None:
-                    fits = usable[name] = (node.pool == pool and node.spec.schedulable and largest_fit(node, job)
-                                           and node.matches(job.node_selector))
+                    fits = usable[node.kind] = (node.pool == pool and node.spec.schedulable
+                                                and largest_fit(node, job) and node.matches(job.node_selector))
                 if fits and holdings is not None:
                     most = holdings.get(name, nothing)  # sums may round apart from the room's: one more EPS
                     fits = most[0] >= must_gpu - EPS and most[1] >= must_cpu - EPS and most[2] >= must_mem - EPS

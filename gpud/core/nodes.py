@@ -17,15 +17,28 @@ def cpu_class(cpus: float) -> int:
     return min(CPU_CLASSES - 1, int(cpus).bit_length())
 
 
+def node_kind(spec: NodeSpec) -> tuple:
+    """What decides whether a node could ever hold a task: its pool, whether it takes work, its sizes and labels.
+
+    Nodes of one kind answer alike for every request, however busy they are.
+    """
+    return (spec.pool, spec.schedulable, spec.gpus, spec.gpu_memory_gib, spec.cpus, spec.memory_gib,
+            tuple(sorted(spec.labels.items())))
+
+
 class NodeState:
-    """One node's free capacity during a cycle, and the tasks it holds."""
+    """One node's free capacity during a cycle, and the tasks it holds.
+
+    ``kind`` numbers the node's ``node_kind`` among the cluster's nodes.
+    """
 
     __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
                  "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket",
-                 "_cpu_class", "version")
+                 "_cpu_class", "version", "kind")
 
-    def __init__(self, spec: NodeSpec) -> None:
+    def __init__(self, spec: NodeSpec, kind: int = 0) -> None:
         self.spec = spec
+        self.kind = kind
         self.name = spec.name
         self.pool = spec.pool
         self.labels: Mapping[str, str] = spec.labels

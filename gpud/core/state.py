@@ -10,7 +10,7 @@ import pluggy
 from gpud.core.backlog import Backlog, Group
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
-from gpud.core.nodes import NodeIndex, NodeState
+from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
@@ -59,7 +59,9 @@ class ClusterState:
         self.hook = pm.hook
         self.now = snapshot.now
         self.cycle = 0
-        self.nodes = {spec.name: NodeState(spec) for spec in snapshot.nodes}
+        kinds: dict[tuple, int] = {}
+        self.nodes = {spec.name: NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
+                      for spec in snapshot.nodes}
         pool_nodes: dict[str, list[NodeState]] = defaultdict(list)
         for node in self.nodes.values():
             if node.spec.schedulable:
