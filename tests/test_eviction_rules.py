@@ -574,27 +574,31 @@ def test_reclaim_across_departments_names_both_levels():
 
 # --- preemption -----------------------------------------------------------------------------------
 
+BUILD_JOB_AMONG_TRAINING = """
+    # p1 fills n1 with four training jobs; a build job of p1 waits.
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 4
+    [[nodes]]
+    name = "n1"
+    gpus = 4
+    [[jobs]]
+    name = "t"
+    count = 4
+    project = "p1"
+    gpus = 1
+    running_on = ["n1"]
+    [[jobs]]
+    name = "ws"
+    project = "p1"
+    priority = "build"
+    gpus = 1
+    submitted = 100
+"""
+
+
 def test_higher_priority_job_preempts_the_most_recent_lower_priority_job_of_its_project():
-    sim = run("""
-        [[policy.projects]]
-        name = "p1"
-        gpu_quota = 4
-        [[nodes]]
-        name = "n1"
-        gpus = 4
-        [[jobs]]
-        name = "t"
-        count = 4
-        project = "p1"
-        gpus = 1
-        running_on = ["n1"]
-        [[jobs]]
-        name = "ws"
-        project = "p1"
-        priority = "build"
-        gpus = 1
-        submitted = 100
-        """)
+    sim = run(BUILD_JOB_AMONG_TRAINING)
     assert sim.preempted == {"t-4"}
     assert "ws" in sim.running()
     (eviction,) = evictions(sim)
@@ -642,41 +646,23 @@ def test_preemption_frees_a_node_the_job_may_use_past_victims_on_nodes_it_may_no
 
 
 class OldestFirst:
-    """A job order that ignores priority (submission order): a queue's groups then come in no order of priority."""
+    """A job order that ignores priority (oldest first): a queue's groups then come in no order of priority."""
 
     @hookimpl
     def gpud_job_order_key(self, job):
-        return (job.seq, job.id)
+        return (job.submitted, job.id)
 
 
 def test_a_job_order_without_priority_first_still_lets_the_higher_priority_job_preempt():
     # The old job comes first in the queue's order but outranks no victim; the build job comes after
     # it and outranks them. Which jobs may preempt follows their priority, whatever the job order.
-    text = """
-        [[policy.projects]]
-        name = "p1"
-        gpu_quota = 4
-        [[nodes]]
-        name = "n1"
-        gpus = 4
-        [[jobs]]
-        name = "t"
-        count = 4
-        project = "p1"
-        gpus = 1
-        running_on = ["n1"]
-        [[jobs]]
-        name = "old"
-        project = "p1"
-        gpus = 1
-        submitted = 10
-        [[jobs]]
-        name = "ws"
-        project = "p1"
-        priority = "build"
-        gpus = 1
-        submitted = 100
-        """
+    text = BUILD_JOB_AMONG_TRAINING + """
+    [[jobs]]
+    name = "old"
+    project = "p1"
+    gpus = 1
+    submitted = 10
+"""
     pm = make_plugin_manager(disable=["job_order"])
     pm.register(OldestFirst(), name="oldest-first")
     sim = simulate(scenario(text), pm)
