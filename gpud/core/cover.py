@@ -95,7 +95,8 @@ class QueueCovers:
 
 def _keep_minimal(found: list[tuple[tuple, Group]], dims: tuple, group: Group) -> None:
     """Add a group to a class's minimal groups unless one of them is at most as large."""
-    if any(all(map(ge, dims, other)) for other, _ in found):
-        return
+    for other, _ in found:  # a loop, not any() over a generator: every group of a fresh backlog passes here
+        if all(map(ge, dims, other)):
+            return
     found[:] = [(other, g) for other, g in found if not all(map(ge, other, dims))]
     found.append((dims, group))

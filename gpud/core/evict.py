@@ -34,6 +34,7 @@ class VictimLists:
         self._cursor: dict[QueueState, int] = {}
         self._usable: dict[tuple, dict[int, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
+        self._flat: dict[QueueState, tuple[list[VictimEntry], list[tuple[int, str, Victim]]]] = {}
         self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
@@ -100,8 +101,10 @@ class VictimLists:
             return known[1]
         entries, i = self._start(queue)
         placements = self.state.placements
-        found = [entry[2] for entry in entries[i:]
-                 if entry[2].job.priority < priority and any(placements[entry[2].job.id])]
+        flat = self._flat.get(queue)
+        if flat is None or flat[0] is not entries:  # (priority, job id, victim) of each entry, made once per list
+            flat = self._flat[queue] = (entries, [(v.job.priority, v.job.id, v) for _, _, v in entries])
+        found = [victim for below, job_id, victim in flat[1][i:] if below < priority and any(placements[job_id])]
         self._below[key] = (queue.changes, found)
         return found
 
@@ -471,9 +474,10 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
             break
         if state.running_tasks(victim.job.id):
             evict(victim, None)
-    if not ready():
-        stmt.rollback()
-        return False
+    else:  # the victims ran out before the job was ready: asked once more after the last
+        if not ready():
+            stmt.rollback()
+            return False
     task_need = state.task_need(job)
     for task in wanted:
         must = limit.must_free(task_need) if limit is not None else None

@@ -87,8 +87,9 @@ class FailedShapes:
         """
         group, dims = self._shape(job, tasks, extra)
         frontier = self._frontier.setdefault(group, [])
-        if any(all(map(ge, dims, failed)) for failed, _ in frontier):
-            return
+        for failed, _ in frontier:
+            if all(map(ge, dims, failed)):
+                return
         frontier[:] = [(f, why) for f, why in frontier if not all(map(ge, f, dims))]
         frontier.append((dims, (detail, kind)))
         self._version += 1
