@@ -54,6 +54,7 @@ class Blocks:
         self.state = state
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
+        self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
 
     def find(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[str, str] | None:
         """(reason, kind) when the job is blocked by an earlier failure, else None."""
@@ -68,13 +69,23 @@ class Blocks:
         rules.add(job, tasks, reason, "", (binds,))
 
     def blocks_all(self, queue: QueueState) -> bool:
-        """True when every pending job of the queue is blocked: each of its smallest requests is."""
+        """True when every pending job of the queue is blocked: each of its smallest requests is.
+
+        A False stands while no failure is remembered (the queue's groups do
+        not change during an action): the answer is then not worked out again.
+        """
+        rules = self.rules.get(queue)
+        versions = (self.room.version, rules.version if rules is not None else -1)
+        if self._none_blocked.get(queue) == versions:
+            return False
         cover = self.state.covers.of(queue)
         if not cover:
+            self._none_blocked[queue] = versions
             return False
         for group in cover:
             job = group.jobs[0]
             if self.find(job, queue, max(job.gang_minimum, 1)) is None:
+                self._none_blocked[queue] = versions
                 return False
         return True
 

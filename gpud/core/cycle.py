@@ -95,7 +95,7 @@ def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction,
         moved: list[int] = []
         for task in range(job.tasks):
             before, after = job.task_placement(task), final[task]
-            if before == after:
+            if before is after or before == after:  # most are the very same placement: no field compared
                 continue
             if after is not None:
                 binds.append(Bind(job_id, task, after))

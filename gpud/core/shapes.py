@@ -94,6 +94,11 @@ class FailedShapes:
         frontier.append((dims, (detail, kind)))
         self._version += 1
 
+    @property
+    def version(self) -> int:
+        """A number that changes whenever a failure is remembered: answers given before hold while it stays."""
+        return self._version
+
     def frozen(self) -> dict[tuple, list[tuple[tuple, tuple[str, str]]]]:
         """A copy of the failures remembered now, by class, for ``first_covering``."""
         return {group: list(failed) for group, failed in self._frontier.items()}

@@ -183,22 +183,28 @@ class ClusterState:
 
     def commit(self) -> None:
         """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
-        backlog = self.backlog
-        for job_id in sorted(self.touched):
-            job = self.jobs.get(job_id)
+        backlog, jobs, placements = self.backlog, self.jobs, self.placements
+        for job_id in sorted(self.touched):  # a cold cycle starts and stops thousands of jobs: kept lean
+            job = jobs.get(job_id)
             if job is None:
                 continue
-            current = tuple(self.placements[job_id])
-            before = tuple(job.task_placement(i) for i in range(job.tasks))
+            current = tuple(placements[job_id])
+            tasks, known = job.tasks, job.placements
+            before = known if len(known) == tasks else tuple(job.task_placement(i) for i in range(tasks))
             if current == before:
                 continue
-            running = any(p is not None for p in current)
+            running = waiting = False
+            for placement in current:  # "is None", never "in": a TaskPlacement would be compared with None
+                if placement is None:
+                    waiting = True
+                else:
+                    running = True
             started = (job.started if job.is_running and running else self.now) if running else None
             updated = _with_placements(job, current, started)
-            self.jobs[job_id] = updated
+            jobs[job_id] = updated
             backlog.remove(job_id)
             queue = self.queue_of(updated)
-            if None in current and queue is not None:  # a job of a project the policy dropped waits as an orphan
+            if waiting and queue is not None:  # a job of a project the policy dropped waits as an orphan
                 backlog.add(updated, queue, partly_running=running)
 
     def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
