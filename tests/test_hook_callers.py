@@ -7,6 +7,9 @@ import pytest
 
 from gpud import hookimpl, hookspecs
 from gpud.core.hooks import first_result
+from gpud.core.orders import job_order_key, queue_order_key, victim_order_key
+from gpud.model import JobSpec, TaskRequest
+from gpud.plugins import make_plugin_manager
 
 
 def manager(*plugins: object) -> pluggy.PluginManager:
@@ -65,3 +68,18 @@ def test_a_plugin_taking_fewer_arguments_gets_only_those():
 def test_a_wrapper_still_runs():
     pm = manager(ByPriority(), Wrapper())
     assert first_result(pm.hook.gpud_job_order_key, pm)(job="j1") == ("wrapped", ("priority", "j1"))
+
+
+def test_a_built_in_order_alone_is_called_as_its_core_function_and_answers_the_same():
+    pm = make_plugin_manager(load_entry_points=False)
+    assert first_result(pm.hook.gpud_job_order_key, pm) is job_order_key
+    assert first_result(pm.hook.gpud_queue_order_key, pm) is queue_order_key
+    assert first_result(pm.hook.gpud_victim_order_key, pm) is victim_order_key
+    job = JobSpec("j1", "p1", TaskRequest(1), priority=75, submitted=3.0, seq=7)
+    assert job_order_key(job=job) == pm.hook.gpud_job_order_key(job=job) == (-75, 3.0, 7, "j1")
+
+
+def test_a_plugin_of_ones_own_beside_a_built_in_order_is_asked_first():
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(ByPriority())
+    assert first_result(pm.hook.gpud_job_order_key, pm)(job="j1") == ("priority", "j1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 TRACING = "gpud_tracing"
+NATIVE = "gpud_native"  # the attribute by which a plugin function names the core function it answers with
 
 
 def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
@@ -22,8 +23,9 @@ def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
         names = tuple(impls[0].argnames)
         spec = caller.spec
         if spec is not None and names == tuple(spec.argnames):
-            # It takes every argument by its name, and its None is the hook's None: call it as it is.
-            return function  # type: ignore[no-any-return]
+            # It takes every argument by its name, and its None is the hook's None: call it as it is,
+            # or the core function it answers with (gpud.core.orders), which it names for that.
+            return getattr(function, NATIVE, function)  # type: ignore[no-any-return]
         if len(names) == 1:
             name = names[0]
 

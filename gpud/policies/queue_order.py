@@ -6,9 +6,12 @@ the job; declared earlier in the policy.
 """
 
 from gpud import hookimpl
+from gpud.core.orders import NATIVE, queue_order_key
 
 
 @hookimpl
 def gpud_queue_order_key(queue, job, need):
-    return (not queue.fits_fair_share(need), not queue.fits_quota(need),
-            -queue.over_quota_priority, queue.dominant_share(need), queue.declared)
+    return queue_order_key(queue, job, need)
+
+
+setattr(gpud_queue_order_key, NATIVE, queue_order_key)  # the core may call it directly (gpud.core.hooks.first_result)
