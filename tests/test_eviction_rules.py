@@ -164,6 +164,44 @@ def test_reclaimer_never_ends_above_its_fair_share():
     assert evicted_jobs(sim) == {"x-3"}
 
 
+def test_a_job_too_large_for_the_fair_share_in_gpus_does_not_hold_back_a_smaller_one_asking_more_cpus():
+    # Fair share 2 GPUs each. p2's first job reclaims one GPU; "big" (2 GPUs) would then take p2 to 3
+    # and waits. "wide" asks one GPU and more CPUs than "big": only its GPUs count, and they fit.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        [[policy.projects]]
+        name = "p2"
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "x"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "first"
+        project = "p2"
+        gpus = 1
+        submitted = 100
+        [[jobs]]
+        name = "big"
+        project = "p2"
+        gpus = 2
+        submitted = 101
+        [[jobs]]
+        name = "wide"
+        project = "p2"
+        gpus = 1
+        cpus = 8
+        submitted = 102
+        """)
+    assert (gpus(sim, "p1"), gpus(sim, "p2")) == (2, 2)
+    assert sim.pending() & {"first", "big", "wide"} == {"big"}
+
+
 def test_elastic_reclaimer_stays_within_its_fair_share():
     # Fair share 1.5 each. Evicting p1's 2-GPU job frees 2 GPUs, but the elastic job may take only one.
     sim = run("""
@@ -768,7 +806,8 @@ def test_each_job_refused_by_the_fair_share_says_so_and_a_smaller_one_still_pree
     # p1 and p2 sit at their fair share (4 GPUs each) on two nodes; p1's low-priority jobs hold 2 GPUs
     # on each. "big" (3 GPUs) and "narrow" (3 GPUs, fewer CPUs, so not judged with "big") could only
     # run by freeing 3 GPUs of p1 on one node: both wait and say why, "narrow" without a try (nothing
-    # of p1 changed since "big" failed). "small" (1 GPU) evicts one low job.
+    # of p1 changed since "big" failed). "small" (1 GPU, but more CPUs than "big": only the GPUs were
+    # short) evicts one low job.
     sim = run("""
         [[policy.projects]]
         name = "p1"
@@ -832,6 +871,7 @@ def test_each_job_refused_by_the_fair_share_says_so_and_a_smaller_one_still_pree
         project = "p1"
         priority = "interactive-preemptible"
         gpus = 1
+        cpus = 8
         submitted = 120
         """)
     assert "small" in sim.running() and len(evicted_jobs(sim, "preempt")) == 1
@@ -1009,6 +1049,43 @@ def test_non_preemptible_preemptor_must_fit_its_quota(quota, outcome):
         assert "non-preemptible" in reason(sim, "ws")
 
 
+def test_a_non_preemptible_job_over_quota_in_gpus_does_not_hold_back_one_within_it_asking_more_cpus():
+    # Quota 2 GPUs. "wide" (3 GPUs) would take p1's non-preemptible jobs over it and waits; "narrow"
+    # asks one GPU and more CPUs than "wide": only GPUs were over quota, so it preempts a training job.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        cpus = 64
+        [[jobs]]
+        name = "t"
+        count = 4
+        project = "p1"
+        gpus = 1
+        running_on = ["n1"]
+        [[jobs]]
+        name = "wide"
+        project = "p1"
+        priority = "build"
+        gpus = 3
+        cpus = 2
+        submitted = 100
+        [[jobs]]
+        name = "narrow"
+        project = "p1"
+        priority = "build"
+        gpus = 1
+        cpus = 8
+        submitted = 110
+        """)
+    assert sim.pending() & {"wide", "narrow"} == {"wide"}
+    assert len(sim.preempted) == 1
+    assert "non-preemptible" in reason(sim, "wide")
+
+
 def test_elastic_non_preemptible_preemptor_stays_within_quota():
     # Quota 2: the inference job may hold at most 2 GPUs however many training GPUs it could free.
     sim = run("""
@@ -1107,6 +1184,47 @@ def test_consolidation_gathers_scattered_fractions_to_free_a_whole_gpu():
     assert move.moved and move.rule == "consolidate"
     moved = move.job
     assert job(sim, "whole").task_placement(0).gpu_index != job(sim, moved).task_placement(0).gpu_index
+
+
+def test_consolidation_moves_a_job_to_room_only_the_move_itself_frees():
+    # The halves hold 54 of 64 CPUs: neither fits anywhere else as things stand (10 CPUs free). Moving
+    # one frees its GPU and its CPUs; "whole" takes the GPU and 5 CPUs, and the half fits beside the other.
+    sim = run("""
+        [policy]
+        gpu_placement = "spread"
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 2
+        [[nodes]]
+        name = "n1"
+        gpus = 2
+        cpus = 64
+        [[jobs]]
+        name = "a"
+        project = "p1"
+        gpus = 0.5
+        cpus = 40
+        running_on = ["n1"]
+        gpu_index = [[0]]
+        [[jobs]]
+        name = "b"
+        project = "p1"
+        gpus = 0.5
+        cpus = 14
+        running_on = ["n1"]
+        gpu_index = [[1]]
+        [[jobs]]
+        name = "whole"
+        project = "p1"
+        gpus = 1
+        cpus = 5
+        submitted = 100
+        """)
+    assert sim.running() == {"a", "b", "whole"}
+    (move,) = evictions(sim)
+    assert move.moved and move.rule == "consolidate"
+    stayed = ({"a", "b"} - {move.job}).pop()
+    assert job(sim, move.job).task_placement(0).gpu_index == job(sim, stayed).task_placement(0).gpu_index
 
 
 def test_consolidation_does_nothing_when_a_moved_job_could_not_be_placed_again():

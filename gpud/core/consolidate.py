@@ -9,7 +9,7 @@ from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import VictimLists
+from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import NodeState
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
@@ -119,6 +119,8 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
         if not movable:
             continue
         tried += 1
+        if not _might_clear(placer, job, node, movable):
+            continue
         mark = stmt.checkpoint()
         moves = _try_node(state, placer, stmt, job, task, node, movable)
         stmt.rollback(mark)
@@ -129,6 +131,48 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
     if best is None:
         return False
     return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1], kept)) is not None
+
+
+def _cleared(node: NodeState, movable: list[tuple[JobSpec, int]]) -> tuple[list[float], float, float]:
+    """The node's free share of each GPU, free CPUs and memory were every movable task gone (nothing is changed)."""
+    share, cpu, mem = list(node.free_share), node.free_cpu, node.free_mem
+    out_of_service = node.spec.out_of_service
+    for other, task in movable:
+        placement = node.tasks[(other.id, task)]
+        for i in placement.gpu_index:
+            if i not in out_of_service:
+                share[i] = min(1.0, share[i] + placement.gpu_share)
+        cpu += other.request.cpus
+        mem += other.request.memory_gib
+    return share, cpu, mem
+
+
+def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tuple[JobSpec, int]]) -> bool:
+    """False when moving tasks off ``node`` cannot make room there for one task of ``job``; True promises nothing.
+
+    Told without moving anything (so without undoing it): either the task
+    would not fit even with every movable task gone, or the first task to
+    move has nowhere to go: no room anywhere now, and the node would keep
+    too little beside the job's task.
+    """
+    request = job.request
+    share, cpu, mem = _cleared(node, movable)
+    if request.cpus > cpu + EPS or request.memory_gib > mem + EPS:
+        return False
+    if request.uses_gpu:
+        if request.is_shared:
+            want = wanted_share(request, node.gpu_memory_gib)
+            if want is None or max(share, default=0.0) < want:
+                return False
+        elif sum(1 for free in share if free >= 1.0 - EPS) < request.whole_gpus:
+            return False
+    first = movable[0][0]
+    if placer.find(first) is not None:
+        return True
+    other = first.request
+    gpu = sum(share) - (request.gpus if request.gpu_memory_gib is None else request.gpu_share_on(node.gpu_memory_gib))
+    return (other.cpus <= cpu - request.cpus + EPS and other.memory_gib <= mem - request.memory_gib + EPS
+            and (other.gpus if other.gpu_memory_gib is None else other.gpu_share_on(node.gpu_memory_gib)) <= gpu + EPS)
 
 
 def _most_free_first(state: ClusterState, pool: str,

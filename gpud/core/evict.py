@@ -36,6 +36,7 @@ class VictimLists:
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
         self._flat: dict[QueueState, tuple[list[VictimEntry], list[tuple[int, str, Victim]]]] = {}
         self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
+        self._most: dict[tuple[QueueState, int], tuple[dict, tuple[float, float, float]]] = {}  # by ``holdings``
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
 
@@ -133,6 +134,24 @@ class VictimLists:
         if known is None or known[0] != gains:
             known = self._held[(queue, priority)] = (gains, self._sum_holdings(queue, priority))
         return known[1]
+
+    def most_held(self, queue: QueueState, priority: int) -> tuple[float, float, float]:
+        """The most GPUs, CPUs and memory the victims of ``queue`` below ``priority`` hold on any one
+        node, each resource on its own, as ``holdings`` sums them up."""
+        held = self.holdings(queue, priority)
+        known = self._most.get((queue, priority))
+        if known is not None and known[0] is held:
+            return known[1]
+        gpu = cpu = mem = 0.0
+        for held_gpu, held_cpu, held_mem in held.values():
+            if held_gpu > gpu:
+                gpu = held_gpu
+            if held_cpu > cpu:
+                cpu = held_cpu
+            if held_mem > mem:
+                mem = held_mem
+        self._most[(queue, priority)] = (held, (gpu, cpu, mem))
+        return gpu, cpu, mem
 
     def _sum_holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
         """What the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node."""
@@ -323,7 +342,7 @@ class _NodeRoom:
         self.freed_gpu = self.freed_cpu = self.freed_mem = 0.0
 
 
-def _wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
+def wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
     """The share of one GPU of ``gpu_memory_gib`` a shared task takes, less the tolerance; None if it cannot."""
     if request.gpu_memory_gib is not None and request.gpu_memory_gib > gpu_memory_gib + EPS:
         return None
@@ -384,7 +403,7 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
                 if shared:
                     size = node.gpu_memory_gib
                     if size not in wants:
-                        wants[size] = _wanted_share(request, size)
+                        wants[size] = wanted_share(request, size)
                     want = wants[size]
                 room = rooms[name] = _NodeRoom(node, want)
             gpu_index = placement.gpu_index

@@ -8,9 +8,9 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.placement import Placer
-from gpud.core.queues import QueueState
+from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, JobSpec
+from gpud.model import EPS, RESOURCES, JobSpec
 
 RULE = "preempt"
 
@@ -31,11 +31,18 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
     over_quota: dict[QueueState, FailedShapes] = {}
+    # Jobs no node's victims could make room for, remembered by the one resource they fell short of;
+    # valid while nothing in the department is placed or released (see ``_bounded``).
+    short: dict[QueueState, tuple[int, FailedShapes]] = {}
 
     def hopeless(job: JobSpec, queue: QueueState) -> bool:
         tasks = gang_tasks(state, job)
         shapes = failed.get(queue)
         found = shapes.find(job, tasks, (-job.priority,)) if shapes is not None else None
+        if found is None:
+            known = short.get(queue)
+            if known is not None and known[0] == (queue.parent or queue).changes:
+                found = known[1].find(job, tasks, (-job.priority,))
         if found is not None:
             if found[0]:
                 state.reasons[job.id] = (queue, found[0])
@@ -54,8 +61,8 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         need = state.need(job, tasks)
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         candidates = lists.running_below(queue, job.priority)
-        if not candidates:
-            shapes.add(job, tasks, "", extra=(-job.priority,))
+        if not candidates:  # whatever its size: no job of this priority or lower has a victim
+            shapes.add(job, 1, "", extra=(-job.priority,), binding=())
             return hopeless
 
         def eligible(victim: Victim) -> str | None:
@@ -64,7 +71,11 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 
         refused = refusal(queue, job, need)
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
-            (over_quota.get(queue) or over_quota.setdefault(queue, FailedShapes(state))).add(job, tasks, "")
+            quota_shapes = over_quota.get(queue) or over_quota.setdefault(queue, FailedShapes(state))
+            # A non-preemptible job as large in a resource its queue has no quota left of is refused too.
+            for resource in {r: None for level in (queue, queue.parent) if level is not None
+                             for r in level.fixed_excess(need)} or [None]:
+                quota_shapes.add(job, tasks, "", binding=None if resource is None else (resource,))
             return hopeless
 
         def ready() -> bool:
@@ -87,6 +98,15 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if refused_by_limit:
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
+        if not hopeful and not _bounded(queue):
+            mark = (queue.parent or queue).changes
+            known = short.get(queue)
+            if known is None or known[0] != mark:
+                known = short[queue] = (mark, FailedShapes(state))
+            most = lists.most_held(queue, job.priority)
+            for resource, held, must in zip(RESOURCES, most, (must_gpu, must_cpu, must_mem)):
+                if held < must - 2 * EPS:
+                    known[1].add(job, tasks, refused_by_limit, extra=(-job.priority,), binding=(resource,))
         return hopeless
 
     # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs
@@ -108,3 +128,18 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         return [entry for entry in heads if entry[2].jobs[0].priority > floor]
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+
+
+def _bounded(queue: QueueState) -> bool:
+    """True when the queue or its department has a hard limit, or may not go over quota.
+
+    Without either, a preemptor is refused only for non-preemptible jobs
+    over quota, so what one task must free decides alone whether its victims
+    can make room: a job needing at least as much more of a resource no node's
+    victims hold enough of, while nothing in the department is placed or
+    released, fails too (``short`` in ``preempt``).
+    """
+    for level in (queue, queue.parent):
+        if level is not None and not level.implicit and (level.limit != UNLIMITED or not level.settings.over_quota):
+            return True
+    return False

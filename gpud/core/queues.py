@@ -81,6 +81,21 @@ class QueueState:
                 or (need.cpu > EPS and self.alloc_cpu + need.cpu > level.cpu + EPS)
                 or (need.memory > EPS and self.alloc_mem + need.memory > level.memory + EPS))
 
+    def excess(self, level: Resources, need: Resources) -> list[str]:
+        """The resources in which the queue would hold more than ``level`` after taking ``need``."""
+        return [resource for resource, amount, held, bound in (
+            ("gpu", need.gpu, self.alloc_gpu, level.gpu), ("cpu", need.cpu, self.alloc_cpu, level.cpu),
+            ("memory", need.memory, self.alloc_mem, level.memory)) if amount > EPS and held + amount > bound + EPS]
+
+    def fixed_excess(self, need: Resources) -> list[str]:
+        """The resources in which the queue's non-preemptible jobs plus ``need`` would exceed its quota."""
+        if self.implicit:
+            return []
+        bound = self.quota_bound
+        return [resource for resource, amount, held, limit in (
+            ("gpu", need.gpu, self.fixed_gpu, bound.gpu), ("cpu", need.cpu, self.fixed_cpu, bound.cpu),
+            ("memory", need.memory, self.fixed_mem, bound.memory)) if amount > EPS and held + amount > limit + EPS]
+
     def fits_fair_share(self, need: Resources) -> bool:
         """True when the queue stays within its fair share after taking ``need``."""
         return not self._exceeds(self.fair_share, need)

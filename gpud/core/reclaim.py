@@ -88,8 +88,9 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
-        if not queue.fits_fair_share(need):
-            shapes.add(job, tasks, "")
+        if not queue.fits_fair_share(need):  # so would any job as large in a resource it goes over in
+            for resource in queue.excess(queue.fair_share, need):
+                shapes.add(job, tasks, "", binding=(resource,))
             return hopeless
         if refusal(queue, job, need):
             return None
@@ -206,6 +207,29 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                 admitted.append(entry)
         return admitted
 
+    unblocked_at: dict[QueueState, tuple[int, int]] = {}  # (versions) when ``blocked`` last said False
+
+    def blocked(queue: QueueState) -> bool:
+        # Every group of the queue is at least as large as one of its smallest (the cover): once each
+        # of those failed or would take the queue over its fair share, every group left would too.
+        shapes = failed.get(queue)
+        if shapes is None:
+            return False
+        versions = (shapes.version, queue.changes)
+        if unblocked_at.get(queue) == versions:
+            return False
+        cover = state.covers.of(queue)
+        if not cover:
+            unblocked_at[queue] = versions
+            return False
+        for group in cover:
+            job = group.jobs[0]
+            tasks = max(job.gang_minimum, 1)
+            if queue.fits_fair_share(state.group_need(group).scaled(tasks)) and shapes.find(job, tasks) is None:
+                unblocked_at[queue] = versions
+                return False
+        return True
+
     def some_job_fits(queue: QueueState) -> bool:
         # No job fits the fair share when none of the queue's smallest requests does.
         cover = state.covers.of(queue)
@@ -214,4 +238,4 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
     below = [q for q in state.backlog.by_queue if (q.alloc_gpu < q.fair_share.gpu - EPS
              or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS)
              and some_job_fits(q)]
-    serve_in_order(state, state.backlog, visit, admit, queues=below)
+    serve_in_order(state, state.backlog, visit, admit, queues=below, drop=blocked)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from operator import ge
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from gpud.model import JobSpec
+from gpud.model import RESOURCES, JobSpec
 
 if TYPE_CHECKING:
     from gpud.core.state import ClusterState
@@ -80,12 +80,21 @@ class FailedShapes:
         group, base = self._index.shapes[self._index.of(job)]
         return group, (*base, tasks, *extra)
 
-    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = ()) -> None:
+    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = (),
+            binding: Iterable[str] | None = None) -> None:
         """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
 
         ``extra`` adds dimensions of the caller's own (larger means harder).
+        ``binding``, when given, names resources ("gpu", "cpu", "memory")
+        whose amounts alone made the request fail: the others are remembered
+        as none, so a request at least as large in those fails too, whatever
+        it asks of the others. (A GPU request's size stands for its GPUs.)
         """
         group, dims = self._shape(job, tasks, extra)
+        if binding is not None:
+            kept = set(binding)
+            dims = tuple(0.0 if resource not in kept else amount
+                         for resource, amount in zip(RESOURCES, dims[:3])) + dims[3:]
         frontier = self._frontier.setdefault(group, [])
         for failed, _ in frontier:
             if all(map(ge, dims, failed)):
