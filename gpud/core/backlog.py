@@ -16,6 +16,9 @@ from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
 
+RESHAPED_KEPT = 256  # changes of a queue's groups listed one by one between two readings (``Backlog.reshaped``)
+
+
 class Group:
     """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made.
 
@@ -61,6 +64,9 @@ class Backlog:
         # Bumped for a queue whenever one of its groups is made or emptied: what is derived from a
         # queue's shapes (gpud.core.cover) holds while it stands still.
         self.shape_versions: dict[QueueState, int] = {}
+        # The groups made or emptied since the queue's shapes were last read (``reshaped``); None once
+        # there were too many to be worth reading one by one.
+        self._reshaped: dict[QueueState, list[Group] | None] = {}
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
 
@@ -73,8 +79,22 @@ class Backlog:
     def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple) -> Group:
         group = groups[shape] = Group(queue, shape, self.groups_made)
         self.groups_made += 1
-        self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
+        self._reshape(queue, group)
         return group
+
+    def _reshape(self, queue: QueueState, group: Group) -> None:
+        self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
+        log = self._reshaped.get(queue, [])
+        if log is not None:
+            log.append(group)
+            self._reshaped[queue] = log if len(log) <= RESHAPED_KEPT else None
+
+    def reshaped(self, queue: QueueState) -> list[Group] | None:
+        """The queue's groups made or emptied since the last call, in that order (None: too many to list).
+
+        Each call starts a new list; the first call lists every change since the queue's first group.
+        """
+        return self._reshaped.pop(queue, [])
 
     def _head_out(self, group: Group) -> None:
         heads = self.heads[group.queue]
@@ -147,7 +167,7 @@ class Backlog:
         del group.jobs[at]
         if not group.jobs:
             del self.by_queue[group.queue][group.shape]
-            self.shape_versions[group.queue] += 1
+            self._reshape(group.queue, group)
         elif at == 0:
             self._head_in(group)
 

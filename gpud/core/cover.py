@@ -54,17 +54,23 @@ class QueueCovers:
         elif cover.version == version:
             return cover.groups
         current = backlog.by_queue.get(queue, {})
+        changed = backlog.reshaped(queue)
+        if changed is None or cover.version < 0:  # the whole queue, once or after many changes
+            gone = [g for g in cover.class_of if current.get(g.shape) is not g]
+            made = [g for g in current.values() if g not in cover.class_of]
+        else:  # only the groups made or emptied since: a warm cycle changes few of a long backlog's groups
+            gone = [g for g in changed if current.get(g.shape) is not g and g in cover.class_of]
+            made = [g for g in changed if current.get(g.shape) is g and g not in cover.class_of]
         stale: set[tuple] = set()
-        for group in [g for g in cover.class_of if current.get(g.shape) is not g]:
+        for group in gone:
             klass = cover.class_of.pop(group)
             cover.partly_running.discard(group)
             if klass:
                 del cover.by_class[klass][group]
                 if any(g is group for _, g in cover.minimal[klass]):
                     stale.add(klass)
-        for group in current.values():  # in the order made, so covers never vary
-            if group not in cover.class_of:
-                self._add(cover, group, stale)
+        for group in made:  # in the order made, so covers never vary
+            self._add(cover, group, stale)
         for klass in stale:
             found = cover.minimal[klass] = []
             for group, dims in cover.by_class[klass].items():
