@@ -70,16 +70,22 @@ class Backlog:
         self.group_of: dict[str, Group] = {}
         self._key_of: dict[str, Any] = {}
 
+    @property
+    def job_key(self) -> Callable[..., Any]:
+        """The job-order key the groups are sorted by."""
+        return self._job_key
+
     def __len__(self) -> int:
         return len(self.group_of)
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.group_of
 
-    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple) -> Group:
+    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple, listed: bool = True) -> Group:
         group = groups[shape] = Group(queue, shape, self.groups_made)
         self.groups_made += 1
-        self._reshape(queue, group)
+        if listed:
+            self._reshape(queue, group)
         return group
 
     def _reshape(self, queue: QueueState, group: Group) -> None:
@@ -137,7 +143,7 @@ class Backlog:
                 last_queue = queue
             group = groups.get(shape)
             if group is None:
-                group = self._group(groups, queue, shape)
+                group = self._group(groups, queue, shape, listed=False)  # the queue is read whole again
             key = key_of[job.id] = job_key(job=job)
             group.keys.append(key)
             group.jobs.append(job)
@@ -150,6 +156,8 @@ class Backlog:
                 group.keys = [keys[i] for i in order]
                 group.jobs = [group.jobs[i] for i in order]
         for queue in {group.queue for group in touched}:
+            self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
+            self._reshaped[queue] = None
             self.heads[queue] = sorted((group.keys[0], group.seq, group) for group in by_queue[queue].values())
 
     def remove(self, job_id: str) -> None:

@@ -76,13 +76,16 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
     tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
+    # Every job of a backlog waits for some task when the cycle begins: only one placed or evicted since
+    # (touched) may have stopped waiting. The small set is asked first, not the placements of every job.
+    touched = state.touched
     reasons = state.reasons
     group_reasons = state.group_reasons
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
         i = cursor.at.get(group, 0)
         jobs = group.jobs
-        while i < len(jobs) and None not in placements[jobs[i].id]:
+        while i < len(jobs) and jobs[i].id in touched and None not in placements[jobs[i].id]:
             i += 1
         cursor.at[group] = i
         return jobs[i] if i < len(jobs) else None
@@ -111,7 +114,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             group = top[2]
             i, jobs = at.get(group, 0), group.jobs
             n = len(jobs)
-            while i < n and None not in placements[jobs[i].id]:
+            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
                 i += 1
             first = jobs[i] if i < n else None
             if first is not None and (skip is None or not skip(first, queue)):
@@ -164,11 +167,11 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         for entry in heads if admit is None else admit(queue, heads):
             group = entry[2]
             jobs = group.jobs
-            if None in placements[jobs[0].id]:
+            if jobs[0].id not in touched or None in placements[jobs[0].id]:
                 entries.append(entry)
                 continue
             i, n = 1, len(jobs)
-            while i < n and None not in placements[jobs[i].id]:
+            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
                 i += 1
             at[group] = i
             if i < n:

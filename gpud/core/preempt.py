@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import bisect
+
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
+from gpud.core.orders import job_order_key
 from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, RESOURCES, JobSpec
+from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, JobSpec
 
 RULE = "preempt"
 
@@ -115,19 +118,28 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     jobs = state.jobs
     for queue, running in state.running.items():
         if running and queue in state.backlog.by_queue:
-            floor = None
+            floor = NON_PREEMPTIBLE_PRIORITY  # no preemptible job is this high
             for job in map(jobs.__getitem__, running):
                 # The priority test first: most jobs cannot lower the floor, and the age test costs more.
-                if (floor is None or job.priority < floor) and job.preemptible and not lists.too_young(job):
+                if job.priority < floor and not lists.too_young(job):
                     floor = job.priority
-            if floor is not None:
+            if floor < NON_PREEMPTIBLE_PRIORITY:
                 lowest[queue] = floor
+
+    priority_first = state.backlog.job_key is job_order_key
 
     def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
         floor = lowest[queue]
+        if priority_first:  # the heads are sorted by minus the priority first: those above the floor lead
+            return heads[:bisect.bisect_left(heads, -floor, key=_minus_priority)]
         return [entry for entry in heads if entry[2].jobs[0].priority > floor]
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+
+
+def _minus_priority(entry: Entry) -> int:
+    """The first part of a head's key under the built-in job order: minus the priority of the group's first job."""
+    return entry[0][0]  # type: ignore[no-any-return]
 
 
 def _bounded(queue: QueueState) -> bool:
