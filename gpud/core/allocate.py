@@ -21,7 +21,8 @@ def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
 def gang_tasks(state: ClusterState, job: JobSpec) -> int:
     """How many pending tasks of the job must start together, at least one."""
     if job.id not in state.touched and not job.placements:  # every task waits, as when the cycle began
-        return max(job.gang_minimum, 1)
+        minimum = job.gang_minimum
+        return minimum if minimum > 1 else 1
     return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
 
 

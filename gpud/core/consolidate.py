@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from typing import Iterator
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -31,7 +30,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     """
     lists = VictimLists(state)
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
-    orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]] = {}  # by pool (_most_free_first)
+    orders: dict[str, _FreeOrder] = {}  # by pool (_most_free_first)
     failed = FailedShapes(state)
     attempts = [0]
 
@@ -106,7 +105,7 @@ def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: 
 
 def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
                     job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]],
-                    orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]]) -> bool:
+                    orders: dict[str, _FreeOrder]) -> bool:
     """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
     best: tuple[int, NodeState] | None = None
     tried = 0
@@ -167,33 +166,48 @@ def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tu
         elif sum(1 for free in share if free >= 1.0 - EPS) < request.whole_gpus:
             return False
     first = movable[0][0]
-    if placer.find(first) is not None:
-        return True
     other = first.request
     gpu = sum(share) - (request.gpus if request.gpu_memory_gib is None else request.gpu_share_on(node.gpu_memory_gib))
-    return (other.cpus <= cpu - request.cpus + EPS and other.memory_gib <= mem - request.memory_gib + EPS
-            and (other.gpus if other.gpu_memory_gib is None else other.gpu_share_on(node.gpu_memory_gib)) <= gpu + EPS)
+    if (other.cpus <= cpu - request.cpus + EPS and other.memory_gib <= mem - request.memory_gib + EPS
+            and (other.gpus if other.gpu_memory_gib is None else other.gpu_share_on(node.gpu_memory_gib)) <= gpu + EPS):
+        return True  # it might go back beside the job's task (the cheaper question first)
+    return placer.find(first) is not None
 
 
-def _most_free_first(state: ClusterState, pool: str,
-                     orders: dict[str, tuple[list[tuple[float, int, NodeState]], list[int]]]) -> Iterator[NodeState]:
-    """The pool's nodes, most free GPU share first, in pool order among equals, read as far as needed.
+class _FreeOrder:
+    """A pool's nodes sorted most free GPU share first (pool order among equals), kept for one action.
 
-    The free shares are summed once for the action (in ``orders``), and again only for nodes changed since.
+    Sums are worked out again only for nodes changed since, and only once
+    something in the cluster was placed or released (``ClusterState.changes``).
     """
+
+    __slots__ = ("sums", "versions", "ordered", "changes")
+
+    def __init__(self, nodes: list[NodeState], changes: int) -> None:
+        self.sums = [(-sum(n.free_share), i, n) for i, n in enumerate(nodes)]
+        self.versions = [n.version for n in nodes]
+        self.ordered = sorted(self.sums)
+        self.changes = changes
+
+
+def _most_free_first(state: ClusterState, pool: str, orders: dict[str, _FreeOrder]) -> Iterator[NodeState]:
+    """The pool's nodes, most free GPU share first, in pool order among equals, as they stand when asked."""
     nodes = state.indexes[pool].nodes
     known = orders.get(pool)
     if known is None:
-        known = orders[pool] = ([(-sum(n.free_share), i, n) for i, n in enumerate(nodes)], [n.version for n in nodes])
-    sums, versions = known
-    for i, node in enumerate(nodes):
-        if node.version != versions[i]:
-            versions[i] = node.version
-            sums[i] = (-sum(node.free_share), i, node)
-    order = list(sums)
-    heapq.heapify(order)
-    while order:
-        yield heapq.heappop(order)[2]
+        known = orders[pool] = _FreeOrder(nodes, state.changes)
+    elif known.changes != state.changes:
+        known.changes = state.changes
+        sums, versions, changed = known.sums, known.versions, False
+        for i, node in enumerate(nodes):
+            if node.version != versions[i]:
+                versions[i] = node.version
+                sums[i] = (-sum(node.free_share), i, node)
+                changed = True
+        if changed:
+            known.ordered = sorted(sums)
+    for entry in known.ordered:  # a list made anew whenever it changes: callers may move tasks meanwhile
+        yield entry[2]
 
 
 def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec, task: int,

@@ -76,9 +76,10 @@ class VictimLists:
         comes back if it is rolled back.
         """
         entries = self.ordered(queue)
-        placements = self.state.placements
+        placements, touched = self.state.placements, self.state.touched
         i = self._cursor[queue]
-        while i < len(entries) and not any(placements[entries[i][2].job.id]):
+        # A victim is a job that ran when its list was made: one untouched this cycle still runs.
+        while i < len(entries) and (job_id := entries[i][2].job.id) in touched and not any(placements[job_id]):
             i += 1
         self._cursor[queue] = i
         return entries, i
@@ -86,9 +87,10 @@ class VictimLists:
     def _running(self, queue: QueueState) -> Iterator[VictimEntry]:
         """The entries of a queue whose job still runs."""
         entries, i = self._start(queue)
-        placements = self.state.placements
+        placements, touched = self.state.placements, self.state.touched
         for entry in entries[i:]:
-            if any(placements[entry[2].job.id]):
+            job_id = entry[2].job.id
+            if job_id not in touched or any(placements[job_id]):
                 yield entry
 
     def running_below(self, queue: QueueState, priority: int) -> list[Victim]:
@@ -101,11 +103,12 @@ class VictimLists:
         if known is not None and known[0] == queue.changes:
             return known[1]
         entries, i = self._start(queue)
-        placements = self.state.placements
+        placements, touched = self.state.placements, self.state.touched
         flat = self._flat.get(queue)
         if flat is None or flat[0] is not entries:  # (priority, job id, victim) of each entry, made once per list
             flat = self._flat[queue] = (entries, [(v.job.priority, v.job.id, v) for _, _, v in entries])
-        found = [victim for below, job_id, victim in flat[1][i:] if below < priority and any(placements[job_id])]
+        found = [victim for below, job_id, victim in flat[1][i:]
+                 if below < priority and (job_id not in touched or any(placements[job_id]))]
         self._below[key] = (queue.changes, found)
         return found
 

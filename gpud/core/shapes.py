@@ -127,8 +127,9 @@ class FailedShapes:
         group, base = self._index.shapes[sid]
         dims = (*base, tasks, *extra)
         found = None
+        size = dims[0]
         for failed, why in self._frontier.get(group, ()):
-            if all(map(ge, dims, failed)):
+            if size >= failed[0] and all(map(ge, dims, failed)):  # the size alone rules most out, cheaply
                 found = why
                 break
         self._answers[key] = (self._version, found)
