@@ -1150,46 +1150,16 @@ def test_consolidation_moves_as_few_jobs_as_possible():
     assert sim.pending() == set()
 
 
-def test_consolidation_gathers_scattered_fractions_to_free_a_whole_gpu():
+@pytest.mark.parametrize("cpus", [
     # Two halves on two GPUs leave one GPU's worth free but no whole GPU: one half moves next to the other.
-    sim = run("""
-        [policy]
-        gpu_placement = "spread"
-        [[policy.projects]]
-        name = "p1"
-        gpu_quota = 2
-        [[nodes]]
-        name = "n1"
-        gpus = 2
-        [[jobs]]
-        name = "a"
-        project = "p1"
-        gpus = 0.5
-        running_on = ["n1"]
-        gpu_index = [[0]]
-        [[jobs]]
-        name = "b"
-        project = "p1"
-        gpus = 0.5
-        running_on = ["n1"]
-        gpu_index = [[1]]
-        [[jobs]]
-        name = "whole"
-        project = "p1"
-        gpus = 1
-        submitted = 100
-        """)
-    assert sim.running() == {"a", "b", "whole"}
-    (move,) = evictions(sim)
-    assert move.moved and move.rule == "consolidate"
-    moved = move.job
-    assert job(sim, "whole").task_placement(0).gpu_index != job(sim, moved).task_placement(0).gpu_index
-
-
-def test_consolidation_moves_a_job_to_room_only_the_move_itself_frees():
-    # The halves hold 54 of 64 CPUs: neither fits anywhere else as things stand (10 CPUs free). Moving
-    # one frees its GPU and its CPUs; "whole" takes the GPU and 5 CPUs, and the half fits beside the other.
-    sim = run("""
+    (1, 1, 1),
+    # The halves hold 54 of 64 CPUs: neither fits anywhere else as things stand (10 CPUs free). Moving one
+    # frees its GPU and its CPUs; "whole" takes the GPU and 5 CPUs, and the half fits beside the other.
+    (40, 14, 5),
+])
+def test_consolidation_gathers_scattered_fractions_to_free_a_whole_gpu(cpus):
+    a, b, whole = cpus
+    sim = run(f"""
         [policy]
         gpu_placement = "spread"
         [[policy.projects]]
@@ -1203,21 +1173,21 @@ def test_consolidation_moves_a_job_to_room_only_the_move_itself_frees():
         name = "a"
         project = "p1"
         gpus = 0.5
-        cpus = 40
+        cpus = {a}
         running_on = ["n1"]
         gpu_index = [[0]]
         [[jobs]]
         name = "b"
         project = "p1"
         gpus = 0.5
-        cpus = 14
+        cpus = {b}
         running_on = ["n1"]
         gpu_index = [[1]]
         [[jobs]]
         name = "whole"
         project = "p1"
         gpus = 1
-        cpus = 5
+        cpus = {whole}
         submitted = 100
         """)
     assert sim.running() == {"a", "b", "whole"}
@@ -1225,6 +1195,7 @@ def test_consolidation_moves_a_job_to_room_only_the_move_itself_frees():
     assert move.moved and move.rule == "consolidate"
     stayed = ({"a", "b"} - {move.job}).pop()
     assert job(sim, move.job).task_placement(0).gpu_index == job(sim, stayed).task_placement(0).gpu_index
+    assert job(sim, "whole").task_placement(0).gpu_index != job(sim, stayed).task_placement(0).gpu_index
 
 
 def test_consolidation_does_nothing_when_a_moved_job_could_not_be_placed_again():
