@@ -268,3 +268,6 @@ def test_what_a_warm_scheduler_remembers_never_changes_a_plan(data, step, draw):
         forget_memories(forgetful.state)
         now = kept.state.now + step
         same_plan(kept.cycle(now), forgetful.cycle(now))
+        # Each queue's running jobs are listed with the JobSpec the scheduler holds now, not an older one.
+        assert all(kept.state.jobs[job_id] is job for running in kept.state.running.values()
+                   for job_id, job in running.items())

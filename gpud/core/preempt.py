@@ -115,11 +115,10 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs
     # past their minimum run time. (Jobs too young to be victims would make whole groups try in vain.)
     lowest: dict[QueueState, int] = {}
-    jobs = state.jobs
     for queue, running in state.running.items():
         if running and queue in state.backlog.by_queue:
             floor = NON_PREEMPTIBLE_PRIORITY  # no preemptible job is this high
-            for job in map(jobs.__getitem__, running):
+            for job in running.values():
                 # The priority test first: most jobs cannot lower the floor, and the age test costs more.
                 if job.priority < floor and not lists.too_young(job):
                     floor = job.priority

@@ -225,7 +225,8 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         for group in cover:
             job = group.jobs[0]
             tasks = max(job.gang_minimum, 1)
-            if queue.fits_fair_share(state.group_need(group).scaled(tasks)) and shapes.find(job, tasks) is None:
+            need = state.group_need(group)
+            if queue.fits_fair_share(need if tasks == 1 else need.scaled(tasks)) and shapes.find(job, tasks) is None:
                 unblocked_at[queue] = versions
                 return False
         return True

@@ -76,7 +76,8 @@ class ClusterState:
         # its first bind gives it a list of its own, so a long backlog costs no list per job.
         self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = {}
         self._unplaced: dict[int, tuple[None, ...]] = {}
-        self.running: dict[QueueState, dict[str, None]] = defaultdict(dict)
+        # Each queue's jobs that hold some placement, with their JobSpec as ``jobs`` has it.
+        self.running: dict[QueueState, dict[str, JobSpec]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
@@ -204,6 +205,8 @@ class ClusterState:
             jobs[job_id] = updated
             backlog.remove(job_id)
             queue = self.queue_of(updated)
+            if running and queue is not None:
+                self.running[queue][job_id] = updated
             if waiting and queue is not None:  # a job of a project the policy dropped waits as an orphan
                 backlog.add(updated, queue, partly_running=running)
 
@@ -284,10 +287,9 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        jobs, kept, touched = self.jobs, self._victims, self.touched
+        kept, touched = self._victims, self.touched
         found = []
-        for job_id in self.running[queue]:
-            job = jobs[job_id]
+        for job_id, job in self.running[queue].items():
             if preemptible_only and not job.preemptible:
                 continue
             # A victim is kept while its job's tasks stay where they were when it was made: made for a
@@ -322,7 +324,7 @@ class ClusterState:
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(gpu, cpu, mem, job.preemptible)
-            self.running[queue][job.id] = None
+            self.running[queue][job.id] = job
             self._add_pending(queue, job, -1)
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
