@@ -143,7 +143,10 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         assert top is not None, "a queue without pending groups has no key"
         group = top[2]
         job = group.jobs[cursor.at.get(group, 0)]
-        need = state.need(job, state.pending_count(job.id))
+        if job.id in touched or job.placements:
+            need = state.need(job, state.pending_count(job.id))
+        else:  # every task waits, as when the cycle began; the group keeps what one task needs
+            need = state.group_need(group) if job.tasks == 1 else state.need(job, job.tasks)
         return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
