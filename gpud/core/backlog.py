@@ -44,8 +44,10 @@ def shape_of(job: JobSpec, partly_running: bool, alone: bool = False) -> tuple:
     """The grouping key of a pending job; a job that already runs some tasks is a group of its own."""
     if partly_running or alone:
         return ("job", job.id)
-    selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
     r = job.request
+    if r.gpu_memory_gib is None and not job.node_selector:  # most jobs: a shorter key, quicker to hash and compare
+        return (r.gpus, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, job.pool, job.preemptible)
+    selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
     return (r.gpus, r.gpu_memory_gib, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, selector, job.pool,
             job.preemptible)
 
@@ -68,7 +70,6 @@ class Backlog:
         # there were too many to be worth reading one by one.
         self._reshaped: dict[QueueState, list[Group] | None] = {}
         self.group_of: dict[str, Group] = {}
-        self._key_of: dict[str, Any] = {}
 
     @property
     def job_key(self) -> Callable[..., Any]:
@@ -125,18 +126,18 @@ class Backlog:
         if at == 0:
             self._head_in(group)
         self.group_of[job.id] = group
-        self._key_of[job.id] = key
 
     def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
-        touched: dict[Group, None] = {}
-        key_of, group_of, job_key, alone = self._key_of, self.group_of, self._job_key, self._alone
+        group_of, job_key, alone = self.group_of, self._job_key, self._alone
         by_queue = self.by_queue
         last_queue: QueueState | None = None
         groups: dict[tuple, Group] = {}
+        taken: set[QueueState] = set()
         for job, queue, partly_running in entries:
             shape = shape_of(job, partly_running, alone)
             if queue is not last_queue:
+                taken.add(queue)
                 if queue not in by_queue:
                     by_queue[queue] = {}
                 groups = by_queue[queue]
@@ -144,36 +145,41 @@ class Backlog:
             group = groups.get(shape)
             if group is None:
                 group = self._group(groups, queue, shape, listed=False)  # the queue is read whole again
-            key = key_of[job.id] = job_key(job=job)
-            group.keys.append(key)
+            group.keys.append(job_key(job=job))
             group.jobs.append(job)
             group_of[job.id] = group
-            touched[group] = None
-        for group in touched:
-            keys = group.keys
-            if len(keys) > 1:
-                order = sorted(range(len(keys)), key=keys.__getitem__)
-                group.keys = [keys[i] for i in order]
-                group.jobs = [group.jobs[i] for i in order]
-        for queue in {group.queue for group in touched}:
+        # Every group of a queue taken in is sorted again: one already in order costs a single pass.
+        for queue in taken:
+            for group in by_queue[queue].values():
+                keys = group.keys
+                if len(keys) > 1:
+                    order = sorted(range(len(keys)), key=keys.__getitem__)
+                    group.keys = [keys[i] for i in order]
+                    group.jobs = [group.jobs[i] for i in order]
             self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
             self._reshaped[queue] = None
             self.heads[queue] = sorted((group.keys[0], group.seq, group) for group in by_queue[queue].values())
 
-    def remove(self, job_id: str) -> None:
-        """Take a job out of the backlog (it started, finished or was cancelled); unknown ids are ignored."""
+    def remove(self, job: JobSpec) -> None:
+        """Take a job out of the backlog (it started, finished or was cancelled); unknown jobs are ignored.
+
+        ``job`` is the JobSpec the backlog was given, or one with the same job-order key.
+        """
+        job_id = job.id
         group = self.group_of.pop(job_id, None)
         if group is None:
             return
-        key = self._key_of.pop(job_id)
-        at = bisect.bisect_left(group.keys, key)
-        while group.jobs[at].id != job_id:
+        jobs = group.jobs
+        at = bisect.bisect_left(group.keys, self._job_key(job=job))
+        while at < len(jobs) and jobs[at].id != job_id:
             at += 1
+        if at == len(jobs):  # a key that changed since the job came in: looked for one by one
+            at = next(i for i, waiting in enumerate(jobs) if waiting.id == job_id)
         if at == 0:
             self._head_out(group)
         del group.keys[at]
-        del group.jobs[at]
-        if not group.jobs:
+        del jobs[at]
+        if not jobs:
             del self.by_queue[group.queue][group.shape]
             self._reshape(group.queue, group)
         elif at == 0:

@@ -71,11 +71,16 @@ class ClusterState:
         self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
         self.queues = build_queues(policy, sorted(pools))
         self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
-        self.jobs: dict[str, JobSpec] = {}
+        # The snapshot's jobs are registered in bulk here, none placed; ``_take`` books their running tasks.
+        self.jobs: dict[str, JobSpec] = {job.id: job for job in snapshot.jobs}
         # A job none of whose tasks is placed shares one tuple of Nones with the jobs of its size;
         # its first bind gives it a list of its own, so a long backlog costs no list per job.
-        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = {}
         self._unplaced: dict[int, tuple[None, ...]] = {}
+        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = dict.fromkeys(
+            self.jobs, self._unplaced_tuple(1))
+        for job in snapshot.jobs:
+            if job.tasks != 1:
+                self.placements[job.id] = self._unplaced_tuple(job.tasks)
         # Each queue's jobs that hold some placement, with their JobSpec as ``jobs`` has it.
         self.running: dict[QueueState, dict[str, JobSpec]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -99,8 +104,8 @@ class ClusterState:
         self.releases = 0
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         self.changes_at_begin = 0
-        # One bulk insertion into the backlog, fed as the jobs are taken in.
-        self.backlog.extend(self._take(snapshot.jobs))
+        # One bulk insertion into the backlog, fed as the jobs' running tasks are booked.
+        self.backlog.extend(self._take(snapshot.jobs, registered=True))
         self.touched = set()
 
     # --- jobs coming and going, cycles beginning and ending ------------------------------------
@@ -110,25 +115,38 @@ class ClusterState:
         for waiting, queue, partly_running in self._take((job,)):
             self.backlog.add(waiting, queue, partly_running)
 
-    def _take(self, jobs: Iterable[JobSpec]) -> Iterator[tuple[JobSpec, QueueState, bool]]:
-        """Register jobs and book what their running tasks hold.
+    def _unplaced_tuple(self, tasks: int) -> tuple[None, ...]:
+        """The tuple of Nones shared by every job of ``tasks`` tasks none of which is placed."""
+        unplaced = self._unplaced.get(tasks)
+        if unplaced is None:
+            unplaced = self._unplaced[tasks] = (None,) * tasks
+        return unplaced
+
+    def _take(self, jobs: Iterable[JobSpec], registered: bool = False) -> Iterator[tuple[JobSpec, QueueState, bool]]:
+        """Register jobs (unless ``registered`` says it is done, none placed yet) and book what their
+        running tasks hold.
 
         Yields (job, its queue, whether some of its tasks run) for each job
         with tasks left to place, as the backlog takes them in.
         """
         default_pool = self.policy.default_pool
-        queues, known, placements, unplaced_of = self.queues, self.jobs, self.placements, self._unplaced
+        queues, known, placements = self.queues, self.jobs, self.placements
         nodes, pending_need = self.nodes, self.pending_need
+        # The queue of each project for jobs of the default pool, the common case, looked up by the name alone.
+        in_default: dict[str, QueueState | None] = {}
         for job in jobs:
-            tasks = job.tasks
-            known[job.id] = job
-            unplaced = unplaced_of.get(tasks)
-            if unplaced is None:
-                unplaced = unplaced_of[tasks] = (None,) * tasks
-            placements[job.id] = unplaced
-            queue = queues.get((job.project, job.pool or default_pool))
+            job_id, tasks = job.id, job.tasks
+            if not registered:
+                known[job_id] = job
+                placements[job_id] = self._unplaced_tuple(tasks)
+            if job.pool:
+                queue = queues.get((job.project, job.pool))
+            elif job.project in in_default:
+                queue = in_default[job.project]
+            else:
+                queue = in_default[job.project] = queues.get((job.project, default_pool))
             if queue is None:
-                self.orphans[job.id] = f"project {job.project} is not in the policy"
+                self.orphans[job_id] = f"project {job.project} is not in the policy"
                 continue
             request = job.request  # what _add_pending does, inline: a long backlog passes here job by job
             acc = pending_need[queue]
@@ -156,7 +174,7 @@ class ClusterState:
             for task in self.running_tasks(job_id):
                 self._unbind(job, task)
             self._add_pending(queue, job, -job.tasks)
-        self.backlog.remove(job_id)
+        self.backlog.remove(job)
         self.shapes.forget(job_id)
         self._task_needs.pop(job_id, None)
         self._victims.pop(job_id, None)
@@ -203,7 +221,7 @@ class ClusterState:
             started = (job.started if job.is_running and running else self.now) if running else None
             updated = _with_placements(job, current, started)
             jobs[job_id] = updated
-            backlog.remove(job_id)
+            backlog.remove(job)
             queue = self.queue_of(updated)
             if running and queue is not None:
                 self.running[queue][job_id] = updated
