@@ -57,17 +57,23 @@ class Scheduler:
         cycle starts from them.
         """
         with CollectorPaused():
-            state = self.state
-            state.begin_cycle(now)
-            placer = Placer(state)
-            allocate(state, placer)
-            consolidate(state, placer)
-            reclaim(state, placer)
-            preempt(state, placer)
-            binds, evictions = plan_changes(state)
-            queues = tuple(_report(q) for q in state.queues.values())
-            state.commit()
-            return Plan(binds, evictions, PendingReasons(state), queues)
+            return self._run(now, last=False)
+
+    def _run(self, now: float | None, last: bool) -> Plan:
+        """A cycle; the ``last`` one leaves the state as the actions left it, for no cycle comes after."""
+        state = self.state
+        state.begin_cycle(now)
+        placer = Placer(state)
+        allocate(state, placer)
+        consolidate(state, placer)
+        reclaim(state, placer)
+        preempt(state, placer)
+        binds, evictions = plan_changes(state)
+        queues = tuple(_report(q) for q in state.queues.values())
+        if last:
+            return Plan(binds, evictions, PendingReasons(state, state.waiting_after()), queues)
+        state.commit()
+        return Plan(binds, evictions, PendingReasons(state), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -77,7 +83,7 @@ def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Pl
     plan; nothing outside is changed.
     """
     with CollectorPaused():  # once for both: the state built here is dropped on return, never collected
-        return Scheduler(snapshot, policy, pm).cycle()
+        return Scheduler(snapshot, policy, pm)._run(None, last=True)
 
 
 def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:
@@ -123,7 +129,8 @@ class PendingReasons(Mapping[str, str]):
     group passed over with its whole queue gets its reason when first read.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, waiting: dict[str, Group] | None = None) -> None:
+        """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
         # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
         self._reasons = state.reasons
         self._group_reason = state.group_reasons
@@ -133,7 +140,7 @@ class PendingReasons(Mapping[str, str]):
         self._evicted = state.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self._orphans = state.orphans.copy()
-        self._group_of = state.backlog.group_of.copy()
+        self._group_of = state.backlog.group_of.copy() if waiting is None else waiting
         self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pluggy
 
-from gpud.core.backlog import Backlog, Group
+from gpud.core.backlog import Backlog, Group, shape_of
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
@@ -202,7 +202,42 @@ class ClusterState:
 
     def commit(self) -> None:
         """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
-        backlog, jobs, placements = self.backlog, self.jobs, self.placements
+        backlog, jobs = self.backlog, self.jobs
+        for job, current, running, waiting in self._changed():
+            started = (job.started if job.is_running and running else self.now) if running else None
+            updated = _with_placements(job, current, started)
+            jobs[job.id] = updated
+            backlog.remove(job)
+            queue = self.queue_of(updated)
+            if running and queue is not None:
+                self.running[queue][job.id] = updated
+            if waiting and queue is not None:  # a job of a project the policy dropped waits as an orphan
+                backlog.add(updated, queue, partly_running=running)
+
+    def waiting_after(self) -> dict[str, Group]:
+        """Each job that waits after this cycle with its group, in order, as ``commit`` would leave
+        ``backlog.group_of``; nothing is changed (for a last cycle, whose state no cycle reads again).
+
+        A job that would join the backlog anew gets the group of its shape as it is now, or a group
+        of its own when there is none.
+        """
+        waiting_jobs = self.backlog.group_of.copy()
+        joining = []
+        for job, current, running, waiting in self._changed():
+            waiting_jobs.pop(job.id, None)
+            queue = self.queue_of(job)
+            if waiting and queue is not None:
+                joining.append((job, queue, running))
+        for job, queue, running in joining:
+            shape = shape_of(job, running, self.job_specific_plugins)
+            group = self.backlog.by_queue.get(queue, {}).get(shape)
+            waiting_jobs[job.id] = group if group is not None else Group(queue, shape, -1)
+        return waiting_jobs
+
+    def _changed(self) -> Iterator[tuple[JobSpec, tuple[TaskPlacement | None, ...], bool, bool]]:
+        """(job, its placements now, whether some task runs, whether some task waits) for each job whose
+        placements this cycle changed, by job id."""
+        jobs, placements = self.jobs, self.placements
         for job_id in sorted(self.touched):  # a cold cycle starts and stops thousands of jobs: kept lean
             job = jobs.get(job_id)
             if job is None:
@@ -218,15 +253,7 @@ class ClusterState:
                     waiting = True
                 else:
                     running = True
-            started = (job.started if job.is_running and running else self.now) if running else None
-            updated = _with_placements(job, current, started)
-            jobs[job_id] = updated
-            backlog.remove(job)
-            queue = self.queue_of(updated)
-            if running and queue is not None:
-                self.running[queue][job_id] = updated
-            if waiting and queue is not None:  # a job of a project the policy dropped waits as an orphan
-                backlog.add(updated, queue, partly_running=running)
+            yield job, current, running, waiting
 
     def _add_pending(self, queue: QueueState, job: JobSpec, tasks: int) -> None:
         request = job.request
