@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpud.core.admission import EVERY_JOB, refusal
+from gpud.core.backlog import Group
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, explain_unplaced
 from gpud.core.queues import QueueState, format_amount
@@ -59,11 +60,12 @@ class Blocks:
         self.rules: dict[QueueState, FailedShapes] = {}
         self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
 
-    def find(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[str, str] | None:
-        """(reason, kind) when the job is blocked by an earlier failure, else None."""
-        found = self.room.find(job, tasks)
+    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[str, str] | None:
+        """(reason, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
+        number, when known)."""
+        found = self.room.find(job, tasks, (), sid)
         if found is None and queue in self.rules:
-            found = self.rules[queue].find(job, tasks, (0 if job.preemptible else 1,))
+            found = self.rules[queue].find(job, tasks, (0 if job.preemptible else 1,), sid)
         return found
 
     def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: str, binds: int) -> None:
@@ -131,9 +133,9 @@ def allocate(state: ClusterState, placer: Placer) -> None:
     reasons = state.reasons
     fragmented = state.fragmented
 
-    def skip_same(job: JobSpec, queue: QueueState) -> bool:
+    def skip_same(job: JobSpec, queue: QueueState, group: Group) -> bool:
         tasks = gang_tasks(state, job)
-        found = blocks.find(job, queue, tasks)
+        found = blocks.find(job, queue, tasks, state.shapes.of_group(group))
         if found is None:
             return False
         reasons[job.id] = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])

@@ -23,10 +23,12 @@ class Group:
     """Pending jobs of one queue and one shape, in job order; ``seq`` numbers the groups in the order made.
 
     ``need`` is what one task of its jobs holds at most (they share their
-    request and pool), kept by ``ClusterState.group_need`` once asked.
+    request and pool), kept by ``ClusterState.group_need`` once asked;
+    ``sid`` the number of their shape as the failure memory compares it
+    (``ShapeIndex.of_group``), -1 until asked.
     """
 
-    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "need")
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "need", "sid")
 
     def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
         self.queue = queue
@@ -35,6 +37,7 @@ class Group:
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
         self.need: Resources | None = None
+        self.sid = -1
 
     def __repr__(self) -> str:
         return f"Group({self.queue.name}, {len(self.jobs)} jobs)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
-from gpud.core.backlog import Backlog
+from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
@@ -34,9 +34,10 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     failed = FailedShapes(state)
     attempts = [0]
 
-    def hopeless(job: JobSpec, queue: QueueState | None = None) -> bool:
+    def hopeless(job: JobSpec, queue: QueueState | None = None, group: Group | None = None) -> bool:
         return (attempts[0] >= MAX_JOBS_PER_CYCLE
-                or failed.find(job, gang_tasks(state, job)) is not None)
+                or failed.find(job, gang_tasks(state, job), (),
+                               state.shapes.of_group(group) if group is not None else -1) is not None)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)

@@ -13,7 +13,7 @@ from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
-Skip = Callable[[JobSpec, QueueState], bool]
+Skip = Callable[[JobSpec, QueueState, Group], bool]  # asked with a group's next job, its queue and the group
 Entry = tuple[Any, int, Group]  # a group by its next job: (that job's key, tiebreak, group)
 Admit = Callable[[QueueState, list[Entry]], list[Entry]]
 
@@ -61,7 +61,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
     is recomputed after each of its jobs. ``visit`` may return a predicate
-    (asked with a job and its queue): from then on, a group of that queue
+    (asked with a job, its queue and its group): from then on, a group of that queue
     whose next job it holds for is passed over whole (the predicate records
     why that job waits, and with ``record_reasons`` the group keeps the
     reason for all its jobs). ``admit``, given a queue and its groups as
@@ -117,7 +117,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
                 i += 1
             first = jobs[i] if i < n else None
-            if first is not None and (skip is None or not skip(first, queue)):
+            if first is not None and (skip is None or not skip(first, queue, group)):
                 if i:
                     at[group] = i
                 current = group.keys[i]

@@ -6,6 +6,7 @@ import bisect
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
+from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
@@ -38,20 +39,21 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     # valid while nothing in the department is placed or released (see ``_bounded``).
     short: dict[QueueState, tuple[int, FailedShapes]] = {}
 
-    def hopeless(job: JobSpec, queue: QueueState) -> bool:
+    def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         tasks = gang_tasks(state, job)
+        sid = state.shapes.of_group(group) if group is not None else -1
         shapes = failed.get(queue)
-        found = shapes.find(job, tasks, (-job.priority,)) if shapes is not None else None
+        found = shapes.find(job, tasks, (-job.priority,), sid) if shapes is not None else None
         if found is None:
             known = short.get(queue)
             if known is not None and known[0] == (queue.parent or queue).changes:
-                found = known[1].find(job, tasks, (-job.priority,))
+                found = known[1].find(job, tasks, (-job.priority,), sid)
         if found is not None:
             if found[0]:
                 state.reasons[job.id] = (queue, found[0])
             return True
         refused = over_quota.get(queue)
-        return not job.preemptible and refused is not None and refused.find(job, tasks) is not None
+        return not job.preemptible and refused is not None and refused.find(job, tasks, (), sid) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)

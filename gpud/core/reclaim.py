@@ -74,9 +74,10 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             known = over_known[key] = (state.changes, share, quota)
         return [q for q in known[1] if q is not queue], [q for q in known[2] if q is not queue]
 
-    def hopeless(job: JobSpec, queue: QueueState) -> bool:
+    def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         shapes = failed.get(queue)
-        return shapes is not None and shapes.find(job, gang_tasks(state, job)) is not None
+        return shapes is not None and shapes.find(job, gang_tasks(state, job), (),
+                                                  state.shapes.of_group(group) if group is not None else -1) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from gpud.model import RESOURCES, JobSpec
 
 if TYPE_CHECKING:
+    from gpud.core.backlog import Group
     from gpud.core.state import ClusterState
 
 
@@ -50,6 +51,13 @@ class ShapeIndex:
                 sid = self._ids[base] = len(self.shapes)
                 self.shapes.append(base)
             self._of_job[job.id] = sid
+        return sid
+
+    def of_group(self, group: Group) -> int:
+        """The number of the shape every job of a backlog group shares, kept on the group."""
+        sid = group.sid
+        if sid < 0:
+            sid = group.sid = self.of(group.jobs[0])
         return sid
 
     def forget(self, job_id: str) -> None:
@@ -112,20 +120,25 @@ class FailedShapes:
         """A copy of the failures remembered now, by class, for ``first_covering``."""
         return {group: list(failed) for group, failed in self._frontier.items()}
 
-    def find(self, job: JobSpec, tasks: int, extra: tuple = ()) -> tuple[str, str] | None:
-        """(reason, kind) of a failed request this one is at least as large as, or None."""
+    def find(self, job: JobSpec, tasks: int, extra: tuple = (), sid: int = -1) -> tuple[str, str] | None:
+        """(reason, kind) of a failed request this one is at least as large as, or None.
+
+        ``sid``, when known (``ShapeIndex.of_group``), is the number of the job's shape.
+        """
         if not self._frontier:
             return None
         index = self._index
-        sid = index._of_job.get(job.id)  # index.of(job), inline for a job seen before: the common case
-        if sid is None:
-            sid = index.of(job)
+        if sid < 0:
+            found_sid = index._of_job.get(job.id)  # index.of(job), inline for a job seen before: the common case
+            sid = found_sid if found_sid is not None else index.of(job)
         key = (sid, tasks, extra)
         known = self._answers.get(key)
         if known is not None and (known[1] is not None or known[0] == self._version):
             return known[1]
         group, base = self._index.shapes[sid]
-        dims = (*base, tasks, *extra)
+        dims: tuple = (base[0], base[1], base[2], tasks)  # (size, CPUs, memory) and tasks, as ``_shape`` makes them
+        if extra:
+            dims += extra
         found = None
         size = dims[0]
         for failed, why in self._frontier.get(group, ()):
