@@ -232,8 +232,11 @@ def sorted_heads(state: ClusterState) -> dict:
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
     shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
-    job's need per task, each running job as a victim."""
+    group's shape number, each job's need per task, each running job as a victim."""
     state.shapes = ShapeIndex(state)
+    for groups in state.backlog.by_queue.values():
+        for group in groups.values():
+            group.sid = -1
     state.covers = QueueCovers(state)
     state._task_needs = {}
     state._victims = {}

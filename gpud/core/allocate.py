@@ -7,7 +7,7 @@ from gpud.core.backlog import Group
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, explain_unplaced
 from gpud.core.queues import QueueState, format_amount
-from gpud.core.shapes import FailedShapes, first_covering, shape_key
+from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec
 
@@ -118,9 +118,9 @@ class LateReasons:
         state = self.state
         klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
         tasks = max(job.gang_minimum, 1)
-        found = first_covering(self.room, klass, (*base, tasks))
+        found = first_covering(self.room, klass, failure_dims(base, tasks))
         if found is None:
-            found = first_covering(self.rules, klass, (*base, tasks, 0 if job.preemptible else 1))
+            found = first_covering(self.rules, klass, failure_dims(base, tasks, (0 if job.preemptible else 1,)))
         if found is None:
             return None
         return self.queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0]
