@@ -33,18 +33,39 @@ class Placer:
         """The best free placement for one more task of ``job``, or None when no node fits.
 
         A request that found no room is not searched again until some
-        resource has been released (free capacity only shrinks otherwise).
+        resource has been released (free capacity only shrinks otherwise),
+        and then only if a node where something was released could hold it.
         """
         state = self.state
         key = None
         if not exclude and self._filter is None:
             key = (job.request, job.pool, tuple(sorted(job.node_selector.items())) if job.node_selector else ())
-            if self._no_room.get(key) == state.releases:
-                return None
+            searched = self._no_room.get(key)
+            if searched is not None:
+                if searched == state.releases or not self._room_on_released(job, searched):
+                    self._no_room[key] = state.releases
+                    return None
         found = self._search(job, exclude)
         if found is None and key is not None:
             self._no_room[key] = state.releases
         return found
+
+    def _room_on_released(self, job: JobSpec, since: int) -> bool:
+        """Whether some node where something was released after ``since`` (``ClusterState.releases``)
+        might now hold one task of ``job``; True when that is not known. Every other node of the pool
+        has only less room than when the job last found none."""
+        released = self.state.released_since(since)
+        if released is None:
+            return True
+        pool, request, selector = self.state.pool_of(job), job.request, job.node_selector
+        nodes = self.state.nodes
+        for name in set(released):
+            node = nodes[name]
+            if (node.pool == pool and node.spec.schedulable and node.holds_host_resources(request)
+                    and (not selector or node.matches(selector))
+                    and node.pick_gpus(request, range(node.gpus)) is not None):
+                return True
+        return False
 
     def _search(self, job: JobSpec, exclude: frozenset[str]) -> TaskPlacement | None:
         state = self.state

@@ -102,6 +102,9 @@ class ClusterState:
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
+        # The node of each release this cycle, in order; the first is release number ``_log_base`` + 1.
+        self._release_log: list[str] = []
+        self._log_base = 0
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         self.changes_at_begin = 0
         # One bulk insertion into the backlog, fed as the jobs' running tasks are booked.
@@ -193,6 +196,8 @@ class ClusterState:
         self.evicted_by = {}
         self.touched = set()
         self.fragmented = set()
+        self._release_log = []
+        self._log_base = self.releases
         demand = {}
         for queue in self.queues.values():
             if queue.kind == "project":
@@ -318,6 +323,13 @@ class ClusterState:
             return self.task_need(job)
         return self.task_need(job).scaled(tasks) if tasks else Resources()
 
+    def released_since(self, releases: int) -> list[str] | None:
+        """The nodes where something was released since ``releases`` was the count (``self.releases``),
+        once per release; None when that count is from before this cycle."""
+        if releases < self._log_base:
+            return None
+        return self._release_log[releases - self._log_base:]
+
     def running_tasks(self, job_id: str) -> list[int]:
         """Indices of the job's tasks that hold a placement now."""
         return [i for i, p in enumerate(self.placements[job_id]) if p is not None]
@@ -379,6 +391,7 @@ class ClusterState:
         slots = self.placements[job.id]
         placement = slots[task]
         assert placement is not None and isinstance(slots, list), f"task {task} of job {job.id} is not running"
+        self._release_log.append(placement.node)
         node = self.nodes[placement.node]
         node.give_back((job.id, task), job.request)
         index = self.indexes.get(node.pool)

@@ -1,0 +1,74 @@
+"""The placer's memory of requests that found no room: it saves searches, never a placement.
+
+A request that found no room is searched again only when a node where something was released since
+could hold it; whatever it then finds must be what a placer with no memory finds.
+"""
+
+from __future__ import annotations
+
+from gpud.core.placement import Placer
+from gpud.core.state import ClusterState, Statement
+from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
+from gpud.plugins import make_plugin_manager
+from gpud.policy import Department, Policy, Project
+
+PM = make_plugin_manager()
+
+
+def running(job_id: str, node: str, gpus: tuple[int, ...]) -> JobSpec:
+    return JobSpec(job_id, "p", TaskRequest(len(gpus), cpus=1, memory_gib=1), started=0.0,
+                   placements=(TaskPlacement(node, gpus),))
+
+
+def full_cluster() -> ClusterState:
+    """Three nodes of two GPUs, all busy: n1 with two one-GPU jobs, n2 and n3 with a two-GPU job each."""
+    nodes = tuple(NodeSpec(name, gpus=2, cpus=8, memory_gib=64) for name in ("n1", "n2", "n3"))
+    jobs = (running("a1", "n1", (0,)), running("a2", "n1", (1,)), running("b", "n2", (0, 1)),
+            running("c", "n3", (0, 1)),
+            JobSpec("wide", "p", TaskRequest(2, cpus=1, memory_gib=1), placements=(None,)))
+    policy = Policy(departments={"d": Department("d")}, projects={"p": Project("p", department="d")})
+    return ClusterState(Snapshot(nodes, jobs, 0.0), policy, PM)
+
+
+def evict(state: ClusterState, stmt: Statement, job_id: str) -> None:
+    stmt.evict(state.jobs[job_id], 0, "test", "", None)
+
+
+def test_a_request_without_room_finds_it_on_a_node_released_since():
+    state = full_cluster()
+    state.begin_cycle()
+    placer, stmt = Placer(state), Statement(state)
+    wide = state.jobs["wide"]
+    assert placer.find(wide) is None
+    evict(state, stmt, "a1")  # one GPU free on n1: still no room for two
+    assert placer.find(wide) is None
+    assert Placer(state).find(wide) is None
+    evict(state, stmt, "c")  # n3 empties
+    found = placer.find(wide)
+    assert found is not None and found.node == "n3"
+    assert found == Placer(state).find(wide)
+
+
+def test_room_released_on_several_nodes_is_chosen_as_without_memory():
+    state = full_cluster()
+    state.begin_cycle()
+    placer, stmt = Placer(state), Statement(state)
+    wide = state.jobs["wide"]
+    assert placer.find(wide) is None
+    for job_id in ("b", "a1", "a2", "c"):
+        evict(state, stmt, job_id)
+        assert placer.find(wide) == Placer(state).find(wide)
+    assert placer.find(wide) is not None
+
+
+def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
+    # Releases are logged per cycle; a count from an earlier cycle means "search again".
+    state = full_cluster()
+    state.begin_cycle()
+    placer, stmt = Placer(state), Statement(state)
+    wide = state.jobs["wide"]
+    assert placer.find(wide) is None
+    evict(state, stmt, "b")
+    state.begin_cycle()
+    found = placer.find(wide)
+    assert found is not None and found.node == "n2"
