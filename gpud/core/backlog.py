@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Callable, Iterable, Iterator
 
+from gpud.core.orders import job_order_key
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
@@ -61,6 +62,7 @@ class Backlog:
     def __init__(self, job_key: Callable[..., Any], one_per_group: bool = False) -> None:
         """``one_per_group`` puts every job in a group of its own, for plugins that judge job by job."""
         self._job_key = job_key
+        self._native = job_key is job_order_key  # then called as the core function it is, by position
         self._alone = one_per_group
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
         # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
@@ -120,7 +122,7 @@ class Backlog:
         group = groups.get(shape)
         if group is None:
             group = self._group(groups, queue, shape)
-        key = self._job_key(job=job)
+        key = job_order_key(job) if self._native else self._job_key(job=job)
         at = bisect.bisect_right(group.keys, key)
         if at == 0 and group.jobs:
             self._head_out(group)
@@ -132,7 +134,7 @@ class Backlog:
 
     def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
-        group_of, job_key, alone = self.group_of, self._job_key, self._alone
+        group_of, job_key, alone, native = self.group_of, self._job_key, self._alone, self._native
         by_queue = self.by_queue
         last_queue: QueueState | None = None
         groups: dict[tuple, Group] = {}
@@ -148,7 +150,7 @@ class Backlog:
             group = groups.get(shape)
             if group is None:
                 group = self._group(groups, queue, shape, listed=False)  # the queue is read whole again
-            group.keys.append(job_key(job=job))
+            group.keys.append(job_order_key(job) if native else job_key(job=job))
             group.jobs.append(job)
             group_of[job.id] = group
         # Every group of a queue taken in is sorted again: one already in order costs a single pass.
@@ -173,7 +175,7 @@ class Backlog:
         if group is None:
             return
         jobs = group.jobs
-        at = bisect.bisect_left(group.keys, self._job_key(job=job))
+        at = bisect.bisect_left(group.keys, job_order_key(job) if self._native else self._job_key(job=job))
         while at < len(jobs) and jobs[at].id != job_id:
             at += 1
         if at == len(jobs):  # a key that changed since the job came in: looked for one by one

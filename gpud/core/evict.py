@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
 from gpud.core.nodes import NodeState
+from gpud.core.orders import victim_order_key
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import UNIT, UNITS, QueueState, amount_text, format_amount
 from gpud.core.state import ClusterState, Statement, Victim
@@ -62,7 +63,10 @@ class VictimLists:
             else:
                 victims = [v for v in state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
                 # (key, n) pairs are unique, so the victims themselves are never compared.
-                found = sorted([(self._key(victim=v), i, v) for i, v in enumerate(victims)])
+                if self._key is victim_order_key:  # the core function itself, called by position
+                    found = sorted([(victim_order_key(v), i, v) for i, v in enumerate(victims)])
+                else:
+                    found = sorted([(self._key(victim=v), i, v) for i, v in enumerate(victims)])
                 state.victim_orders[queue] = (queue.changes, found)
             self._lists[queue] = found
             self._cursor[queue] = 0

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
+from gpud.core.orders import queue_order_key
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
@@ -74,6 +75,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     (``drop`` records them its own way).
     """
     queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
+    native_order = queue_key is queue_order_key  # then called as the core function it is, by position
     tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
     # Every job of a backlog waits for some task when the cycle begins: only one placed or evicted since
@@ -147,7 +149,8 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             need = state.need(job, state.pending_count(job.id))
         else:  # every task waits, as when the cycle began; the group keeps what one task needs
             need = state.group_need(group) if job.tasks == 1 else state.need(job, job.tasks)
-        return (queue_key(queue=queue, job=job, need=need), next(tiebreak))
+        order = queue_order_key(queue, job, need) if native_order else queue_key(queue=queue, job=job, need=need)
+        return (order, next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues

@@ -8,10 +8,14 @@ itself, which the compiled core (GPUD_COMPILE) runs compiled.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpud.core.hooks import NATIVE
 from gpud.core.queues import QueueState
-from gpud.core.state import Victim
 from gpud.model import JobSpec, Resources
+
+if TYPE_CHECKING:  # the state's module reads the job order through the backlog's
+    from gpud.core.state import Victim
 
 __all__ = ["NATIVE", "job_order_key", "queue_order_key", "victim_order_key"]
 
