@@ -259,7 +259,7 @@ class ShareLimit:
         self.levels = [(q, max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
                         max(q.fair_share.memory, q.alloc_mem))
                        for q in (queue, queue.parent) if q is not None]
-        self._refused: tuple[QueueState, Resources, Resources, list[str]] | None = None
+        self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str]] | None = None
         self._over = ""
 
     @property
@@ -269,7 +269,8 @@ class ShareLimit:
             return self._over
         if self._refused is None:
             return ""
-        level, held, need, over = self._refused
+        level, (gpu, cpu, mem), need, over = self._refused
+        held = Resources(gpu, cpu, mem)
         holds = ", ".join(amount_text(held.get(r), level.fair_share, r) for r in over)
         needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
         return (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
@@ -291,7 +292,7 @@ class ShareLimit:
             if self._refused is None and (over_gpu > EPS or over_cpu > EPS or over_mem > EPS):
                 # The numbers of the first excess found; the words are made only if someone reads them.
                 over = [r for r, amount in zip(RESOURCES, (over_gpu, over_cpu, over_mem)) if amount > EPS]
-                self._refused = (level, level.allocated, need, over)
+                self._refused = (level, (level.alloc_gpu, level.alloc_cpu, level.alloc_mem), need, over)
         return gpu, cpu, mem
 
     def refuse(self) -> bool:

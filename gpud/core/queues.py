@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from gpud.core.fairshare import INF, Claim, divide
-from gpud.model import EPS, RESOURCES, Resources
+from gpud.model import EPS, RESOURCES, ZERO, Resources
 from gpud.policy import Policy, QueueSettings
 
 UNLIMITED = Resources(INF, INF, INF)
@@ -117,9 +117,11 @@ class QueueState:
     def dominant_share(self, need: Resources) -> float:
         """max over resources of (allocated + need) / max(quota, fair share): how served the queue would be."""
         quota, share = self.quota, self.fair_share
-        return max(_served(self.alloc_gpu + need.gpu, quota.gpu, share.gpu),
-                   _served(self.alloc_cpu + need.cpu, quota.cpu, share.cpu),
-                   _served(self.alloc_mem + need.memory, quota.memory, share.memory))
+        gpu = _served(self.alloc_gpu + need.gpu, quota.gpu, share.gpu)
+        cpu = _served(self.alloc_cpu + need.cpu, quota.cpu, share.cpu)
+        mem = _served(self.alloc_mem + need.memory, quota.memory, share.memory)
+        most = gpu if gpu >= cpu else cpu  # max(), spelt out: asked for every queue's key, many times a cycle
+        return most if most >= mem else mem
 
     def describe(self, resource: str = "gpu") -> str:
         """A short account such as ``project vision: 6/4 GPUs (fair share 5.5)``."""
@@ -198,9 +200,11 @@ def compute_fair_shares(policy: Policy, queues: dict[tuple[str, str], QueueState
             by_pool[pool].append(queue)
     for pool, depts in by_pool.items():
         for dept in depts:
+            gpu = cpu = mem = 0.0
             for project in dept.children:
-                project.demand = demand.get((project.name, pool), Resources())
-            dept.demand = sum((p.demand for p in dept.children), Resources())
+                asked = project.demand = demand.get((project.name, pool), ZERO)
+                gpu, cpu, mem = gpu + asked.gpu, cpu + asked.cpu, mem + asked.memory
+            dept.demand = Resources(gpu, cpu, mem)
         dept_shares = _divide_level(policy, capacity[pool], depts, scale_quotas=False)
         for dept, share in zip(depts, dept_shares):
             dept.fair_share = share
