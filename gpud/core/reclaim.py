@@ -37,6 +37,44 @@ def _over_in(queue: QueueState, level: Resources, taken: Resources) -> str:
     return next((r for r in RESOURCES if taken.get(r) > EPS and held.get(r) > level.get(r) + EPS), "gpu")
 
 
+def _level(mine: QueueState, theirs: QueueState, taken: Resources, need: Resources) -> bool | None:
+    """Whether ``theirs`` is over its fair share (True) or only over its quota (False), in a resource of
+    ``taken``, for ``mine`` to take ``need`` from it; None when it may not."""
+    if not mine.fits_fair_share(need):
+        return None
+    if not theirs.implicit and not theirs.over(theirs.quota_bound, taken):
+        return None
+    if theirs.over(theirs.fair_share, taken):
+        return True
+    if not theirs.implicit and mine.fits_quota(need):
+        return False
+    return None
+
+
+def _levels(queue: QueueState, victim_queue: QueueState, taken: Resources, need: Resources,
+            seen: dict[QueueState, bool | None] | None = None) -> list[tuple[QueueState, bool]] | None:
+    """The victim side's queues compared, each with ``_level``; None when ``queue``, taking ``need``,
+    may not take ``taken`` from ``victim_queue``. ``seen`` keeps the departments' answers while nothing
+    changes."""
+    found = []
+    mine, theirs = queue.parent, victim_queue.parent
+    if mine is not theirs and mine is not None and theirs is not None:  # departments differ
+        if seen is not None and theirs in seen:
+            over = seen[theirs]
+        else:
+            over = _level(mine, theirs, taken, need)
+            if seen is not None:
+                seen[theirs] = over
+        if over is None:
+            return None
+        found.append((theirs, over))
+    over = _level(queue, victim_queue, taken, need)
+    if over is None:
+        return None
+    found.append((victim_queue, over))
+    return found
+
+
 def reclaim(state: ClusterState, placer: Placer) -> None:
     """For each pending job whose queue stays within its fair share, evict from queues above theirs.
 
@@ -100,41 +138,8 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
 
-        def level(mine: QueueState, theirs: QueueState, taken: Resources) -> bool | None:
-            """Whether ``theirs`` is over its fair share (True) or only over its quota (False), in a
-            resource of ``taken``, for ``mine`` to take from it; None when it may not."""
-            if not mine.fits_fair_share(need):
-                return None
-            if not theirs.implicit and not theirs.over(theirs.quota_bound, taken):
-                return None
-            if theirs.over(theirs.fair_share, taken):
-                return True
-            if not theirs.implicit and mine.fits_quota(need):
-                return False
-            return None
-
-        def levels(victim_queue: QueueState, taken: Resources,
-                   seen: dict | None = None) -> list[tuple[QueueState, bool]] | None:
-            """The victim side's queues compared, each with ``level``; None when the job may not take
-            ``taken`` from ``victim_queue``. ``seen`` keeps the departments' answers while nothing changes."""
-            found = []
-            mine, theirs = queue.parent, victim_queue.parent
-            if mine is not theirs and mine is not None and theirs is not None:  # departments differ
-                if seen is None:
-                    over = level(mine, theirs, taken)
-                else:
-                    over = seen[theirs] if theirs in seen else seen.setdefault(theirs, level(mine, theirs, taken))
-                if over is None:
-                    return None
-                found.append((theirs, over))
-            over = level(queue, victim_queue, taken)
-            if over is None:
-                return None
-            found.append((victim_queue, over))
-            return found
-
         def rule_for(victim_queue: QueueState, taken: Resources) -> str | None:
-            found = levels(victim_queue, taken)
+            found = _levels(queue, victim_queue, taken, need)
             if found is None:
                 return None
             why = []
@@ -160,8 +165,9 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if known is None or known[0] != state.changes:
             over_share, over_quota = over_lists(queue, held)
             seen: dict[QueueState, bool | None] = {}
-            known = victim_queues[key] = (state.changes, [q for q in over_share if levels(q, held, seen) is not None],
-                                          [q for q in over_quota if levels(q, held, seen) is not None])
+            known = victim_queues[key] = (state.changes,
+                                          [q for q in over_share if _levels(queue, q, held, need, seen) is not None],
+                                          [q for q in over_quota if _levels(queue, q, held, need, seen) is not None])
         if not known[1] and not known[2] and placer.find(job) is None:
             shapes.add(job, tasks, "")  # no queue may give back, and there is no room without: as make_room finds
             return hopeless
@@ -178,7 +184,8 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                    held_mem and request.memory_gib > EPS)
             known = judged_at.get(key)
             if known is None or known[0] != state.changes:
-                known = judged_at[key] = (state.changes, levels(victim.queue, _taken(held, victim.job)) is not None)
+                known = judged_at[key] = (state.changes,
+                                          _levels(queue, victim.queue, _taken(held, victim.job), need) is not None)
             return known[1]
 
         candidates = judged(queued, may_go)
