@@ -38,6 +38,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     # Jobs no node's victims could make room for, remembered by the one resource they fell short of;
     # valid while nothing in the department is placed or released (see ``_bounded``).
     short: dict[QueueState, tuple[int, FailedShapes]] = {}
+    bounded: dict[QueueState, bool] = {}  # ``_bounded``, asked once per queue: the policy says
 
     def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         tasks = gang_tasks(state, job)
@@ -103,7 +104,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if refused_by_limit:
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
-        if not hopeful and not _bounded(queue):
+        if not hopeful and not (bounded[queue] if queue in bounded else bounded.setdefault(queue, _bounded(queue))):
             mark = (queue.parent or queue).changes
             known = short.get(queue)
             if known is None or known[0] != mark:

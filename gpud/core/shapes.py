@@ -126,10 +126,14 @@ class FailedShapes:
                     base[2] if "memory" in kept else 0.0)
         dims = failure_dims(base, tasks, extra)
         frontier = self._frontier.setdefault(index.class_of[sid], [])
+        covers_some = False
         for failed, _ in frontier:
             if at_least(dims, failed):
                 return
-        frontier[:] = [(f, why) for f, why in frontier if not at_least(f, dims)]
+            if not covers_some and at_least(failed, dims):
+                covers_some = True
+        if covers_some:  # the failures it is smaller than are no longer minimal
+            frontier[:] = [(f, why) for f, why in frontier if not at_least(f, dims)]
         frontier.append((dims, (detail, kind)))
         self._version += 1
 
