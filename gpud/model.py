@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Final, Mapping
 
-EPS = 1e-9
-RESOURCES = ("gpu", "cpu", "memory")
-NON_PREEMPTIBLE_PRIORITY = 100
+# Final: the compiled core (GPUD_COMPILE) reads these as constants, not from the module at each use.
+EPS: Final = 1e-9
+RESOURCES: Final = ("gpu", "cpu", "memory")
+NON_PREEMPTIBLE_PRIORITY: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class Resources:
                 and self.memory <= other.memory + EPS)
 
 
-ZERO = Resources()
+ZERO: Final = Resources()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from gpud.core.queues import QueueState, format_amount
 from gpud.model import JobSpec, Resources
 
 
-NON_PREEMPTIBLE_ONLY, EVERY_JOB = 1, 0
+NON_PREEMPTIBLE_ONLY: Final = 1
+EVERY_JOB: Final = 0
 
 
 def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int] | None:

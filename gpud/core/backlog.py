@@ -10,14 +10,14 @@ by one.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Final, Iterable, Iterator
 
 from gpud.core.orders import job_order_key
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
 
-RESHAPED_KEPT = 256  # changes of a queue's groups listed one by one between two readings (``Backlog.reshaped``)
+RESHAPED_KEPT: Final = 256  # changes of a queue's groups listed one by one between two readings (``Backlog.reshaped``)
 
 
 class Group:

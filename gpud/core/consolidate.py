@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Final, Iterator
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
@@ -16,9 +16,9 @@ from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, JobSpec
 
-RULE = "consolidate"
-MAX_NODES_TRIED = 16
-MAX_JOBS_PER_CYCLE = 32
+RULE: Final = "consolidate"
+MAX_NODES_TRIED: Final = 16
+MAX_JOBS_PER_CYCLE: Final = 32
 
 
 def consolidate(state: ClusterState, placer: Placer) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Final, Sequence
 
 from gpud.model import EPS
 
-INF = float("inf")
+INF: Final = float("inf")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
+from typing import Final, Iterable, Iterator, Mapping
 
 from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
 
-SHARE_BUCKETS = 100
-CPU_CLASSES = 9
+SHARE_BUCKETS: Final = 100
+CPU_CLASSES: Final = 9
 
 
 def cpu_class(cpus: float) -> int:

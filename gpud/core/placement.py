@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from gpud.core.hooks import first_result, has_implementations
 from gpud.core.nodes import NodeState
 from gpud.core.queues import format_amount
@@ -158,8 +160,10 @@ def largest_fit(node: NodeState, job: JobSpec) -> bool:
     return request.whole_gpus <= spec.gpus
 
 
-IMPOSSIBLE, WAITING, FRAGMENTED = "impossible", "waiting", "fragmented"
-NEEDS = ", the job needs "
+IMPOSSIBLE: Final = "impossible"
+WAITING: Final = "waiting"
+FRAGMENTED: Final = "fragmented"
+NEEDS: Final = ", the job needs "
 
 
 def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from typing import Final
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -16,7 +17,7 @@ from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, JobSpec
 
-RULE = "preempt"
+RULE: Final = "preempt"
 
 
 def preempt(state: ClusterState, placer: Placer) -> None:

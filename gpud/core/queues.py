@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from typing import Final, Iterable
 
 from gpud.core.fairshare import INF, Claim, divide
 from gpud.model import EPS, RESOURCES, ZERO, Resources
 from gpud.policy import Policy, QueueSettings
 
-UNLIMITED = Resources(INF, INF, INF)
+UNLIMITED: Final = Resources(INF, INF, INF)
 
 
 class QueueState:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Final
 
 from gpud.core.admission import refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -15,7 +16,7 @@ from gpud.core.queues import QueueState, amount_text
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, JobSpec, Resources
 
-RULE = "reclaim"
+RULE: Final = "reclaim"
 
 
 def _taken(need: Resources, victim: JobSpec) -> Resources:
