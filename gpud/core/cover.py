@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from operator import ge
 from typing import TYPE_CHECKING
 
 from gpud.core.backlog import Group
 from gpud.core.queues import QueueState
-from gpud.core.shapes import shape_key
+from gpud.core.shapes import Dims, at_least, failure_dims, shape_key
 
 if TYPE_CHECKING:
     from gpud.core.state import ClusterState
@@ -20,8 +19,8 @@ class _Cover:
 
     def __init__(self) -> None:
         self.version = -1
-        self.by_class: dict[tuple, dict[Group, tuple]] = {}
-        self.minimal: dict[tuple, list[tuple[tuple, Group]]] = {}
+        self.by_class: dict[tuple, dict[Group, Dims]] = {}
+        self.minimal: dict[tuple, list[tuple[Dims, Group]]] = {}
         self.class_of: dict[Group, tuple] = {}
         self.partly_running: set[Group] = set()
         self.groups: list[Group] | None = []
@@ -42,7 +41,7 @@ class QueueCovers:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._covers: dict[QueueState, _Cover] = {}
-        self._by_shape: dict[tuple, tuple[tuple, tuple]] = {}  # a group's shape: its class and dimensions
+        self._by_shape: dict[tuple, tuple[tuple, Dims]] = {}  # a group's shape: its class and dimensions
 
     def of(self, queue: QueueState) -> list[Group] | None:
         """The queue's covering groups (empty when it has none waiting), None when it has no cover."""
@@ -90,7 +89,7 @@ class QueueCovers:
             job = group.jobs[0]
             state = self.state
             klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
-            dims = (*base, max(job.gang_minimum, 1), 0 if job.preemptible else 1)
+            dims = failure_dims(base, max(job.gang_minimum, 1), (0 if job.preemptible else 1,))
             known = self._by_shape[group.shape] = (klass, dims)
         klass, dims = known
         cover.class_of[group] = klass
@@ -99,10 +98,14 @@ class QueueCovers:
             _keep_minimal(cover.minimal.setdefault(klass, []), dims, group)
 
 
-def _keep_minimal(found: list[tuple[tuple, Group]], dims: tuple, group: Group) -> None:
+def _keep_minimal(found: list[tuple[Dims, Group]], dims: Dims, group: Group) -> None:
     """Add a group to a class's minimal groups unless one of them is at most as large."""
+    covers_some = False
     for other, _ in found:  # a loop, not any() over a generator: every group of a fresh backlog passes here
-        if all(map(ge, dims, other)):
+        if at_least(dims, other):
             return
-    found[:] = [(other, g) for other, g in found if not all(map(ge, other, dims))]
+        if not covers_some and at_least(other, dims):
+            covers_some = True
+    if covers_some:
+        found[:] = [(other, g) for other, g in found if not at_least(other, dims)]
     found.append((dims, group))
