@@ -33,7 +33,7 @@ class VictimLists:
         self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[VictimEntry]] = {}
         self._cursor: dict[QueueState, int] = {}
-        self._usable: dict[tuple, dict[int, bool]] = {}
+        self._usable: dict[int, dict[int, bool]] = {}
         self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
         self._flat: dict[QueueState, tuple[list[VictimEntry], list[tuple[int, str, Victim]]]] = {}
         self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
@@ -186,10 +186,9 @@ class VictimLists:
         return _merged([self._running(q) for q in queues])
 
     def usable_nodes(self, job: JobSpec) -> dict[int, bool]:
-        """A memo, shared by jobs of the same request, pool and selector, of the kinds of node
-        (``NodeState.kind``) that could hold one task."""
-        selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-        return self._usable.setdefault((job.request, job.pool, selector), {})
+        """A memo, shared by jobs of the same shape (request, pool and selector: ``ShapeIndex``), of
+        the kinds of node (``NodeState.kind``) that could hold one task."""
+        return self._usable.setdefault(self.state.shapes.of(job), {})
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
         """Why a victim may not be evicted for ``preemptor``: too young, or vetoed by a plugin."""

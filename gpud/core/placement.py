@@ -21,7 +21,7 @@ class Placer:
         self._candidates = first_result(hook.gpud_node_candidates, state.pm)
         self._gpu_order = first_result(hook.gpud_gpu_order, state.pm)
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
-        self._no_room: dict[tuple, int] = {}
+        self._no_room: dict[int, int] = {}  # by shape number (``ShapeIndex``): the releases when it found none
         self._pools: dict[str, NodePool] = {}
 
     def _pool(self, name: str) -> NodePool:
@@ -39,16 +39,17 @@ class Placer:
         and then only if a node where something was released could hold it.
         """
         state = self.state
-        key = None
+        key = -1
         if not exclude and self._filter is None:
-            key = (job.request, job.pool, tuple(sorted(job.node_selector.items())) if job.node_selector else ())
+            # Jobs of one shape ask the same of a node (request, pool, selector): they find room alike.
+            key = state.shapes.of(job)
             searched = self._no_room.get(key)
             if searched is not None:
                 if searched == state.releases or not self._room_on_released(job, searched):
                     self._no_room[key] = state.releases
                     return None
         found = self._search(job, exclude)
-        if found is None and key is not None:
+        if found is None and key >= 0:
             self._no_room[key] = state.releases
         return found
 
