@@ -202,10 +202,25 @@ class VictimLists:
 
 
 def _merged(streams: list[Iterator[VictimEntry]]) -> Iterator[Victim]:
+    """The victims of several streams of entries, each in victim order, merged in that order (ties: the
+    earlier stream first), read only as far as they are needed."""
     # A generator function, never a generator expression: compiled (GPUD_COMPILE), a generator
-    # expression may be read whole at once, and the victims must be read only as far as needed.
-    for entry in heapq.merge(*streams, key=lambda t: t[:2]):
+    # expression may be read whole at once. heapq.merge, written in Python, is not used: this loop
+    # is compiled with the core.
+    heap: list[tuple[Any, int, int, VictimEntry]] = []  # (key, tiebreak, stream, entry)
+    for number, stream in enumerate(streams):
+        entry = next(stream, None)
+        if entry is not None:
+            heap.append((entry[0], entry[1], number, entry))
+    heapq.heapify(heap)
+    while heap:
+        _, _, number, entry = heap[0]
         yield entry[2]
+        following = next(streams[number], None)
+        if following is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (following[0], following[1], number, following))
 
 
 def judged(victims: Iterable[Victim], keep: Callable[[Victim], bool]) -> Iterator[Victim]:
@@ -250,16 +265,16 @@ class ShareLimit:
     The levels compared are the queue and its department; what each may
     hold, per resource, is the larger of its fair share and what it holds
     when the limit is made. ``refusal`` says, for people, why the limit
-    stopped the preemptor.
+    stopped the preemptor; ``texts``, shared by the limits of one action,
+    keeps what it said for the same numbers.
     """
 
-    def __init__(self, queue: QueueState) -> None:
+    def __init__(self, queue: QueueState, texts: dict[tuple, str] | None = None) -> None:
         # (level, GPUs, CPUs, memory it may hold): plain numbers, made at every preemption tried.
-        self.levels = [(q, max(q.fair_share.gpu, q.alloc_gpu), max(q.fair_share.cpu, q.alloc_cpu),
-                        max(q.fair_share.memory, q.alloc_mem))
-                       for q in (queue, queue.parent) if q is not None]
+        self.levels = [_may_hold(queue)] if queue.parent is None else [_may_hold(queue), _may_hold(queue.parent)]
         self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str]] | None = None
         self._over = ""
+        self._texts = texts
 
     @property
     def refusal(self) -> str:
@@ -269,11 +284,18 @@ class ShareLimit:
         if self._refused is None:
             return ""
         level, (gpu, cpu, mem), need, over = self._refused
+        key = (level, gpu, cpu, mem, need.gpu, need.cpu, need.memory, tuple(over))
+        known = self._texts.get(key) if self._texts is not None else None
+        if known is not None:
+            return known
         held = Resources(gpu, cpu, mem)
         holds = ", ".join(amount_text(held.get(r), level.fair_share, r) for r in over)
         needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
-        return (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
+        text = (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
                 f"its fair share (it holds {holds}; the job needs {needs})")
+        if self._texts is not None:
+            self._texts[key] = text
+        return text
 
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
@@ -347,6 +369,14 @@ class _NodeRoom:
         self.victims: list[Victim] = []
         self.want = want
         self.freed_gpu = self.freed_cpu = self.freed_mem = 0.0
+
+
+def _may_hold(level: QueueState) -> tuple[QueueState, float, float, float]:
+    """(level, GPUs, CPUs, memory): the larger of its fair share and what it holds now, in each resource."""
+    share = level.fair_share
+    return (level, share.gpu if share.gpu > level.alloc_gpu else level.alloc_gpu,
+            share.cpu if share.cpu > level.alloc_cpu else level.alloc_cpu,
+            share.memory if share.memory > level.alloc_mem else level.alloc_mem)
 
 
 def wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
