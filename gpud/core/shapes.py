@@ -104,7 +104,8 @@ class FailedShapes:
         self.state = state
         self._index: ShapeIndex = state.shapes
         self._frontier: dict[int, list[tuple[Dims, tuple[str, str]]]] = {}  # by class number
-        self._answers: dict[tuple[int, int, int], tuple[int, tuple[str, str] | None]] = {}
+        # The failure found for each exact request asked about: it stays the answer, so a job keeps its reason.
+        self._answers: dict[tuple[int, int, int], tuple[str, str]] = {}
         self._version = 0
 
     def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = (),
@@ -161,8 +162,8 @@ class FailedShapes:
         own = extra[0] if extra else 0
         key = (sid, tasks, own)
         known = self._answers.get(key)
-        if known is not None and (known[1] is not None or known[0] == self._version):
-            return known[1]
+        if known is not None:
+            return known
         found = None
         failures = self._frontier.get(index.class_of[sid])
         if failures:
@@ -172,7 +173,8 @@ class FailedShapes:
                         and own >= failed[4]):
                     found = why
                     break
-        self._answers[key] = (self._version, found)
+        if found is not None:  # none found is not kept: a failure remembered later may cover it
+            self._answers[key] = found
         return found
 
 
