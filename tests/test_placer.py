@@ -34,12 +34,18 @@ def evict(state: ClusterState, stmt: Statement, job_id: str) -> None:
     stmt.evict(state.jobs[job_id], 0, "test", "", None)
 
 
-def test_a_request_without_room_finds_it_on_a_node_released_since():
+def searched_without_room() -> tuple[ClusterState, Placer, Statement, JobSpec]:
+    """The full cluster in a cycle, a placer that searched for the two-GPU job and found no room."""
     state = full_cluster()
     state.begin_cycle()
     placer, stmt = Placer(state), Statement(state)
     wide = state.jobs["wide"]
     assert placer.find(wide) is None
+    return state, placer, stmt, wide
+
+
+def test_a_request_without_room_finds_it_on_a_node_released_since():
+    state, placer, stmt, wide = searched_without_room()
     evict(state, stmt, "a1")  # one GPU free on n1: still no room for two
     assert placer.find(wide) is None
     assert Placer(state).find(wide) is None
@@ -50,11 +56,7 @@ def test_a_request_without_room_finds_it_on_a_node_released_since():
 
 
 def test_room_released_on_several_nodes_is_chosen_as_without_memory():
-    state = full_cluster()
-    state.begin_cycle()
-    placer, stmt = Placer(state), Statement(state)
-    wide = state.jobs["wide"]
-    assert placer.find(wide) is None
+    state, placer, stmt, wide = searched_without_room()
     for job_id in ("b", "a1", "a2", "c"):
         evict(state, stmt, job_id)
         assert placer.find(wide) == Placer(state).find(wide)
@@ -63,11 +65,7 @@ def test_room_released_on_several_nodes_is_chosen_as_without_memory():
 
 def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
     # Releases are logged per cycle; a count from an earlier cycle means "search again".
-    state = full_cluster()
-    state.begin_cycle()
-    placer, stmt = Placer(state), Statement(state)
-    wide = state.jobs["wide"]
-    assert placer.find(wide) is None
+    state, placer, stmt, wide = searched_without_room()
     evict(state, stmt, "b")
     state.begin_cycle()
     found = placer.find(wide)
