@@ -18,7 +18,7 @@ class QueueState:
     __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
                  "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "fixed_gpu", "fixed_cpu", "fixed_mem",
                  "declared", "over_quota_priority",
-                 "implicit", "children", "quota_bound", "changes")
+                 "implicit", "children", "quota_bound", "changes", "_allocated", "_allocated_at")
 
     def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
                  parent: QueueState | None = None, implicit: bool = False) -> None:
@@ -39,11 +39,16 @@ class QueueState:
         self.implicit = implicit
         self.children: list[QueueState] = []
         self.changes = 0  # binds and releases here and below: what is derived from them holds until it moves
+        self._allocated = ZERO  # ``allocated`` as made when ``changes`` was ``_allocated_at``
+        self._allocated_at = 0
 
     @property
     def allocated(self) -> Resources:
         """What the queue's running tasks hold now."""
-        return Resources(self.alloc_gpu, self.alloc_cpu, self.alloc_mem)
+        if self._allocated_at != self.changes:
+            self._allocated = Resources(self.alloc_gpu, self.alloc_cpu, self.alloc_mem)
+            self._allocated_at = self.changes
+        return self._allocated
 
     def charge(self, gpu: float, cpu: float, memory: float, preemptible: bool = True) -> None:
         """Add an allocation (negative amounts remove one) here and in the parent queue.

@@ -13,7 +13,7 @@ from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
-from gpud.model import JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.model import ZERO, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Policy
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class ClusterState:
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
         self._task_needs: dict[str, tuple[TaskRequest, Resources]] = {}
+        self._gang_needs: dict[tuple[str, int], tuple[Resources, Resources]] = {}  # ``need`` of several tasks
         self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
         self.covers = QueueCovers(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
@@ -180,6 +181,8 @@ class ClusterState:
         self.backlog.remove(job)
         self.shapes.forget(job_id)
         self._task_needs.pop(job_id, None)
+        for tasks in range(2, job.tasks + 1):
+            self._gang_needs.pop((job_id, tasks), None)
         self._victims.pop(job_id, None)
         del self.placements[job_id]
 
@@ -321,7 +324,13 @@ class ClusterState:
         """What ``tasks`` pending tasks of the job will hold."""
         if tasks == 1:
             return self.task_need(job)
-        return self.task_need(job).scaled(tasks) if tasks else Resources()
+        if not tasks:
+            return ZERO
+        one = self.task_need(job)
+        known = self._gang_needs.get((job.id, tasks))
+        if known is None or known[0] is not one:  # kept while the job's need per task stands
+            known = self._gang_needs[(job.id, tasks)] = (one, one.scaled(tasks))
+        return known[1]
 
     def released_since(self, releases: int) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
