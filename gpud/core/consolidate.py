@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Final, Iterator
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -199,14 +200,19 @@ def _most_free_first(state: ClusterState, pool: str, orders: dict[str, _FreeOrde
         known = orders[pool] = _FreeOrder(nodes, state.changes)
     elif known.changes != state.changes:
         known.changes = state.changes
-        sums, versions, changed = known.sums, known.versions, False
+        sums, versions = known.sums, known.versions
+        ordered: list[tuple[float, int, NodeState]] | None = None
         for i, node in enumerate(nodes):
             if node.version != versions[i]:
                 versions[i] = node.version
+                if ordered is None:  # a new list: an iteration of the old one may still be under way
+                    ordered = list(known.ordered)
+                # The entries are unique (the index is in them): each changed one moves to its new place.
+                del ordered[bisect.bisect_left(ordered, sums[i])]
                 sums[i] = (-sum(node.free_share), i, node)
-                changed = True
-        if changed:
-            known.ordered = sorted(sums)
+                bisect.insort(ordered, sums[i])
+        if ordered is not None:
+            known.ordered = ordered
     for entry in known.ordered:  # a list made anew whenever it changes: callers may move tasks meanwhile
         yield entry[2]
 
