@@ -204,8 +204,9 @@ class ClusterState:
         demand = {}
         for queue in self.queues.values():
             if queue.kind == "project":
-                need = self.pending_need.get(queue)
-                demand[(queue.name, queue.pool)] = queue.allocated + (Resources(*need) if need else Resources())
+                need = self.pending_need.get(queue)  # held plus asked, made as one Resources
+                demand[(queue.name, queue.pool)] = (queue.allocated if not need else Resources(
+                    queue.alloc_gpu + need[0], queue.alloc_cpu + need[1], queue.alloc_mem + need[2]))
         compute_fair_shares(self.policy, self.queues, self.capacity, demand)
 
     def commit(self) -> None:
