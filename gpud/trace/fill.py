@@ -96,6 +96,7 @@ def run_fill(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], strategy: str,
             if placement is not None:
                 break
             del state.jobs[job.id], state.placements[job.id]
+            state.shapes.forget(job.id)  # the next model's job takes the same id with another selector
         if placement is not None:
             stmt.bind(job, 0, placement)
             result.placed_pods += 1
