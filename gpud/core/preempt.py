@@ -106,7 +106,9 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         if refused_by_limit:
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
-        if not hopeful and not (bounded[queue] if queue in bounded else bounded.setdefault(queue, _bounded(queue))):
+        if queue not in bounded:
+            bounded[queue] = _bounded(queue)
+        if not hopeful and not bounded[queue]:
             mark = (queue.parent or queue).changes
             known = short.get(queue)
             if known is None or known[0] != mark:
