@@ -63,15 +63,15 @@ class Blocks:
     def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[str, str] | None:
         """(reason, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
         number, when known)."""
-        found = self.room.find(job, tasks, (), sid)
+        found = self.room.find(job, tasks, 0, sid)
         if found is None and queue in self.rules:
-            found = self.rules[queue].find(job, tasks, (0 if job.preemptible else 1,), sid)
+            found = self.rules[queue].find(job, tasks, 0 if job.preemptible else 1, sid)
         return found
 
     def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: str, binds: int) -> None:
         """Remember a queue rule that refused the job (``binds``: EVERY_JOB or NON_PREEMPTIBLE_ONLY)."""
         rules = self.rules.get(queue) or self.rules.setdefault(queue, FailedShapes(self.state))
-        rules.add(job, tasks, reason, "", (binds,))
+        rules.add(job, tasks, reason, "", binds)
 
     def blocks_all(self, queue: QueueState) -> bool:
         """True when every pending job of the queue is blocked: each of its smallest requests is.
@@ -120,7 +120,7 @@ class LateReasons:
         tasks = max(job.gang_minimum, 1)
         found = first_covering(self.room, klass, failure_dims(base, tasks))
         if found is None:
-            found = first_covering(self.rules, klass, failure_dims(base, tasks, (0 if job.preemptible else 1,)))
+            found = first_covering(self.rules, klass, failure_dims(base, tasks, 0 if job.preemptible else 1))
         if found is None:
             return None
         return self.queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0]

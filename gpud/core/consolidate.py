@@ -37,7 +37,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
 
     def hopeless(job: JobSpec, queue: QueueState | None = None, group: Group | None = None) -> bool:
         return (attempts[0] >= MAX_JOBS_PER_CYCLE
-                or failed.find(job, gang_tasks(state, job), (),
+                or failed.find(job, gang_tasks(state, job), 0,
                                state.shapes.of_group(group) if group is not None else -1) is not None)
 
     def visit(job: JobSpec) -> Skip | None:

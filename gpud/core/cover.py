@@ -89,7 +89,7 @@ class QueueCovers:
             job = group.jobs[0]
             state = self.state
             klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
-            dims = failure_dims(base, max(job.gang_minimum, 1), (0 if job.preemptible else 1,))
+            dims = failure_dims(base, max(job.gang_minimum, 1), 0 if job.preemptible else 1)
             known = self._by_shape[group.shape] = (klass, dims)
         klass, dims = known
         cover.class_of[group] = klass

@@ -46,17 +46,17 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         tasks = gang_tasks(state, job)
         sid = state.shapes.of_group(group) if group is not None else -1
         shapes = failed.get(queue)
-        found = shapes.find(job, tasks, (-job.priority,), sid) if shapes is not None else None
+        found = shapes.find(job, tasks, -job.priority, sid) if shapes is not None else None
         if found is None:
             known = short.get(queue)
             if known is not None and known[0] == (queue.parent or queue).changes:
-                found = known[1].find(job, tasks, (-job.priority,), sid)
+                found = known[1].find(job, tasks, -job.priority, sid)
         if found is not None:
             if found[0]:
                 state.reasons[job.id] = (queue, found[0])
             return True
         refused = over_quota.get(queue)
-        return not job.preemptible and refused is not None and refused.find(job, tasks, (), sid) is not None
+        return not job.preemptible and refused is not None and refused.find(job, tasks, 0, sid) is not None
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
@@ -70,7 +70,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         candidates = lists.running_below(queue, job.priority)
         if not candidates:  # whatever its size: no job of this priority or lower has a victim
-            shapes.add(job, 1, "", extra=(-job.priority,), binding=())
+            shapes.add(job, 1, "", own=-job.priority, binding=())
             return hopeless
 
         def eligible(victim: Victim) -> str | None:
@@ -105,7 +105,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         refused_by_limit = limit.refusal
         if refused_by_limit:
             state.reasons[job.id] = (queue, refused_by_limit)
-        shapes.add(job, tasks, refused_by_limit, extra=(-job.priority,))
+        shapes.add(job, tasks, refused_by_limit, own=-job.priority)
         if queue not in bounded:
             bounded[queue] = _bounded(queue)
         if not hopeful and not bounded[queue]:
@@ -116,7 +116,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             most = lists.most_held(queue, job.priority)
             for resource, held, must in zip(RESOURCES, most, (must_gpu, must_cpu, must_mem)):
                 if held < must - 2 * EPS:
-                    known[1].add(job, tasks, refused_by_limit, extra=(-job.priority,), binding=(resource,))
+                    known[1].add(job, tasks, refused_by_limit, own=-job.priority, binding=(resource,))
         return hopeless
 
     # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs

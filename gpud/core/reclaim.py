@@ -115,7 +115,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
 
     def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         shapes = failed.get(queue)
-        return shapes is not None and shapes.find(job, gang_tasks(state, job), (),
+        return shapes is not None and shapes.find(job, gang_tasks(state, job), 0,
                                                   state.shapes.of_group(group) if group is not None else -1) is not None
 
     def visit(job: JobSpec) -> Skip | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from gpud.model import JobSpec
 
@@ -35,16 +35,49 @@ def shape_key(job: JobSpec, pool: str, job_specific: bool) -> tuple[tuple, tuple
     return group, (size, r.cpus, r.memory_gib)
 
 
-def failure_dims(base: tuple[float, float, float], tasks: int, extra: tuple = ()) -> Dims:
+def failure_dims(base: tuple[float, float, float], tasks: int, own: int = 0) -> Dims:
     """A request's dimensions as the failure memory compares them: its shape's size, CPUs and memory,
-    the tasks that must start together and the caller's own dimension (``extra``, at most one; 0 if none)."""
-    return (base[0], base[1], base[2], tasks, extra[0] if extra else 0)
+    the tasks that must start together and the caller's own dimension (``own``; larger means harder)."""
+    return (base[0], base[1], base[2], tasks, own)
 
 
 def at_least(dims: Dims, other: Dims) -> bool:
     """True when ``dims`` is at least ``other`` in every dimension."""
     return (dims[0] >= other[0] and dims[1] >= other[1] and dims[2] >= other[2] and dims[3] >= other[3]
             and dims[4] >= other[4])
+
+
+class Failure:
+    """A request that failed, by its dimensions (``Dims``, one field each), and (reason, kind)."""
+
+    __slots__ = ("size", "cpu", "mem", "tasks", "own", "why")
+
+    def __init__(self, dims: Dims, why: tuple[str, str]) -> None:
+        self.size: float = dims[0]
+        self.cpu: float = dims[1]
+        self.mem: float = dims[2]
+        self.tasks: int = dims[3]
+        self.own: int = dims[4]
+        self.why = why
+
+    def covers(self, size: float, cpu: float, mem: float, tasks: int, own: int) -> bool:
+        """True when a request of these dimensions is at least as large as this failure."""
+        return size >= self.size and cpu >= self.cpu and mem >= self.mem and tasks >= self.tasks and own >= self.own
+
+    def within(self, other: Failure) -> bool:
+        """True when this failure is at least as large as ``other`` in every dimension."""
+        return other.covers(self.size, self.cpu, self.mem, self.tasks, self.own)
+
+
+class _Answer:
+    """The failure found for one exact request of a shape: so many tasks, this own dimension."""
+
+    __slots__ = ("tasks", "own", "why")
+
+    def __init__(self, tasks: int, own: int, why: tuple[str, str]) -> None:
+        self.tasks = tasks
+        self.own = own
+        self.why = why
 
 
 class ShapeIndex:
@@ -103,16 +136,17 @@ class FailedShapes:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._index: ShapeIndex = state.shapes
-        self._frontier: dict[int, list[tuple[Dims, tuple[str, str]]]] = {}  # by class number
-        # The failure found for each exact request asked about: it stays the answer, so a job keeps its reason.
-        self._answers: dict[tuple[int, int, int], tuple[str, str]] = {}
+        self._frontier: dict[int, list[Failure]] = {}  # by class number
+        # By shape number: the failure found for each exact request asked about. It stays the answer,
+        # so a job keeps its reason. A short list per shape, read without hashing a key.
+        self._answers: list[list[_Answer] | None] = []
         self._version = 0
 
-    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", extra: tuple = (),
-            binding: Iterable[str] | None = None) -> None:
+    def add(self, job: JobSpec, tasks: int, detail: str, kind: str = "", own: int = 0,
+            binding: tuple[str, ...] | None = None) -> None:
         """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
 
-        ``extra`` adds a dimension of the caller's own (larger means harder).
+        ``own`` adds a dimension of the caller's own (larger means harder).
         ``binding``, when given, names resources ("gpu", "cpu", "memory")
         whose amounts alone made the request fail: the others are remembered
         as none, so a request at least as large in those fails too, whatever
@@ -120,22 +154,25 @@ class FailedShapes:
         """
         index = self._index
         sid = index.of(job)
-        base = index.shapes[sid][1]
+        size, cpu, mem = index.shapes[sid][1]
         if binding is not None:
-            kept = set(binding)
-            base = (base[0] if "gpu" in kept else 0.0, base[1] if "cpu" in kept else 0.0,
-                    base[2] if "memory" in kept else 0.0)
-        dims = failure_dims(base, tasks, extra)
-        frontier = self._frontier.setdefault(index.class_of[sid], [])
+            size = size if "gpu" in binding else 0.0
+            cpu = cpu if "cpu" in binding else 0.0
+            mem = mem if "memory" in binding else 0.0
+        klass = index.class_of[sid]
+        frontier = self._frontier.get(klass)
+        if frontier is None:
+            frontier = self._frontier[klass] = []
+        failure = Failure((size, cpu, mem, tasks, own), (detail, kind))
         covers_some = False
-        for failed, _ in frontier:
-            if at_least(dims, failed):
+        for failed in frontier:
+            if failed.covers(size, cpu, mem, tasks, own):
                 return
-            if not covers_some and at_least(failed, dims):
+            if not covers_some and failed.within(failure):
                 covers_some = True
         if covers_some:  # the failures it is smaller than are no longer minimal
-            frontier[:] = [(f, why) for f, why in frontier if not at_least(f, dims)]
-        frontier.append((dims, (detail, kind)))
+            frontier[:] = [failed for failed in frontier if not failed.within(failure)]
+        frontier.append(failure)
         self._version += 1
 
     @property
@@ -143,12 +180,12 @@ class FailedShapes:
         """A number that changes whenever a failure is remembered: answers given before hold while it stays."""
         return self._version
 
-    def frozen(self) -> dict[tuple, list[tuple[Dims, tuple[str, str]]]]:
+    def frozen(self) -> dict[tuple, list[Failure]]:
         """A copy of the failures remembered now, by class, for ``first_covering``."""
         classes = self._index.classes
         return {classes[klass]: list(failed) for klass, failed in self._frontier.items()}
 
-    def find(self, job: JobSpec, tasks: int, extra: tuple = (), sid: int = -1) -> tuple[str, str] | None:
+    def find(self, job: JobSpec, tasks: int, own: int = 0, sid: int = -1) -> tuple[str, str] | None:
         """(reason, kind) of a failed request this one is at least as large as, or None.
 
         ``sid``, when known (``ShapeIndex.of_group``), is the number of the job's shape.
@@ -159,29 +196,33 @@ class FailedShapes:
         if sid < 0:
             found_sid = index._of_job.get(job.id)  # index.of(job), inline for a job seen before: the common case
             sid = found_sid if found_sid is not None else index.of(job)
-        own = extra[0] if extra else 0
-        key = (sid, tasks, own)
-        known = self._answers.get(key)
+        answers = self._answers
+        known = answers[sid] if sid < len(answers) else None
         if known is not None:
-            return known
-        found = None
+            for answer in known:
+                if answer.tasks == tasks and answer.own == own:
+                    return answer.why
         failures = self._frontier.get(index.class_of[sid])
-        if failures:
-            size, cpu, mem = index.shapes[sid][1]
-            for failed, why in failures:  # at_least, inline: the size alone rules most out, cheaply
-                if (size >= failed[0] and cpu >= failed[1] and mem >= failed[2] and tasks >= failed[3]
-                        and own >= failed[4]):
-                    found = why
-                    break
-        if found is not None:  # none found is not kept: a failure remembered later may cover it
-            self._answers[key] = found
-        return found
+        if not failures:
+            return None
+        size, cpu, mem = index.shapes[sid][1]
+        for failed in failures:  # Failure.covers, inline: the size alone rules most out, cheaply
+            if (size >= failed.size and cpu >= failed.cpu and mem >= failed.mem and tasks >= failed.tasks
+                    and own >= failed.own):
+                # Found is kept; none found is not: a failure remembered later may cover it.
+                if known is None:
+                    if sid >= len(answers):
+                        answers.extend([None] * (sid + 1 - len(answers)))
+                    known = answers[sid] = []
+                known.append(_Answer(tasks, own, failed.why))
+                return failed.why
+        return None
 
 
-def first_covering(frontier: dict[tuple, list[tuple[Dims, tuple[str, str]]]], group: tuple,
-                   dims: Dims) -> tuple[str, str] | None:
+def first_covering(frontier: dict[tuple, list[Failure]], group: tuple, dims: Dims) -> tuple[str, str] | None:
     """(reason, kind) of the first failure in a ``FailedShapes.frozen`` copy that ``dims`` is at least as large as."""
-    for failed, why in frontier.get(group, ()):
-        if at_least(dims, failed):
-            return why
+    size, cpu, mem, tasks, own = dims
+    for failed in frontier.get(group, ()):
+        if failed.covers(size, cpu, mem, tasks, own):
+            return failed.why
     return None
