@@ -140,7 +140,8 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                 if reason is not None:
                     group_reasons[group] = reason
 
-    def key(queue: QueueState, cursor: _QueueCursor) -> tuple:
+    def queue_entry(queue: QueueState, cursor: _QueueCursor) -> tuple:
+        """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
         top = cursor.top()
         assert top is not None, "a queue without pending groups has no key"
         group = top[2]
@@ -149,8 +150,9 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             need = state.need(job, state.pending_count(job.id))
         else:  # every task waits, as when the cycle began; the group keeps what one task needs
             need = state.group_need(group) if job.tasks == 1 else state.need(job, job.tasks)
-        order = queue_order_key(queue, job, need) if native_order else queue_key(queue=queue, job=job, need=need)
-        return (order, next(tiebreak))
+        if native_order:  # one flat tuple: a heap compares it field by field, not tuple within tuple
+            return queue_order_key(queue, job, need) + (next(tiebreak), queue)
+        return (queue_key(queue=queue, job=job, need=need), next(tiebreak), queue)
 
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
@@ -185,17 +187,17 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         if entries or cursor.heap:
             heapq.heapify(cursor.heap)
             cursors[queue] = cursor
-    project_heaps: dict[QueueState, list] = defaultdict(list)
+    project_heaps: dict[QueueState, list[tuple]] = defaultdict(list)
     for project, cursor in cursors.items():
         dept = project.parent
         assert dept is not None, f"project {project.name} has no department queue"
-        heapq.heappush(project_heaps[dept], (key(project, cursor), project))
-    dept_heap = [(key(dept, cursors[heap[0][1]]), dept) for dept, heap in project_heaps.items()]
+        heapq.heappush(project_heaps[dept], queue_entry(project, cursor))
+    dept_heap = [queue_entry(dept, cursors[heap[0][-1]]) for dept, heap in project_heaps.items()]
     heapq.heapify(dept_heap)
     while dept_heap:
-        _, dept = heapq.heappop(dept_heap)
+        dept = heapq.heappop(dept_heap)[-1]
         heap = project_heaps[dept]
-        _, project = heapq.heappop(heap)
+        project = heapq.heappop(heap)[-1]
         cursor = cursors[project]
         _, _, group = cursor.pop()
         at = cursor.at
@@ -207,6 +209,6 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         push_group(cursor, group)
         clean(cursor)
         if cursor.top() is not None:
-            heapq.heappush(heap, (key(project, cursor), project))
+            heapq.heappush(heap, queue_entry(project, cursor))
         if heap:
-            heapq.heappush(dept_heap, (key(dept, cursors[heap[0][1]]), dept))
+            heapq.heappush(dept_heap, queue_entry(dept, cursors[heap[0][-1]]))
