@@ -9,6 +9,7 @@ import pytest
 
 from sched_helpers import evicted_jobs, evictions, fair_share, gpus, job, nodes_of, queue, reason, run, scenario
 from gpud import hookimpl
+from gpud.core import Scheduler
 from gpud.plugins import make_plugin_manager
 from gpud.simulate import simulate
 
@@ -798,6 +799,20 @@ def test_preemption_never_takes_the_project_over_its_fair_share():
     sim = run(PREEMPTOR_OVER_FAIR_SHARE % (9, 5, 9, 5))
     assert evictions(sim) == [] and sim.running() == {"low", "theirs"}
     assert reason(sim, "urgent").endswith(
+        "preempting lower-priority jobs cannot keep project p1 within its fair share "
+        "(it holds 1/1 GPUs, 2/4.5 CPUs; the job needs 1 GPU, 5 CPUs)")
+
+
+def test_a_refusal_read_after_the_next_cycle_gives_the_numbers_of_its_own_cycle():
+    # Reasons are worded when read, and a plan may be read while the next cycle runs: the words
+    # must still give what p1 held when "urgent" was refused, not what it holds after "low" is gone.
+    sc = scenario(PREEMPTOR_OVER_FAIR_SHARE % (9, 5, 9, 5))
+    scheduler = Scheduler(sc.snapshot, sc.policy, make_plugin_manager())
+    refused = scheduler.cycle()
+    scheduler.finish("low")
+    after = scheduler.cycle()
+    assert [b.job for b in after.binds] == ["urgent"]
+    assert refused.pending_reasons["urgent"].endswith(
         "preempting lower-priority jobs cannot keep project p1 within its fair share "
         "(it holds 1/1 GPUs, 2/4.5 CPUs; the job needs 1 GPU, 5 CPUs)")
 

@@ -9,6 +9,7 @@ from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, 
 from gpud.core.queues import QueueState, format_amount
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
+from gpud.core.wording import Deferred, Text
 from gpud.model import JobSpec
 
 
@@ -60,7 +61,7 @@ class Blocks:
         self.rules: dict[QueueState, FailedShapes] = {}
         self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
 
-    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[str, str] | None:
+    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Text, str] | None:
         """(reason, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
         number, when known)."""
         found = self.room.find(job, tasks, 0, sid)
@@ -113,7 +114,7 @@ class LateReasons:
         self.room = room
         self.rules = rules
 
-    def of(self, job: JobSpec) -> tuple[QueueState, str] | None:
+    def of(self, job: JobSpec) -> tuple[QueueState, Text] | None:
         """(queue, reason) for a job of the queue that has not started; None if no failure covers it."""
         state = self.state
         klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
@@ -186,9 +187,17 @@ def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
     state.reasons[job.id] = (queue, f"runs {job.tasks - left} of its {job.tasks} tasks; the others wait: {detail}")
 
 
-def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: str) -> str:
-    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need."""
+def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Text) -> Text:
+    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need
+    (worded when read: most jobs passed over are never asked about)."""
     need = state.need(job, tasks)
-    amount = need.gpu if reason.startswith("waiting for GPUs") else need.cpu
-    head, sep, _ = reason.rpartition(NEEDS)
-    return f"{head}{sep}{format_amount(amount)}" if sep else reason
+    return Deferred(_restated, reason, need.gpu, need.cpu)
+
+
+def _restated(reason: Text, gpu: float, cpu: float) -> str:
+    """``reason`` with the amount after its last NEEDS replaced by ``gpu`` (for GPUs) or ``cpu``."""
+    text = str(reason)
+    head, sep, _ = text.rpartition(NEEDS)
+    if not sep:
+        return text
+    return f"{head}{sep}{format_amount(gpu if text.startswith('waiting for GPUs') else cpu)}"

@@ -15,6 +15,7 @@ from gpud.core.reclaim import reclaim
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
+from gpud.core.wording import Text
 from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot
 from gpud.policy import Policy
 
@@ -135,7 +136,7 @@ class PendingReasons(Mapping[str, str]):
         self._reasons = state.reasons
         self._group_reason = state.group_reasons
         self._late = state.late_reasons
-        self._late_found: dict[Group, tuple[QueueState | None, str] | None] = {}
+        self._late_found: dict[Group, tuple[QueueState | None, Text] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = state.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
@@ -161,7 +162,7 @@ class PendingReasons(Mapping[str, str]):
             return "not considered this cycle"
         queue, detail = found
         if queue is None:
-            return detail
+            return str(detail)
         prefix = self._prefix[queue]
         return f"{prefix}; {detail}" if detail else prefix
 

@@ -12,6 +12,7 @@ from gpud.core.orders import victim_order_key
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import UNIT, UNITS, QueueState, amount_text, format_amount
 from gpud.core.state import ClusterState, Statement, Victim
+from gpud.core.wording import Deferred, Text
 from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
 
 Eligibility = Callable[[Victim], str | None]
@@ -265,37 +266,24 @@ class ShareLimit:
     The levels compared are the queue and its department; what each may
     hold, per resource, is the larger of its fair share and what it holds
     when the limit is made. ``refusal`` says, for people, why the limit
-    stopped the preemptor; ``texts``, shared by the limits of one action,
-    keeps what it said for the same numbers.
+    stopped the preemptor.
     """
 
-    def __init__(self, queue: QueueState, texts: dict[tuple, str] | None = None) -> None:
+    def __init__(self, queue: QueueState) -> None:
         # (level, GPUs, CPUs, memory it may hold): plain numbers, made at every preemption tried.
         self.levels = [_may_hold(queue)] if queue.parent is None else [_may_hold(queue), _may_hold(queue.parent)]
         self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str]] | None = None
         self._over = ""
-        self._texts = texts
 
     @property
-    def refusal(self) -> str:
-        """Why the limit stopped the preemptor, with the numbers; "" when it did not."""
+    def refusal(self) -> Text:
+        """Why the limit stopped the preemptor, with the numbers (worded when read); "" when it did not."""
         if self._over:
             return self._over
         if self._refused is None:
             return ""
-        level, (gpu, cpu, mem), need, over = self._refused
-        key = (level, gpu, cpu, mem, need.gpu, need.cpu, need.memory, tuple(over))
-        known = self._texts.get(key) if self._texts is not None else None
-        if known is not None:
-            return known
-        held = Resources(gpu, cpu, mem)
-        holds = ", ".join(amount_text(held.get(r), level.fair_share, r) for r in over)
-        needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
-        text = (f"preempting lower-priority jobs cannot keep {level.kind} {level.name} within "
-                f"its fair share (it holds {holds}; the job needs {needs})")
-        if self._texts is not None:
-            self._texts[key] = text
-        return text
+        level, held, need, over = self._refused
+        return Deferred(_beyond_share, level.kind, level.name, level.fair_share, held, need, over)
 
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
@@ -346,6 +334,17 @@ class ShareLimit:
                 return (f"preempting lower-priority jobs would take {level.kind} {level.name} to "
                         f"{amount_text(held.get(resource), level.fair_share, resource)}, over its fair share")
         return ""
+
+
+def _beyond_share(kind: str, name: str, fair_share: Resources, held: tuple[float, float, float],
+                  need: Resources, over: list[str]) -> str:
+    """Why a level's fair share stopped a preemptor: what the level held and what the job needed, in the
+    resources it would have gone over in."""
+    amounts = dict(zip(RESOURCES, held))
+    holds = ", ".join(amount_text(amounts[r], fair_share, r) for r in over)
+    needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
+    return (f"preempting lower-priority jobs cannot keep {kind} {name} within "
+            f"its fair share (it holds {holds}; the job needs {needs})")
 
 
 class _NodeRoom:

@@ -40,7 +40,6 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     # valid while nothing in the department is placed or released (see ``_bounded``).
     short: dict[QueueState, tuple[int, FailedShapes]] = {}
     bounded: dict[QueueState, bool] = {}  # ``_bounded``, asked once per queue: the policy says
-    refusal_texts: dict[tuple, str] = {}  # ShareLimit.refusal, said once for the same numbers
 
     def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         tasks = gang_tasks(state, job)
@@ -89,7 +88,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         def ready() -> bool:
             return refusal(queue, job, need) is None
 
-        limit = ShareLimit(queue, refusal_texts)
+        limit = ShareLimit(queue)
         if refused is None:
             # The first task alone may take the queue over the limit: then its victims must free the
             # excess on the node it goes to, and make_room would fail, evicting nothing, where none can.

@@ -13,6 +13,7 @@ from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
+from gpud.core.wording import Text
 from gpud.model import ZERO, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Policy
 
@@ -94,8 +95,8 @@ class ClusterState:
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
-        self.reasons: dict[str, tuple[QueueState | None, str]] = {}
-        self.group_reasons: dict[Group, tuple[QueueState | None, str]] = {}  # shared by a group's jobs
+        self.reasons: dict[str, tuple[QueueState | None, Text]] = {}
+        self.group_reasons: dict[Group, tuple[QueueState | None, Text]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
