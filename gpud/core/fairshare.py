@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Sequence
 
 from gpud.model import EPS
@@ -10,18 +9,25 @@ from gpud.model import EPS
 INF: Final = float("inf")
 
 
-@dataclass(frozen=True, slots=True)
 class Claim:
     """What one queue brings to the division of one resource at one level of the hierarchy.
 
     ``cap`` is the most it may receive: its demand, bounded by its limit (and
-    by its quota when it may not go over quota).
+    by its quota when it may not go over quota). A plain class, not a
+    dataclass: the compiled core makes hundreds per cycle, and a dataclass's
+    generated constructor runs interpreted.
     """
 
-    quota: float
-    weight: float
-    priority: int
-    cap: float
+    __slots__ = ("quota", "weight", "priority", "cap")
+
+    def __init__(self, quota: float, weight: float, priority: int, cap: float) -> None:
+        self.quota = quota
+        self.weight = weight
+        self.priority = priority
+        self.cap = cap
+
+    def __repr__(self) -> str:
+        return f"Claim(quota={self.quota}, weight={self.weight}, priority={self.priority}, cap={self.cap})"
 
 
 def water_fill(amount: float, weights: Sequence[float], caps: Sequence[float]) -> list[float]:

@@ -123,7 +123,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                 if i:
                     at[group] = i
                 current = group.keys[i]
-                if current != top[0]:
+                if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
                     if at_run < 0:
                         heapq.heappop(heap)
                     else:

@@ -59,7 +59,7 @@ class Failure:
         self.mem: float = dims[2]
         self.tasks: int = dims[3]
         self.own: int = dims[4]
-        self.why = why
+        self.why: tuple = why  # kept as the tuple given: compiled, a typed pair would be made anew when read
 
     def covers(self, size: float, cpu: float, mem: float, tasks: int, own: int) -> bool:
         """True when a request of these dimensions is at least as large as this failure."""
@@ -75,10 +75,10 @@ class _Answer:
 
     __slots__ = ("tasks", "own", "why")
 
-    def __init__(self, tasks: int, own: int, why: tuple[Text, str]) -> None:
+    def __init__(self, tasks: int, own: int, why: tuple) -> None:
         self.tasks = tasks
         self.own = own
-        self.why = why
+        self.why: tuple = why  # as in Failure
 
 
 class ShapeIndex:
