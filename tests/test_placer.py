@@ -6,11 +6,16 @@ could hold it; whatever it then finds must be what a placer with no memory finds
 
 from __future__ import annotations
 
+from hypothesis import given
+
+from gpud.core import schedule
+from gpud.core.hooks import TRACING
 from gpud.core.placement import Placer
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
+from test_properties import SETTINGS, cases
 
 PM = make_plugin_manager()
 
@@ -70,3 +75,52 @@ def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
     state.begin_cycle()
     found = placer.find(wide)
     assert found is not None and found.node == "n2"
+
+
+# --- the built-in strategies, called by the core itself ------------------------------------------
+
+def traced(pm):
+    """The same plugins, with every hook called through pluggy as when hook tracing is on."""
+    setattr(pm, TRACING, True)
+    return pm
+
+
+@SETTINGS
+@given(cases())
+def test_the_built_in_strategies_place_as_their_hooks_do(case):
+    # Bin-pack and spread are run as core functions when they alone answer: the plan must be the one
+    # the hooks give when called through pluggy.
+    direct = schedule(case.snapshot, case.policy, make_plugin_manager())
+    hooked = schedule(case.snapshot, case.policy, traced(make_plugin_manager()))
+    assert direct.binds == hooked.binds and direct.evictions == hooked.evictions
+    assert dict(direct.pending_reasons) == dict(hooked.pending_reasons)
+
+
+REVERSED = '''
+from gpud import hookimpl
+
+@hookimpl
+def gpud_node_candidates(strategy, request, index):
+    if strategy != "binpack":
+        return None
+    return iter(sorted(index.nodes, key=lambda node: node.name, reverse=True))
+
+@hookimpl
+def gpud_gpu_order(strategy, request, node):
+    if strategy != "binpack":
+        return None
+    return list(reversed(range(node.gpus)))
+'''
+
+
+def test_a_plugin_answering_for_a_built_in_strategy_is_asked_before_it(tmp_path):
+    # A site plugin registered after the built-ins is called first: for "binpack" its order wins,
+    # though the core could run bin-pack itself.
+    (tmp_path / "reversed_binpack.py").write_text(REVERSED)
+    nodes = tuple(NodeSpec(name, gpus=4, cpus=8, memory_gib=64) for name in ("n1", "n2"))
+    job = JobSpec("j", "p", TaskRequest(1, cpus=1, memory_gib=1), placements=(None,))
+    policy = Policy(departments={"d": Department("d")}, projects={"p": Project("p", department="d")})
+    builtin = schedule(Snapshot(nodes, (job,), 0.0), policy, PM)
+    assert [(b.placement.node, b.placement.gpu_index) for b in builtin.binds] == [("n1", (0,))]
+    site = schedule(Snapshot(nodes, (job,), 0.0), policy, make_plugin_manager(directory=tmp_path))
+    assert [(b.placement.node, b.placement.gpu_index) for b in site.binds] == [("n2", (3,))]

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 TRACING = "gpud_tracing"
 NATIVE = "gpud_native"  # the attribute by which a plugin function names the core function it answers with
+ANSWERS = "gpud_answers"  # the attribute by which a strategy hook's function names the strategies it answers for
 
 
 def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
@@ -50,6 +51,28 @@ def first_result(caller: Any, pm: Any) -> Callable[..., Any]:
         return caller(**kwargs)
 
     return call_each
+
+
+def strategy_function(caller: Any, pm: Any, strategy: str) -> Callable[..., Any] | None:
+    """The core function that alone answers a placement hook for ``strategy``, or None.
+
+    The implementations are read in pluggy's order: each must name the
+    strategies it answers for (``ANSWERS``; it returns None for the others)
+    until one names ``strategy``, and that one must name its core function
+    (``NATIVE``), which takes the hook's arguments after the strategy, by
+    position. Otherwise (a plugin that does not say, wrappers, tracing) the
+    hook is to be called as usual.
+    """
+    impls = caller.get_hookimpls()
+    if any(i.hookwrapper or i.wrapper for i in impls) or getattr(pm, TRACING, False):
+        return None
+    for impl in reversed(impls):
+        answers = getattr(impl.function, ANSWERS, None)
+        if answers is None:
+            return None
+        if strategy in answers:
+            return getattr(impl.function, NATIVE, None)  # type: ignore[no-any-return]
+    return None
 
 
 def has_implementations(caller: Any) -> bool:

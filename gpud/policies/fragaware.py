@@ -23,6 +23,7 @@ from itertools import chain
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpud import hookimpl
+from gpud.core.hooks import ANSWERS
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.model import EPS, TaskRequest
 from gpud.policies.binpack import smallest_share
@@ -291,6 +292,10 @@ class FragAware:
             return None
         return self.gpu_order(strategy, request, node)
 
+    # Other strategies pass these by without asking (gpud.core.hooks.strategy_function).
+    setattr(gpud_node_candidates, ANSWERS, NAMES)
+    setattr(gpud_gpu_order, ANSWERS, NAMES)
+
 
 def _key(item: tuple) -> tuple:
     return item[0]
@@ -336,3 +341,7 @@ def gpud_gpu_order(strategy, request, node):
     if strategy not in NAMES:
         return None
     return _DEFAULT.gpu_order(strategy, request, node)
+
+
+for _hook in (gpud_node_candidates, gpud_gpu_order):  # as for the methods of FragAware
+    setattr(_hook, ANSWERS, NAMES)
