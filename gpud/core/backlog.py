@@ -66,7 +66,7 @@ class Backlog:
         self._alone = one_per_group
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
         # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
-        self.heads: dict[QueueState, list[tuple[Any, int, Group]]] = {}
+        self.heads: dict[QueueState, list[tuple]] = {}
         self.groups_made = 0
         # Bumped for a queue whenever one of its groups is made or emptied: what is derived from a
         # queue's shapes (gpud.core.cover) holds while it stands still.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
@@ -16,7 +16,8 @@ from gpud.core.wording import Deferred, Text
 from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
 
 Eligibility = Callable[[Victim], str | None]
-VictimEntry = tuple[Any, int, Victim]  # (the victim-order plugin's key, tiebreak, victim)
+# (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.order's Entry is.
+VictimEntry = tuple
 
 
 class VictimLists:
@@ -84,7 +85,7 @@ class VictimLists:
         placements, touched = self.state.placements, self.state.touched
         i = self._cursor[queue]
         # A victim is a job that ran when its list was made: one untouched this cycle still runs.
-        while i < len(entries) and (job_id := entries[i][2].job.id) in touched and not any(placements[job_id]):
+        while i < len(entries) and (job_id := _victim(entries[i]).job.id) in touched and not any(placements[job_id]):
             i += 1
         self._cursor[queue] = i
         return entries, i
@@ -94,7 +95,7 @@ class VictimLists:
         entries, i = self._start(queue)
         placements, touched = self.state.placements, self.state.touched
         for entry in entries[i:]:
-            job_id = entry[2].job.id
+            job_id = _victim(entry).job.id
             if job_id not in touched or any(placements[job_id]):
                 yield entry
 
@@ -111,7 +112,7 @@ class VictimLists:
         placements, touched = self.state.placements, self.state.touched
         flat = self._flat.get(queue)
         if flat is None or flat[0] is not entries:  # (priority, job id, victim) of each entry, made once per list
-            flat = self._flat[queue] = (entries, [(v.job.priority, v.job.id, v) for _, _, v in entries])
+            flat = self._flat[queue] = (entries, [(v.job.priority, v.job.id, v) for v in map(_victim, entries)])
         found = [victim for below, job_id, victim in flat[1][i:]
                  if below < priority and (job_id not in touched or any(placements[job_id]))]
         self._below[key] = (queue.changes, found)
@@ -202,21 +203,28 @@ class VictimLists:
         return None
 
 
+def _victim(entry: VictimEntry) -> Victim:
+    """The victim of an entry."""
+    victim: Victim = entry[2]
+    return victim
+
+
 def _merged(streams: list[Iterator[VictimEntry]]) -> Iterator[Victim]:
     """The victims of several streams of entries, each in victim order, merged in that order (ties: the
     earlier stream first), read only as far as they are needed."""
     # A generator function, never a generator expression: compiled (GPUD_COMPILE), a generator
     # expression may be read whole at once. heapq.merge, written in Python, is not used: this loop
     # is compiled with the core.
-    heap: list[tuple[Any, int, int, VictimEntry]] = []  # (key, tiebreak, stream, entry)
-    for number, stream in enumerate(streams):
+    heap: list[tuple] = []  # (key, tiebreak, stream, entry), plain tuples as VictimEntry is
+    for first, stream in enumerate(streams):
         entry = next(stream, None)
         if entry is not None:
-            heap.append((entry[0], entry[1], number, entry))
+            heap.append((entry[0], entry[1], first, entry))
     heapq.heapify(heap)
     while heap:
-        _, _, number, entry = heap[0]
-        yield entry[2]
+        top = heap[0]
+        number: int = top[2]
+        yield _victim(top[3])
         following = next(streams[number], None)
         if following is None:
             heapq.heappop(heap)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
@@ -15,7 +15,9 @@ from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
 Skip = Callable[[JobSpec, QueueState, Group], bool]  # asked with a group's next job, its queue and the group
-Entry = tuple[Any, int, Group]  # a group by its next job: (that job's key, tiebreak, group)
+# A group by its next job: (that job's key, tiebreak, group). Typed as a plain tuple: the compiled core
+# then keeps entries as the tuples they are, where a typed triple is unpacked and made anew when compared.
+Entry = tuple
 Admit = Callable[[QueueState, list[Entry]], list[Entry]]
 
 
@@ -37,20 +39,28 @@ class _QueueCursor:
         self.at: dict[Group, int] = {}
         self.skip: Skip | None = None
 
-    def top(self) -> Entry | None:
-        """The first entry, or None when no group is left."""
+    def top(self) -> Group | None:
+        """The group of the first entry, or None when no group is left."""
         run, heap = self.run, self.heap
+        group: Group
         if self.next < len(run) and not (heap and heap[0] < run[self.next]):
-            return run[self.next]
-        return heap[0] if heap else None
+            group = run[self.next][2]
+            return group
+        if heap:
+            group = heap[0][2]
+            return group
+        return None
 
-    def pop(self) -> Entry:
-        """Take the first entry out."""
+    def pop(self) -> Group:
+        """Take the first entry out; its group."""
         run, heap = self.run, self.heap
+        group: Group
         if self.next < len(run) and not (heap and heap[0] < run[self.next]):
             self.next += 1
-            return run[self.next - 1]
-        return heapq.heappop(heap)
+            group = run[self.next - 1][2]
+        else:
+            group = heapq.heappop(heap)[2]
+        return group
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
@@ -113,7 +123,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                 at_run = -1
             else:
                 return
-            group = top[2]
+            group: Group = top[2]
             i, jobs = at.get(group, 0), group.jobs
             n = len(jobs)
             while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
@@ -142,9 +152,8 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     def queue_entry(queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
-        top = cursor.top()
-        assert top is not None, "a queue without pending groups has no key"
-        group = top[2]
+        group = cursor.top()
+        assert group is not None, "a queue without pending groups has no key"
         job = group.jobs[cursor.at.get(group, 0)]
         if job.id in touched or job.placements:
             need = state.need(job, state.pending_count(job.id))
@@ -173,7 +182,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         entries = cursor.run
         heads = backlog.heads.get(queue, [])
         for entry in heads if admit is None else admit(queue, heads):
-            group = entry[2]
+            group: Group = entry[2]
             jobs = group.jobs
             if jobs[0].id not in touched or None in placements[jobs[0].id]:
                 entries.append(entry)
@@ -199,7 +208,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         heap = project_heaps[dept]
         project = heapq.heappop(heap)[-1]
         cursor = cursors[project]
-        _, _, group = cursor.pop()
+        group = cursor.pop()
         at = cursor.at
         job = group.jobs[at.get(group, 0)]
         skip = visit(job)

@@ -137,9 +137,15 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         floor = lowest[queue]
         if priority_first:  # the heads are sorted by minus the priority first: those above the floor lead
             return heads[:bisect.bisect_left(heads, -floor, key=_minus_priority)]
-        return [entry for entry in heads if entry[2].jobs[0].priority > floor]
+        return [entry for entry in heads if _group(entry).jobs[0].priority > floor]
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+
+
+def _group(entry: Entry) -> Group:
+    """The group of a head."""
+    group: Group = entry[2]
+    return group
 
 
 def _minus_priority(entry: Entry) -> int:

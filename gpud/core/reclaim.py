@@ -207,7 +207,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         gpu_level, cpu_level, mem_level = share.gpu + EPS, share.cpu + EPS, share.memory + EPS
         admitted = []
         for entry in heads:
-            group = entry[2]
+            group: Group = entry[2]
             need = group.need
             if need is None:
                 need = state.group_need(group)

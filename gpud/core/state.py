@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import pluggy
 
@@ -100,7 +100,7 @@ class ClusterState:
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
-        self.victim_orders: dict[QueueState, tuple[int, list[tuple[Any, int, Victim]]]] = {}
+        self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
