@@ -82,6 +82,32 @@ def test_warm_books_equal_a_fresh_build_after_every_cycle(data):
 
 
 @SETTINGS
+@given(churned())
+def test_a_plan_read_after_later_cycles_lists_the_jobs_that_waited_then(data):
+    # A plan's reasons are read through the backlog as it changes (nothing is copied): read after
+    # more cycles, a plan must still list the jobs that waited when it was made, for the same reasons.
+    # (Reasons of jobs that have finished since are not compared: the plan reads the job itself.)
+    case, steps = data
+    read_at_once, read_later = Scheduler(case.snapshot, case.policy, PM), Scheduler(case.snapshot, case.policy, PM)
+    seen = [dict(read_at_once.cycle().pending_reasons)]
+    kept = [read_later.cycle()]
+    for new, finishing in steps:
+        running = [j.id for j in read_at_once.jobs() if j.is_running][:finishing]
+        for scheduler in (read_at_once, read_later):
+            for job_id in running:
+                scheduler.finish(job_id)
+            for job in new:
+                scheduler.submit(job)
+        seen.append(dict(read_at_once.cycle().pending_reasons))
+        kept.append(read_later.cycle())
+    for then, plan in zip(seen, kept):
+        later = plan.pending_reasons
+        assert sorted(later) == sorted(then) and len(later) == len(then)
+        known = read_later.state.jobs
+        assert {j: r for j, r in later.items() if j in known} == {j: r for j, r in then.items() if j in known}
+
+
+@SETTINGS
 @given(cases())
 def test_first_warm_cycle_is_the_snapshot_schedule(case):
     # schedule() leaves its state as the cycle left it, for no cycle follows: the jobs it says wait,

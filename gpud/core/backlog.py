@@ -10,7 +10,7 @@ by one.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Final, Iterable, Iterator
+from typing import Any, Callable, Final, Iterable, Iterator, Mapping
 
 from gpud.core.orders import job_order_key
 from gpud.core.queues import QueueState
@@ -56,6 +56,71 @@ def shape_of(job: JobSpec, partly_running: bool, alone: bool = False) -> tuple:
             job.preemptible)
 
 
+class _Changes:
+    """The jobs whose group in a backlog changed during one stretch of time, each with its group when
+    the stretch began (None: it was not waiting), and the changes of the stretch after."""
+
+    __slots__ = ("before", "later")
+
+    def __init__(self) -> None:
+        self.before: dict[str, Group | None] = {}
+        self.later: _Changes | None = None
+
+
+class GroupsAsOf(Mapping[str, Group]):
+    """Each waiting job's group as ``Backlog.group_of`` had it at one moment, read while the backlog moves on.
+
+    Nothing is copied: a reading looks at what changed since that moment
+    (the backlog notes a job's group before its first change after each
+    moment asked for) and otherwise at the backlog as it is. Jobs unchanged
+    since come in the backlog's order, then those changed since.
+    """
+
+    def __init__(self, now: dict[str, Group], since: _Changes) -> None:
+        self._now = now
+        self._since = since
+
+    def __getitem__(self, job_id: str) -> Group:
+        changes: _Changes | None = self._since
+        while changes is not None:
+            if job_id in changes.before:
+                group = changes.before[job_id]
+                if group is None:
+                    raise KeyError(job_id)
+                return group
+            changes = changes.later
+        return self._now[job_id]
+
+    def _changed(self) -> dict[str, Group | None]:
+        """Each job changed since the moment, with its group then (None: not waiting)."""
+        changed: dict[str, Group | None] = {}
+        changes: _Changes | None = self._since
+        while changes is not None:
+            for job_id, group in changes.before.items():
+                if job_id not in changed:
+                    changed[job_id] = group
+            changes = changes.later
+        return changed
+
+    def __iter__(self) -> Iterator[str]:
+        changed = self._changed()
+        if not changed:
+            yield from self._now
+            return
+        for job_id in self._now:
+            if job_id not in changed:
+                yield job_id
+        for job_id, group in changed.items():
+            if group is not None:
+                yield job_id
+
+    def __len__(self) -> int:
+        changed = self._changed()
+        now = self._now
+        return (len(now) - sum(1 for job_id in changed if job_id in now)
+                + sum(1 for group in changed.values() if group is not None))
+
+
 class Backlog:
     """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
 
@@ -75,6 +140,7 @@ class Backlog:
         # there were too many to be worth reading one by one.
         self._reshaped: dict[QueueState, list[Group] | None] = {}
         self.group_of: dict[str, Group] = {}
+        self._since: _Changes | None = None  # what changed since the last ``as_of_now``, if ever asked
 
     @property
     def job_key(self) -> Callable[..., Any]:
@@ -86,6 +152,20 @@ class Backlog:
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.group_of
+
+    def as_of_now(self) -> GroupsAsOf:
+        """``group_of`` as it is now, to be read later however the backlog changes, without a copy."""
+        since = _Changes()
+        if self._since is not None:
+            self._since.later = since
+        self._since = since
+        return GroupsAsOf(self.group_of, since)
+
+    def _note(self, job_id: str) -> None:
+        """Keep the job's group as it is, before its first change since ``as_of_now`` was last asked."""
+        since = self._since
+        if since is not None and job_id not in since.before:
+            since.before[job_id] = self.group_of.get(job_id)
 
     def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple, listed: bool = True) -> Group:
         group = groups[shape] = Group(queue, shape, self.groups_made)
@@ -130,6 +210,7 @@ class Backlog:
         group.jobs.insert(at, job)
         if at == 0:
             self._head_in(group)
+        self._note(job.id)
         self.group_of[job.id] = group
 
     def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
@@ -152,6 +233,7 @@ class Backlog:
                 group = self._group(groups, queue, shape, listed=False)  # the queue is read whole again
             group.keys.append(job_order_key(job) if native else job_key(job=job))
             group.jobs.append(job)
+            self._note(job.id)
             group_of[job.id] = group
         # Every group of a queue taken in is sorted again: one already in order costs a single pass.
         for queue in taken:
@@ -171,6 +253,7 @@ class Backlog:
         ``job`` is the JobSpec the backlog was given, or one with the same job-order key.
         """
         job_id = job.id
+        self._note(job_id)
         group = self.group_of.pop(job_id, None)
         if group is None:
             return

@@ -128,6 +128,8 @@ class PendingReasons(Mapping[str, str]):
     Captured when the plan is built: the cycle's own reasons, each group's
     shared reason, the evictions, and the queues' numbers at that moment; a
     group passed over with its whole queue gets its reason when first read.
+    Which jobs wait, and in which group, is read through the backlog as of
+    that moment (``Backlog.as_of_now``), not copied.
     """
 
     def __init__(self, state: ClusterState, waiting: dict[str, Group] | None = None) -> None:
@@ -141,7 +143,7 @@ class PendingReasons(Mapping[str, str]):
         self._evicted = state.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self._orphans = state.orphans.copy()
-        self._group_of = state.backlog.group_of.copy() if waiting is None else waiting
+        self._group_of: Mapping[str, Group] = state.backlog.as_of_now() if waiting is None else waiting
         self._prefix = {queue: queue.describe() for queue in state.queues.values()}
 
     def __getitem__(self, job_id: str) -> str:
