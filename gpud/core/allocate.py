@@ -134,13 +134,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
     reasons = state.reasons
     fragmented = state.fragmented
 
-    def skip_same(job: JobSpec, queue: QueueState, group: Group) -> bool:
-        tasks = gang_tasks(state, job)
-        found = blocks.find(job, queue, tasks, state.shapes.of_group(group))
-        if found is None:
-            return False
-        reasons[job.id] = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
-        return True
+    skip_same = _BlockedAsBefore(state, blocks)
 
     def visit(job: JobSpec) -> Skip | None:
         queue = state.project_queue(job)
@@ -174,6 +168,23 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         return True
 
     serve_in_order(state, state.backlog, visit, record_reasons=True, drop=drop)
+
+
+class _BlockedAsBefore(Skip):
+    """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``)."""
+
+    def __init__(self, state: ClusterState, blocks: Blocks) -> None:
+        self.state = state
+        self.blocks = blocks
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        state = self.state
+        tasks = gang_tasks(state, job)
+        found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
+        if found is None:
+            return False
+        state.reasons[job.id] = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
+        return True
 
 
 def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:

@@ -33,16 +33,11 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
     orders: dict[str, _FreeOrder] = {}  # by pool (_most_free_first)
     failed = FailedShapes(state)
-    attempts = [0]
-
-    def hopeless(job: JobSpec, queue: QueueState | None = None, group: Group | None = None) -> bool:
-        return (attempts[0] >= MAX_JOBS_PER_CYCLE
-                or failed.find(job, gang_tasks(state, job), 0,
-                               state.shapes.of_group(group) if group is not None else -1) is not None)
+    hopeless = _Hopeless(state, failed)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or not job.request.uses_gpu or hopeless(job):
+        if not pending or not job.request.uses_gpu or hopeless.holds(job, state.project_queue(job)):
             return hopeless
         if minimum == 0 and len(pending) < job.tasks:
             return None
@@ -51,7 +46,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
         if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
             failed.add(job, len(tasks), "")
             return hopeless
-        attempts[0] += 1
+        hopeless.attempts += 1
         stmt = Statement(state)
         for task in tasks:
             placement = placer.find(job)
@@ -71,6 +66,22 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
         job = state.jobs[job_id]
         blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
     serve_in_order(state, blocked, visit)
+
+
+class _Hopeless(Skip):
+    """Passes over a group whose next job failed as an earlier one did, and every job once the cycle
+    has tried ``MAX_JOBS_PER_CYCLE``."""
+
+    def __init__(self, state: ClusterState, failed: FailedShapes) -> None:
+        self.state = state
+        self.failed = failed
+        self.attempts = 0
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        state = self.state
+        return (self.attempts >= MAX_JOBS_PER_CYCLE
+                or self.failed.find(job, gang_tasks(state, job), 0,
+                                    state.shapes.of_group(group) if group is not None else -1) is not None)
 
 
 def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState,

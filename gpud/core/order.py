@@ -14,11 +14,24 @@ from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
 
-Skip = Callable[[JobSpec, QueueState, Group], bool]  # asked with a group's next job, its queue and the group
 # A group by its next job: (that job's key, tiebreak, group). Typed as a plain tuple: the compiled core
 # then keeps entries as the tuples they are, where a typed triple is unpacked and made anew when compared.
 Entry = tuple
 Admit = Callable[[QueueState, list[Entry]], list[Entry]]
+
+
+class Skip:
+    """What an action hands ``serve_in_order`` once a job failed: which groups to pass over whole.
+
+    ``holds`` is asked with a group's next job, its queue and the group (or
+    with a job alone, by the action itself); True passes the group over, and
+    records why that job waits. A class rather than a function: the compiled
+    core calls each action's ``holds`` directly, for every group passed over.
+    """
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        """True when the job cannot start now for the reason an earlier failure gave; its reason is recorded."""
+        raise NotImplementedError
 
 
 class _QueueCursor:
@@ -71,16 +84,15 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     Queues compare by the queue-order plugin with their next job, first
     among departments, then among the department's projects; a queue's key
-    is recomputed after each of its jobs. ``visit`` may return a predicate
-    (asked with a job, its queue and its group): from then on, a group of that queue
-    whose next job it holds for is passed over whole (the predicate records
-    why that job waits, and with ``record_reasons`` the group keeps the
-    reason for all its jobs). ``admit``, given a queue and its groups as
+    is recomputed after each of its jobs. ``visit`` may return a ``Skip``:
+    from then on, a group of that queue whose next job it holds for is
+    passed over whole (the Skip records why that job waits, and with
+    ``record_reasons`` the group keeps the reason for all its jobs). ``admit``, given a queue and its groups as
     sorted (key, tiebreak, group) entries before the first visit, returns
     those to serve: the others are not visited at all, nor are queues left
     out of ``queues`` when it is given. Jobs that stopped waiting earlier in
     the cycle are passed over. Once a queue has a predicate, ``drop`` may
-    say that the predicate holds for every group the queue has left: they
+    say that the Skip holds for every group the queue has left: they
     are all passed over at once, and no reason is recorded for them here
     (``drop`` records them its own way).
     """
@@ -129,7 +141,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
                 i += 1
             first = jobs[i] if i < n else None
-            if first is not None and (skip is None or not skip(first, queue, group)):
+            if first is not None and (skip is None or not skip.holds(first, queue, group)):
                 if i:
                     at[group] = i
                 current = group.keys[i]

@@ -41,28 +41,14 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     short: dict[QueueState, tuple[int, FailedShapes]] = {}
     bounded: dict[QueueState, bool] = {}  # ``_bounded``, asked once per queue: the policy says
 
-    def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
-        tasks = gang_tasks(state, job)
-        sid = state.shapes.of_group(group) if group is not None else -1
-        shapes = failed.get(queue)
-        found = shapes.find(job, tasks, -job.priority, sid) if shapes is not None else None
-        if found is None:
-            known = short.get(queue)
-            if known is not None and known[0] == (queue.parent or queue).changes:
-                found = known[1].find(job, tasks, -job.priority, sid)
-        if found is not None:
-            if found[0]:
-                state.reasons[job.id] = (queue, found[0])
-            return True
-        refused = over_quota.get(queue)
-        return not job.preemptible and refused is not None and refused.find(job, tasks, 0, sid) is not None
+    hopeless = _Hopeless(state, failed, over_quota, short)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
         queue = state.project_queue(job)
-        if hopeless(job, queue):
+        if hopeless.holds(job, queue):
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
@@ -140,6 +126,34 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         return [entry for entry in heads if _group(entry).jobs[0].priority > floor]
 
     serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+
+
+class _Hopeless(Skip):
+    """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
+
+    def __init__(self, state: ClusterState, failed: dict[QueueState, FailedShapes],
+                 over_quota: dict[QueueState, FailedShapes], short: dict[QueueState, tuple[int, FailedShapes]]) -> None:
+        self.state = state
+        self.failed = failed
+        self.over_quota = over_quota
+        self.short = short
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        state = self.state
+        tasks = gang_tasks(state, job)
+        sid = state.shapes.of_group(group) if group is not None else -1
+        shapes = self.failed.get(queue)
+        found = shapes.find(job, tasks, -job.priority, sid) if shapes is not None else None
+        if found is None:
+            known = self.short.get(queue)
+            if known is not None and known[0] == (queue.parent or queue).changes:
+                found = known[1].find(job, tasks, -job.priority, sid)
+        if found is not None:
+            if found[0]:
+                state.reasons[job.id] = (queue, found[0])
+            return True
+        refused = self.over_quota.get(queue)
+        return not job.preemptible and refused is not None and refused.find(job, tasks, 0, sid) is not None
 
 
 def _group(entry: Entry) -> Group:

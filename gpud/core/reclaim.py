@@ -76,6 +76,20 @@ def _levels(queue: QueueState, victim_queue: QueueState, taken: Resources, need:
     return found
 
 
+class _Hopeless(Skip):
+    """Passes over a group whose next job is at least as large as one of its queue that found no victims."""
+
+    def __init__(self, state: ClusterState, failed: dict[QueueState, FailedShapes]) -> None:
+        self.state = state
+        self.failed = failed
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        shapes = self.failed.get(queue)
+        state = self.state
+        return shapes is not None and shapes.find(job, gang_tasks(state, job), 0,
+                                                  state.shapes.of_group(group) if group is not None else -1) is not None
+
+
 def reclaim(state: ClusterState, placer: Placer) -> None:
     """For each pending job whose queue stays within its fair share, evict from queues above theirs.
 
@@ -113,17 +127,14 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             known = over_known[key] = (state.changes, share, quota)
         return [q for q in known[1] if q is not queue], [q for q in known[2] if q is not queue]
 
-    def hopeless(job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
-        shapes = failed.get(queue)
-        return shapes is not None and shapes.find(job, gang_tasks(state, job), 0,
-                                                  state.shapes.of_group(group) if group is not None else -1) is not None
+    hopeless = _Hopeless(state, failed)
 
     def visit(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
         if not pending or (minimum == 0 and len(pending) < job.tasks):
             return None
         queue = state.project_queue(job)
-        if hopeless(job, queue):
+        if hopeless.holds(job, queue):
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
