@@ -167,11 +167,12 @@ def allocate(state: ClusterState, placer: Placer) -> None:
         state.late_reasons[queue] = blocks.late_reasons(queue)
         return True
 
-    serve_in_order(state, state.backlog, visit, record_reasons=True, drop=drop)
+    serve_in_order(state, state.backlog, visit, drop=drop)
 
 
 class _BlockedAsBefore(Skip):
-    """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``)."""
+    """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
+    the reason is the whole group's (``ClusterState.group_reasons``): its jobs share their shape."""
 
     def __init__(self, state: ClusterState, blocks: Blocks) -> None:
         self.state = state
@@ -183,7 +184,11 @@ class _BlockedAsBefore(Skip):
         found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
         if found is None:
             return False
-        state.reasons[job.id] = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
+        reason = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
+        if group is not None:
+            state.group_reasons[group] = reason
+        else:
+            state.reasons[job.id] = reason
         return True
 
 

@@ -77,7 +77,7 @@ class _QueueCursor:
 
 
 def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSpec], Skip | None],
-                   admit: Admit | None = None, record_reasons: bool = False,
+                   admit: Admit | None = None,
                    queues: Iterable[QueueState] | None = None,
                    drop: Callable[[QueueState], bool] | None = None) -> None:
     """Visit pending jobs, always taking the next job of the most deprived queue.
@@ -86,8 +86,8 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     among departments, then among the department's projects; a queue's key
     is recomputed after each of its jobs. ``visit`` may return a ``Skip``:
     from then on, a group of that queue whose next job it holds for is
-    passed over whole (the Skip records why that job waits, and with
-    ``record_reasons`` the group keeps the reason for all its jobs). ``admit``, given a queue and its groups as
+    passed over whole (the Skip records why that job waits, or why all the
+    group's jobs do). ``admit``, given a queue and its groups as
     sorted (key, tiebreak, group) entries before the first visit, returns
     those to serve: the others are not visited at all, nor are queues left
     out of ``queues`` when it is given. Jobs that stopped waiting earlier in
@@ -103,8 +103,6 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     # Every job of a backlog waits for some task when the cycle begins: only one placed or evicted since
     # (touched) may have stopped waiting. The small set is asked first, not the placements of every job.
     touched = state.touched
-    reasons = state.reasons
-    group_reasons = state.group_reasons
 
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
         i = cursor.at.get(group, 0)
@@ -157,10 +155,6 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                 heapq.heappop(heap)
             else:
                 cursor.next = at_run + 1
-            if first is not None and record_reasons:
-                reason = reasons.get(first.id)
-                if reason is not None:
-                    group_reasons[group] = reason
 
     def queue_entry(queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
