@@ -31,7 +31,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
     """
     lists = VictimLists(state)
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
-    orders: dict[str, _FreeOrder] = {}  # by pool (_most_free_first)
+    orders = state.free_orders  # by pool (_most_free_first), kept from cycle to cycle
     failed = FailedShapes(state)
     hopeless = _Hopeless(state, failed)
 
@@ -118,7 +118,7 @@ def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: 
 
 def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
                     job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]],
-                    orders: dict[str, _FreeOrder]) -> bool:
+                    orders: dict[str, FreeOrder]) -> bool:
     """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
     best: tuple[int, NodeState] | None = None
     tried = 0
@@ -187,28 +187,31 @@ def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tu
     return placer.find(first) is not None
 
 
-class _FreeOrder:
-    """A pool's nodes sorted most free GPU share first (pool order among equals), kept for one action.
+class FreeOrder:
+    """A pool's nodes sorted most free GPU share first (pool order among equals), kept from cycle to cycle.
 
-    Sums are worked out again only for nodes changed since, and only once
-    something in the cluster was placed or released (``ClusterState.changes``).
+    Sums are worked out again only for nodes changed since (their
+    ``version``), and only once something in the cluster was placed or
+    released (``ClusterState.changes``, which counts every change of a node,
+    between cycles too).
     """
 
-    __slots__ = ("sums", "versions", "ordered", "changes")
+    __slots__ = ("nodes", "sums", "versions", "ordered", "changes")
 
     def __init__(self, nodes: list[NodeState], changes: int) -> None:
+        self.nodes = nodes
         self.sums = [(-sum(n.free_share), i, n) for i, n in enumerate(nodes)]
         self.versions = [n.version for n in nodes]
         self.ordered = sorted(self.sums)
         self.changes = changes
 
 
-def _most_free_first(state: ClusterState, pool: str, orders: dict[str, _FreeOrder]) -> Iterator[NodeState]:
+def _most_free_first(state: ClusterState, pool: str, orders: dict[str, FreeOrder]) -> Iterator[NodeState]:
     """The pool's nodes, most free GPU share first, in pool order among equals, as they stand when asked."""
     nodes = state.indexes[pool].nodes
     known = orders.get(pool)
-    if known is None:
-        known = orders[pool] = _FreeOrder(nodes, state.changes)
+    if known is None or known.nodes is not nodes:
+        known = orders[pool] = FreeOrder(nodes, state.changes)
     elif known.changes != state.changes:
         known.changes = state.changes
         sums, versions = known.sums, known.versions

@@ -19,6 +19,7 @@ from gpud.policy import Policy
 
 if TYPE_CHECKING:
     from gpud.core.allocate import LateReasons
+    from gpud.core.consolidate import FreeOrder
 
 
 class Victim:
@@ -101,6 +102,7 @@ class ClusterState:
         self.late_reasons: dict[QueueState, LateReasons] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
         self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
+        self.free_orders: dict[str, FreeOrder] = {}  # by pool, for consolidation: kept from cycle to cycle
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
