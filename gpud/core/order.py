@@ -91,7 +91,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     sorted (key, tiebreak, group) entries before the first visit, returns
     those to serve: the others are not visited at all, nor are queues left
     out of ``queues`` when it is given. Jobs that stopped waiting earlier in
-    the cycle are passed over. Once a queue has a predicate, ``drop`` may
+    the cycle are passed over. Once a queue has a Skip, ``drop`` may
     say that the Skip holds for every group the queue has left: they
     are all passed over at once, and no reason is recorded for them here
     (``drop`` records them its own way).
@@ -117,12 +117,12 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             heapq.heappush(cursor.heap, (group.keys[cursor.at[group]], next(tiebreak), group))
 
     def clean(cursor: _QueueCursor) -> None:
-        """Drop groups from the top of a queue's heap while the queue's predicate passes them over."""
+        """Drop groups from the top of a queue's heap while the queue's Skip passes them over."""
         skip, at, queue = cursor.skip, cursor.at, cursor.queue
         if skip is not None and drop is not None and cursor.top() is not None and drop(queue):
             cursor.run, cursor.next, cursor.heap = [], 0, []
             return
-        # cursor.top() and cursor.pop(), inline: every group a predicate passes over comes through here.
+        # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
         run, heap = cursor.run, cursor.heap
         while True:
             at_run = cursor.next
