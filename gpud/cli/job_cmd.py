@@ -109,6 +109,8 @@ def show_text(job: dict, now: float) -> str:
         ("Compute", _compute(job.get("sharing"))), ("GPU memory", _memory(job.get("sharing"))),
         ("Output", job.get("output")), ("Error", job.get("error")),
         ("Env", ", ".join(sorted(job.get("env") or {})) or None),
+        ("Command", "not shown: only its owner and admins see its command, environment and paths"
+         if job.get("confidential") else None),
     ]
     width = max(len(key) for key, _ in rows)
     out = [f"{key + ':':<{width + 1}} {value}" for key, value in rows if value not in (None, "")]

@@ -14,7 +14,7 @@ from gpud.controller.auth import Principal, digest, new_token
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
-from gpud.controller.views import job_view, node_view, queue_view
+from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
@@ -53,6 +53,16 @@ def require_admin(principal: Principal) -> None:
     """403 unless the caller is an admin."""
     if not principal.admin:
         raise ApiError(403, f"user {principal.user!r} is not an admin; this needs an admin token")
+
+
+def may_see(principal: Principal, job: Job) -> bool:
+    """True when the caller may see the job's command, environment and paths: its owner and admins."""
+    return principal.admin or job.user == principal.user
+
+
+def visible(principal: Principal, job: Job, view: dict) -> dict:
+    """The job's view for this caller: all of it for its owner and admins, its public fields for others."""
+    return view if may_see(principal, job) else public_view(view, job)
 
 
 def owned(principal: Principal, job: Job) -> None:
@@ -109,15 +119,15 @@ async def submit_batch(request: web.Request) -> web.Response:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    ctrl = request.app[CONTROLLER]
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     query = request.query
     states = _states(query.get("state"))
     if states is None:
         states = set(STATES) if query.get("all") in ("1", "true") else set(ACTIVE)
     user, project = query.get("user"), query.get("project")
     now = time.time()
-    jobs = [job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
-                     ctrl.cluster.policy.time_slicing)
+    jobs = [visible(principal, job, job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
+                                             ctrl.cluster.policy.time_slicing))
             for job in ctrl.cluster.jobs.values()
             if job.state in states and (user is None or job.user == user)
             and (project is None or job.project == project)]
@@ -127,8 +137,8 @@ async def list_jobs(request: web.Request) -> web.Response:
             since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000))
         for job in (Job.from_record(jsontext.loads(r)) for r in records):
             if job.state in states:
-                jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now,
-                                     ctrl.cluster.policy.time_slicing))
+                jobs.append(visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
+                                                             ctrl.cluster.policy.time_slicing)))
     jobs.sort(key=lambda j: (j["submitted"], j["id"]))
     return ok({"jobs": jobs})
 
@@ -141,13 +151,16 @@ async def show_job(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
-    return ok(view)
+    return ok(visible(request[PRINCIPAL], job, view))
 
 
 async def why_job(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     job = await find_job(ctrl, request.match_info["id"])
-    return ok(explain(job, ctrl.cluster))
+    answer = explain(job, ctrl.cluster)
+    if not may_see(request[PRINCIPAL], job):
+        answer["reason"] = redact(answer.get("reason"), job)
+    return ok(answer)
 
 
 async def change_jobs(request: web.Request) -> web.Response:
@@ -180,7 +193,7 @@ async def change_jobs(request: web.Request) -> web.Response:
 
 
 async def history(request: web.Request) -> web.Response:
-    ctrl = request.app[CONTROLLER]
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     query = request.query
     try:
         since = float(query["since"]) if "since" in query else None
@@ -192,8 +205,8 @@ async def history(request: web.Request) -> web.Response:
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
                                                         project=query.get("project"), limit=limit))
     now = time.time()
-    jobs = [job_view(job, job.reason, ctrl.cluster.nodes, now,
-                     ctrl.cluster.policy.time_slicing)
+    jobs = [visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
+                                             ctrl.cluster.policy.time_slicing))
             for job in (Job.from_record(jsontext.loads(r)) for r in records)]
     return ok({"jobs": jobs})
 

@@ -67,6 +67,8 @@ def read_or_create_secret(path: str, make: callable) -> tuple[str, bool]:
     try:
         with open(path, encoding="utf-8") as f:
             value = f.read().strip()
+            if os.fstat(f.fileno()).st_mode & 0o077:
+                os.fchmod(f.fileno(), 0o600)
         if value:
             return value, False
     except FileNotFoundError:

@@ -9,6 +9,9 @@ from gpud.jobs import Job, gpus_of
 from gpud.model import QueueReport, Resources
 from gpud.policy import TimeSlicing
 
+# What only a job's owner and the admins see: what it runs, with what secrets, and where it writes.
+CONFIDENTIAL = ("command", "script", "env", "workdir", "output", "error")
+
 
 def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
              slicing: TimeSlicing | None = None) -> dict:
@@ -42,6 +45,27 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
         "gpu_compute_request": job.gpu_compute_request, "gpu_compute_limit": job.gpu_compute_limit,
         "sharing": sharing_view(job, nodes, slicing or TimeSlicing()),
     }
+
+
+def public_view(view: dict, job: Job) -> dict:
+    """The job as other users see it: ``view`` without its command, environment and paths.
+
+    Free text that may quote the workdir (the reason, event messages) has it
+    replaced, so a failed start does not tell a stranger where the job writes.
+    """
+    shown = {key: value for key, value in view.items() if key not in CONFIDENTIAL}
+    shown["confidential"] = True
+    shown["reason"] = redact(shown.get("reason"), job)
+    if "events" in shown:
+        shown["events"] = [{**event, "message": redact(event.get("message"), job)} for event in shown["events"]]
+    return shown
+
+
+def redact(text: str | None, job: Job) -> str | None:
+    """``text`` with the job's workdir replaced (None stays None)."""
+    if not text or not job.workdir or job.workdir == "/":
+        return text
+    return text.replace(job.workdir.rstrip("/"), "<workdir>")
 
 
 def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing) -> dict | None:

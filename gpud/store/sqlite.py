@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job);
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
-    hash TEXT PRIMARY KEY, user TEXT NOT NULL, admin INTEGER NOT NULL, created REAL NOT NULL);
+    hash TEXT PRIMARY KEY, user TEXT NOT NULL, admin INTEGER NOT NULL, created REAL NOT NULL,
+    allow_root INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 FILE_NAME = "gpud.sqlite"
@@ -31,17 +32,39 @@ UPSERT_JOB = ("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) 
               "submitted = excluded.submitted, ended = excluded.ended, record = excluded.record")
 
 
+def private(path: str) -> None:
+    """Make ``path`` readable and writable by its owner alone, if it exists."""
+    try:
+        os.chmod(path, 0o600)
+    except FileNotFoundError:
+        pass
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a store written by an earlier gpud up to this schema (columns added since)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
+    if "allow_root" not in columns:
+        db.execute("ALTER TABLE tokens ADD COLUMN allow_root INTEGER NOT NULL DEFAULT 0")
+
+
 class SQLiteStore:
     """The default store: ``state_dir/gpud.sqlite``, synchronous=FULL so a commit survives power loss."""
 
     def __init__(self, state_dir: str | os.PathLike, *, synchronous: str = "FULL") -> None:
-        os.makedirs(state_dir, exist_ok=True)
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        os.chmod(state_dir, 0o700)
         self.path = os.path.join(state_dir, FILE_NAME)
+        # Jobs' commands and environments are in here: readable by the controller's user alone. SQLite
+        # gives the WAL and shared-memory files the database file's mode; older files are tightened too.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
+        migrate(self.db)
+        for path in (self.path, self.path + "-wal", self.path + "-shm"):
+            private(path)
         self._reader: sqlite3.Connection | None = None
 
     @property
@@ -77,7 +100,7 @@ class SQLiteStore:
             if batch.nodes:
                 db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?)", batch.nodes)
             if batch.tokens:
-                db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)",
+                db.executemany("INSERT OR REPLACE INTO tokens(hash, user, admin, created) VALUES (?, ?, ?, ?)",
                                [(h, u, int(a), c) for h, u, a, c in batch.tokens])
             if batch.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", batch.meta.items())
