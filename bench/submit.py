@@ -77,7 +77,8 @@ class Controller:
         self.log = open(self.dir / "controller.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config", str(self.dir / "controller.toml"),
-             "--log-level", "warning"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--log-level", "warning", *([] if (self.dir / "state" / "gpud.sqlite").exists() else ["--init"])],
+            stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:

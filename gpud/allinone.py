@@ -189,8 +189,19 @@ def prepare(options: UpOptions) -> GpuBackend:
 
 def controller_config(options: UpOptions) -> ControllerConfig:
     """The embedded controller's settings: loopback only, state and policy from the options."""
+    from gpud.controller.state_dir import CLUSTER_ID_FILE
+    from gpud.store.sqlite import FILE_NAME
+
+    root = os.geteuid() == 0
+    # A state directory gpud up has never used becomes a new cluster; a store that went missing or empty
+    # in one it has used is refused, as by gpud controller.
+    fresh = not any(os.path.exists(os.path.join(options.controller_dir, name))
+                    for name in (CLUSTER_ID_FILE, FILE_NAME))
+    # gpud up's token runs jobs as the user who started it: when that is root, as root. Its jobs run on this
+    # host alone, so a user with no account here is refused at submit (as non-root, jobs run as the starter).
     return ControllerConfig(host="127.0.0.1", port=options.port, state_dir=options.controller_dir,
-                            policy=options.policy_path, interval_s=2.0, synchronous=options.store_sync)
+                            policy=options.policy_path, interval_s=2.0, synchronous=options.store_sync,
+                            init=fresh, admin_allow_root=root, local_node=root)
 
 
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
@@ -216,10 +227,12 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
     from gpud.node.agent import NodeAgent
     from gpud.node.config import read_cluster_key
 
+    from gpud.controller.state_dir import StateError
+
     config = controller_config(options)
     try:
         app = make_app(config)
-    except ConfigError as exc:
+    except (ConfigError, StateError) as exc:
         raise UpError(str(exc)) from None
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

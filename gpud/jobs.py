@@ -73,6 +73,7 @@ class Job:
     error: str | None = None
     gpu_compute_request: float | None = None
     gpu_compute_limit: float | None = None
+    allow_root: bool = False     # submitted with a token that may run jobs as uid 0
     submitted: float = 0.0
     seq: int = 0
     state: str = PENDING

@@ -47,6 +47,8 @@ class Project(QueueSettings):
 
     department: str = DEFAULT_DEPARTMENT
     users: tuple[str, ...] = ()
+    priorities: tuple[str, ...] | None = None
+    max_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,18 @@ class Policy:
         if found is not None:
             return found
         return NodePool(name, self.placement, self.cpu_placement, self.gpu_placement or self.placement)
+
+    def allowed_priorities(self, project: str) -> tuple[tuple[str, ...], int]:
+        """The priority classes a project's users may name, and the highest integer priority they may give.
+
+        A project that lists no ``priorities`` allows every class; one without
+        ``max_priority`` allows integers up to its highest allowed class.
+        """
+        settings = self.projects[project]
+        classes = tuple(self.priority_classes) if settings.priorities is None else settings.priorities
+        if settings.max_priority is not None:
+            return classes, settings.max_priority
+        return classes, max((self.priority_classes[name] for name in classes), default=0)
 
     def department_of(self, project: str) -> Department:
         """The department a project belongs to."""

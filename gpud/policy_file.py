@@ -31,7 +31,7 @@ QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gi
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
 DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quota_priority", "over_quota",
                    *LIMIT_KEYS.values())
-PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users")
+PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority")
 POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement")
 PLUGIN_KEYS = ("disable", "directory")
 MAX_QUEUES = 10_000
@@ -76,6 +76,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
     default_pool = top.string("default_pool", DEFAULT_POOL)
     pools = _node_pools(top, known_placements, placement, cpu_placement)
     known_pools = (frozenset(pools) | {default_pool}) if pools else None
+    priority_classes = _priority_classes(top)
     departments = {}
     for index, raw in top.tables("departments", MAX_QUEUES):
         table = top.named("departments", index, raw, DEPARTMENT_KEYS, departments)
@@ -89,7 +90,10 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
             raise table.error("department", f"unknown department {quote(department)}"
                                             f"{suggestion(department, known)} (departments: {choices(known)})")
         projects[table.data["name"]] = Project(**_queue_settings(table, default_pool, known_pools),
-                                               department=department, users=table.strings("users"))
+                                               department=department, users=table.strings("users"),
+                                               priorities=_allowed_classes(table, priority_classes),
+                                               max_priority=table.integer("max_priority", None, lo=-1_000_000,
+                                                                          hi=1_000_000))
     if DEFAULT_DEPARTMENT not in departments and any(
             p.department == DEFAULT_DEPARTMENT for p in projects.values()):
         departments[DEFAULT_DEPARTMENT] = Department(DEFAULT_DEPARTMENT, implicit=True)
@@ -100,7 +104,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         pools=pools,
         default_pool=default_pool,
         over_quota_weights=top.boolean("over_quota_weights", True),
-        priority_classes=_priority_classes(top),
+        priority_classes=priority_classes,
         min_runtime_s=top.number("min_runtime", 300.0, lo=0),
         grace_period_s=top.number("grace_period", 30.0, lo=0),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
@@ -155,6 +159,19 @@ def _priority_classes(top: Table) -> dict[str, int]:
             raise table.error(name, "a priority class needs a non-empty name")
         classes[name] = table.integer(name, lo=-1_000_000_000, hi=1_000_000_000)
     return classes
+
+
+def _allowed_classes(table: Table, classes: dict[str, int]) -> tuple[str, ...] | None:
+    """A project's ``priorities``: the priority classes its users may name (None: every class)."""
+    names = table.strings("priorities", None)
+    if names is None:
+        return None
+    for index, name in enumerate(names):
+        if name not in classes:
+            raise ConfigError(table.source, f"{table.at('priorities')}[{index}]",
+                              f"unknown priority class {quote(name)}{suggestion(name, classes)} "
+                              f"(classes: {choices(classes)})")
+    return names
 
 
 def _queue_settings(table: Table, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, Any]:

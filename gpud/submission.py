@@ -82,6 +82,8 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
               name=r.string("name") or _default_name(command, script), env=_env(r))
     _resources(r, job, capacity)
     _priority(r, job, policy)
+    if not admin and payload.get("priority") is not None:
+        _priority_allowed(job, policy)
     job.constraint = r.labels("constraint")
     job.pool = r.string("pool")
     known_pools = set(policy.pools) | {policy.default_pool}
@@ -242,6 +244,18 @@ def _priority(r: _Reader, job: Job, policy: Policy) -> None:
         job.priority_class, job.priority = str(value), value
     else:
         raise SubmitError("priority must be a priority class name or an integer", "priority", status=400)
+
+
+def _priority_allowed(job: Job, policy: Policy) -> None:
+    """Refuse a priority the policy does not let the users of the job's project ask for (403)."""
+    classes, highest = policy.allowed_priorities(job.project)
+    named = job.priority_class in policy.priority_classes
+    if (job.priority_class in classes) if named else job.priority <= highest:
+        return
+    asked = f"priority class {job.priority_class!r}" if named else f"priority {job.priority}"
+    raise SubmitError(f"project {job.project!r} does not allow {asked}; its users may use the classes "
+                      f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)",
+                      "priority", status=403)
 
 
 def _dependency(text: str) -> Dependency:

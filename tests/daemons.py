@@ -120,8 +120,13 @@ class LiveCluster:
     # ------------------------------------------------------------ processes
 
     def start_controller(self) -> None:
-        """Start the controller and wait until it answers /healthz."""
-        self.controller = Process(["controller", "--config", str(self.config), "--log-level", "info"],
+        """Start the controller and wait until it answers /healthz.
+
+        The first start makes the cluster (--init); its admin token may run
+        jobs as root, since the tests may run as root.
+        """
+        first = ["--init", "--allow-root"] if not (self.state_dir / "gpud.sqlite").exists() else []
+        self.controller = Process(["controller", "--config", str(self.config), "--log-level", "info", *first],
                                   self.root / "controller.log")
         wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}")
 

@@ -28,8 +28,8 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: f
 
 
 def spec(workdir: str, command: list[str] | None = None, **fields) -> dict:
-    """A start order's spec run as the test's own user."""
-    base = {"user": ME, "workdir": str(workdir), "grace_s": 2.0}
+    """A start order's spec run as the test's own user (who may be root: the spec allows it)."""
+    base = {"user": ME, "allow_root": True, "workdir": str(workdir), "grace_s": 2.0}
     if command is not None:
         base["command"] = command
     return {**base, **fields}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -131,14 +133,25 @@ def test_a_task_the_controller_no_longer_wants_is_stopped_after_a_restart(cluste
     job_id = cluster.submit(command=["sleep", "300"], gpus=1)
     cluster.wait_state(job_id, "RUNNING")
     cluster.controller.stop(signal.SIGKILL)
-    # A controller that lost its state (a fresh state directory) must not leave the task running.
+    # A controller that lost its state (a fresh state directory) refuses to start as a new cluster...
     import shutil
     shutil.copy(cluster.state_dir / "cluster.key", cluster.root / "key")
     shutil.rmtree(cluster.state_dir)
     cluster.state_dir.mkdir()
     shutil.copy(cluster.root / "key", cluster.state_dir / "cluster.key")
+    refused = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config",
+                              str(cluster.config)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "does not exist" in refused.stderr and "gpud backup" in refused.stderr
+    # ... and made anew with --init it is another cluster, whose orders the node does not take.
     cluster.start_controller()
     node_dir = cluster.root / "n1" / "tasks"
+    wait_for(lambda: "belongs to cluster" in cluster.nodes["n1"].output(), "the node to refuse the new cluster")
+    assert cluster.node_state("n1") is None
+    assert any(_task_running(node_dir / d) for d in os.listdir(node_dir))
+    # Once the node is told to join it, the new cluster stops the task it does not know.
+    cluster.nodes["n1"].stop()
+    os.unlink(cluster.root / "n1" / "cluster.id")
+    cluster.start_node("n1", gpus=1)
     wait_for(lambda: not any(_task_running(node_dir / d) for d in os.listdir(node_dir)),
              "the unwanted task to be stopped")
 

@@ -1,26 +1,45 @@
 """Who sees and runs what, against a real controller and node daemon on 127.0.0.1.
 
 A job's command, environment and paths are its owner's (and the admins');
-the controller's files holding them are its own alone.
+the controller's files holding them are its own alone. The policy says
+which priorities a project's users may ask for; jobs run as their token's
+user, never as root unless the token allows it; admins list and revoke
+tokens.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
 
-from daemons import LiveCluster
+from daemons import POLICY, LiveCluster
 from gpud.cli.job_cmd import show_text
 
 SECRET = "hf_s3cr3t-value"
+RESTRICTED = """
+[[projects]]
+name = "strict"
+gpu_quota = 0
+priorities = ["train", "nightly"]
+max_priority = 60
+
+[priority_classes]
+nightly = 40
+"""
+ROOT_IS_UID_0 = pwd.getpwnam("root").pw_uid == 0
+ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("trust"))
+    live = LiveCluster(tmp_path_factory.mktemp("trust"), policy=POLICY + RESTRICTED)
     try:
         live.start_controller()
         live.start_node("n1", gpus=2)
@@ -104,3 +123,137 @@ def test_the_controllers_files_are_its_own_alone(cluster):
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
     for name in ("gpud.sqlite", "gpud.sqlite-wal", "gpud.sqlite-shm", "cluster.key", "admin.token"):
         assert stat.S_IMODE(os.stat(state / name).st_mode) == 0o600, name
+
+
+# ------------------------------------------------------------ priorities
+
+
+def post(cluster: LiveCluster, token: str, **job) -> tuple[int, dict]:
+    body = {"project": "strict", "workdir": str(cluster.workdir), "command": ["true"], "hold": True,
+            "cpus": 0.1, "memory_gib": 0.1, **job}
+    return cluster.api("POST", "/api/v1/jobs", body, token=token)
+
+
+@pytest.mark.parametrize("priority", ["inference", "build", 61, 1_000_000])
+def test_a_user_is_refused_a_priority_the_project_does_not_allow(cluster, priority):
+    status, body = post(cluster, cluster.alice, priority=priority)
+    assert status == 403, body
+    assert body["field"] == "priority"
+    assert "train, nightly" in body["error"] and "up to 60" in body["error"], body
+
+
+@pytest.mark.parametrize("priority", ["train", "nightly", 60, -5, None])
+def test_a_user_gets_the_priorities_the_project_allows(cluster, priority):
+    status, body = post(cluster, cluster.alice, **({} if priority is None else {"priority": priority}))
+    assert status == 201, body
+
+
+def test_an_admin_may_set_any_priority(cluster):
+    status, body = post(cluster, "admin", priority=1_000_000)
+    assert status == 201, body
+    assert cluster.job(body["ids"][0])["priority"] == 1_000_000
+
+
+def test_without_a_list_a_project_allows_every_class_and_integers_up_to_the_highest(cluster):
+    status, body = post(cluster, cluster.bob, project="alpha", priority="inference")
+    assert status == 201, body
+    status, body = post(cluster, cluster.bob, project="alpha", priority=1_000_000)
+    assert status == 403 and "up to 125" in body["error"], body
+
+
+# ------------------------------------------------------------- identity
+
+
+@pytest.mark.skipif(not ROOT_IS_UID_0, reason="this host has no root account with uid 0")
+def test_a_token_for_root_without_allow_root_is_refused_at_submit(cluster):
+    plain = cluster.token_for("root")
+    status, body = post(cluster, plain, project="alpha")
+    assert status == 403 and "uid 0" in body["error"] and "--allow-root" in body["error"], body
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not ROOT_IS_UID_0, reason="only a node running as root runs jobs as root")
+def test_a_token_made_with_allow_root_runs_jobs_as_root(cluster):
+    status, body = cluster.api("POST", "/api/v1/tokens", {"user": "root", "allow_root": True})
+    assert status == 201 and body["allow_root"] is True, body
+    out = cluster.workdir / "whoami.out"
+    job_id = cluster.submit(token=body["token"], command=["sh", "-c", f"id -u > {out}"], cpus=0.1, memory_gib=0.1)
+    assert cluster.wait_state(job_id, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+    assert out.read_text().strip() == "0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a node not running as root runs every job as its own user")
+def test_a_job_whose_user_has_no_account_on_the_node_fails_saying_so(cluster):
+    ghost = cluster.token_for("no-such-account-here")
+    job_id = cluster.submit(token=ghost, command=["true"], cpus=0.1, memory_gib=0.1)
+    ended = cluster.wait_state(job_id, "FAILED", "COMPLETED")
+    assert ended["state"] == "FAILED"
+    assert "unknown user 'no-such-account-here' on this node" in ended["reason"], ended
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def gpuctl(cluster: LiveCluster, *args: str, token: str = "admin") -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUD_URL": cluster.url, "GPUD_TOKEN": cluster.admin_token if token == "admin" else token,
+           "XDG_CONFIG_HOME": str(cluster.root / "no-config")}
+    return subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_an_admin_lists_tokens_without_seeing_them(cluster):
+    dave = cluster.token_for("dave")
+    listed = gpuctl(cluster, "token", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    tokens = json.loads(listed.stdout)["tokens"]
+    users = [t["user"] for t in tokens]
+    assert "dave" in users and "alice" in users
+    assert dave not in listed.stdout and cluster.admin_token not in listed.stdout
+    first = tokens[0]
+    assert first["admin"] is True and first["allow_root"] is True   # the first admin token, made with --allow-root
+    assert set(first) == {"id", "user", "admin", "allow_root", "created"}
+    table = gpuctl(cluster, "token", "list")
+    assert table.returncode == 0 and "ALLOW-ROOT" in table.stdout and "dave" in table.stdout
+    refused = gpuctl(cluster, "token", "list", token=cluster.alice)
+    assert refused.returncode == 1 and "not an admin" in refused.stderr
+
+
+def test_a_revoked_token_is_refused_from_then_on(cluster):
+    erin = cluster.token_for("erin")
+    assert cluster.api("GET", "/api/v1/whoami", token=erin)[0] == 200
+    tokens = json.loads(gpuctl(cluster, "token", "list", "--json").stdout)["tokens"]
+    erin_id = next(t["id"] for t in tokens if t["user"] == "erin")
+    revoked = gpuctl(cluster, "token", "revoke", erin_id)
+    assert revoked.returncode == 0, revoked.stderr
+    assert f"revoked token {erin_id} of erin" in revoked.stdout
+    assert cluster.api("GET", "/api/v1/whoami", token=erin)[0] == 401
+    again = gpuctl(cluster, "token", "revoke", erin_id)
+    assert again.returncode == 1 and "no token in use" in again.stderr
+
+
+def test_revoking_every_token_of_a_user(cluster):
+    tokens = [cluster.token_for("frank") for _ in range(3)]
+    revoked = gpuctl(cluster, "token", "revoke", "--user", "frank", "--json")
+    assert revoked.returncode == 0, revoked.stderr
+    assert len(json.loads(revoked.stdout)["revoked"]) == 3
+    assert all(cluster.api("GET", "/api/v1/whoami", token=t)[0] == 401 for t in tokens)
+    assert gpuctl(cluster, "token", "revoke").returncode == 2
+
+
+def test_the_last_admin_token_cannot_be_revoked(cluster):
+    admins = [t for t in cluster.api("GET", "/api/v1/tokens")[1]["tokens"] if t["admin"]]
+    assert len(admins) == 1
+    status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": admins[0]["id"]})
+    assert status == 409 and "last admin token" in body["error"], body
+    assert cluster.api("GET", "/api/v1/whoami")[0] == 200
+    status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": "zz"})
+    assert status == 422, body
+
+
+def test_a_revocation_survives_a_controller_restart(cluster):
+    gina = cluster.token_for("gina")
+    status, _ = cluster.api("POST", "/api/v1/tokens/revoke", {"user": "gina"})
+    assert status == 200
+    cluster.controller.stop()
+    cluster.start_controller()
+    assert cluster.api("GET", "/api/v1/whoami", token=gina)[0] == 401
+    assert cluster.api("GET", "/api/v1/whoami", token=cluster.alice)[0] == 200

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from dataclasses import replace
 
 from gpud import sdnotify
 from gpud.logfmt import FORMATS, setup_logging
@@ -14,8 +15,14 @@ EPILOG = """examples:
   gpud controller --config /etc/gpud/controller.toml
   gpud controller --listen 127.0.0.1:6830 --state-dir ./state --policy etc/gpud/policy.toml
 
-On its first start the controller writes an admin token to admin.token and a
-cluster key to cluster.key in its state directory (mode 0600) and says where.
+The first start needs --init: it makes a new cluster (an empty store with a
+new cluster id) and writes an admin token to admin.token and a cluster key to
+cluster.key in the state directory (mode 0600), and says where. Without
+--init a missing, empty or foreign store is refused, so a lost or damaged
+store never silently becomes a new, empty cluster.
+
+The admin token's jobs run as the user who ran --init, but never as root
+unless --allow-root is given too.
 """
 
 
@@ -30,6 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (overrides the file)")
     parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
+    parser.add_argument("--init", action="store_true",
+                        help="start a new cluster when the state directory holds no store (the first start)")
+    parser.add_argument("--allow-root", action="store_true",
+                        help="with --init: the first admin token may run jobs as root (uid 0)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", default="text", choices=FORMATS,
                         help="text, or json: one JSON object per line (default: text)")
@@ -40,17 +51,25 @@ def run(args: argparse.Namespace) -> int:
     """Load the configuration and serve until SIGINT or SIGTERM; exit 2 on a bad configuration."""
     from gpud.controller.app import make_app
     from gpud.controller.config import load_config
+    from gpud.controller.state_dir import StateError
     from gpud.errors import ConfigError
 
     setup_logging(args.log_level, args.log_format)
     try:
-        config = load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy)
+        config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy),
+                         init=args.init, admin_allow_root=args.allow_root)
         app = make_app(config)
     except ConfigError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 2
+    except StateError as exc:
+        print(f"gpud controller: {exc}", file=sys.stderr)
+        return 1
     try:
         asyncio.run(serve(app, config))
+    except StateError as exc:
+        print(f"gpud controller: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"gpud controller: cannot serve on {config.host}:{config.port}: {exc.strerror or exc}",
               file=sys.stderr)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from gpud import __version__
-from gpud.cli import controller_cmd, dispatch, node_cmd, up_cmd
+from gpud.cli import backup_cmd, controller_cmd, dispatch, node_cmd, up_cmd
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     up_cmd.add_parser(subparsers)
     controller_cmd.add_parser(subparsers)
     node_cmd.add_parser(subparsers)
+    backup_cmd.add_parser(subparsers)
     return parser
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from aiohttp import web
 
 from gpud import jsontext
-from gpud.controller.auth import Principal, digest, new_token
+from gpud.controller import identity
+from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
@@ -19,6 +20,7 @@ from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
+from gpud.store.base import TokenRecord
 from gpud.submission import SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
@@ -74,12 +76,16 @@ def owned(principal: Principal, job: Job) -> None:
 
 async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any]) -> list[str]:
     """Check every job, then accept them all (durably) or none."""
+    refused = identity.refusal(principal, local_node=ctrl.config.local_node)
+    if refused:
+        raise ApiError(403, refused)
     cap = ctrl.cluster.largest_node()
     submissions = []
     for index, payload in enumerate(payloads):
         try:
             submissions.append(check_job(payload, user=principal.user, admin=principal.admin,
                                          policy=ctrl.policy, capacity=cap))
+            submissions[-1].job.allow_root = principal.allow_root
         except SubmitError as exc:
             extra = {"field": exc.field} if exc.field else {}
             if len(payloads) > 1:
@@ -293,14 +299,17 @@ async def create_token(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("user"), str) or not body["user"].strip():
         raise ApiError(422, 'say whose token: {"user": "alice", "admin": false}', field="user")
-    admin = body.get("admin", False)
-    if not isinstance(admin, bool) or set(body) - {"user", "admin"}:
-        raise ApiError(422, "admin must be true or false, and only user and admin are known fields")
+    admin, allow_root = body.get("admin", False), body.get("allow_root", False)
+    if not isinstance(admin, bool) or not isinstance(allow_root, bool) or set(body) - {"user", "admin", "allow_root"}:
+        raise ApiError(422, "admin and allow_root must be true or false, and only user, admin and allow_root "
+                            "are known fields")
     token = new_token()
-    ctrl.persist.token(digest(token), body["user"].strip(), admin, time.time())
+    record = TokenRecord(digest(token), body["user"].strip(), admin, time.time(), allow_root=allow_root)
+    ctrl.persist.token(record)
     await ctrl.commit()
-    ctrl.auth.add(digest(token), body["user"].strip(), admin)
-    return ok({"user": body["user"].strip(), "admin": admin, "token": token}, 201)
+    ctrl.auth.add(record)
+    return ok({"user": record.user, "admin": admin, "allow_root": allow_root, "token": token,
+               "id": token_id(record.hash)}, 201)
 
 
 async def whoami(request: web.Request) -> web.Response:

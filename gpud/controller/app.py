@@ -12,7 +12,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, metrics_view
+from gpud.controller import api, metrics_view, tokens_api
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -94,6 +94,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     app.router.add_get(NODE_PATH, node_connect)
     app.router.add_get("/api/v1/state", state)
     api.add_routes(app)
+    tokens_api.add_routes(app)
     app.cleanup_ctx.append(_running)
     return app
 

@@ -6,8 +6,11 @@ import hashlib
 import hmac
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gpud.store.base import TokenRecord
+
+TOKEN_ID_CHARS = 12  # a token is named by the start of its hash: enough to tell tokens apart, useless to sign in
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -16,11 +19,17 @@ class Principal:
     user: str
     admin: bool = False
     node: bool = False
+    allow_root: bool = False
 
 
 def digest(token: str) -> str:
     """The SHA-256 of a token, as stored (the token itself is never kept)."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_id(token_digest: str) -> str:
+    """The short name a token is listed and revoked by: the start of its hash."""
+    return token_digest[:TOKEN_ID_CHARS]
 
 
 def new_token() -> str:
@@ -31,26 +40,42 @@ def new_token() -> str:
 class Auth:
     """Checks bearer credentials against the known token hashes and the cluster key."""
 
-    def __init__(self, tokens: dict[str, tuple[str, bool]], cluster_key: str) -> None:
+    def __init__(self, tokens: dict[str, TokenRecord], cluster_key: str) -> None:
         self.tokens = dict(tokens)
         self.cluster_key = cluster_key
 
     def user(self, header: str | None) -> Principal | None:
-        """The user a bearer token belongs to, or None."""
+        """The user a bearer token belongs to, or None (unknown or revoked)."""
         token = _bearer(header)
         if token is None:
             return None
         found = self.tokens.get(digest(token))
-        return Principal(found[0], found[1]) if found else None
+        if found is None or found.revoked is not None:
+            return None
+        return Principal(found.user, found.admin, allow_root=found.allow_root)
+
+    def active(self) -> list[TokenRecord]:
+        """The tokens that are accepted, oldest first."""
+        return sorted((t for t in self.tokens.values() if t.revoked is None), key=lambda t: (t.created, t.hash))
+
+    def matching(self, prefix: str) -> list[TokenRecord]:
+        """The active tokens whose hash starts with ``prefix``."""
+        return [t for t in self.active() if t.hash.startswith(prefix)]
+
+    def revoke(self, record: TokenRecord, when: float) -> TokenRecord:
+        """Stop accepting the token (already stored as revoked); returns the revoked record."""
+        revoked = replace(record, revoked=when)
+        self.tokens[record.hash] = revoked
+        return revoked
 
     def node(self, header: str | None) -> bool:
         """True when the header carries the cluster key."""
         token = _bearer(header)
         return token is not None and hmac.compare_digest(token.encode(), self.cluster_key.encode())
 
-    def add(self, token_digest: str, user: str, admin: bool) -> None:
+    def add(self, record: TokenRecord) -> None:
         """Know one more token (already stored)."""
-        self.tokens[token_digest] = (user, admin)
+        self.tokens[record.hash] = record
 
 
 def _bearer(header: str | None) -> str | None:

@@ -30,6 +30,9 @@ class ControllerConfig:
     node_timeout_s: float = 60.0
     heartbeat_s: float = 5.0
     synchronous: str = "full"
+    init: bool = False              # --init: a missing or empty store starts a new cluster
+    admin_allow_root: bool = False  # the first admin token may run jobs as uid 0 (--allow-root)
+    local_node: bool = False        # jobs run on this host only (gpud up): users must have an account here
 
     @property
     def key_path(self) -> str:

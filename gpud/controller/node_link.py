@@ -97,13 +97,22 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     raise ValueError("a message is a JSON object")
                 kind = message.get("type")
                 if kind == "register":
+                    theirs = message.get("cluster_id")
+                    if isinstance(theirs, str) and theirs and theirs != ctrl.cluster_id:
+                        log.warning("refused node %r of another cluster (%s; this is %s)", message.get("node"),
+                                    theirs, ctrl.cluster_id)
+                        await channel.send_str(jsontext.dumps({
+                            "type": "refused", "error": f"this controller serves cluster {ctrl.cluster_id}, and "
+                                                        f"this node belongs to cluster {theirs}"}))
+                        return
                     node = node_from_register(message, peer)
                     tasks = _tasks(message)
                     old = ctrl.links.get(node.name)
                     if old is not None and old is not channel:
                         await old.close()
                     name = node.name
-                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}
+                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
+                                  "cluster_id": ctrl.cluster_id}
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)

@@ -27,7 +27,8 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
     if time_limit is not None and job.started is not None and run.since is not None:
         time_limit = max(1.0, time_limit - (run.since - job.started))
     spec = {
-        "user": job.user, "command": job.command, "script": job.script, "workdir": job.workdir,
+        "user": job.user, "allow_root": job.allow_root, "command": job.command, "script": job.script,
+        "workdir": job.workdir,
         "env": job.env, "job_name": job.name, "project": job.project,
         "gpu_uuids": node.uuids(placement.gpu_index), "gpu_indices": list(placement.gpu_index),
         "gpu_share": placement.gpu_share, "cpus": job.cpus, "memory_gib": job.memory_gib,

@@ -10,7 +10,7 @@ from typing import Callable
 
 from gpud import jsontext
 from gpud.jobs import Job
-from gpud.store import Event, Store, WriteBatch
+from gpud.store import Event, Store, TokenRecord, WriteBatch
 
 
 INLINE_WRITE_S = 0.001
@@ -36,7 +36,7 @@ class Persister:
         self._jobs: dict[str, Job] = {}
         self._nodes: dict[str, Callable[[], str]] = {}
         self._events: list[Event] = []
-        self._tokens: list[tuple[str, str, bool, float]] = []
+        self._tokens: list[TokenRecord] = []
         self._meta: dict[str, str] = {}
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._writer: asyncio.Future | None = None
@@ -58,9 +58,9 @@ class Persister:
         """Record an event."""
         self._events.append(event)
 
-    def token(self, digest: str, user: str, admin: bool, created: float) -> None:
-        """Record a token (by its hash)."""
-        self._tokens.append((digest, user, admin, created))
+    def token(self, record: TokenRecord) -> None:
+        """Record a token (by its hash), new or revoked."""
+        self._tokens.append(record)
 
     def meta(self, key: str, value: str) -> None:
         """Record a setting."""

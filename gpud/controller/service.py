@@ -6,6 +6,7 @@ import asyncio
 import getpass
 import logging
 import os
+import sqlite3
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister
+from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
@@ -25,7 +27,7 @@ from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
 from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy
 from gpud.tomlcheck import read_toml
-from gpud.store.sqlite import SQLiteStore
+from gpud.store.base import TokenRecord
 from gpud.waits import wait_event
 
 log = logging.getLogger("gpud.controller")
@@ -58,7 +60,9 @@ class Controller:
         self.policy, self.pm, self.policy_data = load_policy_and_plugins(config.policy)
         self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
         self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
-        self.store = SQLiteStore(config.state_dir, synchronous=config.synchronous.upper())
+        self.files = open_state(config.state_dir, init=config.init, synchronous=config.synchronous.upper())
+        self.store = self.files.store
+        self.cluster_id = self.files.cluster_id
         self.persist = Persister(self.store, self.store_executor)
         self.cluster = Cluster(self.policy, self.pm, self.persist)
         self.links: dict[str, Any] = {}
@@ -79,17 +83,23 @@ class Controller:
         # it from holding the GIL for 5 ms while a request waits to be answered.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         loop = asyncio.get_running_loop()
-        loaded = await loop.run_in_executor(self.store_executor, self.store.load)
+        try:
+            loaded = await loop.run_in_executor(self.store_executor, self.store.load)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"the store {self.store.path} is damaged ({exc}); "
+                             f"{restore_hint(self.config.state_dir)}") from None
         key, created = read_or_create_secret(self.config.key_path, new_token)
         if created:
             log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
         if not loaded.tokens:
             token, _ = read_or_create_secret(self.config.admin_token_path, new_token)
-            user = _local_user()
-            self.persist.token(digest(token), user, True, time.time())
-            self.auth.add(digest(token), user, True)
-            log.info("wrote the admin token (user %s) to %s", user, self.config.admin_token_path)
+            record = TokenRecord(digest(token), _local_user(), True, time.time(),
+                                 allow_root=self.config.admin_allow_root)
+            self.persist.token(record)
+            self.auth.add(record)
+            log.info("wrote the admin token (user %s%s) to %s", record.user,
+                     ", its jobs may run as root" if record.allow_root else "", self.config.admin_token_path)
         jobs = [Job.from_record(jsontext.loads(record)) for record in loaded.jobs]
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
@@ -107,6 +117,7 @@ class Controller:
             self.cluster.job_events.close()
             self.store_executor.submit(self.store.close).result()
             self.store_executor.shutdown()
+            self.files.close()
             self.cycle_executor.shutdown(cancel_futures=True)
 
     async def commit(self) -> None:

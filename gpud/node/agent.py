@@ -12,6 +12,7 @@ from typing import Any
 import psutil
 
 import gpud
+from gpud.node import membership
 from gpud.gpu import GpuBackend
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
@@ -221,7 +222,12 @@ class NodeAgent:
         self._register_snapshot = self.tasks.states()
         return {"type": "register", "node": self.config.name, "pool": self.config.pool,
                 "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
-                "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__}
+                "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__,
+                "cluster_id": membership.remembered(self.config.state_dir)}
+
+    def check_controller(self, answer: dict) -> str | None:
+        """Why the controller that answered ``registered`` is not this node's, or None when it is."""
+        return membership.refusal(self.config.state_dir, answer)
 
     def heartbeat_message(self) -> dict:
         """The ``heartbeat`` message: GPUs and every known task."""

@@ -119,7 +119,15 @@ class ControllerLink:
                     continue
                 if not isinstance(message, dict):
                     continue
+                if message.get("type") == "refused":
+                    log.error("the controller at %s refused this node: %s", self.url, message.get("error"))
+                    break
                 if message.get("type") == "registered":
+                    check = getattr(self.owner, "check_controller", None)
+                    refused = check(message) if check is not None else None
+                    if refused:
+                        log.error("%s (controller at %s)", refused, self.url)
+                        break
                     self._registered(message)
                     if beating is None:
                         beating = asyncio.create_task(self._heartbeats())

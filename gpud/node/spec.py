@@ -62,6 +62,7 @@ class TaskSpec:
 
     user: str
     workdir: str
+    allow_root: bool = False
     command: tuple[str, ...] | None = None
     script: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -198,7 +199,8 @@ def parse_spec(raw: Any) -> TaskSpec:
             raise SpecError(f"{name} must be a string")
     time_limit = _number(raw, "time_limit_s", None, positive=True)
     return TaskSpec(
-        user=user, workdir=workdir, command=command, script=script, env=dict(env),
+        user=user, workdir=workdir, allow_root=raw.get("allow_root") is True, command=command, script=script,
+        env=dict(env),
         gpu_uuids=uuids, gpu_indices=tuple(indices), gpu_share=float(_number(raw, "gpu_share", 1.0)),
         cpus=float(_number(raw, "cpus", 1.0)), memory_gib=float(_number(raw, "memory_gib", 1.0)),
         time_limit_s=None if time_limit is None else float(time_limit), stop_signal=stop_signal,

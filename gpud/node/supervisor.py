@@ -198,6 +198,9 @@ class TaskRun:
     def start(self) -> None:
         """Start the task's process in its own session as the job's user; StartError if it cannot start."""
         who = resolve_user(self.spec.user)
+        if who.uid == 0 and not self.spec.allow_root:
+            raise StartError(f"user {who.name!r} is uid 0 on this node, and jobs run as root only for a token "
+                             f"created with --allow-root")
         self._prepare_checkpoint_dir(who)
         argv = self._argv(who)
         out, err = self._open_outputs(who)

@@ -17,6 +17,23 @@ class Event:
     node: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A user's token as stored: its SHA-256 (never the token), whose it is, and what it may do.
+
+    ``allow_root`` lets the token's jobs run as uid 0; ``revoked`` is when
+    an admin revoked it (a revoked token is kept, for the record, but never
+    accepted again).
+    """
+
+    hash: str
+    user: str
+    admin: bool
+    created: float
+    allow_root: bool = False
+    revoked: float | None = None
+
+
 @dataclass(slots=True)
 class WriteBatch:
     """Changes written together in one transaction: all of them are durable, or none.
@@ -27,7 +44,7 @@ class WriteBatch:
     jobs: list[tuple[str, int, str, str, str, float, float | None, str]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     nodes: list[tuple[str, str]] = field(default_factory=list)
-    tokens: list[tuple[str, str, bool, float]] = field(default_factory=list)
+    tokens: list[TokenRecord] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -36,11 +53,12 @@ class WriteBatch:
 
 @dataclass(slots=True)
 class Loaded:
-    """What a restarted controller reads back: active jobs, nodes, token hashes, settings, the highest job seq."""
+    """What a restarted controller reads back: active jobs, nodes, tokens (revoked ones too), settings, the highest
+    job seq."""
 
     jobs: list[str]
     nodes: dict[str, str]
-    tokens: dict[str, tuple[str, bool]]
+    tokens: dict[str, TokenRecord]
     meta: dict[str, str]
     last_seq: int = 0
 

@@ -6,7 +6,7 @@ import os
 import sqlite3
 
 from gpud.lifecycle import ACTIVE
-from gpud.store.base import Event, Loaded, WriteBatch
+from gpud.store.base import Event, Loaded, TokenRecord, WriteBatch
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -21,7 +21,7 @@ CREATE INDEX IF NOT EXISTS events_by_job ON events(job);
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY, user TEXT NOT NULL, admin INTEGER NOT NULL, created REAL NOT NULL,
-    allow_root INTEGER NOT NULL DEFAULT 0);
+    allow_root INTEGER NOT NULL DEFAULT 0, revoked REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 FILE_NAME = "gpud.sqlite"
@@ -45,6 +45,8 @@ def migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
     if "allow_root" not in columns:
         db.execute("ALTER TABLE tokens ADD COLUMN allow_root INTEGER NOT NULL DEFAULT 0")
+    if "revoked" not in columns:
+        db.execute("ALTER TABLE tokens ADD COLUMN revoked REAL")
 
 
 class SQLiteStore:
@@ -81,11 +83,24 @@ class SQLiteStore:
         jobs = [row[0] for row in self.db.execute(
             f"SELECT record FROM jobs WHERE state IN ({marks}) ORDER BY seq", sorted(ACTIVE))]
         nodes = dict(self.db.execute("SELECT name, record FROM nodes"))
-        tokens = {hash_: (user, bool(admin)) for hash_, user, admin in
-                  self.db.execute("SELECT hash, user, admin FROM tokens")}
+        tokens = {row[0]: TokenRecord(row[0], row[1], bool(row[2]), row[3], bool(row[4]), row[5]) for row in
+                  self.db.execute("SELECT hash, user, admin, created, allow_root, revoked FROM tokens")}
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
         (last_seq,) = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
         return Loaded(jobs, nodes, tokens, meta, last_seq)
+
+    def meta_value(self, key: str) -> str | None:
+        """One setting of the meta table, or None."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store one setting now (its own transaction)."""
+        self.write(WriteBatch(meta={key: value}))
+
+    def populated(self) -> bool:
+        """True when the store holds any job or token: it is some cluster's memory, not a new file."""
+        return any(self.db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() for table in ("jobs", "tokens"))
 
     def write(self, batch: WriteBatch) -> None:
         """Write the batch in one transaction (rolled back whole on error)."""
@@ -100,8 +115,10 @@ class SQLiteStore:
             if batch.nodes:
                 db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?)", batch.nodes)
             if batch.tokens:
-                db.executemany("INSERT OR REPLACE INTO tokens(hash, user, admin, created) VALUES (?, ?, ?, ?)",
-                               [(h, u, int(a), c) for h, u, a, c in batch.tokens])
+                db.executemany("INSERT OR REPLACE INTO tokens(hash, user, admin, created, allow_root, revoked) "
+                               "VALUES (?, ?, ?, ?, ?, ?)",
+                               [(t.hash, t.user, int(t.admin), t.created, int(t.allow_root), t.revoked)
+                                for t in batch.tokens])
             if batch.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", batch.meta.items())
         except BaseException:
