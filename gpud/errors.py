@@ -14,5 +14,8 @@ class ConfigError(ValueError):
         self.source = source
         self.where = where
         self.detail = message
+        # Where the mistake sits in the parsed data: (table, key) or (array, index); None when unknown.
+        # Set by gpud.tomlcheck, so that a check can set the mistake aside and go on to the next one.
+        self.spot: tuple | None = None
         location = f"{source}: {where}" if where else source
         super().__init__(f"{location}: {message}")

@@ -10,7 +10,7 @@ from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
                          NodePool, PluginSettings, Policy, Project, TimeSlicing)
-from gpud.tomlcheck import Table, as_number, choices, fmt, quote, read_toml, suggestion
+from gpud.tomlcheck import Table, as_number, choices, fmt, quote, read_toml, spotted, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
 
@@ -39,9 +39,17 @@ MAX_POOLS = 1_000
 
 
 def load_policy(path: str | os.PathLike, known_placements: frozenset[str] = DEFAULT_PLACEMENTS) -> Policy:
-    """Read a policy file; a missing file, a TOML syntax error or a bad setting is a ConfigError."""
+    """Read a policy file; a missing file, a TOML syntax error, a bad setting or no project is a ConfigError."""
     data, source = read_toml(path)
-    return parse_policy(data, source, known_placements)
+    return require_projects(parse_policy(data, source, known_placements), source)
+
+
+def require_projects(policy: Policy, source: str) -> Policy:
+    """The policy of a policy file, refused when it has no project: every submit would be refused under it."""
+    if not policy.projects:
+        raise ConfigError(source, "projects", "the policy has no projects, so every submit would be refused; "
+                                              "add at least one [[projects]] table with a name")
+    return policy
 
 
 SCENARIO_TABLES = ("policy", "nodes", "jobs", "expect")
@@ -168,9 +176,9 @@ def _allowed_classes(table: Table, classes: dict[str, int]) -> tuple[str, ...] |
         return None
     for index, name in enumerate(names):
         if name not in classes:
-            raise ConfigError(table.source, f"{table.at('priorities')}[{index}]",
-                              f"unknown priority class {quote(name)}{suggestion(name, classes)} "
-                              f"(classes: {choices(classes)})")
+            raise spotted(ConfigError(table.source, f"{table.at('priorities')}[{index + 1}]",
+                                      f"unknown priority class {quote(name)}{suggestion(name, classes)} "
+                                      f"(classes: {choices(classes)})"), table.data, "priorities")
     return names
 
 
@@ -210,14 +218,20 @@ def _amounts(table: Table, key: str, default_pool: str, known_pools: frozenset[s
     value = table.data[key]
     if not isinstance(value, dict):
         expected = "a number or a table of node pool = number"
-        return {default_pool: float(as_number(value, table.source, table.at(key), lo=0, expected=expected))}
+        try:
+            return {default_pool: float(as_number(value, table.source, table.at(key), lo=0, expected=expected))}
+        except ConfigError as exc:
+            raise spotted(exc, table.data, key) from None
     pools = Table(value, table.source, table.at(key), None)
     amounts = {}
     for pool, amount in value.items():
         if known_pools is not None and pool not in known_pools:
             raise pools.error(pool, f"unknown node pool {quote(pool)}{suggestion(pool, known_pools)} "
                                     f"(node pools: {choices(known_pools)})")
-        amounts[pool] = float(as_number(amount, table.source, pools.at(pool), lo=0))
+        try:
+            amounts[pool] = float(as_number(amount, table.source, pools.at(pool), lo=0))
+        except ConfigError as exc:
+            raise spotted(exc, value, pool) from None
     return amounts
 
 

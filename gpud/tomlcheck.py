@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
@@ -146,6 +147,50 @@ def as_list(value: Any, source: str, where: str, *, expected: str = "an array",
     return value
 
 
+def spotted(exc: ConfigError, container: Any, key: Any) -> ConfigError:
+    """``exc``, marked as a mistake at ``container[key]`` unless a more precise spot is already known."""
+    if exc.spot is None:
+        exc.spot = (container, key)
+    return exc
+
+
+def every_mistake(check: Callable[[Any], Any], data: Any, limit: int = 100) -> list[ConfigError]:
+    """Every mistake ``check`` finds in ``data`` (up to ``limit``), in order; empty when there is none.
+
+    After each mistake its spot is set aside (the key dropped, the array
+    entry skipped) in a copy of ``data`` and the check runs again, until it
+    passes or finds a mistake it cannot step over.
+    """
+    try:
+        data = copy.deepcopy(data)
+    except RecursionError:
+        data = None
+    mistakes: list[ConfigError] = []
+    while len(mistakes) < limit:
+        try:
+            check(data)
+            return mistakes
+        except ConfigError as exc:
+            mistakes.append(exc)
+            if data is None or not _set_aside(exc.spot):
+                return mistakes
+    return mistakes
+
+
+def _set_aside(spot: tuple | None) -> bool:
+    if spot is None:
+        return False
+    container, key = spot
+    if isinstance(container, dict) and key in container:
+        del container[key]
+        return True
+    if isinstance(container, list) and isinstance(key, int) and 0 <= key < len(container) \
+            and container[key] is not None:
+        container[key] = None   # TOML has no null: tables() skips it, and later entries keep their numbers
+        return True
+    return False
+
+
 class Table:
     """One TOML table being read: unknown keys are refused, and every getter checks its type."""
 
@@ -174,7 +219,7 @@ class Table:
 
     def error(self, key: str, message: str) -> ConfigError:
         """A ConfigError about ``key`` of this table."""
-        return ConfigError(self.source, self.at(key), message)
+        return spotted(ConfigError(self.source, self.at(key), message), self.data, key)
 
     def __contains__(self, key: str) -> bool:
         return key in self.data
@@ -189,7 +234,10 @@ class Table:
     def string(self, key: str, default: Any = REQUIRED) -> Any:
         """A non-empty string, or ``default`` when absent."""
         found, value = self._get(key, default)
-        return as_str(value, self.source, self.at(key)) if found else value
+        try:
+            return as_str(value, self.source, self.at(key)) if found else value
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def boolean(self, key: str, default: Any = REQUIRED) -> Any:
         """A boolean (true or false), or ``default`` when absent."""
@@ -201,41 +249,59 @@ class Table:
     def number(self, key: str, default: Any = REQUIRED, **bounds: Any) -> Any:
         """A finite number (integer or float) within ``bounds``, or ``default`` when absent."""
         found, value = self._get(key, default)
-        return float(as_number(value, self.source, self.at(key), **bounds)) if found else value
+        try:
+            return float(as_number(value, self.source, self.at(key), **bounds)) if found else value
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def integer(self, key: str, default: Any = REQUIRED, **bounds: Any) -> Any:
         """An integer within ``bounds``, or ``default`` when absent."""
         found, value = self._get(key, default)
-        return as_int(value, self.source, self.at(key), **bounds) if found else value
+        try:
+            return as_int(value, self.source, self.at(key), **bounds) if found else value
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def strings(self, key: str, default: Any = ()) -> Any:
         """An array of non-empty strings as a tuple, or ``default`` when absent."""
         found, value = self._get(key, default)
         if not found:
             return value
-        items = as_list(value, self.source, self.at(key), expected="an array of strings")
-        return tuple(as_str(item, self.source, f"{self.at(key)}[{i}]")
-                     for i, item in enumerate(items, 1))
+        try:
+            items = as_list(value, self.source, self.at(key), expected="an array of strings")
+            return tuple(as_str(item, self.source, f"{self.at(key)}[{i}]")
+                         for i, item in enumerate(items, 1))
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def labels(self, key: str) -> dict[str, str]:
         """A table of string keys to string values (labels, selectors); empty when absent."""
         found, value = self._get(key, {})
         if not found:
             return {}
-        table = Table(value, self.source, self.at(key), None)
-        return {k: as_str(v, self.source, table.at(k)) for k, v in table.data.items()}
+        try:
+            table = Table(value, self.source, self.at(key), None)
+            return {k: as_str(v, self.source, table.at(k)) for k, v in table.data.items()}
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def tables(self, key: str, limit: int) -> list[tuple[int, Any]]:
         """The entries of an array of tables with their 1-based positions; empty when absent."""
         found, value = self._get(key, [])
         if not found:
             return []
-        items = as_list(value, self.source, self.at(key), expected="an array of tables", limit=limit)
-        return list(enumerate(items, 1))
+        try:
+            items = as_list(value, self.source, self.at(key), expected="an array of tables", limit=limit)
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
+        return [(index, item) for index, item in enumerate(items, 1) if item is not None]
 
     def table(self, key: str, known: Iterable[str] | None) -> Table:
         """A sub-table, checked against ``known`` keys (None: any key); empty when absent."""
-        return Table(self.data.get(key, {}), self.source, self.at(key), known)
+        try:
+            return Table(self.data.get(key, {}), self.source, self.at(key), known)
+        except ConfigError as exc:
+            raise spotted(exc, self.data, key) from None
 
     def entry(self, key: str, index: int, name: str | None = None) -> str:
         """The path of entry ``index`` of the array ``key``, with its name when known."""
@@ -244,14 +310,19 @@ class Table:
 
     def named(self, key: str, index: int, raw: Any, known: Iterable[str], seen: Iterable[str]) -> Table:
         """Entry ``index`` of the array of tables ``key``, with its required ``name`` not in ``seen``."""
-        table = Table(raw, self.source, self.entry(key, index), None)
-        if isinstance(raw.get("name"), str) and raw["name"]:
-            table.where = self.entry(key, index, raw["name"])
-        table.check_keys(known)
-        name = table.string("name")
-        if name in seen:
-            raise table.error("name", f"duplicate name: another entry of [[{self.at(key)}]] "
-                                      f"is also named {quote(name)}")
+        try:
+            table = Table(raw, self.source, self.entry(key, index), None)
+            if isinstance(raw.get("name"), str) and raw["name"]:
+                table.where = self.entry(key, index, raw["name"])
+            table.check_keys(known)
+            name = table.string("name")
+            if name in seen:
+                raise ConfigError(self.source, table.at("name"), f"duplicate name: another entry of "
+                                                                 f"[[{self.at(key)}]] is also named {quote(name)}")
+        except ConfigError as exc:
+            if exc.spot is None or exc.spot == (raw, "name"):
+                exc.spot = (self.data[key], index - 1)   # an entry without a usable name is set aside whole
+            raise
         return table
 
     def names(self, key: str, known: Mapping[str, Any], kind: str) -> frozenset[str] | None:

@@ -257,3 +257,29 @@ def test_a_revocation_survives_a_controller_restart(cluster):
     cluster.start_controller()
     assert cluster.api("GET", "/api/v1/whoami", token=gina)[0] == 401
     assert cluster.api("GET", "/api/v1/whoami", token=cluster.alice)[0] == 200
+
+
+# ---------------------------------------------------------------- policy
+
+
+@pytest.mark.parametrize("text", ["", "grace_period = 3\n"])
+def test_a_reload_to_a_policy_without_projects_is_refused_and_the_old_one_stays(cluster, text):
+    good = cluster.policy_file.read_text()
+    cluster.policy_file.write_text(text)
+    try:
+        status, body = cluster.api("POST", "/api/v1/policy/reload")
+        assert status == 422 and "no projects" in body["error"] and "the old one stays" in body["error"], body
+    finally:
+        cluster.policy_file.write_text(good)
+    status, body = post(cluster, cluster.alice, project="alpha")
+    assert status == 201, body
+
+
+def test_a_controller_will_not_start_with_a_policy_without_projects(tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text("")
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--init", "--listen",
+                             "127.0.0.1:1", "--state-dir", str(tmp_path / "state"), "--policy", str(policy)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "projects: the policy has no projects" in result.stderr

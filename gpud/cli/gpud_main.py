@@ -10,11 +10,11 @@ from gpud import __version__
 from gpud.cli import backup_cmd, controller_cmd, dispatch, node_cmd, up_cmd
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
-from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy
+from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy, parse_policy, require_projects
 
 
 def check_config(args: argparse.Namespace) -> int:
-    """Validate policy, controller and node files; print what is wrong and where, exit 1 if any file is bad."""
+    """Validate policy, controller and node files; print every mistake and where, exit 1 if any file is bad."""
     status = 0
     for path in args.files:
         warnings: list[str] = []
@@ -23,22 +23,54 @@ def check_config(args: argparse.Namespace) -> int:
             for warning in warnings:
                 print(f"gpud check-config: warning: {warning}", file=sys.stderr)
         except ConfigError as exc:
-            print(f"gpud check-config: {exc}", file=sys.stderr)
+            mistakes = _more_mistakes(path, exc)
+            for mistake in mistakes:
+                print(f"gpud check-config: {mistake}", file=sys.stderr)
+            if len(mistakes) > 1:
+                print(f"gpud check-config: {path}: {len(mistakes)} mistakes", file=sys.stderr)
             status = 1
     return status
+
+
+def _more_mistakes(path: str, first: ConfigError) -> list[ConfigError]:
+    """Every mistake of a policy file (the first one found, then the others); other files stop at the first."""
+    from gpud.tomlcheck import every_mistake, read_toml
+
+    try:
+        data, source = read_toml(path)
+    except ConfigError:
+        return [first]   # a TOML syntax error: nothing after it can be read
+    if _kind(path, data) != "policy":
+        return [first]
+
+    def check(data: dict) -> None:
+        policy = require_projects(parse_policy(data, source, ANY_PLACEMENT), source)
+        pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
+        check_placements(policy, placement_strategies(pm), path)
+
+    return every_mistake(check, data) or [first]
+
+
+def _kind(path: str, data: dict) -> str:
+    name = os.path.basename(path)
+    if name.startswith("controller") or {"listen", "scheduler", "store", "auth"} & set(data):
+        return "controller"
+    if name.startswith("node") or {"controller_url", "gpu_backend", "fake_gpus"} & set(data):
+        return "node"
+    return "policy"
 
 
 def _check_one(path: str, warnings: list[str]) -> str:
     from gpud.tomlcheck import read_toml
 
     data, _ = read_toml(path)
-    name = os.path.basename(path)
-    if name.startswith("controller") or {"listen", "scheduler", "store", "auth"} & set(data):
+    kind = _kind(path, data)
+    if kind == "controller":
         from gpud.controller.config import load_config
 
         config = load_config(path)
         return f"controller config: listens on {config.host}:{config.port}, state in {config.state_dir}"
-    if name.startswith("node") or {"controller_url", "gpu_backend", "fake_gpus"} & set(data):
+    if kind == "node":
         from gpud.node.config import load_node_config
 
         node = load_node_config(path, read_key=False)

@@ -25,7 +25,7 @@ from gpud.jobs import Job
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
-from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy
+from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy, require_projects
 from gpud.tomlcheck import read_toml
 from gpud.store.base import TokenRecord
 from gpud.waits import wait_event
@@ -46,7 +46,7 @@ INLINE_CYCLE_S = 0.002
 def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
     """The policy file, the plugin manager it asks for, and its raw tables; a ConfigError names what is wrong."""
     data, source = read_toml(path)
-    policy = parse_policy(data, source, ANY_PLACEMENT)
+    policy = require_projects(parse_policy(data, source, ANY_PLACEMENT), source)
     pm = make_plugin_manager(policy.plugins.disable, policy.plugins.directory)
     check_placements(policy, placement_strategies(pm), path)
     return policy, pm, data
