@@ -232,8 +232,11 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
     config = controller_config(options)
     try:
         app = make_app(config)
-    except (ConfigError, StateError) as exc:
+    except ConfigError as exc:
         raise UpError(str(exc)) from None
+    except StateError as exc:
+        raise UpError(f"{exc}\n(gpud up starts a new cluster only in a state directory it never used: for one, "
+                      f"move {options.controller_dir} aside and run gpud up again)") from None
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     agent = None

@@ -104,6 +104,20 @@ def test_unknown_user_is_refused(table, workdir):
     assert state.exit_code is None and state.pid is None
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a node running as root could run a task as root")
+def test_root_is_refused_unless_the_order_allows_it(table, workdir):
+    key = TaskKey("10r", 0, 0)
+    marker = workdir / "ran-as-root"
+    table.start(key, spec(workdir, ["touch", str(marker)], user="root", allow_root=False))
+    state = run_to_end(table, key)
+    assert state.reason == ("failed to start: user 'root' is uid 0 on this node, and jobs run as root only for a "
+                            "token created with --allow-root")
+    assert state.pid is None and not marker.exists()
+    allowed = TaskKey("10s", 0, 0)
+    table.start(allowed, spec(workdir, ["touch", str(marker)], user="root"))
+    assert run_to_end(table, allowed).exit_code == 0 and marker.exists()
+
+
 def test_output_and_error_files_and_exit_code(table, workdir):
     key = TaskKey("11", 0, 0)
     code = "import sys; print('to out'); print('to err', file=sys.stderr); sys.exit(3)"

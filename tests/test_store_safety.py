@@ -161,3 +161,17 @@ def test_a_node_refuses_a_controller_of_another_cluster(cluster):
     wait_for(lambda: "belongs to cluster" in cluster.nodes["n1"].output(), "the node to refuse the controller")
     assert cluster.node_state("n1") is None
     assert "refused node 'n1' of another cluster" in cluster.controller.output()
+
+
+def test_gpud_up_refuses_an_emptied_store_and_says_how_to_start_afresh(tmp_path):
+    from daemons import free_port
+
+    controller_dir = tmp_path / "state" / "controller"
+    controller_dir.mkdir(parents=True)
+    (controller_dir / "gpud.sqlite").write_bytes(b"")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", "1", "--state-dir",
+                             str(tmp_path / "state"), "--port", str(free_port()), "--exit-when-idle"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "is empty (zero bytes)" in result.stderr and f"move {controller_dir} aside" in result.stderr

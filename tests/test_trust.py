@@ -283,3 +283,14 @@ def test_a_controller_will_not_start_with_a_policy_without_projects(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "projects: the policy has no projects" in result.stderr
+
+
+def test_on_a_one_host_cluster_a_user_without_an_account_here_is_refused_at_submit():
+    from gpud.controller.auth import Principal
+    from gpud.controller.identity import refusal
+
+    ghost = Principal("no-such-account-here")
+    assert "has no account on this host" in refusal(ghost, local_node=True)
+    assert refusal(ghost, local_node=False) is None   # the node that runs the job decides
+    me = Principal(ME, allow_root=True)
+    assert refusal(me, local_node=True) is None
