@@ -85,6 +85,25 @@ def test_a_damaged_store_fails_with_a_clear_message(cluster):
     assert_refused(controller(cluster, "--init"), "is damaged")   # --init never overwrites what is there
 
 
+def test_a_store_damaged_inside_fails_with_a_clear_message(cluster):
+    started(cluster)
+    job = {"project": "alpha", "workdir": str(cluster.workdir), "command": ["true"], "hold": True,
+           "env": {"PAD": "x" * 400}}
+    status, body = cluster.api("POST", "/api/v1/jobs/batch", {"jobs": [job] * 2000})
+    assert status == 201, body
+    cluster.controller.stop()
+    store = cluster.state_dir / "gpud.sqlite"
+    assert not (cluster.state_dir / "gpud.sqlite-wal").exists()   # checkpointed on a clean stop
+    size = store.stat().st_size
+    with open(store, "r+b") as f:
+        for offset in range(8192, size, 8192):    # the header is whole; the pages after it are not
+            f.seek(offset)
+            f.write(b"\xff" * 700)
+    result = controller(cluster)
+    assert_refused(result, "is damaged", "move", "aside")
+    assert store.stat().st_size == size
+
+
 def test_a_store_of_another_cluster_is_refused(cluster, tmp_path):
     started(cluster)
     cluster.controller.stop()

@@ -87,7 +87,7 @@ class Controller:
             loaded = await loop.run_in_executor(self.store_executor, self.store.load)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"the store {self.store.path} is damaged ({exc}); "
-                             f"{restore_hint(self.config.state_dir)}") from None
+                             f"{restore_hint(self.config.state_dir, damaged=True)}") from None
         key, created = read_or_create_secret(self.config.key_path, new_token)
         if created:
             log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)

@@ -40,10 +40,12 @@ class OpenState:
         os.close(self.lock_fd)
 
 
-def restore_hint(state_dir: str) -> str:
+def restore_hint(state_dir: str, damaged: bool = False) -> str:
     """How to put a backup back, or start afresh: the end of every refusal."""
     path = os.path.join(state_dir, FILE_NAME)
-    return (f"to restore a backup made with `gpud backup`, stop the controller, copy the backup to {path} "
+    aside = (f"move {path} and its -wal and -shm files aside (keep them: sqlite3's .recover may save some of "
+             f"it), then " if damaged else "")
+    return (f"{aside}to restore a backup made with `gpud backup`, stop the controller, copy the backup to {path} "
             f"(removing {FILE_NAME}-wal and {FILE_NAME}-shm beside it) and start it again; to start a new, "
             f"empty cluster instead (every job and token is then forgotten, and nodes must be re-joined), "
             f"start it once with --init")
@@ -101,7 +103,7 @@ def _open_store(state_dir: str, init: bool, synchronous: str) -> tuple[SQLiteSto
         stored = store.meta_value(META_KEY)
         populated = store.populated()
     except sqlite3.DatabaseError as exc:
-        raise StateError(f"the store {path} is damaged ({exc}); {restore_hint(state_dir)}") from None
+        raise StateError(f"the store {path} is damaged ({exc}); {restore_hint(state_dir, damaged=True)}") from None
     try:
         cluster_id = _settle_id(state_dir, store, stored, recorded, populated, init)
     except BaseException:
