@@ -181,6 +181,19 @@ def test_a_token_made_with_allow_root_runs_jobs_as_root(cluster):
     assert out.read_text().strip() == "0"
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not ROOT_IS_UID_0, reason="needs a node running as root")
+def test_a_failure_that_quotes_the_workdir_does_not_show_it_to_others(cluster):
+    status, body = cluster.api("POST", "/api/v1/tokens", {"user": "root", "allow_root": True})
+    hidden = cluster.workdir / "project-x-secret" / "gone"
+    job_id = cluster.submit(token=body["token"], command=["true"], workdir=str(hidden), cpus=0.1, memory_gib=0.1)
+    ended = cluster.wait_state(job_id, "FAILED", "COMPLETED")
+    assert "project-x-secret" in ended["reason"]    # the admin sees where
+    status, seen = cluster.api("GET", f"/api/v1/jobs/{job_id}", token=cluster.bob)
+    assert "project-x-secret" not in json.dumps(seen) and "<workdir>" in seen["reason"], seen
+    status, why = cluster.api("GET", f"/api/v1/jobs/{job_id}/why", token=cluster.bob)
+    assert "project-x-secret" not in json.dumps(why)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a node not running as root runs every job as its own user")
 def test_a_job_whose_user_has_no_account_on_the_node_fails_saying_so(cluster):
     ghost = cluster.token_for("no-such-account-here")
