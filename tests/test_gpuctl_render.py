@@ -112,19 +112,22 @@ def test_describe_odd_shapes():
     assert describe(3) == "3"
 
 
-def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True):
+def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True, cpus_used=0.0,
+         memory_used=0.0):
     return {"name": name, "pool": pool, "state": state, "reason": reason, "labels": {}, "cpus": 64,
-            "memory_gib": 512, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
+            "memory_gib": 512, "cpus_used": cpus_used, "memory_used_gib": memory_used, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
                                          "healthy": healthy or i > 0, "used": 0} for i in range(gpus)],
             "gpus_used": used, "gpus_idle": gpus - used, "last_seen": NOW - 2}
 
 
 def test_nodes_text_shows_use_state_and_reason():
-    text = nodes_text([node("n1", used=2.5), node("n2", state="drained", reason="ECC errors", healthy=False)], NOW)
+    text = nodes_text([node("n1", used=2.5, cpus_used=12, memory_used=96),
+                       node("n2", state="drained", reason="ECC errors", healthy=False)], NOW)
     lines = text.splitlines()
-    assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "MEMORY", "SEEN",
-                                "REASON"]
-    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "64", "512G", "2s", "ago"]
+    assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "USED", "MEMORY",
+                                "USED", "SEEN", "REASON"]
+    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "12/64", "96G/512G", "2s", "ago"]
+    assert lines[2].split()[6:8] == ["0/64", "0/512G"]
     assert lines[2].endswith("ECC errors; 1 GPU unhealthy")
     assert "drained" in lines[2]
 

@@ -201,8 +201,9 @@ async def history(request: web.Request) -> web.Response:
 async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     now = time.time()
-    used = gpu_use(ctrl)
-    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now)
+    used, held = gpu_use(ctrl), host_use(ctrl)
+    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now,
+                                   held.get(name, (0.0, 0.0)))
                          for name, node in sorted(ctrl.cluster.nodes.items())]})
 
 
@@ -217,6 +218,17 @@ def gpu_use(ctrl: Controller) -> dict[str, dict[int, float]]:
                 for index in p.gpu_index:
                     per_node[index] = per_node.get(index, 0.0) + p.gpu_share
     return used
+
+
+def host_use(ctrl: Controller) -> dict[str, tuple[float, float]]:
+    """The CPUs and GiB of memory held per node, from the placed tasks' requests."""
+    held: dict[str, tuple[float, float]] = {}
+    for job in ctrl.cluster.jobs.values():
+        for run in job.runs:
+            if run.placement is not None:
+                cpus, memory = held.get(run.placement.node, (0.0, 0.0))
+                held[run.placement.node] = (cpus + job.cpus, memory + job.memory_gib)
+    return held
 
 
 async def change_node(request: web.Request) -> web.Response:
@@ -235,7 +247,8 @@ async def change_node(request: web.Request) -> web.Response:
     else:
         ctrl.cluster.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time()))
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time(),
+                        host_use(ctrl).get(name, (0.0, 0.0))))
 
 
 async def projects(request: web.Request) -> web.Response:
