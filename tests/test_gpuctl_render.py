@@ -168,3 +168,18 @@ def test_show_says_whether_a_shared_gpus_compute_and_memory_are_enforced():
     text = show_text(job, now=0.0)
     assert "Compute:" in text and "25%..100% of the GPU, enforced (fair time-slicing" in text
     assert "20 GiB slice, advisory (advisory: the node only warns" in text
+
+
+def test_queue_folds_an_array_into_one_row_with_its_counts():
+    from gpud.cli.queue_cmd import collapse_arrays
+
+    def element(i, state):
+        return {"id": f"7_{i}", "array_id": "7", "array_index": i, "state": state, "name": "sweep",
+                "reason": "waits" if state == "PENDING" else "", "nodes": ["n1"] if state == "RUNNING" else [],
+                "started": NOW - 5 if state == "RUNNING" else None}
+    jobs = [{"id": "6", "state": "PENDING"}] + [element(i, "RUNNING" if i < 2 else "PENDING")
+                                                for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 15, 16)]
+    rows = collapse_arrays(jobs, {"7": {"states": {"RUNNING": 2, "PENDING": 10, "COMPLETED": 3}}}, NOW)
+    assert [r["id"] for r in rows] == ["6", "7_[0-8,12,15-16]"]
+    assert rows[1]["state"] == "RUNNING" and rows[1]["nodes"] == ["n1", "n1"] and rows[1]["time_text"] == "0:05"
+    assert rows[1]["reason"] == "2 running, 10 pending, 3 completed; 7_2: waits"
