@@ -68,8 +68,9 @@ def test_history_table():
     lines = history_table([done, killed], NOW).splitlines()
     assert lines[0].split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES",
                                 "GPU-HOURS", "EXIT"]
-    assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", "10:00:00", "11:00:00", "1:00:00",
-                                "n1", "1", "0"]
+    day = time.strftime("%Y-%m-%d", time.localtime(NOW))
+    assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", f"{day}T10:00:00", f"{day}T11:00:00",
+                                "1:00:00", "n1", "1", "0"]
     assert lines[2].split()[-3:] == ["0.01", "signal", "15"]
     assert history_table([job(gpu_hours=0.0001)], NOW).splitlines()[1].split()[-2] == "<0.01"
 

@@ -107,9 +107,9 @@ def show_text(job: dict, now: float) -> str:
         ("Held", "yes" if job.get("hold") else None),
         ("Requeue", "no" if job.get("requeue") is False else None),
         ("Stop signal", job.get("stop_signal")),
-        ("Submitted", render.when(job.get("submitted"), now)),
-        ("Started", render.when(job.get("started"), now) if job.get("started") else None),
-        ("Ended", render.when(job.get("ended"), now) if job.get("ended") else None),
+        ("Submitted", render.stamp(job.get("submitted"))),
+        ("Started", render.stamp(job.get("started")) if job.get("started") else None),
+        ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
         ("Elapsed", render.elapsed(job, now) if job.get("started") else None),
         ("Restarts", job.get("restart_count") or None),
         ("Exit", render.exit_status(job) if job.get("ended") else None),
@@ -140,7 +140,7 @@ def array_text(view: dict, now: float) -> str:
             ("Reason", view.get("reason")), ("Command" if view.get("command") else "Script", what),
             ("Workdir", view.get("workdir")), ("GPUs", render.gpus(view)), ("CPUs", format_number(view.get("cpus"))),
             ("Memory", format_size_gib(view.get("memory_gib"))),
-            ("Submitted", render.when(view.get("submitted"), now)),
+            ("Submitted", render.stamp(view.get("submitted"))),
             ("GPU-hours", render.gpu_hours(view["gpu_hours"]) if view.get("gpu_hours") else None),
             ("Output", view.get("output"))]
     width = max(len(key) for key, _ in rows)

@@ -170,7 +170,7 @@ def history_table(jobs: list[dict], now: float) -> str:
     return render.table(
         ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "EXIT"],
         [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
-          render.when(job.get("started"), now), render.when(job.get("ended"), now),
+          render.stamp(job.get("started")), render.stamp(job.get("ended")),
           render.elapsed(job, now), render.nodes(job), render.gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
          for job in jobs])
 

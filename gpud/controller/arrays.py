@@ -64,10 +64,10 @@ def first_waiting(elements: list[Job]) -> Job:
     return next((job for job in elements if job.state == PENDING), elements[0])
 
 
-def element_row(job: Job, reason: str) -> dict:
+def element_row(job: Job, reason: str, now: float) -> dict:
     """One element as the array's ``elements`` list shows it."""
     return {"id": job.id, "index": job.array_index, "state": job.state, "reason": reason,
-            "started": job.started, "ended": job.ended, "exit_code": job.exit_code,
+            "started": job.started, "ended": job.ended, "elapsed_s": round(job.elapsed(now), 3), "exit_code": job.exit_code,
             "term_signal": job.term_signal, "restart_count": job.restart_count,
             "nodes": job.nodes() or list(dict.fromkeys(h for h in job.hosts if h))}
 
@@ -92,7 +92,7 @@ def array_view(base: dict, elements: list[Job], cluster: Cluster, now: float) ->
             "exit_code": None, "term_signal": None,
             "restart_count": sum(job.restart_count for job in elements),
             "gpu_hours": round(sum(_gpu_seconds(job, now) for job in elements) / 3600.0, 6),
-            "elements": [element_row(job, cluster.reason_of(job)) for job in elements]}
+            "elements": [element_row(job, cluster.reason_of(job), now) for job in elements]}
 
 
 def _gpu_seconds(job: Job, now: float) -> float:

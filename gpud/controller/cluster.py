@@ -239,7 +239,7 @@ class Cluster(NodeMessages):
 
     def _preempted(self, job: Job, reason: str) -> None:
         if job.requeue:
-            job.move_to(PENDING)
+            job.move_to(PENDING, at=self.clock())
             job.restart_count += 1
             job.reason = f"requeued after preemption: {reason}"
             self._event("requeued", f"requeued (restart {job.restart_count})", job=job.id)
@@ -330,17 +330,20 @@ class Cluster(NodeMessages):
             self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s))
         job.runs[task] = TaskRun()
 
-    def _account(self, job: Job, run: TaskRun) -> None:
+    def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:
         if run.placement is not None and run.since is not None:
-            job.gpu_seconds += max(0.0, self.clock() - run.since) * gpus_of(run.placement)
+            end = self.clock() if until is None else until
+            job.gpu_seconds += max(0.0, end - run.since) * gpus_of(run.placement)
             run.since = None
 
     def _finish(self, job: Job, state: str, reason: str, *, stop_reason: str = "job ended",
-                exit_from: TaskRun | None = None, dead_node: str | None = None) -> None:
+                exit_from: TaskRun | None = None, dead_node: str | None = None, ended: float | None = None) -> None:
+        """End the job in ``state``; ``ended`` is when (the node's time of the exit), by default now."""
         for task in range(job.tasks):
             self._stop_run(job, task, stop_reason, dead_node=dead_node)
-        job.move_to(state)
-        job.ended, job.reason = self.clock(), reason
+        ended = self.clock() if ended is None else ended
+        job.move_to(state, at=ended)
+        job.ended, job.reason = ended, reason
         if exit_from is not None:
             job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
         self.finished_by_state[state] += 1
