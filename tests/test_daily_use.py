@@ -134,3 +134,50 @@ def test_a_gang_writes_one_output_file_per_task(live, tmp_path):
     for task in range(3):
         assert ok(gpuctl(live, "logs", job_id, "--task", str(task))) == f"rank {task} of 3\n"
         assert (tmp_path / f"gpud-{job_id}.{task}.out").read_text() == f"rank {task} of 3\n"
+
+
+def test_an_elastic_gang_says_what_it_runs_and_restarts_with_each_new_world_size(live, tmp_path):
+    blocker = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--gpus", "2", "--", "sleep", "300")).strip()
+    wait_state(live, blocker, "RUNNING")
+    gang = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--tasks", "4", "--min-tasks", "2", "--gpus", "1",
+                     "--", "sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 300", cwd=tmp_path)).strip()
+    try:
+        wait_state(live, gang, "RUNNING")
+        running = wait_for(lambda: (lambda j: j if j["reason"] else None)(show(live, gang)), "the gang's reason")
+        assert "runs 2 of its 4 tasks; the others wait: waiting for GPUs" in running["reason"], running["reason"]
+        row = next(line for line in ok(gpuctl(live, "queue")).splitlines() if line.startswith(gang + " "))
+        assert "runs 2 of its 4 tasks" in row
+        out = [tmp_path / f"gpud-{gang}.{task}.out" for task in range(4)]
+        wait_for(lambda: [p.read_text() if p.exists() else "" for p in out[:2]] == ["rank 0 of 2\n", "rank 1 of 2\n"],
+                 "the two running ranks to see WORLD_SIZE=2")
+        ok(gpuctl(live, "cancel", blocker))
+        wait_for(lambda: all(p.exists() and p.read_text().endswith(f"rank {t} of 4\n") for t, p in enumerate(out)),
+                 "every rank to restart with WORLD_SIZE=4")
+        assert out[0].read_text() == "rank 0 of 2\nrank 0 of 4\n" and out[3].read_text() == "rank 3 of 4\n"
+        grown = show(live, gang)
+        assert grown["state"] == "RUNNING" and grown["reason"] == ""
+        assert any(e["kind"] == "resized" and "WORLD_SIZE=4" in e["message"] for e in grown["events"])
+    finally:
+        gpuctl(live, "cancel", gang, blocker)
+
+
+def test_an_elastic_gang_that_loses_tasks_restarts_the_rest_with_the_smaller_world_size(live, tmp_path):
+    gang = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--tasks", "4", "--min-tasks", "2", "--gpus", "1",
+                     "--", "sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 300", cwd=tmp_path)).strip()
+    out = [tmp_path / f"gpud-{gang}.{task}.out" for task in range(4)]
+    newcomer = None
+    try:
+        wait_for(lambda: all(p.exists() and p.read_text() == f"rank {t} of 4\n" for t, p in enumerate(out)),
+                 "four ranks with WORLD_SIZE=4")
+        newcomer = ok(gpuctl(live, "submit", "--parsable", "-p", "beta", "--gpus", "2", "--", "sleep", "300")).strip()
+        wait_state(live, newcomer, "RUNNING")
+        kept = wait_for(lambda: [t for t, p in enumerate(out) if p.read_text().endswith("of 2\n")] or None,
+                        "the kept ranks to restart with WORLD_SIZE=2")
+        assert len(kept) == 2
+        assert sorted(p.read_text().splitlines()[-1] for p in (out[t] for t in kept)) == ["rank 0 of 2", "rank 1 of 2"]
+        shrunk = show(live, gang)
+        assert shrunk["state"] == "RUNNING"
+        assert "runs 2 of its 4 tasks" in shrunk["reason"] or "reclaim" in shrunk["reason"], shrunk["reason"]
+        assert any(e["kind"] == "resized" and "WORLD_SIZE=2" in e["message"] for e in shrunk["events"])
+    finally:
+        gpuctl(live, "cancel", gang, *([newcomer] if newcomer else []))
