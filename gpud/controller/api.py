@@ -130,7 +130,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             if job.state in states:
                 jobs.append(job_view(job, job.reason, ctrl.cluster.nodes, now,
                                      ctrl.cluster.policy.time_slicing))
-    jobs.sort(key=lambda j: (j["submitted"], j["id"]))
+    jobs.sort(key=lambda j: (j["submitted"], j["array_index"] if j["array_index"] is not None else -1, j["id"]))
     return ok({"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs)})
 
 

@@ -174,9 +174,11 @@ class Cluster(NodeMessages):
         A running elastic job with tasks still waiting says so: ``runs 2 of
         its 4 tasks; the others wait: ...``.
         """
-        if job.state == RUNNING and job.min_tasks is not None and self.last_plan is not None \
-                and any(run.placement is None for run in job.runs):
-            return self.last_plan.pending_reasons.get(job.id) or job.reason
+        if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
+            reason = (self.last_plan.pending_reasons.get(job.id) if self.last_plan is not None else "") or ""
+            head = f"runs {_placed(job)} of its {job.tasks} tasks"
+            # The cycle that starts the job words it so; later cycles give only why the others wait.
+            return reason if head in reason else f"{head}; the others wait: {reason}" if reason else head
         if job.state != PENDING:
             return job.reason
         blocked = self._blocked_reason(job)
