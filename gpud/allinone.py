@@ -20,6 +20,7 @@ from gpud.node.config import NodeConfig
 log = logging.getLogger("gpud.up")
 CLIENT_MARK = "# written by gpud up"
 NODE_UP_TIMEOUT_S = 15.0
+DEFAULT_PROJECT = "default"   # the open project of the default policy; submits go there unless told otherwise
 
 
 class UpError(RuntimeError):
@@ -38,7 +39,18 @@ class UpOptions:
     exit_when_idle: bool = False
     store_sync: str = "full"
     run_dir: str | None = None
+    fake_cpus: float | None = None
+    fake_memory_gib: float | None = None
     node_name: str = field(default_factory=socket.gethostname)
+
+    def host_resources(self) -> tuple[float | None, float | None]:
+        """The CPUs and GiB the node reports: as given, else a realistic host for fake GPUs, else (None) this host's."""
+        if self.fake_gpus is None:
+            return self.fake_cpus, self.fake_memory_gib
+        from gpud.node.config import fake_host_resources
+        cpus, memory = fake_host_resources(self.fake_gpus)
+        return (cpus if self.fake_cpus is None else self.fake_cpus,
+                memory if self.fake_memory_gib is None else self.fake_memory_gib)
 
     @property
     def url(self) -> str:
@@ -121,22 +133,29 @@ def client_config_path(env: Mapping[str, str] = os.environ) -> str:
     return config_path(env)
 
 
-def write_client_config(url: str, token_file: str, env: Mapping[str, str] = os.environ) -> tuple[str, bool]:
+def write_client_config(url: str, token_file: str, env: Mapping[str, str] = os.environ,
+                        project: str | None = None) -> tuple[str, bool]:
     """Point gpuctl at this controller with the admin token file; returns the path and whether it was written.
 
-    A client config that gpud up did not write (one naming another
-    cluster, say) is left alone.
+    ``project`` becomes the default project of submits, unless the file
+    gpud up wrote before names one (a user's choice stays). A client
+    config that gpud up did not write (one naming another cluster, say)
+    is left alone.
     """
     path = client_config_path(env)
     try:
         with open(path, encoding="utf-8") as f:
             if not f.readline().startswith(CLIENT_MARK):
                 return path, False
+            project = _project_in(f.read()) or project
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     text = (f"{CLIENT_MARK}; gpuctl reads it when GPUD_URL and GPUD_TOKEN are not set\n"
             f"url = {json.dumps(url)}\ntoken_file = {json.dumps(token_file)}\n")
+    if project:
+        text += f"# the project of submits that name none (-p, #GPUD --project and GPUD_PROJECT win)\n" \
+                f"project = {json.dumps(project)}\n"
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -144,6 +163,15 @@ def write_client_config(url: str, token_file: str, env: Mapping[str, str] = os.e
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     return path, True
+
+
+def _project_in(text: str) -> str | None:
+    import tomllib
+    try:
+        project = tomllib.loads(text).get("project")
+    except tomllib.TOMLDecodeError:
+        return None
+    return project if isinstance(project, str) and project.strip() else None
 
 
 def open_gpus(options: UpOptions) -> GpuBackend:
@@ -206,8 +234,10 @@ def controller_config(options: UpOptions) -> ControllerConfig:
 
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
     """The embedded node's settings: it reaches the controller over loopback with the cluster key."""
+    cpus, memory_gib = options.host_resources()
     return NodeConfig(controller_url=options.url, cluster_key=cluster_key, state_dir=options.node_dir,
-                      run_dir=options.run_dir, name=options.node_name, gpu_backend=backend_kind, fake_gpus=options.fake_gpus or 0)
+                      run_dir=options.run_dir, name=options.node_name, gpu_backend=backend_kind,
+                      fake_gpus=options.fake_gpus or 0, cpus=cpus, memory_gib=memory_gib)
 
 
 async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdout) -> int:
@@ -253,7 +283,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         await agent.start()
         async with demo.Api(options.url, options.admin_token_path) as api:
             await api.wait_node_up(options.node_name, NODE_UP_TIMEOUT_S)
-            _announce(options, backend, kind, out)
+            projects = app[CONTROLLER].policy.projects
+            _announce(options, backend, kind, out, DEFAULT_PROJECT if DEFAULT_PROJECT in projects else None)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -269,11 +300,16 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         await runner.cleanup()
 
 
-def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO) -> None:
+def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, project: str | None) -> None:
     gpus = backend.gpus()
     what = f"{len(gpus)} fake GPU(s)" if kind == "fake" else \
         f"{len(gpus)} GPU(s) ({', '.join(sorted({g.model for g in gpus}))})"
-    path, written = write_client_config(options.url, options.admin_token_path)
+    cpus, memory_gib = options.host_resources()
+    if cpus is not None or memory_gib is not None:
+        from gpud.cli.units import format_number, format_size_gib
+        what += "".join([f", {format_number(cpus)} CPUs" if cpus is not None else "",
+                         f", {format_size_gib(memory_gib)} memory" if memory_gib is not None else ""])
+    path, written = write_client_config(options.url, options.admin_token_path, project=project)
     lines = [f"gpud up: controller on {options.url}, node {options.node_name} with {what}",
              f"  state in {options.state_dir}, policy {options.policy_path}"]
     if written:
@@ -283,7 +319,7 @@ def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO) -
                   f"    export GPUD_URL={options.url} GPUD_TOKEN=$(cat {options.admin_token_path})"]
     if not options.exit_when_idle:
         lines += ["", "Next, in another terminal:",
-                  "  gpuctl submit -p default --gpus 1 -- python3 -c 'import os; "
+                  f"  gpuctl submit {'' if written and project else '-p default '}--gpus 1 -- python3 -c 'import os; "
                   "print(os.environ[\"CUDA_VISIBLE_DEVICES\"])'",
                   "  gpuctl queue            # pending and running jobs",
                   "  gpuctl history          # finished jobs; output is in gpud-<id>.out in the workdir",

@@ -97,6 +97,28 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     return Settings(str(url).rstrip("/"), token or None)
 
 
+def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
+    """The default project for submits: ``project`` in the client config file, None when it names none.
+
+    A config file that is not valid TOML, or whose ``project`` is not a
+    non-empty string, is a ConfigFileError naming the file.
+    """
+    path = config_path(env)
+    if not os.path.exists(path):
+        return None
+    import tomllib
+    try:
+        with open(path, "rb") as f:
+            project = tomllib.load(f).get("project")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigFileError(f"{path}: {exc}") from None
+    if project is None:
+        return None
+    if not isinstance(project, str) or not project.strip():
+        raise ConfigFileError(f"{path}: project must be a project's name in quotes, such as project = \"vision\"")
+    return project.strip()
+
+
 class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 

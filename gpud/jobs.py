@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpud.lifecycle import PENDING, check_transition
+from gpud.lifecycle import PENDING, RUNNING, check_transition
 from gpud.model import JobSpec, TaskPlacement, TaskRequest
 
 SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workdir", "env", "gpus",
@@ -87,16 +87,30 @@ class Job:
     term_signal: int | None = None
     runs: list[TaskRun] = field(default_factory=list)
     gpu_seconds: float = 0.0
+    run_seconds: float = 0.0     # time run in incarnations that have ended (before a requeue, or at the end)
 
     def __post_init__(self) -> None:
         if not self.runs:
             self.runs = [TaskRun() for _ in range(self.tasks)]
 
-    def move_to(self, state: str) -> str:
-        """Change state along an allowed edge of the lifecycle; returns the edge's event name."""
+    def move_to(self, state: str, at: float | None = None) -> str:
+        """Change state along an allowed edge of the lifecycle; returns the edge's event name.
+
+        Leaving RUNNING at ``at`` adds the run that ends there to ``run_seconds``.
+        """
         event = check_transition(self.state, state)
+        if self.state == RUNNING and state != RUNNING and at is not None and self.started is not None:
+            self.run_seconds += max(0.0, at - self.started)
         self.state = state
         return event
+
+    def elapsed(self, now: float) -> float:
+        """Seconds the job has run, over all its incarnations (a requeued job's earlier runs count)."""
+        if self.state == RUNNING and self.started is not None:
+            return self.run_seconds + max(0.0, now - self.started)
+        if not self.run_seconds and self.ended is not None and self.started is not None and self.state != PENDING:
+            return max(0.0, self.ended - self.started)  # a record from before run_seconds was kept
+        return self.run_seconds
 
     @property
     def request(self) -> TaskRequest:

@@ -28,6 +28,7 @@ MAX_SCRIPT = 4 * 1024 * 1024
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+GANG_OUTPUT = "gpud-%j.%t.out"  # a gang's tasks write a file each, so `gpuctl logs --task N` shows rank N
 
 
 class SubmitError(ValueError):
@@ -98,7 +99,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if job.stop_signal.removeprefix("SIG") not in STOP_SIGNALS:
         raise SubmitError(f"stop_signal must be one of {', '.join(STOP_SIGNALS)}", "stop_signal")
     job.stop_signal = job.stop_signal.removeprefix("SIG")
-    job.output = _relative_path(r, "output") or "gpud-%j.out"
+    job.output = _relative_path(r, "output") or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
     job.error = _relative_path(r, "error")
     array = r.string("array")
     if array is None:

@@ -183,6 +183,7 @@ def test_a_silent_node_is_marked_down_and_its_jobs_requeued_or_failed(tmp_path):
         wait_for(lambda: cluster.node_state(victim) == "down", "the silent node to be marked down")
         job = cluster.job(train)
         assert job["state"] == "PENDING" and job["restart_count"] == 1
+        assert job["nodes"] == [], "a job requeued off a lost node runs nowhere while it waits"
         assert any(e["kind"] == "node failure" and f"node {victim} is down" in e["message"] for e in job["events"])
         if build_on_victim:
             assert cluster.job(build)["state"] == "NODE_FAIL"

@@ -68,8 +68,9 @@ def test_history_table():
     lines = history_table([done, killed], NOW).splitlines()
     assert lines[0].split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES",
                                 "GPU-HOURS", "EXIT"]
-    assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", "10:00:00", "11:00:00", "1:00:00",
-                                "n1", "1", "0"]
+    day = time.strftime("%Y-%m-%d", time.localtime(NOW))
+    assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", f"{day}T10:00:00", f"{day}T11:00:00",
+                                "1:00:00", "n1", "1", "0"]
     assert lines[2].split()[-3:] == ["0.01", "signal", "15"]
     assert history_table([job(gpu_hours=0.0001)], NOW).splitlines()[1].split()[-2] == "<0.01"
 
@@ -112,19 +113,22 @@ def test_describe_odd_shapes():
     assert describe(3) == "3"
 
 
-def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True):
+def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True, cpus_used=0.0,
+         memory_used=0.0):
     return {"name": name, "pool": pool, "state": state, "reason": reason, "labels": {}, "cpus": 64,
-            "memory_gib": 512, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
+            "memory_gib": 512, "cpus_used": cpus_used, "memory_used_gib": memory_used, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
                                          "healthy": healthy or i > 0, "used": 0} for i in range(gpus)],
             "gpus_used": used, "gpus_idle": gpus - used, "last_seen": NOW - 2}
 
 
 def test_nodes_text_shows_use_state_and_reason():
-    text = nodes_text([node("n1", used=2.5), node("n2", state="drained", reason="ECC errors", healthy=False)], NOW)
+    text = nodes_text([node("n1", used=2.5, cpus_used=12, memory_used=96),
+                       node("n2", state="drained", reason="ECC errors", healthy=False)], NOW)
     lines = text.splitlines()
-    assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "MEMORY", "SEEN",
-                                "REASON"]
-    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "64", "512G", "2s", "ago"]
+    assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "USED", "MEMORY",
+                                "USED", "SEEN", "REASON"]
+    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "12/64", "96G/512G", "2s", "ago"]
+    assert lines[2].split()[6:8] == ["0/64", "0/512G"]
     assert lines[2].endswith("ECC errors; 1 GPU unhealthy")
     assert "drained" in lines[2]
 
@@ -165,3 +169,18 @@ def test_show_says_whether_a_shared_gpus_compute_and_memory_are_enforced():
     text = show_text(job, now=0.0)
     assert "Compute:" in text and "25%..100% of the GPU, enforced (fair time-slicing" in text
     assert "20 GiB slice, advisory (advisory: the node only warns" in text
+
+
+def test_queue_folds_an_array_into_one_row_with_its_counts():
+    from gpud.cli.queue_cmd import collapse_arrays
+
+    def element(i, state):
+        return {"id": f"7_{i}", "array_id": "7", "array_index": i, "state": state, "name": "sweep",
+                "reason": "waits" if state == "PENDING" else "", "nodes": ["n1"] if state == "RUNNING" else [],
+                "started": NOW - 5 if state == "RUNNING" else None}
+    jobs = [{"id": "6", "state": "PENDING"}] + [element(i, "RUNNING" if i < 2 else "PENDING")
+                                                for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 15, 16)]
+    rows = collapse_arrays(jobs, {"7": {"states": {"RUNNING": 2, "PENDING": 10, "COMPLETED": 3}}}, NOW)
+    assert [r["id"] for r in rows] == ["6", "7_[0-8,12,15-16]"]
+    assert rows[1]["state"] == "RUNNING" and rows[1]["nodes"] == ["n1", "n1"] and rows[1]["time_text"] == "0:05"
+    assert rows[1]["reason"] == "2 running, 10 pending, 3 completed; 7_2: waits"

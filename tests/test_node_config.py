@@ -70,3 +70,15 @@ def test_an_empty_key_file_is_refused(tmp_path):
     (tmp_path / "empty.key").write_text("\n")
     with pytest.raises(ConfigError, match="is empty"):
         load_node_config(None, cluster_key_file=str(tmp_path / "empty.key"))
+
+
+def test_a_fake_node_reports_a_realistic_host_unless_told_otherwise(tmp_path):
+    assert (load_node_config(None, fake_gpus=4).cpus, load_node_config(None, fake_gpus=4).memory_gib) == (32, 256)
+    path = write(tmp_path, 'gpu_backend = "fake"\nfake_gpus = 2\ncpus = 6\n')
+    config = load_node_config(path)
+    assert (config.cpus, config.memory_gib) == (6, 128)
+    config = load_node_config(path, cpus=3, memory_gib=12)
+    assert (config.cpus, config.memory_gib) == (3, 12)
+    assert load_node_config(None).cpus is None  # a real node counts its own CPUs
+    with pytest.raises(ConfigError, match="--fake-cpus: must be more than 0"):
+        load_node_config(None, fake_gpus=1, cpus=0)

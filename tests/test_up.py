@@ -105,8 +105,9 @@ def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
     up = ups("--fake-gpus", "4").start()
     config = Path(up.env["XDG_CONFIG_HOME"]) / "gpud" / "client.toml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
-    assert "gpuctl submit -p default" in up.output()
-    submitted = up.gpuctl("submit", "--parsable", "-p", "default", "--gpus", "1", "--",
+    assert 'project = "default"' in config.read_text()
+    assert "gpuctl submit --gpus 1" in up.output()
+    submitted = up.gpuctl("submit", "--parsable", "--gpus", "1", "--",
                           sys.executable, "-c", "import os; print('on', os.environ['CUDA_VISIBLE_DEVICES'])")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
@@ -121,6 +122,51 @@ def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
     projects = up.gpuctl("projects")
     assert all(name in projects.stdout for name in ("default", "alice-lab", "bob-lab"))
     assert up.stop() == 0
+
+
+def test_fake_gpus_come_with_a_host_that_runs_one_job_per_gpu(ups):
+    """On a 2-core machine, 8 fake GPUs still run 8 one-GPU jobs at once (each asks 1 CPU by default)."""
+    up = ups("--fake-gpus", "8").start()
+    assert "8 fake GPU(s), 64 CPUs, 512G memory" in up.output()
+    ids = []
+    for _ in range(8):
+        submitted = up.gpuctl("submit", "--parsable", "--gpus", "1", "--", "sleep", "30")
+        assert submitted.returncode == 0, submitted.stderr
+        ids.append(submitted.stdout.strip())
+    for job_id in ids:
+        up.wait_state(job_id, "RUNNING")
+    nodes = up.gpuctl("nodes")
+    row = nodes.stdout.splitlines()[1].split()
+    assert row[3:5] == ["8/8", "0"] and "8/64 8G/512G" in " ".join(row), nodes.stdout
+    cancelled = up.gpuctl("cancel", *ids)
+    assert cancelled.returncode == 0, cancelled.stderr
+
+
+def test_fake_cpus_and_memory_flags_set_the_node_and_bad_ones_are_refused(ups):
+    up = ups("--fake-gpus", "2", "--fake-cpus", "3", "--fake-memory", "24G").start()
+    node = json.loads(up.gpuctl("nodes", "--json").stdout)["nodes"][0]
+    assert (node["cpus"], node["memory_gib"], node["cpus_used"]) == (3, 24, 0)
+    too_big = up.gpuctl("submit", "-c", "4", "--", "true")
+    assert too_big.returncode == 1 and "CPU" in too_big.stderr, too_big.stderr
+    bad = subprocess.run([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", "1", "--fake-memory",
+                          "lots"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--fake-memory: expected a size such as 512G, got 'lots'" in bad.stderr
+
+
+def test_the_project_in_the_client_config_is_used_and_a_users_choice_survives_a_restart(ups):
+    up = ups("--fake-gpus", "1").start()
+    config = Path(up.env["XDG_CONFIG_HOME"]) / "gpud" / "client.toml"
+    config.write_text(config.read_text().replace('project = "default"', 'project = "bob-lab"'))
+    up.stop()
+    up.start()
+    assert 'project = "bob-lab"' in config.read_text()
+    submitted = up.gpuctl("submit", "--parsable", "--", "true")
+    assert up.job(submitted.stdout.strip())["project"] == "bob-lab"
+    explicit = up.gpuctl("submit", "--parsable", "-p", "alice-lab", "--", "true")
+    assert up.job(explicit.stdout.strip())["project"] == "alice-lab"
+    config.write_text(config.read_text().replace('project = "bob-lab"', "project = 3"))
+    broken = up.gpuctl("submit", "--", "true")
+    assert broken.returncode == 2 and "project must be a project's name in quotes" in broken.stderr
 
 
 def test_a_running_job_survives_a_restart_and_completes(ups, tmp_path):

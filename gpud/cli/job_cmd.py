@@ -12,6 +12,7 @@ from gpud.cli.units import format_duration, format_number, format_size_gib
 
 SHOW_EXAMPLES = """\
   gpuctl show 42
+  gpuctl show 42                # array job 42: its counts by state and every element
   gpuctl show 42_7              # one element of array job 42
   gpuctl show 42 --json | jq .placements
 """
@@ -24,6 +25,7 @@ the job start.
 
 WHY_EXAMPLES = """\
   gpuctl why 42
+  gpuctl why 42                 # array job 42: why its first pending element waits
   gpuctl why 42 --json
 """
 
@@ -32,9 +34,9 @@ ACTIONS = {
                "  gpuctl cancel 42\n  gpuctl cancel 42 43 44\n  gpuctl cancel 42      # array 42: every element\n"
                "  gpuctl cancel 42_3    # one element\n"
                "  gpuctl queue --me --json | jq -r '.jobs[].id' | xargs gpuctl cancel\n"),
-    "hold": ("keep pending jobs from starting", "held",
+    "hold": ("keep pending jobs from starting (an array id holds its pending elements)", "held",
              "  gpuctl hold 42\n  gpuctl hold 42 43\n"),
-    "release": ("let held jobs start again", "released",
+    "release": ("let held jobs start again (an array id releases its held elements)", "released",
                 "  gpuctl release 42\n  gpuctl release 42 43\n"),
 }
 
@@ -61,6 +63,10 @@ def _action(verb: str, done: str):
 
         def act(job_id: str) -> None:
             answer = api.post(job_path(job_id, verb)) or {}
+            if answer.get("ended") and isinstance(answer.get("array"), dict):
+                print(f"array {job_id} has already ended ({counts_text(answer['array'].get('states') or {})}); "
+                      f"nothing to {verb}")
+                return
             ids = [str(i) for i in answer.get("ids", [])] or [job_id]
             print(f"{done} {' '.join(ids)}")
         return for_each(verb, args.jobs, act)
@@ -80,7 +86,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def show_text(job: dict, now: float) -> str:
-    """One job for people, as scontrol show job prints it."""
+    """One job for people, as scontrol show job prints it; an array with a table of its elements."""
+    if isinstance(job.get("array"), dict):
+        return array_text(job, now)
     priority = job.get("priority_class") or ""
     if job.get("priority") is not None:
         priority = f"{priority} ({job['priority']})" if priority else str(job["priority"])
@@ -99,9 +107,9 @@ def show_text(job: dict, now: float) -> str:
         ("Held", "yes" if job.get("hold") else None),
         ("Requeue", "no" if job.get("requeue") is False else None),
         ("Stop signal", job.get("stop_signal")),
-        ("Submitted", render.when(job.get("submitted"), now)),
-        ("Started", render.when(job.get("started"), now) if job.get("started") else None),
-        ("Ended", render.when(job.get("ended"), now) if job.get("ended") else None),
+        ("Submitted", render.stamp(job.get("submitted"))),
+        ("Started", render.stamp(job.get("started")) if job.get("started") else None),
+        ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
         ("Elapsed", render.elapsed(job, now) if job.get("started") else None),
         ("Restarts", job.get("restart_count") or None),
         ("Exit", render.exit_status(job) if job.get("ended") else None),
@@ -121,6 +129,34 @@ def show_text(job: dict, now: float) -> str:
     if events:
         out += ["", "Events:"] + [f"  {_event(e, now)}" for e in events]
     return "\n".join(out)
+
+
+def array_text(view: dict, now: float) -> str:
+    """A whole array job: what each element runs, its counts by state, then one row per element."""
+    array = view["array"]
+    limit = f", at most {array['limit']} at once" if array.get("limit") else ""
+    what = " ".join(view["command"]) if view.get("command") else _first_line(view.get("script"))
+    rows = [("Array", f"{view.get('id')} ({array.get('elements')} jobs {view.get('id')}_N{limit})"),
+            ("Name", view.get("name")), ("User", view.get("user")), ("Project", view.get("project")),
+            ("State", f"{view.get('state')} ({counts_text(array.get('states') or {})})"),
+            ("Reason", view.get("reason")), ("Command" if view.get("command") else "Script", what),
+            ("Workdir", view.get("workdir")), ("GPUs", render.gpus(view)), ("CPUs", format_number(view.get("cpus"))),
+            ("Memory", format_size_gib(view.get("memory_gib"))),
+            ("Submitted", render.stamp(view.get("submitted"))),
+            ("GPU-hours", render.gpu_hours(view["gpu_hours"]) if view.get("gpu_hours") else None),
+            ("Output", view.get("output"))]
+    width = max(len(key) for key, _ in rows)
+    out = [f"{key + ':':<{width + 1}} {value}" for key, value in rows if value not in (None, "")]
+    table = render.table(["ID", "STATE", "TIME", "NODES", "EXIT", "REASON"],
+                         [[e.get("id"), e.get("state"), render.elapsed(e, now), render.nodes(e),
+                           render.exit_status(e) if e.get("ended") else "-",
+                           e.get("reason") if e.get("state") == "PENDING" else ""] for e in view.get("elements", [])])
+    return "\n".join(out + ["", "Jobs:"] + ["  " + line for line in table.splitlines()])
+
+
+def counts_text(states: dict) -> str:
+    """Counts by state for people: ``3 running, 5 pending, 2 completed``."""
+    return ", ".join(f"{n} {state.lower()}" for state, n in states.items()) or "no jobs"
 
 
 def _compute(sharing: dict | None) -> str | None:
@@ -227,6 +263,11 @@ def why_text(answer: dict) -> str:
     if answer.get("reason"):
         head += f": {answer['reason']}"
     out = [head]
+    array = answer.get("array")
+    if isinstance(array, dict):
+        out.insert(0, f"array {array.get('id')}: {array.get('elements')} jobs, {counts_text(array.get('states') or {})}")
+        if not array.get("states", {}).get("PENDING"):
+            return "\n".join(out[:1] + ["no job of it waits"])
     blockers = answer.get("blockers") or []
     if blockers:
         out += ["", "Blocked by:"] + [f"  - {describe(b)}" for b in blockers]

@@ -10,7 +10,10 @@ from gpud.cli.common import UsageError, add_verb, client
 DESCRIPTION = """\
 Print what a job's task wrote to its output file (or its error file with
 --err), as the node holding it reads it. With -f, keep printing as the job
-writes, until it ends (or Ctrl-C).
+writes, until it ends (or Ctrl-C); a job still pending is followed from
+when it starts. Each task of a gang writes its own file (gpud-%j.%t.out by
+default): --task N prints rank N's. An array id prints the output of each
+of its jobs under a ==> 42_7 <== line.
 """
 
 EXAMPLES = """\
@@ -18,6 +21,7 @@ EXAMPLES = """\
   gpuctl logs 42 -f
   gpuctl logs 42 --err --task 3       # task 3 of a gang
   gpuctl logs 42_7 | tail -n 50       # element 7 of array job 42
+  gpuctl logs 42                      # array job 42: every element's output, one after the other
 """
 
 

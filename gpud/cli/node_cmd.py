@@ -19,7 +19,8 @@ def run_node(args: argparse.Namespace) -> int:
     try:
         config = load_node_config(args.config, controller=args.controller, state_dir=args.state_dir,
                                   run_dir=args.run_dir, fake_gpus=args.fake_gpus, name=args.name,
-                                  cluster_key_file=args.cluster_key_file)
+                                  cluster_key_file=args.cluster_key_file, cpus=args.fake_cpus,
+                                  memory_gib=args.fake_memory)
         if args.metrics_listen is not None:
             config = dataclasses.replace(config, metrics_listen="" if args.metrics_listen == "off"
                                          else args.metrics_listen)
@@ -44,6 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                       help="where tasks' state is kept instead, e.g. /run/gpud/node on a tmpfs (overrides run_dir)")
     node.add_argument("--cluster-key-file", metavar="FILE", help="the cluster key (overrides cluster_key_file)")
     node.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
+    add_fake_host_flags(node)
     node.add_argument("--name", help="the node's name (default: the host name)")
     node.add_argument("--metrics-listen", metavar="HOST:PORT",
                       help='serve /metrics here (overrides metrics_listen; default 127.0.0.1:6831; "off": none)')
@@ -52,3 +54,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                       help="text, or json: one JSON object per line (default: text)")
     node.set_defaults(func=run_node)
     return node
+
+
+def add_fake_host_flags(parser: argparse.ArgumentParser) -> None:
+    """``--fake-cpus`` and ``--fake-memory``: the CPUs and memory the node reports, whatever this host has."""
+    from gpud.node.config import FAKE_CPUS_PER_GPU, FAKE_MEMORY_GIB_PER_GPU
+    parser.add_argument("--fake-cpus", type=_positive(float, "a number of CPUs such as 64"), metavar="N",
+                        help=f"report N CPUs (overrides cpus; with --fake-gpus the default is "
+                             f"{FAKE_CPUS_PER_GPU} per GPU, not this host's)")
+    parser.add_argument("--fake-memory", type=_positive(_size, "a size such as 512G"), metavar="SIZE",
+                        help=f"report SIZE of memory, e.g. 512G (overrides memory_gib; with --fake-gpus "
+                             f"the default is {FAKE_MEMORY_GIB_PER_GPU}G per GPU)")
+
+
+def _size(text: str) -> float:
+    from gpud.cli.units import parse_size_gib
+    return parse_size_gib(text)
+
+
+def _positive(convert, example: str):
+    def check(text: str) -> float:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = 0.0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}")
+        return value
+    check.__name__ = example
+    return check

@@ -11,8 +11,9 @@ from gpud.cli.units import format_number, format_size_gib
 
 NODES_DESCRIPTION = """\
 Show every node (as sinfo does): its pool and state, GPUs used and idle (a
-shared GPU counts its used fraction), CPUs, memory, GPU model, and why a
-node is down, drained or draining. A summary per pool follows.
+shared GPU counts its used fraction), CPUs and memory in use of the node's
+total, GPU model, and why a node is down, drained or draining. A summary per
+pool follows.
 """
 
 NODES_EXAMPLES = """\
@@ -61,10 +62,11 @@ def nodes_text(nodes: list[dict], now: float) -> str:
         rows.append([node.get("name"), node.get("pool"), node.get("state"),
                      f"{format_number(node.get('gpus_used', 0))}/{len(gpus)}",
                      format_number(node.get("gpus_idle", 0)), ",".join(models) or "-",
-                     format_number(node.get("cpus")), format_size_gib(node.get("memory_gib")),
+                     _in_use(node.get("cpus_used"), node.get("cpus"), format_number),
+                     _in_use(node.get("memory_used_gib"), node.get("memory_gib"), format_size_gib),
                      "-" if seen is None else f"{max(0, int(now - seen))}s ago",
                      _reason(node, unhealthy)])
-    out = [render.table(["NODE", "POOL", "STATE", "GPUS USED", "IDLE", "MODEL", "CPUS", "MEMORY", "SEEN",
+    out = [render.table(["NODE", "POOL", "STATE", "GPUS USED", "IDLE", "MODEL", "CPUS USED", "MEMORY USED", "SEEN",
                          "REASON"], rows)]
     if nodes:
         out += ["", pools_table(nodes)]
@@ -86,6 +88,13 @@ def pools_table(nodes: list[dict]) -> str:
     return render.table(["POOL", "NODES", "UP", "GPUS", "USED", "IDLE", "OUT OF SERVICE"],
                         [[pool, int(t[0]), int(t[1]), int(t[2]), format_number(t[3]), format_number(t[4]),
                           int(t[5])] for pool, t in sorted(pools.items())])
+
+
+def _in_use(used: float | None, total: float | None, fmt) -> str:
+    """``used/total`` (``12/64``, ``96G/512G``), or the total alone from a controller that does not count use."""
+    if used is None:
+        return fmt(total)
+    return f"{fmt(used) if used else '0'}/{fmt(total)}"
 
 
 def _reason(node: dict, unhealthy: int) -> str:

@@ -20,11 +20,14 @@ QUEUE_DESCRIPTION = """\
 List jobs, as squeue does: pending and running jobs of every user by default,
 with the reason each pending job waits (`gpuctl why JOB` explains it in full).
 TIME is how long a job has run; GPUS is per task, as TASKSxGPUS for gangs.
+An array job is one line, 42_[0-49], with its jobs counted by state
+(`gpuctl show 42` lists them); --array prints one line per job, as 42_7.
 """
 
 QUEUE_EXAMPLES = """\
   gpuctl queue
   gpuctl queue --me
+  gpuctl queue --array                    # every job of an array on its own line
   gpuctl queue --project vision --state PENDING
   gpuctl queue --all --user alice         # every state, finished jobs too
   gpuctl queue --json | jq '.jobs[].id'
@@ -53,6 +56,7 @@ def add_parsers(subparsers) -> None:
     queue.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
                        help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
     queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
+    queue.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
     history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
                        examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
     _add_filters(history)
@@ -74,17 +78,77 @@ def run_queue(args: argparse.Namespace) -> int:
     if args.json:
         print_json(answer)
         return 0
-    print(queue_table(answer.get("jobs", []), time.time()))
+    jobs = answer.get("jobs", [])
+    print(queue_table(jobs if args.array else collapse_arrays(jobs, answer.get("arrays") or {}, time.time()),
+                      time.time()))
     return 0
 
 
 def queue_table(jobs: list[dict], now: float) -> str:
-    """The squeue-like table of jobs."""
+    """The squeue-like table of jobs (an array's row carries its own TIME text)."""
     return render.table(
         ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES", "REASON"],
         [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
-          render.elapsed(job, now), render.gpus(job), render.nodes(job), job.get("reason") or ""]
+          job.get("time_text") or render.elapsed(job, now), render.gpus(job), render.nodes(job),
+          job.get("reason") or ""]
          for job in jobs])
+
+
+def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:
+    """The listing with each array's jobs folded into one row where its first job was.
+
+    The row's id is ``42_[0-9,12]`` (the indices listed), its state
+    RUNNING while one runs, its reason the counts by state (from ``arrays``,
+    which counts ended jobs too) and why its first pending job waits.
+    """
+    from gpud.cli.job_cmd import counts_text
+    groups: dict[str, list[dict]] = {}
+    for job in jobs:
+        if job.get("array_id") is not None:
+            groups.setdefault(job["array_id"], []).append(job)
+    rows, done = [], set()
+    for job in jobs:
+        array_id = job.get("array_id")
+        if array_id is None:
+            rows.append(job)
+            continue
+        if array_id in done:
+            continue
+        done.add(array_id)
+        members = sorted(groups[array_id], key=lambda j: j.get("array_index") or 0)
+        states = (arrays.get(array_id) or {}).get("states") or _counts(members)
+        running = [j for j in members if j.get("state") == "RUNNING"]
+        pending = next((j for j in members if j.get("state") == "PENDING"), None)
+        reason = counts_text(states)
+        if pending is not None and pending.get("reason"):
+            reason += f"; {pending['id']}: {pending['reason']}"
+        longest = max((render.elapsed(j, now) for j in running), key=lambda t: (len(t), t), default="0:00")
+        rows.append({**members[0], "id": f"{array_id}_[{_ranges([j.get('array_index') for j in members])}]",
+                     "state": "RUNNING" if running else members[0].get("state"), "time_text": longest,
+                     "nodes": [n for j in running for n in j.get("nodes") or []], "reason": reason})
+    return rows
+
+
+def _counts(members: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for job in members:
+        counts[job.get("state")] = counts.get(job.get("state"), 0) + 1
+    return counts
+
+
+def _ranges(indices: list) -> str:
+    """``0-9,12,15-16`` for the indices 0..9, 12, 15, 16."""
+    numbers = sorted(i for i in indices if isinstance(i, int))
+    parts: list[str] = []
+    start = prev = None
+    for n in numbers + [None]:
+        if prev is not None and n == prev + 1:
+            prev = n
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = n
+    return ",".join(parts)
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -106,7 +170,7 @@ def history_table(jobs: list[dict], now: float) -> str:
     return render.table(
         ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "EXIT"],
         [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
-          render.when(job.get("started"), now), render.when(job.get("ended"), now),
+          render.stamp(job.get("started")), render.stamp(job.get("ended")),
           render.elapsed(job, now), render.nodes(job), render.gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
          for job in jobs])
 

@@ -26,8 +26,21 @@ def when(timestamp: float | None, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", local)
 
 
+def stamp(timestamp: float | None) -> str:
+    """A local time with its date, as sacct prints it, for records read later: ``2024-05-01T14:03:12``; ``-`` for None."""
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
+
+
 def elapsed(job: Mapping[str, Any], now: float | None = None) -> str:
-    """How long a job has run (or ran): ``1:02:03``; ``0:00`` when it never started."""
+    """How long a job has run (or ran), over all its runs: ``1:02:03``; ``0:00`` when it never started.
+
+    Takes the controller's ``elapsed_s`` when the job has it (a requeued job
+    waiting again does not count its wait as run time).
+    """
+    if isinstance(job.get("elapsed_s"), (int, float)):
+        return format_duration(job["elapsed_s"])
     started = job.get("started")
     if started is None:
         return "0:00"

@@ -53,7 +53,8 @@ def add_parsers(subparsers) -> None:
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The job options shared by the command line and ``#GPUD`` lines; every default is None (unset)."""
     add = parser.add_argument
-    add("-p", "--project", help="project (queue) to charge; default $GPUD_PROJECT")
+    add("-p", "--project", help="project (queue) to charge; default $GPUD_PROJECT, "
+                                         "then project in the client config")
     add("-J", "--name", help="a name for people (default: the command or script name)")
     add("--gpus", type=_gpus, metavar="N", help="GPUs per task: 0, a fraction such as 0.5, or a whole number")
     add("--gpu-memory", type=_size, metavar="SIZE", help="a slice of one GPU's memory instead of --gpus")
@@ -127,7 +128,11 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
         put("name", opts.name or script_name)
     put("project", opts.project or environ.get("GPUD_PROJECT"))
     if "project" not in job:
-        raise UsageError("which project? give --project (or '#GPUD --project' in the script, or GPUD_PROJECT)")
+        from gpud.client import configured_project
+        put("project", configured_project(environ))
+    if "project" not in job:
+        raise UsageError("which project? give --project (or '#GPUD --project' in the script, GPUD_PROJECT, "
+                         "or project = \"NAME\" in the client config)")
     put("name", opts.name)
     put("workdir", os.path.abspath(opts.workdir) if opts.workdir else (cwd or os.getcwd()))
     env = _job_env(opts, environ)

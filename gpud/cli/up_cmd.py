@@ -9,7 +9,8 @@ import sys
 
 EPILOG = """examples:
   gpud up --fake-gpus 8 --demo --exit-when-idle   # try it: run the demo jobs, show the queue, exit
-  gpud up --fake-gpus 8                           # serve until Ctrl-C, with 8 fake GPUs
+  gpud up --fake-gpus 8                           # serve until Ctrl-C, with 8 fake GPUs (64 CPUs, 512G)
+  gpud up --fake-gpus 4 --fake-cpus 32 --fake-memory 256G
   gpud up                                         # serve this machine's NVIDIA GPUs
   gpud up --port 7000 --state-dir ./gpud-state --policy etc/gpud/policy.toml
 
@@ -32,6 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Run the controller and a node daemon for this machine's GPUs in one process, "
                     "with SQLite state, serving on 127.0.0.1 only.")
     parser.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
+    from gpud.cli.node_cmd import add_fake_host_flags
+    add_fake_host_flags(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="jobs, keys, tasks and the default policy (default $XDG_DATA_HOME/gpud, "
@@ -64,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     options = UpOptions(state_dir=os.path.abspath(args.state_dir or default_state_dir()), port=args.port,
                         fake_gpus=args.fake_gpus, policy=os.path.abspath(args.policy) if args.policy else None,
                         demo=args.demo, exit_when_idle=args.exit_when_idle, store_sync=args.store_sync,
-                        run_dir=os.path.abspath(args.run_dir) if args.run_dir else None)
+                        run_dir=os.path.abspath(args.run_dir) if args.run_dir else None,
+                        fake_cpus=args.fake_cpus, fake_memory_gib=args.fake_memory)
     try:
         return run_up(options)
     except (UpError, RuntimeError) as exc:

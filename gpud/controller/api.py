@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from gpud import jsontext
-from gpud.controller import identity
+from gpud.controller import arrays, identity
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
@@ -145,12 +145,19 @@ async def list_jobs(request: web.Request) -> web.Response:
             if job.state in states:
                 jobs.append(visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
                                                              ctrl.cluster.policy.time_slicing)))
-    jobs.sort(key=lambda j: (j["submitted"], j["id"]))
-    return ok({"jobs": jobs})
+    jobs.sort(key=lambda j: (j["submitted"], j["array_index"] if j["array_index"] is not None else -1, j["id"]))
+    return ok({"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs)})
 
 
 async def show_job(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
+    elements = await arrays.array_elements(ctrl, request.match_info["id"])
+    if elements:
+        now = time.time()
+        base = job_view(elements[0], ctrl.cluster.reason_of(elements[0]), ctrl.cluster.nodes, now,
+                        ctrl.cluster.policy.time_slicing)
+        view = {**arrays.array_view(base, elements, ctrl.cluster, now), "events": []}
+        return ok(visible(request[PRINCIPAL], elements[0], view))
     job = await find_job(ctrl, request.match_info["id"])
     view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time(),
                     ctrl.cluster.policy.time_slicing)
@@ -162,8 +169,14 @@ async def show_job(request: web.Request) -> web.Response:
 
 async def why_job(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
-    job = await find_job(ctrl, request.match_info["id"])
-    answer = explain(job, ctrl.cluster)
+    elements = await arrays.array_elements(ctrl, request.match_info["id"])
+    if elements:
+        job = arrays.first_waiting(elements)
+        answer = {**explain(job, ctrl.cluster), "element": job.id,
+                  "array": arrays.summary(request.match_info["id"], elements, ctrl.cluster)}
+    else:
+        job = await find_job(ctrl, request.match_info["id"])
+        answer = explain(job, ctrl.cluster)
     if not may_see(request[PRINCIPAL], job):
         answer["reason"] = redact(answer.get("reason"), job)
     return ok(answer)
@@ -178,7 +191,17 @@ async def change_jobs(request: web.Request) -> web.Response:
     if not jobs:
         if ctrl.store_executor and await _stored(ctrl, job_id) is not None:
             raise ApiError(409, f"job {job_id} has already ended")
-        raise ApiError(404, f"no job {job_id}")
+        elements = await arrays.array_elements(ctrl, job_id)
+        if not elements:
+            raise ApiError(404, f"no job {job_id}")
+        for job in elements:
+            owned(principal, job)
+        summary = arrays.summary(job_id, elements, ctrl.cluster)
+        counts = ", ".join(f"{n} {state.lower()}" for state, n in summary["states"].items())
+        if verb != "cancel":
+            raise ApiError(409, f"array {job_id} has ended ({counts}); only pending jobs can be "
+                                f"{'held' if verb == 'hold' else 'released'}")
+        return ok({"ids": [], "ended": True, "array": summary})
     for job in jobs:
         owned(principal, job)
     changed = []
@@ -220,8 +243,9 @@ async def history(request: web.Request) -> web.Response:
 async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     now = time.time()
-    used = gpu_use(ctrl)
-    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now)
+    used, held = gpu_use(ctrl), host_use(ctrl)
+    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now,
+                                   held.get(name, (0.0, 0.0)))
                          for name, node in sorted(ctrl.cluster.nodes.items())]})
 
 
@@ -236,6 +260,17 @@ def gpu_use(ctrl: Controller) -> dict[str, dict[int, float]]:
                 for index in p.gpu_index:
                     per_node[index] = per_node.get(index, 0.0) + p.gpu_share
     return used
+
+
+def host_use(ctrl: Controller) -> dict[str, tuple[float, float]]:
+    """The CPUs and GiB of memory held per node, from the placed tasks' requests."""
+    held: dict[str, tuple[float, float]] = {}
+    for job in ctrl.cluster.jobs.values():
+        for run in job.runs:
+            if run.placement is not None:
+                cpus, memory = held.get(run.placement.node, (0.0, 0.0))
+                held[run.placement.node] = (cpus + job.cpus, memory + job.memory_gib)
+    return held
 
 
 async def change_node(request: web.Request) -> web.Response:
@@ -254,7 +289,8 @@ async def change_node(request: web.Request) -> web.Response:
     else:
         ctrl.cluster.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time()))
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time(),
+                        host_use(ctrl).get(name, (0.0, 0.0))))
 
 
 async def projects(request: web.Request) -> web.Response:
@@ -318,58 +354,147 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 async def job_logs(request: web.Request) -> web.StreamResponse:
-    ctrl = request.app[CONTROLLER]
-    job = await find_job(ctrl, request.match_info["id"])
-    principal = request[PRINCIPAL]
-    owned(principal, job)
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     query = request.query
     try:
         task = int(query.get("task", "0"))
         offset = int(query.get("offset", "0"))
     except ValueError:
         raise ApiError(400, "task and offset must be integers") from None
-    stream = query.get("stream", "out")
+    stream, follow = query.get("stream", "out"), query.get("follow") in ("1", "true")
+    elements = await arrays.array_elements(ctrl, request.match_info["id"])
+    if elements:
+        return await _array_logs(request, elements, stream, follow)
+    job = await find_job(ctrl, request.match_info["id"])
+    owned(principal, job)
     if stream not in ("out", "err") or not 0 <= task < job.tasks or offset < 0:
         raise ApiError(422, f"stream is out or err, task 0 to {job.tasks - 1}, offset at least 0")
-    node = job.runs[task].placement.node if job.runs[task].placement else (
-        job.hosts[task] if task < len(job.hosts) else "")
-    if not node:
-        raise ApiError(409, f"job {job.id} task {task} has not run yet, so it has no log")
+    response = None
+    if not _log_node(job, task):
+        if not follow or job.state != "PENDING":
+            raise ApiError(409, f"job {job.id} task {task} has not run yet, so it has no log"
+                                + (" (gpuctl logs -f waits for it to start)" if job.state == "PENDING" else ""))
+        # Followed before it starts: answer now (so the client does not time out), then wait for the start.
+        response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+        await response.prepare(request)
+        while True:
+            current = ctrl.cluster.jobs.get(job.id)
+            if current is None or _log_node(current, task) or _gone(request):
+                break
+            await asyncio.sleep(0.5)
+        if current is None or _gone(request):  # ended (cancelled) before it ran, or the reader left
+            return await _end(response)
+        job = current
+    return await _copy_log(request, ctrl, job, task, stream, offset, follow, response)
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the reader went away (Ctrl-C of gpuctl logs -f)."""
+    return request.transport is None or request.transport.is_closing()
+
+
+def _log_node(job: Job, task: int) -> str:
+    """The node holding the task's log: where it runs, else where it last ran; empty when it never ran."""
+    placement = job.runs[task].placement
+    return placement.node if placement else (job.hosts[task] if task < len(job.hosts) else "")
+
+
+def _log_path(job: Job, task: int, stream: str) -> str:
     pattern = job.output if stream == "out" or not job.error else job.error
-    path = job.workdir.rstrip("/") + "/" + pattern.replace("%j", job.id).replace("%t", str(task))
-    follow = query.get("follow") in ("1", "true")
-    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "X-Gpud-Node": node,
-                                           "X-Gpud-Path": path})
-    first = True
+    return job.workdir.rstrip("/") + "/" + pattern.replace("%j", job.id).replace("%t", str(task))
+
+
+async def _end(response: web.StreamResponse) -> web.StreamResponse:
+    try:
+        await response.write_eof()
+    except ConnectionError:
+        pass
+    return response
+
+
+async def _copy_log(request: web.Request, ctrl: Controller, job: Job, task: int, stream: str, offset: int,
+                    follow: bool, response: web.StreamResponse | None) -> web.StreamResponse:
+    """Stream the task's log from its node; with ``follow``, until the job stops running.
+
+    Errors become HTTP errors while nothing is sent yet; after that the
+    stream just ends.
+    """
+    node, path = _log_node(job, task), _log_path(job, task, stream)
     while True:
         try:
             chunk = await ctrl.read_log(node, job.id, task, path, offset, LOG_CHUNK, job.user)
         except LookupError as exc:
-            if first:
+            if response is None:
                 raise ApiError(503, f"{exc}; the log is on {node} at {path}") from None
             break
         except asyncio.TimeoutError:
-            if first:
+            if response is None:
                 raise ApiError(504, f"node {node} did not answer; the log is on {node} at {path}") from None
             break
         if chunk.get("error"):
-            raise ApiError(403, f"node {node}: {chunk['error']} ({path})")
-        if first:
+            if response is None:
+                raise ApiError(403, f"node {node}: {chunk['error']} ({path})")
+            break
+        if response is None:
             if chunk.get("missing") and not follow:
                 raise ApiError(404, f"no log file yet on {node} at {path}")
+            response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8",
+                                                   "X-Gpud-Node": node, "X-Gpud-Path": path})
             await response.prepare(request)
-            first = False
         data = chunk.get("data", "")
         if data:
-            await response.write(data.encode())
+            try:
+                await response.write(data.encode())
+            except ConnectionError:  # the reader went away (Ctrl-C of gpuctl logs -f): nothing to report
+                return response
             offset = int(chunk.get("offset", offset + len(data.encode())))
             continue
         current = ctrl.cluster.jobs.get(job.id)
-        if not follow or current is None or current.state != "RUNNING":
+        if not follow or current is None or current.state != "RUNNING" or _gone(request):
             break
         await asyncio.sleep(0.5)
-    await response.write_eof()
-    return response
+    return await _end(response)
+
+
+async def _array_logs(request: web.Request, elements: list[Job], stream: str,
+                      follow: bool) -> web.StreamResponse:
+    """Every element's log (task 0) one after the other, each under a ``==> 42_3 <==`` line, as tail prints files."""
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+    array_id = request.match_info["id"]
+    for job in elements:
+        owned(principal, job)
+    if stream not in ("out", "err"):
+        raise ApiError(422, "stream is out or err")
+    if follow:
+        running = [job.id for job in elements if job.state == "RUNNING"]
+        raise ApiError(422, f"job {array_id} is an array of {len(elements)} jobs: follow one of them, e.g. "
+                            f"gpuctl logs -f {(running or [elements[0].id])[0]}")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    await response.prepare(request)
+    try:
+        for job in elements:
+            node = _log_node(job, 0)
+            if not node:
+                continue
+            await response.write(f"==> {job.id} ({job.state.lower()}) <==\n".encode())
+            offset = 0
+            while True:
+                try:
+                    chunk = await ctrl.read_log(node, job.id, 0, _log_path(job, 0, stream), offset, LOG_CHUNK,
+                                                job.user)
+                except (LookupError, asyncio.TimeoutError):
+                    chunk = {"error": f"node {node} is not connected"}
+                if chunk.get("error") or chunk.get("missing"):
+                    await response.write(f"(no log: {chunk.get('error') or 'no file yet'})\n".encode())
+                    break
+                data = chunk.get("data", "")
+                if not data:
+                    break
+                await response.write(data.encode())
+                offset = int(chunk.get("offset", offset + len(data.encode())))
+    except ConnectionError:
+        return response
+    return await _end(response)
 
 
 async def find_job(ctrl: Controller, job_id: str) -> Job:

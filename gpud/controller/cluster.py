@@ -20,7 +20,7 @@ from gpud.controller.orders import start_order, stop_order
 from gpud.controller.persist import Persister
 from gpud.jobs import Job, TaskRun, gpus_of
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
-from gpud.model import Plan
+from gpud.model import Plan, TaskPlacement
 from gpud.policy import Policy
 from gpud.store import Event
 from gpud.submission import Capacity, Submission
@@ -169,7 +169,16 @@ class Cluster(NodeMessages):
         return True
 
     def reason_of(self, job: Job) -> str:
-        """Why the job waits (or how it ended), with numbers where the scheduler gave them."""
+        """Why the job waits (or how it ended), with numbers where the scheduler gave them.
+
+        A running elastic job with tasks still waiting says so: ``runs 2 of
+        its 4 tasks; the others wait: ...``.
+        """
+        if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
+            reason = (self.last_plan.pending_reasons.get(job.id) if self.last_plan is not None else "") or ""
+            head = f"runs {_placed(job)} of its {job.tasks} tasks"
+            # The cycle that starts the job words it so; later cycles give only why the others wait.
+            return reason if head in reason else f"{head}; the others wait: {reason}" if reason else head
         if job.state != PENDING:
             return job.reason
         blocked = self._blocked_reason(job)
@@ -187,6 +196,8 @@ class Cluster(NodeMessages):
         """Carry out a cycle's plan: evictions first (tasks stopped or moved), then binds (orders to start)."""
         self.last_plan = plan
         now = self.clock()
+        sizes = {job.id: _placed(job) for job in self.jobs.values() if job.min_tasks is not None
+                 and job.state == RUNNING}
         evicted: dict[str, Any] = {}
         for eviction in plan.evictions:
             job = self.jobs.get(eviction.job)
@@ -212,7 +223,13 @@ class Cluster(NodeMessages):
                 binds[bind.job].append(bind)
         for job_id, job_binds in binds.items():
             self._bind(self.jobs[job_id], job_binds, now)
-        for node in {b.placement.node for bs in binds.values() for b in bs}:
+        starts = {b.placement.node for bs in binds.values() for b in bs}
+        for job_id, size in sizes.items():
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == RUNNING and 0 < _placed(job) != size:
+                fresh = {b.task for b in binds.get(job_id, ())}
+                starts |= self._resize(job, size, fresh, now)
+        for node in starts:
             self._send_starts(node)
 
     def _bind(self, job: Job, binds: list, now: float) -> None:
@@ -224,22 +241,47 @@ class Cluster(NodeMessages):
             nodes = sorted({b.placement.node for b in binds})
             self._event("started", f"started on {','.join(nodes)}", job=job.id, node=",".join(nodes))
         for bind in binds:
-            run = job.runs[bind.task]
-            run.placement, run.attempt, run.state, run.pid = bind.placement, job.launches, "starting", None
-            run.exit_code = run.term_signal = None
-            run.since = now
-            job.launches += 1
-            if len(job.hosts) < job.tasks:
-                job.hosts.extend([""] * (job.tasks - len(job.hosts)))
-            job.hosts[bind.task] = bind.placement.node
-            key = incarnation_key(job.id, bind.task, run.attempt)
-            self.wanted[bind.placement.node][key] = (job.id, bind.task)
-            self.unsent[bind.placement.node][key] = 0.0
+            self._place_task(job, bind.task, bind.placement, now)
         self.persist.job(job)
+
+    def _place_task(self, job: Job, task: int, placement: TaskPlacement, now: float) -> None:
+        """A new incarnation of the task at ``placement``, to be started there."""
+        run = job.runs[task]
+        run.placement, run.attempt, run.state, run.pid = placement, job.launches, "starting", None
+        run.exit_code = run.term_signal = None
+        run.since = now
+        job.launches += 1
+        if len(job.hosts) < job.tasks:
+            job.hosts.extend([""] * (job.tasks - len(job.hosts)))
+        job.hosts[task] = placement.node
+        key = incarnation_key(job.id, task, run.attempt)
+        self.wanted[placement.node][key] = (job.id, task)
+        self.unsent[placement.node][key] = 0.0
+
+    def _resize(self, job: Job, was: int, fresh: set[int], now: float) -> set[str]:
+        """Restart an elastic gang's running tasks on the same GPUs so every rank sees the new world size.
+
+        As torchrun's elastic agents do when members join or leave, the
+        whole gang starts again together; ``fresh`` tasks were just placed
+        and start with the new size already. Returns the nodes to send starts to.
+        """
+        size = _placed(job)
+        nodes: set[str] = set()
+        for task, run in enumerate(job.runs):
+            placement = run.placement
+            if placement is None or task in fresh:
+                continue
+            self._stop_run(job, task, f"the gang resized from {was} to {size} tasks")
+            self._place_task(job, task, placement, now)
+            nodes.add(placement.node)
+        self._event("resized", f"runs {size} of its {job.tasks} tasks (was {was}); every task restarts with "
+                               f"WORLD_SIZE={size}", job=job.id)
+        self.persist.job(job)
+        return nodes
 
     def _preempted(self, job: Job, reason: str) -> None:
         if job.requeue:
-            job.move_to(PENDING)
+            job.move_to(PENDING, at=self.clock())
             job.restart_count += 1
             job.reason = f"requeued after preemption: {reason}"
             self._event("requeued", f"requeued (restart {job.restart_count})", job=job.id)
@@ -330,17 +372,20 @@ class Cluster(NodeMessages):
             self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s))
         job.runs[task] = TaskRun()
 
-    def _account(self, job: Job, run: TaskRun) -> None:
+    def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:
         if run.placement is not None and run.since is not None:
-            job.gpu_seconds += max(0.0, self.clock() - run.since) * gpus_of(run.placement)
+            end = self.clock() if until is None else until
+            job.gpu_seconds += max(0.0, end - run.since) * gpus_of(run.placement)
             run.since = None
 
     def _finish(self, job: Job, state: str, reason: str, *, stop_reason: str = "job ended",
-                exit_from: TaskRun | None = None, dead_node: str | None = None) -> None:
+                exit_from: TaskRun | None = None, dead_node: str | None = None, ended: float | None = None) -> None:
+        """End the job in ``state``; ``ended`` is when (the node's time of the exit), by default now."""
         for task in range(job.tasks):
             self._stop_run(job, task, stop_reason, dead_node=dead_node)
-        job.move_to(state)
-        job.ended, job.reason = self.clock(), reason
+        ended = self.clock() if ended is None else ended
+        job.move_to(state, at=ended)
+        job.ended, job.reason = ended, reason
         if exit_from is not None:
             job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
         self.finished_by_state[state] += 1
@@ -404,6 +449,10 @@ class Cluster(NodeMessages):
         log.info("event=%s job=%s node=%s %s", kind.replace(" ", "_"), job or "-", node or "-", message)
         if job is not None and job in self.jobs:
             self.job_events.emit(kind, self.jobs[job], message)
+
+
+def _placed(job: Job) -> int:
+    return sum(1 for run in job.runs if run.placement is not None)
 
 
 def submitted_message(job: Job) -> str:

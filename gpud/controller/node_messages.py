@@ -127,23 +127,30 @@ class NodeMessages:
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
         self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
-        self._task_exited(job, task, run)
+        self._task_exited(job, task, run, self._exit_time(report.get("ended"), run))
         return True
 
-    def _task_exited(self, job: Job, task: int, run: TaskRun) -> None:
+    def _exit_time(self, reported: object, run: TaskRun) -> float:
+        """When the task ended: the node's time (it may tell us late, after our restart), kept within its run."""
+        now = self.clock()
+        if isinstance(reported, bool) or not isinstance(reported, (int, float)) or reported != reported:
+            return now
+        return min(now, max(float(reported), run.since if run.since is not None else float(reported)))
+
+    def _task_exited(self, job: Job, task: int, run: TaskRun, ended: float) -> None:
         self.persist.job(job)
-        self._account(job, run)
+        self._account(job, run, until=ended)
         detail = _exit_text(run)
         if run.reason in NODE_FAULTS:
             self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {run.reason}")
         elif run.reason == "timeout":
-            self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run)
+            self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run, ended=ended)
         elif run.reason.startswith("failed to start"):
-            self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run)
+            self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run, ended=ended)
         elif run.exit_code != 0 or run.term_signal:
-            self._finish(job, FAILED, f"task {task} {detail}", exit_from=run)
+            self._finish(job, FAILED, f"task {task} {detail}", exit_from=run, ended=ended)
         elif all(r.state == "exited" for r in job.runs if r.placement is not None):
-            self._finish(job, COMPLETED, "", exit_from=run)
+            self._finish(job, COMPLETED, "", exit_from=run, ended=ended)
         else:
             self._event("task exited", f"task {task} {detail}", job=job.id)
 
@@ -178,7 +185,7 @@ class NodeMessages:
         if job.priority < 100 and job.requeue:
             for task in range(job.tasks):
                 self._stop_run(job, task, "node failure", dead_node=dead_node)
-            job.move_to(PENDING)
+            job.move_to(PENDING, at=self.clock())
             job.restart_count += 1
             job.reason = f"requeued: {reason}"
             self._event("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)

@@ -37,7 +37,9 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
         "restart_count": job.restart_count,
         "master_addr": (master.address if master is not None and master.address else first.node),
         "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
-        "rank": task, "local_rank": local_rank, "world_size": job.tasks,
+        # An elastic gang runs with the tasks it has: ranks 0..n-1 among them, WORLD_SIZE n (it restarts on a resize).
+        "rank": sum(1 for r in job.runs[:task] if r.placement is not None), "local_rank": local_rank,
+        "world_size": sum(1 for r in job.runs if r.placement is not None),
     }
     spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}

@@ -40,7 +40,9 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
         "stop_signal": job.stop_signal, "output": job.output, "error": job.error,
         "submitted": job.submitted, "started": job.started, "ended": job.ended,
         "restart_count": job.restart_count, "exit_code": job.exit_code, "term_signal": job.term_signal,
-        "nodes": job.nodes() or list(dict.fromkeys(h for h in job.hosts if h)),
+        # A requeued job waiting again runs nowhere; a finished one shows where it ran.
+        "nodes": job.nodes() or ([] if job.state == "PENDING" else list(dict.fromkeys(h for h in job.hosts if h))),
+        "elapsed_s": round(job.elapsed(now), 3),
         "placements": placements, "gpu_hours": round(gpu_seconds / 3600.0, 6),
         "gpu_compute_request": job.gpu_compute_request, "gpu_compute_limit": job.gpu_compute_limit,
         "sharing": sharing_view(job, nodes, slicing or TimeSlicing()),
@@ -58,6 +60,8 @@ def public_view(view: dict, job: Job) -> dict:
     shown["reason"] = redact(shown.get("reason"), job)
     if "events" in shown:
         shown["events"] = [{**event, "message": redact(event.get("message"), job)} for event in shown["events"]]
+    if "elements" in shown:
+        shown["elements"] = [{**element, "reason": redact(element.get("reason"), job)} for element in shown["elements"]]
     return shown
 
 
@@ -97,17 +101,19 @@ def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing
                               "PyTorch per-process fraction"}}
 
 
-def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: float) -> dict:
-    """The API's node object: inventory, state, and how much of each GPU is in use.
+def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: float,
+              host_used: tuple[float, float] = (0.0, 0.0)) -> dict:
+    """The API's node object: inventory, state, and how much of each GPU, of its CPUs and memory is in use.
 
-    ``busy`` says whether any task (GPU or CPU-only) is placed on the node.
+    ``busy`` says whether any task (GPU or CPU-only) is placed on the node;
+    ``host_used`` is the CPUs and GiB of memory its placed tasks hold.
     """
     gpus = [{"index": g.index, "uuid": g.uuid, "model": g.model, "memory_gib": g.memory_gib,
              "healthy": g.healthy, "used": round(used.get(g.index, 0.0), 6)} for g in node.gpus]
     gpus_used = sum(min(1.0, used.get(g.index, 0.0)) for g in node.gpus)
     return {"name": node.name, "pool": node.pool, "state": node.display_state(busy),
             "reason": node.reason, "labels": node.labels, "cpus": node.cpus, "memory_gib": node.memory_gib,
-            "gpus": gpus, "gpus_used": round(gpus_used, 6), "gpus_idle": round(len(node.gpus) - gpus_used, 6),
+            "cpus_used": round(host_used[0], 6), "memory_used_gib": round(host_used[1], 6), "gpus": gpus, "gpus_used": round(gpus_used, 6), "gpus_idle": round(len(node.gpus) - gpus_used, 6),
             "address": node.address, "last_seen": node.last_seen,
             "seconds_since_heartbeat": round(max(0.0, now - node.last_seen), 3)}
 

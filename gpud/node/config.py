@@ -17,6 +17,10 @@ DEFAULT_STATE_DIR = "/var/lib/gpud/node"
 TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "run_dir", "name", "pool", "labels", "gpu_backend",
             "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib", "metrics_listen")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:6831"
+# A fake node looks like a real GPU server (a DGX H100 has 8 GPUs, 112 cores, 2 TiB), not like the
+# laptop it runs on: otherwise jobs asking for the default 1 CPU each leave fake GPUs idle on a 2-core host.
+FAKE_CPUS_PER_GPU = 8
+FAKE_MEMORY_GIB_PER_GPU = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +87,14 @@ def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file
 
 def load_node_config(path: str | None, *, controller: str | None = None, state_dir: str | None = None,
                      run_dir: str | None = None, fake_gpus: int | None = None, name: str | None = None,
-                     cluster_key_file: str | None = None, read_key: bool = True) -> NodeConfig:
+                     cluster_key_file: str | None = None, read_key: bool = True, cpus: float | None = None,
+                     memory_gib: float | None = None) -> NodeConfig:
     """The configuration from ``path`` (or the defaults when None), then the flags that override it.
 
     Relative paths in the file are relative to the file's directory.
-    ``fake_gpus`` from a flag selects the fake backend. The cluster key
+    ``fake_gpus`` from a flag selects the fake backend. A fake node that
+    declares no ``cpus`` or ``memory_gib`` reports a realistic host
+    (fake_host_resources), not this machine's. The cluster key
     file, when one is named, is read here (unless ``read_key`` is False).
     """
     config = NodeConfig()
@@ -133,8 +140,23 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         if fake_gpus < 0:
             raise ConfigError("--fake-gpus", "", f"must not be negative (got {fake_gpus})")
         changes["gpu_backend"], changes["fake_gpus"] = "fake", fake_gpus
+    for flag, key, value in (("--fake-cpus", "cpus", cpus), ("--fake-memory", "memory_gib", memory_gib)):
+        if value is not None:
+            if not value > 0:
+                raise ConfigError(flag, "", f"must be more than 0 (got {value:g})")
+            changes[key] = value
     config = replace(config, **changes)
+    if config.gpu_backend == "fake":
+        host_cpus, host_memory = fake_host_resources(config.fake_gpus)
+        config = replace(config, cpus=host_cpus if config.cpus is None else config.cpus,
+                         memory_gib=host_memory if config.memory_gib is None else config.memory_gib)
     if config.cluster_key_file and read_key:
         where_source = source if path is not None and cluster_key_file is None else ""
         config = replace(config, cluster_key=read_cluster_key(config.cluster_key_file, where_source))
     return config
+
+
+def fake_host_resources(gpus: int) -> tuple[float, float]:
+    """The CPUs and GiB of memory a fake node with ``gpus`` GPUs reports unless told otherwise."""
+    count = max(1, gpus)
+    return float(FAKE_CPUS_PER_GPU * count), float(FAKE_MEMORY_GIB_PER_GPU * count)

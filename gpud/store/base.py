@@ -76,6 +76,12 @@ class Store(Protocol):
     def job(self, job_id: str) -> str | None:
         """One job's JSON record, finished or not; None when unknown."""
 
+    def array_jobs(self, array_id: str) -> list[str]:
+        """The JSON records of every element of an array, finished or not; empty when there is no such array."""
+
+    def array_states(self, array_id: str) -> dict[str, int]:
+        """How many elements of an array are stored in each state."""
+
     def jobs_state(self, job_ids: list[str]) -> dict[str, str]:
         """The state of each of these jobs the store knows."""
 

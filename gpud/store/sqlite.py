@@ -131,6 +131,18 @@ class SQLiteStore:
         row = self.reader.execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return row[0] if row else None
 
+    def array_jobs(self, array_id: str) -> list[str]:
+        """The records of every element of array ``array_id`` (ids ``42_0``, ``42_1``, ...), finished or not."""
+        # A range on the primary key, not LIKE (case-insensitive, so it would scan the table): '`' follows '_'.
+        rows = self.reader.execute("SELECT record FROM jobs WHERE id > ? AND id < ?",
+                                   (f"{array_id}_", f"{array_id}`")).fetchall()
+        return [row[0] for row in rows]
+
+    def array_states(self, array_id: str) -> dict[str, int]:
+        """How many elements of array ``array_id`` the store holds in each state."""
+        return dict(self.reader.execute("SELECT state, COUNT(*) FROM jobs WHERE id > ? AND id < ? GROUP BY state",
+                                        (f"{array_id}_", f"{array_id}`")))
+
     def jobs_state(self, job_ids: list[str]) -> dict[str, str]:
         """The state of each known job among ``job_ids``."""
         found: dict[str, str] = {}
