@@ -83,6 +83,19 @@ def test_another_user_sees_only_the_public_fields_of_a_job(cluster):
     assert "only its owner and admins see its command" in text and SECRET not in text
 
 
+def test_an_array_shown_to_another_user_keeps_its_secrets(cluster):
+    element = alice_job(cluster, array="0-2")
+    array_id = element.partition("_")[0]
+    for path in (f"/api/v1/jobs/{array_id}", f"/api/v1/jobs/{array_id}/why"):
+        status, seen = cluster.api("GET", path, token=cluster.bob)
+        assert status == 200 and SECRET not in repr(seen) and "secret/" not in repr(seen), (path, seen)
+    status, seen = cluster.api("GET", f"/api/v1/jobs/{array_id}", token=cluster.bob)
+    assert_public_only(seen)
+    assert len(seen["elements"]) == 3
+    status, own = cluster.api("GET", f"/api/v1/jobs/{array_id}", token=cluster.alice)
+    assert own["env"]["HF_TOKEN"] == SECRET
+
+
 def test_the_owner_and_an_admin_see_everything(cluster):
     job_id = alice_job(cluster)
     for token in (cluster.alice, "admin"):
