@@ -18,7 +18,8 @@ from gpud.tomlcheck import suggestion
 JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
-    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit"})
+    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
+    "interactive"})
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -74,12 +75,16 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if allowed and not admin and user not in allowed:
         raise SubmitError(f"user {user!r} may not submit to project {project!r} (its users: "
                           f"{', '.join(allowed)})", "project", status=403)
-    command, script = _command(r)
+    interactive = r.boolean("interactive", False)
+    command, script = (None, None) if interactive and "command" not in payload and "script" not in payload \
+        else _command(r)
     workdir = r.string("workdir", required=True)
     if not workdir.startswith("/"):
         raise SubmitError(f"workdir must be an absolute path, not {workdir!r}", "workdir")
     job = Job(id="", user=user, project=project, workdir=workdir, command=command, script=script,
-              name=r.string("name") or _default_name(command, script), env=_env(r))
+              name=r.string("name") or ("shell" if interactive and not command and script is None
+                                        else _default_name(command, script)),
+              env=_env(r), interactive=interactive)
     _resources(r, job, capacity)
     _priority(r, job, policy)
     job.constraint = r.labels("constraint")
@@ -230,7 +235,8 @@ def _check_fits(job: Job, capacity: Capacity) -> None:
 def _priority(r: _Reader, job: Job, policy: Policy) -> None:
     value = r.raw("priority")
     if value is None:
-        value = "train" if "train" in policy.priority_classes else None
+        default = "build" if job.interactive else "train"
+        value = default if default in policy.priority_classes else None
     if value is None:
         job.priority_class, job.priority = "", 50
     elif isinstance(value, str):

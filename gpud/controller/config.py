@@ -13,6 +13,8 @@ TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "s
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
+TOP_KEYS += ("interactive",)
+INTERACTIVE_KEYS = ("detach_timeout_s",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class ControllerConfig:
     node_timeout_s: float = 60.0
     heartbeat_s: float = 5.0
     synchronous: str = "full"
+    detach_timeout_s: float = 600.0  # how long a terminal nobody is attached to is kept
 
     @property
     def key_path(self) -> str:
@@ -84,6 +87,8 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         auth = top.table("auth", AUTH_KEYS)
         if "admin_token_file" in auth:
             changes["admin_token_file"] = os.path.join(base, auth.string("admin_token_file"))
+        interactive = top.table("interactive", INTERACTIVE_KEYS)
+        changes["detach_timeout_s"] = interactive.number("detach_timeout_s", config.detach_timeout_s, lo=0)
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)

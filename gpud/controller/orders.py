@@ -38,6 +38,8 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
         "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
         "rank": task, "local_rank": local_rank, "world_size": job.tasks,
     }
+    if job.interactive:
+        spec["interactive"] = True
     spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
 

@@ -1,0 +1,88 @@
+"""Interactive work end to end: gpuctl run/attach/forward on a real pseudo-terminal, a controller and a node on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from daemons import POLICY, LiveCluster, free_port, wait_for
+from gpud.gpu.fake import set_process_usage
+from pty_helpers import PtyProcess
+
+NODE = "n1"
+DETACH_TIMEOUT_S = 6
+IDLE_TIMEOUT_S = 4
+POLICY_WITH_IDLE = POLICY + f"""
+[priority_classes]
+idle-test = {{ priority = 100, idle_timeout = {IDLE_TIMEOUT_S} }}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A controller and one node daemon with 4 fake GPUs, as processes; stopped by pid after."""
+    live = LiveCluster(tmp_path_factory.mktemp("interactive"), policy=POLICY_WITH_IDLE)
+    with open(live.config, "a") as f:
+        f.write(f"[interactive]\ndetach_timeout_s = {DETACH_TIMEOUT_S}\n")
+    try:
+        live.start_controller()
+        live.start_node(NODE, gpus=4)
+        yield live
+    finally:
+        live.close()
+
+
+@pytest.fixture
+def terminals():
+    """Every gpuctl started on a terminal by the test, killed and reaped after it."""
+    started: list[PtyProcess] = []
+    yield started
+    for process in started:
+        process.close()
+
+
+def user_env(cluster: LiveCluster, token: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUD_PROJECT", "GPUD_TOKEN", "GPUD_URL")}
+    env.update({"GPUD_URL": cluster.url, "GPUD_TOKEN": token or cluster.admin_token, "TERM": "xterm",
+                "XDG_CONFIG_HOME": str(cluster.root / "no-config")})
+    return env
+
+
+def gpuctl_pty(cluster, terminals, *args: str, token: str | None = None, rows: int = 24,
+               cols: int = 80) -> PtyProcess:
+    process = PtyProcess(list(args), user_env(cluster, token), str(cluster.workdir), rows, cols)
+    terminals.append(process)
+    return process
+
+
+def gpuctl(cluster, *args: str, token: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", *args], env=user_env(cluster, token),
+                          capture_output=True, text=True, timeout=timeout, cwd=cluster.workdir)
+
+
+def submitted_id(process: PtyProcess) -> str:
+    return process.expect(r"submitted interactive job (\d+)").group(1).decode()
+
+
+def test_shell_runs_in_the_job_with_its_gpus_and_exits_with_its_status(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1")
+    job_id = submitted_id(term)
+    term.expect(r"runs on n1; attaching")
+    term.send('echo "gpus=[$CUDA_VISIBLE_DEVICES] job=$GPUD_JOB_ID dir=$(pwd) tty=$(tty)"\r')
+    match = term.expect(r"gpus=\[(\S+)\] job=(\d+) dir=(\S+) tty=/dev/pts/\d+")
+    job = cluster.job(job_id)
+    assert job["state"] == "RUNNING" and job["interactive"] and job["priority_class"] == "build"
+    assert match.group(1).decode().startswith("GPU-") and match.group(2).decode() == job_id
+    assert match.group(3).decode() == str(cluster.workdir)
+    term.send("exit 3\r")
+    assert term.wait() == 3
+    done = cluster.wait_state(job_id, "FAILED")
+    assert done["exit_code"] == 3
