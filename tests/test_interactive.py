@@ -86,3 +86,54 @@ def test_shell_runs_in_the_job_with_its_gpus_and_exits_with_its_status(cluster, 
     assert term.wait() == 3
     done = cluster.wait_state(job_id, "FAILED")
     assert done["exit_code"] == 3
+
+
+def test_window_size_and_its_changes_reach_the_job(cluster, terminals):
+    script = "stty size; read line; stty size; read line; exit 0"
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "sh", "-c", script,
+                      rows=33, cols=101)
+    term.expect(r"\b33 101\b")
+    term.resize(47, 133)
+    time.sleep(1.0)  # the change travels gpuctl -> controller -> node before the next line is typed
+    term.send("\r")
+    term.expect(r"\b47 133\b")
+    term.send("\r")
+    assert term.wait() == 0
+
+
+def test_ctrl_c_and_ctrl_z_act_in_the_job(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "bash", "--norc", "-i")
+    term.expect(r"attaching")
+    term.send("sleep 100\r")
+    time.sleep(1.0)
+    term.send(b"\x03")  # Ctrl-C: SIGINT to the job's foreground process group, not to gpuctl
+    term.expect(r"\^C")
+    term.send("echo status-$((100+$?))\r")
+    term.expect(r"status-230")  # 130: the sleep was killed by SIGINT
+    term.send("sleep 100\r")
+    time.sleep(1.0)
+    term.send(b"\x1a")  # Ctrl-Z: the job's shell stops its sleep
+    term.expect(r"Stopped")
+    term.send("fg\r")
+    term.expect(r"sleep 100")
+    time.sleep(0.5)
+    term.send(b"\x03")
+    term.expect(r"\^C")
+    term.send("exit 5\r")
+    assert term.wait() == 5
+
+
+def test_waiting_shows_the_queue_place_and_why_and_ctrl_c_cancels(cluster, terminals):
+    blocker = cluster.submit(command=["sleep", "300"], gpus=2, priority="build", project="beta")
+    cluster.wait_state(blocker, "RUNNING")
+    try:
+        term = gpuctl_pty(cluster, terminals, "run", "-p", "beta", "--gpus", "1")
+        job_id = submitted_id(term)
+        term.expect(r"job \d+ waits, 1 of 1 in project beta's queue")
+        term.expect(r"quota")
+        term.send(b"\x03")
+        term.expect(rf"cancelled job {job_id}")
+        assert term.wait() == 130
+        assert cluster.job(job_id)["state"] == "CANCELLED"
+    finally:
+        cluster.api("POST", f"/api/v1/jobs/{blocker}/cancel")
