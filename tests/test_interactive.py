@@ -137,3 +137,89 @@ def test_waiting_shows_the_queue_place_and_why_and_ctrl_c_cancels(cluster, termi
         assert cluster.job(job_id)["state"] == "CANCELLED"
     finally:
         cluster.api("POST", f"/api/v1/jobs/{blocker}/cancel")
+
+
+def test_only_the_owner_and_admins_may_attach_run_inside_or_forward(cluster, terminals):
+    carol = cluster.token_for("carol")
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "sh", "-c",
+                      "echo ready; read line; echo owner-typed:$line; exit 0")
+    job_id = submitted_id(term)
+    term.expect(r"ready")
+    for args in (["attach", job_id], ["run", "--in", job_id, "--", "id"], ["forward", job_id, "8888:0"]):
+        refused = gpuctl(cluster, *args, token=carol, timeout=30)
+        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
+        assert f"job {job_id} belongs to" in refused.stderr and "only its owner and admins" in refused.stderr
+    # The WebSockets themselves refuse too, whatever a client skips.
+    import asyncio
+
+    import aiohttp
+
+    async def handshake(path: str) -> int:
+        async with aiohttp.ClientSession() as http:
+            try:
+                async with http.ws_connect(f"ws://127.0.0.1:{cluster.port}/api/v1/jobs/{job_id}/{path}",
+                                           headers={"Authorization": f"Bearer {carol}"}):
+                    return 101
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+    for path in ("attach", "exec?argv=id", "forward?port=8888"):
+        assert asyncio.run(handshake(path)) == 403, path
+    # Nothing carol tried reached the terminal; its owner still has it.
+    term.send("mine\r")
+    term.expect(r"owner-typed:mine")
+    assert term.wait() == 0
+    admin_view = gpuctl(cluster, "show", job_id)
+    assert admin_view.returncode == 0
+
+
+def test_attach_after_the_client_is_killed_shows_what_was_missed(cluster, terminals):
+    script = "echo started; sleep 2; echo while-away; read line; echo got:$line; exit 7"
+    first = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "sh", "-c", script)
+    job_id = submitted_id(first)
+    first.expect(r"started")
+    first.kill(signal.SIGKILL)  # the connection is lost; the terminal on the node goes on
+    first.close()
+    time.sleep(3)
+    assert cluster.job(job_id)["state"] == "RUNNING"
+    again = gpuctl_pty(cluster, terminals, "attach", job_id)
+    again.expect(r"while-away")
+    again.send("back\r")
+    again.expect(r"got:back")
+    assert again.wait() == 7
+    assert cluster.wait_state(job_id, "FAILED")["exit_code"] == 7
+
+
+def test_a_terminal_left_detached_too_long_ends_its_job(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "sleep", "300")
+    job_id = submitted_id(term)
+    term.expect(r"attaching")
+    time.sleep(0.5)
+    term.kill(signal.SIGKILL)
+    term.close()
+    job = cluster.wait_state(job_id, "CANCELLED", timeout=DETACH_TIMEOUT_S + 15)
+    assert f"nobody attached to its terminal for {DETACH_TIMEOUT_S}s" in job["reason"]
+
+
+def test_run_in_runs_inside_a_running_job_with_its_gpus(cluster, terminals):
+    batch = cluster.submit(command=["sleep", "300"], gpus=2)
+    try:
+        job = cluster.wait_state(batch, "RUNNING")
+        term = gpuctl_pty(cluster, terminals, "run", "--in", batch, "--", "sh", "-c",
+                          'echo "inside=$GPUD_JOB_ID gpus=$CUDA_VISIBLE_DEVICES"; exit 4')
+        match = term.expect(r"inside=(\d+) gpus=(\S+)")
+        assert match.group(1).decode() == batch
+        assert len(match.group(2).decode().split(",")) == 2
+        assert term.wait() == 4
+        assert cluster.job(batch)["state"] == "RUNNING"  # the job goes on
+        # An admin other than the owner may too; a shell without a command is the login shell.
+        other_admin = cluster.token_for("dave", admin=True)
+        shell = gpuctl_pty(cluster, terminals, "run", "--in", batch, token=other_admin)
+        shell.send("echo in-$GPUD_JOB_ID; exit 0\r")
+        shell.expect(rf"in-{batch}")
+        assert shell.wait() == 0
+        assert job["state"] == "RUNNING"
+        # A job that is not running has nothing to run in.
+        ended = gpuctl(cluster, "run", "--in", "99999", "--", "true")
+        assert ended.returncode == 1 and "no job 99999" in ended.stderr
+    finally:
+        cluster.api("POST", f"/api/v1/jobs/{batch}/cancel")
