@@ -223,3 +223,114 @@ def test_run_in_runs_inside_a_running_job_with_its_gpus(cluster, terminals):
         assert ended.returncode == 1 and "no job 99999" in ended.stderr
     finally:
         cluster.api("POST", f"/api/v1/jobs/{batch}/cancel")
+
+
+def _start_forward(cluster, *args: str, token: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gpud.cli.gpuctl", "forward", *args], env=user_env(cluster, token),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cluster.workdir)
+
+
+def _stop(process: subprocess.Popen) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    return process.stderr.read()
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read()
+
+
+def test_forward_reaches_an_http_server_in_the_job(cluster, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hello.txt").write_text("served from the job\n" * 2000)
+    remote, local = free_port(), free_port()
+    job_id = cluster.submit(command=[sys.executable, "-m", "http.server", str(remote), "--bind", "127.0.0.1",
+                                     "--directory", str(site)], gpus=1)
+    forward = None
+    try:
+        cluster.wait_state(job_id, "RUNNING")
+        forward = _start_forward(cluster, job_id, f"{remote}:{local}")
+        body = wait_for(lambda: _try_get(f"http://127.0.0.1:{local}/hello.txt"), "the forwarded server")
+        assert body == ("served from the job\n" * 2000).encode()
+        assert _get(f"http://127.0.0.1:{local}/hello.txt") == body  # a second connection
+        # A port nothing listens on is refused by the node, with the reason.
+        unused = free_port()
+        other = _start_forward(cluster, job_id, f"{unused}:0")
+        time.sleep(1.5)
+        assert other.poll() is None
+        line = other.stderr.readline()
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        with pytest.raises(OSError):
+            _get(f"http://127.0.0.1:{port}/")
+        assert f"nothing listens on port {unused}" in _stop(other)
+    finally:
+        if forward is not None:
+            _stop(forward)
+        cluster.api("POST", f"/api/v1/jobs/{job_id}/cancel")
+
+
+def _try_get(url: str) -> bytes | None:
+    try:
+        return _get(url)
+    except OSError:
+        return None
+
+
+FAKE_LAB = """\
+#!{python}
+import http.server, sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+token = args["ServerApp.token"]
+class Lab(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = ("token=" + token) in self.path
+        self.send_response(200 if ok else 403)
+        self.end_headers()
+        self.wfile.write(b"lab for " + sys.argv[0].encode() if ok else b"bad token")
+print("fake lab listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(args["port"])), Lab).serve_forever()
+"""
+
+
+def test_notebook_says_clearly_when_jupyter_is_missing(cluster, tmp_path):
+    env = user_env(cluster)
+    env["PATH"] = str(tmp_path)  # no jupyter-lab here
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "notebook", "-p", "alpha", "--gpus", "1"],
+                            env=env, capture_output=True, text=True, timeout=30, cwd=cluster.workdir)
+    assert result.returncode == 2
+    assert "Jupyter Lab is not installed" in result.stderr and "pip install jupyterlab" in result.stderr
+    assert not [j for j in cluster.api("GET", "/api/v1/jobs")[1]["jobs"] if j["name"] == "notebook"]
+
+
+def test_notebook_prints_a_local_url_with_its_token(cluster, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lab = bin_dir / "jupyter-lab"
+    lab.write_text(FAKE_LAB.format(python=sys.executable))
+    lab.chmod(0o755)
+    env = user_env(cluster)
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpuctl", "notebook", "-p", "alpha", "--gpus", "1"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=cluster.workdir)
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if "http://127.0.0.1:" in line:
+                url = line.strip()
+        assert url and "/lab?token=" in url, process.stderr.read() if process.poll() is not None else url
+        assert _get(url) == b"lab for " + str(lab).encode()
+    finally:
+        stderr = _stop(process)
+    job_line = [line for line in stderr.splitlines() if "submitted interactive job" in line]
+    job_id = job_line[0].rsplit(" ", 1)[1]
+    assert cluster.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED")["state"] == "CANCELLED"

@@ -272,9 +272,9 @@ def _notebook(api, job_id: str, remote: int, token: str, local: int) -> int:
 
     async def main() -> int:
         log_path = os.path.join(os.getcwd(), f"gpud-{job_id}-notebook.log")
-        with open(log_path, "ab") as log, open(os.devnull, "rb") as nothing:
+        with open(log_path, "ab") as log:
             terminal = asyncio.create_task(run_terminal(api.url, api.token, job_path(job_id, "attach"), [],
-                                                        stdin_fd=nothing.fileno(), stdout_fd=log.fileno()))
+                                                        stdin_fd=None, stdout_fd=log.fileno()))
 
             def ready(listening: int) -> None:
                 print(f"gpuctl notebook: Jupyter Lab of job {job_id} (its output: {log_path}):\n"

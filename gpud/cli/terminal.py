@@ -34,15 +34,17 @@ def window_size(fd: int) -> tuple[int, int] | None:
 
 
 async def run_terminal(base: str, token: str | None, path: str, params: list[tuple[str, str]],
-                       stdin_fd: int = 0, stdout_fd: int = 1) -> dict | None:
+                       stdin_fd: int | None = 0, stdout_fd: int = 1) -> dict | None:
     """Relay this terminal to the job's until it ends; returns the controller's last message.
+
+    With ``stdin_fd`` None nothing is typed: the output is only written to ``stdout_fd``.
 
     That message is ``{"type": "exit", "code", "signal"}``, ``{"type":
     "ended", "reason"}`` or ``{"type": "error", "error"}``; None means the
     connection was lost (the job's terminal keeps running for a while).
     """
     import aiohttp
-    size = window_size(stdin_fd)
+    size = window_size(stdin_fd) if stdin_fd is not None else None
     query = list(params)
     if size is not None:
         query += [("rows", str(size[0])), ("cols", str(size[1]))]
@@ -56,13 +58,14 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
         async with http.ws_connect(ws_url(base, path), params=query, headers=headers, heartbeat=20.0,
                                    max_msg_size=1 << 22) as ws:
             with _raw(stdin_fd) as is_tty:
+                reading = stdin_fd is not None
                 def read_input() -> None:
                     try:
                         data = os.read(stdin_fd, READ_CHUNK)
                     except OSError:
                         data = b""
                     if not data:
-                        loop.remove_reader(stdin_fd)
+                        loop.remove_reader(stdin_fd)  # type: ignore[arg-type]
                         return
                     outgoing.put_nowait(data)
 
@@ -71,7 +74,8 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                     if now is not None:
                         outgoing.put_nowait({"type": "resize", "rows": now[0], "cols": now[1]})
 
-                loop.add_reader(stdin_fd, read_input)
+                if reading:
+                    loop.add_reader(stdin_fd, read_input)
                 if is_tty:
                     loop.add_signal_handler(signal.SIGWINCH, resized)
                 sender = asyncio.create_task(_send(ws, outgoing))
@@ -87,7 +91,8 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                     sender.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await sender
-                    loop.remove_reader(stdin_fd)
+                    if reading:
+                        loop.remove_reader(stdin_fd)
                     if is_tty:
                         loop.remove_signal_handler(signal.SIGWINCH)
     return last
@@ -103,9 +108,9 @@ async def _send(ws: Any, outgoing: asyncio.Queue) -> None:
 
 
 @contextlib.contextmanager
-def _raw(fd: int):
+def _raw(fd: int | None):
     """This terminal in raw mode for as long as the block runs (nothing changes when ``fd`` is not a TTY)."""
-    if not os.isatty(fd):
+    if fd is None or not os.isatty(fd):
         yield False
         return
     import termios
