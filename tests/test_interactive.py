@@ -334,3 +334,49 @@ def test_notebook_prints_a_local_url_with_its_token(cluster, tmp_path):
     job_line = [line for line in stderr.splitlines() if "submitted interactive job" in line]
     job_id = job_line[0].rsplit(" ", 1)[1]
     assert cluster.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED")["state"] == "CANCELLED"
+
+
+def test_an_idle_interactive_job_is_warned_then_released(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--priority", "idle-test", "--",
+                      "sh", "-c", "echo ready; sleep 300")
+    job_id = submitted_id(term)
+    term.expect(r"ready")
+    # A busy GPU keeps the job, however long nobody types.
+    gpu = cluster.job(job_id)["placements"][0]["gpus"][0]
+    user = subprocess.Popen(["sleep", "300"])
+    try:
+        set_process_usage(str(cluster.root / NODE), user.pid, gpu, memory_gib=3.0, utilization=60.0)
+        time.sleep(2 * IDLE_TIMEOUT_S + 2)
+        assert cluster.job(job_id)["state"] == "RUNNING"
+        # Idle now (memory still held): warned on the terminal, then ended with the reason recorded.
+        set_process_usage(str(cluster.root / NODE), user.pid, gpu, memory_gib=3.0, utilization=0.0)
+        began = time.monotonic()
+        term.expect(rf"\[gpud\] job {job_id}: its GPUs have been idle and its terminal without input")
+        term.expect(r"Type anything or use the GPUs to keep it")
+        term.expect(rf"\[gpud\] job {job_id} ended: idle")
+        assert time.monotonic() - began >= 1.0  # the warning came before the end
+        assert term.wait() == 1
+        assert f"gpuctl: job {job_id} ended CANCELLED: idle: its GPUs were idle (3 GiB of memory held)" in term.text
+        job = cluster.wait_state(job_id, "CANCELLED")
+        assert f"idle_timeout of priority class idle-test" in job["reason"]
+        shown = gpuctl(cluster, "show", job_id)
+        assert "idle: its GPUs were idle" in shown.stdout
+    finally:
+        user.kill()
+        user.wait()
+
+
+def test_typing_keeps_an_idle_gpu_job(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--priority", "idle-test", "--",
+                      "sh", "-c", "while read line; do echo typed:$line; done")
+    job_id = submitted_id(term)
+    term.expect(r"attaching")
+    for n in range(int(2 * IDLE_TIMEOUT_S)):
+        term.send(f"{n}\r")
+        term.expect(rf"typed:{n}")
+        time.sleep(1.0)
+    assert cluster.job(job_id)["state"] == "RUNNING"
+    assert b"[gpud]" not in term.seen
+    term.send(b"\x04")  # Ctrl-D: end of input, the loop ends, so does the job
+    assert term.wait() == 0
+    assert cluster.wait_state(job_id, "COMPLETED")["exit_code"] == 0

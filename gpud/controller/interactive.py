@@ -143,7 +143,13 @@ class Hub:
                 terminal.opened.set_result(message)
                 self.terminals.pop(terminal.id, None)
                 return
-            terminal.exit = {"type": "exit", "code": message.get("code"), "signal": message.get("signal")}
+            if terminal.exit is not None:
+                return  # already told: its job was ended
+            job = self.ctrl.cluster.jobs.get(terminal.job)
+            if job is None or job.state != RUNNING:  # hung up because its job ended: say that, not SIGHUP
+                terminal.exit = {"type": "ended", "reason": _ended_reason(job)}
+            else:
+                terminal.exit = {"type": "exit", "code": message.get("code"), "signal": message.get("signal")}
             terminal.tell(terminal.exit)
             terminal.tell(None)
             if not terminal.clients:
@@ -373,6 +379,9 @@ class Hub:
         for terminal in self.terminals.values():
             if terminal.job == job.id and terminal.exit is None:
                 terminal.append(f"\r\n[gpud] job {job.id} ended: {reason}\r\n".encode())
+                terminal.exit = {"type": "ended", "reason": reason}
+                terminal.tell(terminal.exit)
+                terminal.tell(None)
         self.ctrl.cluster.end(job, CANCELLED, reason, stop_reason="idle")
         log.info("job %s ended: %s", job.id, reason)
         return True
