@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import secrets
 import shutil
@@ -148,13 +147,15 @@ def waiting_text(job: dict, pending: list[dict], why: dict) -> str:
     """What a waiting ``gpuctl run`` shows: the place in the queue, then each blocker."""
     from gpud.cli.job_cmd import describe
     place, count = queue_place(job, pending)
+    blockers = why.get("blockers") or []
     lines = [f"gpuctl run: job {job['id']} waits, {place} of {count} in project {job['project']}'s queue"
-             + (f": {why['reason']}" if why.get("reason") else "")]
-    lines += [f"  - {describe(b)}" for b in why.get("blockers") or []]
+             + (f": {why['reason']}" if why.get("reason") and not blockers else "")]
+    lines += [f"  - {describe(b)}" for b in blockers]
     return "\n".join(lines)
 
 
 def _attach(api, path: str, params: list[tuple[str, str]]) -> dict | None:
+    import asyncio
     from gpud.cli.terminal import run_terminal
     import aiohttp
     try:
@@ -218,6 +219,7 @@ def run_forward(args: argparse.Namespace) -> int:
 
 
 def _serve_forward(api, job_id: str, port: int, local: int, ready) -> int:
+    import asyncio
     from gpud.cli.terminal import forward_port
     try:
         asyncio.run(forward_port(api.url, api.token, job_id, port, local, ready))
@@ -266,6 +268,7 @@ def run_notebook(args: argparse.Namespace) -> int:
 
 
 def _notebook(api, job_id: str, remote: int, token: str, local: int) -> int:
+    import asyncio
     """Start the notebook's terminal (its output goes to the job's log here), forward its port, print the URL."""
     from gpud.cli.terminal import run_terminal
     from gpud.client import job_path
@@ -294,7 +297,8 @@ def _notebook(api, job_id: str, remote: int, token: str, local: int) -> int:
     return asyncio.run(main())
 
 
-async def _when_listening(api, job_id: str, remote: int, local: int, ready, terminal: asyncio.Task) -> None:
+async def _when_listening(api, job_id: str, remote: int, local: int, ready, terminal) -> None:
+    import asyncio
     """Wait until the notebook listens on the node, then forward to it."""
     import aiohttp
     from gpud.cli.terminal import forward_port, ws_url

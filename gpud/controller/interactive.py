@@ -374,8 +374,9 @@ class Hub:
                     if terminal.job == job.id and terminal.exit is None:
                         terminal.append(text.encode())
             return False
-        reason = (f"idle: its GPUs were idle ({usage.memory_gib:g} GiB of memory held) and its terminal had no "
-                  f"input for {_span(limit)}, the idle_timeout of priority class {job.priority_class}")
+        held = f" ({usage.memory_gib:g} GiB of memory held)" if usage.memory_gib > 0 else ""
+        reason = (f"idle: its GPUs were idle{held} and its terminal had no input for {_span(limit)}, "
+                  f"the idle_timeout of priority class {job.priority_class}")
         for terminal in self.terminals.values():
             if terminal.job == job.id and terminal.exit is None:
                 terminal.append(f"\r\n[gpud] job {job.id} ended: {reason}\r\n".encode())
