@@ -104,6 +104,9 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     job.output = _relative_path(r, "output") or "gpud-%j.out"
     job.error = _relative_path(r, "error")
     array = r.string("array")
+    if job.interactive and (job.tasks != 1 or array is not None):
+        raise SubmitError("an interactive job is one task with one terminal; for a gang or an array, submit a "
+                          "batch job and use `gpuctl run --in JOB` in it", "tasks" if job.tasks != 1 else "array")
     if array is None:
         return Submission(job)
     indices, limit = parse_array(array)

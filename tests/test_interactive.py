@@ -380,3 +380,66 @@ def test_typing_keeps_an_idle_gpu_job(cluster, terminals):
     term.send(b"\x04")  # Ctrl-D: end of input, the loop ends, so does the job
     assert term.wait() == 0
     assert cluster.wait_state(job_id, "COMPLETED")["exit_code"] == 0
+
+
+def test_an_interactive_job_is_one_task_and_defaults_to_build(cluster):
+    status, body = cluster.api("POST", "/api/v1/jobs", {"project": "alpha", "workdir": str(cluster.workdir),
+                                                        "interactive": True, "tasks": 2})
+    assert status == 422 and body["field"] == "tasks" and "gpuctl run --in" in body["error"]
+    status, body = cluster.api("POST", "/api/v1/jobs", {"project": "alpha", "workdir": str(cluster.workdir),
+                                                        "interactive": True, "array": "0-3"})
+    assert status == 422 and body["field"] == "array"
+    status, body = cluster.api("POST", "/api/v1/jobs", {"project": "alpha", "workdir": str(cluster.workdir),
+                                                        "interactive": "yes"})
+    assert status in (400, 422) and body["field"] == "interactive"
+    # A batch job has no terminal to attach to.
+    batch = cluster.submit(command=["sleep", "300"])
+    try:
+        cluster.wait_state(batch, "RUNNING")
+        refused = gpuctl(cluster, "attach", batch)
+        assert refused.returncode == 1 and "is a batch job with no terminal" in refused.stderr
+    finally:
+        cluster.api("POST", f"/api/v1/jobs/{batch}/cancel")
+
+
+def test_a_terminal_lost_with_its_node_daemon_is_started_again_on_attach(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "sh", "-c",
+                      "echo run-$$; read line; echo got:$line; exit 6")
+    job_id = submitted_id(term)
+    first_pid = term.expect(r"run-(\d+)").group(1)
+    cluster.nodes[NODE].stop(signal.SIGKILL)  # the daemon dies; the job's holder lives on, its terminal does not
+    log = cluster.root / f"{NODE}.log"
+    registered = log.read_text().count("registered with the controller")
+    cluster.start_node(NODE, gpus=4)
+    wait_for(lambda: log.read_text().count("registered with the controller") > registered, "the node to come back")
+    assert cluster.job(job_id)["state"] == "RUNNING"
+    term.send("hello\r")
+    term.expect(rf"the terminal was lost on node {NODE} \(its daemon restarted\); gpuctl attach {job_id} opens")
+    assert term.wait() == 1
+    again = gpuctl_pty(cluster, terminals, "attach", job_id)
+    second_pid = again.expect(r"run-(\d+)").group(1)
+    assert second_pid != first_pid
+    again.send("back\r")
+    again.expect(r"got:back")
+    assert again.wait() == 6
+    assert cluster.wait_state(job_id, "FAILED")["exit_code"] == 6
+
+
+def test_a_run_in_terminal_ends_with_its_client(cluster, terminals, tmp_path):
+    batch = cluster.submit(command=["sleep", "300"], gpus=1)
+    marker = tmp_path / "still-running"
+    try:
+        cluster.wait_state(batch, "RUNNING")
+        term = gpuctl_pty(cluster, terminals, "run", "--in", batch, "--", "sh", "-c",
+                          f"echo inside; while true; do touch {marker}; sleep 0.2; done")
+        term.expect(r"inside")
+        wait_for(marker.exists, "the command to run")
+        term.kill(signal.SIGKILL)
+        term.close()
+        time.sleep(4)  # hung up on the node: SIGHUP, SIGKILL 2 s later
+        marker.unlink()
+        time.sleep(1)
+        assert not marker.exists()
+        assert cluster.job(batch)["state"] == "RUNNING"
+    finally:
+        cluster.api("POST", f"/api/v1/jobs/{batch}/cancel")

@@ -39,6 +39,8 @@ KEPT_OUTPUT = 1 << 20          # bytes of a terminal's latest output kept for a 
 OPEN_TIMEOUT_S = 20.0          # how long opening a terminal or a forward waits for the node
 WATCH_PERIOD_S = 0.5
 MAX_CLIENT_BACKLOG = 4096      # messages queued for one slow client before it is dropped
+MAX_TERMINALS_PER_JOB = 32
+JOB_SCAN_S = 1.0               # how often interactive jobs are looked at for detach and idle timeouts
 _ids = itertools.count(1)
 
 
@@ -106,7 +108,9 @@ class Hub:
     opening: dict[str, asyncio.Future] = field(default_factory=dict)
     last_input: dict[str, float] = field(default_factory=dict)
     usage: dict[str, Usage] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
+    warned: dict[str, float] = field(default_factory=dict)     # job -> when it was warned of idle release
+    unattended: dict[str, float] = field(default_factory=dict)  # job -> since when no client is attached
+    scanned: float = 0.0
 
     # -- from the nodes ------------------------------------------------------
 
@@ -146,7 +150,12 @@ class Hub:
             if terminal.exit is not None:
                 return  # already told: its job was ended
             job = self.ctrl.cluster.jobs.get(terminal.job)
-            if job is None or job.state != RUNNING:  # hung up because its job ended: say that, not SIGHUP
+            if message.get("error"):  # the node lost it (its daemon restarted): the next attach opens another
+                self.terminals.pop(terminal.id, None)
+                terminal.exit = {"type": "error", "error": f"the terminal was lost on node {node} (its daemon "
+                                                           f"restarted); gpuctl attach {terminal.job} opens a new one"
+                                 if terminal.main else f"the terminal was lost on node {node}"}
+            elif job is None or job.state != RUNNING:  # hung up because its job ended: say that, not SIGHUP
                 terminal.exit = {"type": "ended", "reason": _ended_reason(job)}
             else:
                 terminal.exit = {"type": "exit", "code": message.get("code"), "signal": message.get("signal")}
@@ -177,25 +186,42 @@ class Hub:
         placement = job.runs[task].placement
         if placement is None:
             raise ApiError(409, f"job {job.id} task {task} holds no node now")
+        if sum(1 for t in self.terminals.values() if t.job == job.id) >= MAX_TERMINALS_PER_JOB:
+            raise ApiError(429, f"job {job.id} has {MAX_TERMINALS_PER_JOB} terminals open; close one first")
         ident = f"t{next(_ids)}-{time.monotonic_ns() % 10**9}"
         terminal = Terminal(ident, job.id, task, placement.node, main, asyncio.get_running_loop().create_future())
         self.terminals[ident] = terminal
-        try:
-            await self.to_node(placement.node, {"type": "pty_open", "session": ident, "job": job.id, "task": task,
-                                                "attempt": job.runs[task].attempt, "argv": argv, "main": main,
-                                                "rows": rows, "cols": cols, "term": term})
-            answer = await asyncio.wait_for(asyncio.shield(terminal.opened), OPEN_TIMEOUT_S)
-        except LookupError as exc:
-            self.terminals.pop(ident, None)
-            raise ApiError(503, str(exc)) from None
-        except asyncio.TimeoutError:
-            self.terminals.pop(ident, None)
-            raise ApiError(504, f"node {placement.node} did not open the terminal in time") from None
-        if answer.get("type") != "pty_started":
-            self.terminals.pop(ident, None)
-            raise ApiError(409, f"node {placement.node}: {answer.get('error') or 'the terminal did not start'}")
+        await self._start(terminal, job, argv, {"rows": rows, "cols": cols, "term": term})
         self.last_input.setdefault(job.id, time.time())
         return terminal
+
+    async def reopen(self, terminal: Terminal, job: Job, size: dict) -> Terminal:
+        """Ask the node again for a main terminal nobody is attached to, at the new client's size.
+
+        The node answers at once for a terminal it has; one it lost (its
+        daemon restarted) it starts again, running the job's command anew.
+        """
+        terminal.opened = asyncio.get_running_loop().create_future()
+        await self._start(terminal, job, job.command, size)
+        return terminal
+
+    async def _start(self, terminal: Terminal, job: Job, argv: list[str] | None, size: dict) -> None:
+        """Send ``pty_open`` for the terminal and wait for the node's answer; ApiError when it did not start."""
+        node = terminal.node
+        try:
+            await self.to_node(node, {"type": "pty_open", "session": terminal.id, "job": job.id,
+                                      "task": terminal.task, "attempt": job.runs[terminal.task].attempt,
+                                      "argv": argv, "main": terminal.main, **size})
+            answer = await asyncio.wait_for(asyncio.shield(terminal.opened), OPEN_TIMEOUT_S)
+        except LookupError as exc:
+            self.terminals.pop(terminal.id, None)
+            raise ApiError(503, str(exc)) from None
+        except asyncio.TimeoutError:
+            self.terminals.pop(terminal.id, None)
+            raise ApiError(504, f"node {node} did not open the terminal in time") from None
+        if answer.get("type") != "pty_started":
+            self.terminals.pop(terminal.id, None)
+            raise ApiError(409, f"node {node}: {answer.get('error') or 'the terminal did not start'}")
 
     async def serve(self, request: web.Request, opening: Any) -> web.WebSocketResponse:
         """Open the terminal (``await opening()``) and relay one client's WebSocket to and from it until either ends.
@@ -226,18 +252,21 @@ class Hub:
         writer = asyncio.create_task(_write(ws, queue))
         try:
             async for frame in ws:
+                message: dict | None = None
                 if frame.type == WSMsgType.BINARY and terminal.exit is None:
                     self.last_input[terminal.job] = time.time()
-                    self.warned.discard(terminal.job)
-                    await self.to_node(terminal.node, {"type": "pty_in", "session": terminal.id,
-                                                       "data": base64.b64encode(frame.data).decode()})
-                elif frame.type == WSMsgType.TEXT:
+                    self.warned.pop(terminal.job, None)
+                    message = {"type": "pty_in", "session": terminal.id, "data": base64.b64encode(frame.data).decode()}
+                elif frame.type == WSMsgType.TEXT and terminal.exit is None:
                     control = _control(frame.data)
-                    if control.get("type") == "resize" and terminal.exit is None:
-                        await self.to_node(terminal.node, {"type": "pty_resize", "session": terminal.id,
-                                                           "rows": control.get("rows"), "cols": control.get("cols")})
-        except LookupError as exc:
-            log.info("terminal %s of job %s: %s", terminal.id, terminal.job, exc)
+                    if control.get("type") == "resize":
+                        message = {"type": "pty_resize", "session": terminal.id, "rows": control.get("rows"),
+                                   "cols": control.get("cols")}
+                if message is not None:
+                    try:
+                        await self.to_node(terminal.node, message)
+                    except LookupError as exc:  # the node may come back: the terminal stays
+                        queue.put_nowait(f"\r\n[gpud] {exc}: what was typed is lost\r\n".encode())
         finally:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
@@ -247,6 +276,10 @@ class Hub:
                 terminal.detached_since, terminal.detached_at = time.time(), terminal.end
                 if terminal.exit is not None and queue.empty():
                     self.terminals.pop(terminal.id, None)  # its end was delivered
+                elif not terminal.main:  # nothing reattaches to a `run --in` terminal: as srun's, it ends
+                    self.terminals.pop(terminal.id, None)
+                    with contextlib.suppress(LookupError):
+                        await self.to_node(terminal.node, {"type": "pty_close", "session": terminal.id})
             await ws.close()
         return ws
 
@@ -320,71 +353,84 @@ class Hub:
                 log.exception("checking the terminals failed")
 
     async def check(self, now: float) -> bool:
-        """One look at every terminal and interactive job; True when a job was ended."""
+        """One look at every terminal and, every JOB_SCAN_S, every interactive job; True when a job was ended."""
         jobs, ended = self.ctrl.cluster.jobs, False
         timeout = self.ctrl.config.detach_timeout_s
         for terminal in list(self.terminals.values()):
             job = jobs.get(terminal.job)
-            if job is None or job.state != RUNNING:
-                if terminal.exit is None:
-                    terminal.exit = {"type": "ended", "reason": _ended_reason(job)}
-                    terminal.tell(terminal.exit)
-                    terminal.tell(None)
-            if terminal.clients or terminal.detached_since is None or now - terminal.detached_since < timeout:
-                continue
-            self.terminals.pop(terminal.id, None)
-            if terminal.exit is not None:
-                continue
-            if terminal.main and job is not None:
-                self.ctrl.cluster.end(job, CANCELLED, f"nobody attached to its terminal for {_span(timeout)}",
-                                      stop_reason="its terminal was left detached")
+            if (job is None or job.state != RUNNING) and terminal.exit is None:
+                terminal.exit = {"type": "ended", "reason": _ended_reason(job)}
+                terminal.tell(terminal.exit)
+                terminal.tell(None)
+            if terminal.exit is not None and not terminal.clients and \
+                    now - (terminal.detached_since or now) >= timeout:
+                self.terminals.pop(terminal.id, None)  # kept so long for a client to learn how it ended
+        if now - self.scanned < JOB_SCAN_S:
+            return False
+        self.scanned = now
+        for job_id in [j for j in self.unattended if j not in jobs]:
+            self.forget(job_id)
+        attended = {t.job for t in self.terminals.values() if t.clients}
+        for job in [j for j in jobs.values() if j.interactive and j.state == RUNNING]:
+            if job.id in attended:
+                self.unattended.pop(job.id, None)
+            elif now - self.unattended.setdefault(job.id, now) >= timeout:
+                self.end(job, f"nobody attached to its terminal for {_span(timeout)}", "its terminal was left alone")
                 ended = True
-            else:
-                with contextlib.suppress(LookupError):
-                    await self.to_node(terminal.node, {"type": "pty_close", "session": terminal.id})
-        for job_id in [j for j in self.last_input if j not in jobs]:
-            self.last_input.pop(job_id, None)
-            self.usage.pop(job_id, None)
-            self.warned.discard(job_id)
-        for job in list(jobs.values()):
-            if job.interactive and job.state == RUNNING and self._idle(job, now):
+                continue
+            if self._idle(job, now):
                 ended = True
         return ended
 
-    def _idle(self, job: Job, now: float) -> bool:
-        """Warn or end an idle interactive job as its class's idle_timeout says; True when it was ended."""
-        limit = self.ctrl.policy.idle_timeouts.get(job.priority_class)
-        usage = self.usage.get(job.id)
-        if limit is None or usage is None:
-            return False
-        quiet = now - max(self.last_input.get(job.id, 0.0), job.started or now)
-        gpu_idle = usage.idle_s + (now - usage.received)
-        idle = min(quiet, gpu_idle)
-        warn_at = limit - min(60.0, limit / 4)
-        if idle < warn_at:
-            self.warned.discard(job.id)
-            return False
-        if idle < limit:
-            if job.id not in self.warned:
-                self.warned.add(job.id)
-                text = (f"\r\n[gpud] job {job.id}: its GPUs have been idle and its terminal without input for "
-                        f"{_span(idle)}; it ends in {_span(limit - idle)} (idle_timeout of priority class "
-                        f"{job.priority_class}). Type anything or use the GPUs to keep it.\r\n")
-                for terminal in self.terminals.values():
-                    if terminal.job == job.id and terminal.exit is None:
-                        terminal.append(text.encode())
-            return False
-        held = f" ({usage.memory_gib:g} GiB of memory held)" if usage.memory_gib > 0 else ""
-        reason = (f"idle: its GPUs were idle{held} and its terminal had no input for {_span(limit)}, "
-                  f"the idle_timeout of priority class {job.priority_class}")
+    def forget(self, job_id: str) -> None:
+        """Drop what is known of a job that has ended."""
+        for known in (self.unattended, self.last_input, self.usage, self.warned):
+            known.pop(job_id, None)
+
+    def end(self, job: Job, reason: str, stop_reason: str) -> None:
+        """End the job CANCELLED with ``reason``, telling its terminals' clients why first."""
         for terminal in self.terminals.values():
             if terminal.job == job.id and terminal.exit is None:
                 terminal.append(f"\r\n[gpud] job {job.id} ended: {reason}\r\n".encode())
                 terminal.exit = {"type": "ended", "reason": reason}
                 terminal.tell(terminal.exit)
                 terminal.tell(None)
-        self.ctrl.cluster.end(job, CANCELLED, reason, stop_reason="idle")
+        self.ctrl.cluster.end(job, CANCELLED, reason, stop_reason=stop_reason)
         log.info("job %s ended: %s", job.id, reason)
+        self.forget(job.id)
+
+    def _idle(self, job: Job, now: float) -> bool:
+        """Warn or end an idle interactive job as its class's idle_timeout says; True when it was ended.
+
+        The warning always comes first, and the job ends no sooner than the
+        warning said (a minute, or a quarter of the timeout when shorter).
+        """
+        limit = self.ctrl.policy.idle_timeouts.get(job.priority_class)
+        usage = self.usage.get(job.id)
+        if limit is None or usage is None:
+            return False
+        quiet = now - max(self.last_input.get(job.id, 0.0), job.started or now)
+        idle = min(quiet, usage.idle_s + (now - usage.received))
+        notice = min(60.0, limit / 4)
+        warned = self.warned.get(job.id)
+        if idle < limit - notice:
+            self.warned.pop(job.id, None)
+            return False
+        if warned is None:
+            self.warned[job.id] = now
+            left = max(notice, limit - idle)
+            text = (f"\r\n[gpud] job {job.id}: its GPUs have been idle and its terminal without input for "
+                    f"{_span(idle)}; it ends in {_span(left)} (idle_timeout of priority class "
+                    f"{job.priority_class}). Type anything or use the GPUs to keep it.\r\n")
+            for terminal in self.terminals.values():
+                if terminal.job == job.id and terminal.exit is None:
+                    terminal.append(text.encode())
+            return False
+        if idle < limit or now - warned < notice:
+            return False
+        held = f" ({usage.memory_gib:g} GiB of memory held)" if usage.memory_gib > 0 else ""
+        self.end(job, f"idle: its GPUs were idle{held} and its terminal had no input for {_span(limit)}, "
+                      f"the idle_timeout of priority class {job.priority_class}", "idle")
         return True
 
 
@@ -447,6 +493,8 @@ async def attach(request: web.Request) -> web.StreamResponse:
         if terminal is None:
             return await hub.open(job, 0, job.command, main=True, **size)
         await asyncio.wait_for(asyncio.shield(terminal.opened), OPEN_TIMEOUT_S)
+        if terminal.exit is None and not terminal.clients:
+            return await hub.reopen(terminal, job, size)
         return terminal
     return await hub.serve(request, opening)
 
@@ -540,7 +588,11 @@ def _control(text: str) -> dict:
 
 
 def _ended_reason(job: Job | None) -> str:
-    return "the job has ended" if job is None else f"the job is {job.state}"
+    if job is None:
+        return "the job has ended"
+    if job.state == "PENDING":
+        return f"the job was stopped and waits again ({job.reason or 'requeued'}); gpuctl attach {job.id} once it runs"
+    return f"the job is {job.state}"
 
 
 def _span(seconds: float) -> str:

@@ -273,14 +273,13 @@ class Interactive:
         try:
             if False:
                 pass
+            if kind in ("pty_in", "pty_resize") and ident not in self.sessions:
+                # Lost with a daemon that restarted: the controller forgets it, and a new attach opens another.
+                return {"type": "pty_exit", "session": ident, "code": None, "error": "gone"}
             if kind == "pty_in":
-                session = self.sessions.get(ident)
-                if session is not None:
-                    await asyncio.to_thread(_write_all, session.master, unb64(message.get("data")))
+                await asyncio.to_thread(_write_all, self.sessions[ident].master, unb64(message.get("data")))
             elif kind == "pty_resize":
-                session = self.sessions.get(ident)
-                if session is not None:
-                    _set_size(session.master, message.get("rows"), message.get("cols"))
+                _set_size(self.sessions[ident].master, message.get("rows"), message.get("cols"))
             elif kind == "pty_close":
                 session = self.sessions.get(ident)
                 if session is not None:
@@ -327,7 +326,8 @@ class Interactive:
             self.tasks.refresh([state.key] if state is not None else None)
 
     async def _open(self, ident: str, message: dict) -> dict:
-        if ident in self.sessions:
+        if ident in self.sessions:  # a client attaches again: the terminal takes its window size
+            _set_size(self.sessions[ident].master, message.get("rows"), message.get("cols"))
             return {"type": "pty_started", "session": ident, "pid": self.sessions[ident].process.pid}
         try:
             state = await self._running(message)
