@@ -205,11 +205,16 @@ def test_run_in_runs_inside_a_running_job_with_its_gpus(cluster, terminals):
     try:
         job = cluster.wait_state(batch, "RUNNING")
         term = gpuctl_pty(cluster, terminals, "run", "--in", batch, "--", "sh", "-c",
-                          'echo "inside=$GPUD_JOB_ID gpus=$CUDA_VISIBLE_DEVICES"; exit 4')
+                          'echo "inside=$GPUD_JOB_ID gpus=$CUDA_VISIBLE_DEVICES"; '
+                          'echo "cgroup=$(grep :freezer: /proc/self/cgroup | cut -d: -f3)"; exit 4')
         match = term.expect(r"inside=(\d+) gpus=(\S+)")
         assert match.group(1).decode() == batch
         assert len(match.group(2).decode().split(",")) == 2
+        cgroup = term.expect(r"cgroup=(\S*)").group(1).decode()
         assert term.wait() == 4
+        task_cgroup = cluster.root / NODE / "tasks" / f"{batch}.0.0" / "cgroup"
+        if task_cgroup.exists():  # the task has a freezer cgroup here: the command joined it
+            assert cgroup and task_cgroup.read_text().strip().endswith(cgroup), (cgroup, task_cgroup.read_text())
         assert cluster.job(batch)["state"] == "RUNNING"  # the job goes on
         # An admin other than the owner may too; a shell without a command is the login shell.
         other_admin = cluster.token_for("dave", admin=True)
@@ -443,3 +448,15 @@ def test_a_run_in_terminal_ends_with_its_client(cluster, terminals, tmp_path):
         assert cluster.job(batch)["state"] == "RUNNING"
     finally:
         cluster.api("POST", f"/api/v1/jobs/{batch}/cancel")
+
+
+def test_run_reads_a_pipe_and_ends_its_input(cluster):
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "-p", "alpha", "--", "sh", "-c",
+                             "while read line; do echo got:$line; done; exit 2"], env=user_env(cluster),
+                            input="one\ntwo\n", capture_output=True, text=True, timeout=60, cwd=cluster.workdir)
+    assert result.returncode == 2, result.stderr
+    assert "got:one" in result.stdout and "got:two" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "-p", "alpha", "--", "sh", "-c",
+                             "cat; echo done"], env=user_env(cluster), stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60, cwd=cluster.workdir)
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr

@@ -13,6 +13,7 @@ from gpud.cli.common import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageErr
 from gpud.cli.submit_cmd import add_options, build_job
 
 WAIT_POLL_S = 1.0
+NON_PREEMPTIBLE = 100  # priorities from here up are never preempted, and run only within quota
 NOTEBOOK_PORTS = (20000, 60000)
 
 RUN_DESCRIPTION = """\
@@ -151,6 +152,10 @@ def waiting_text(job: dict, pending: list[dict], why: dict) -> str:
     lines = [f"gpuctl run: job {job['id']} waits, {place} of {count} in project {job['project']}'s queue"
              + (f": {why['reason']}" if why.get("reason") and not blockers else "")]
     lines += [f"  - {describe(b)}" for b in blockers]
+    lines += [f"  it would start with: {describe(w)}" for w in why.get("would_start") or []]
+    if blockers and job.get("priority", 0) >= NON_PREEMPTIBLE:
+        lines.append(f"  (class {job.get('priority_class')} is not preemptible, so it runs only within the project's "
+                     f"quota; --priority interactive-preemptible may also use idle GPUs over it)")
     return "\n".join(lines)
 
 

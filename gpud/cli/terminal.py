@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 READ_CHUNK = 64 * 1024
+EOF_KEY = b"\x04"  # Ctrl-D: end of input at the start of a line of a terminal in canonical mode
 
 
 def ws_url(base: str, path: str) -> str:
@@ -66,6 +67,7 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                         data = b""
                     if not data:
                         loop.remove_reader(stdin_fd)  # type: ignore[arg-type]
+                        outgoing.put_nowait(EOF_KEY)  # a pipe that ends: end of input on the job's terminal too
                         return
                     outgoing.put_nowait(data)
 
@@ -75,7 +77,11 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                         outgoing.put_nowait({"type": "resize", "rows": now[0], "cols": now[1]})
 
                 if reading:
-                    loop.add_reader(stdin_fd, read_input)
+                    try:
+                        loop.add_reader(stdin_fd, read_input)
+                    except PermissionError:  # a regular file or /dev/null: no polling, it is all there
+                        reading = False
+                        outgoing.put_nowait(_read_file(stdin_fd) + EOF_KEY)
                 if is_tty:
                     loop.add_signal_handler(signal.SIGWINCH, resized)
                 sender = asyncio.create_task(_send(ws, outgoing))
@@ -121,6 +127,17 @@ def _raw(fd: int | None):
         yield True
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _read_file(fd: int, limit: int = 1 << 20) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _write_all(fd: int, data: bytes) -> None:
