@@ -33,6 +33,7 @@ from gpud.node.taskstate import RUNNING, TaskState
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 64 * 1024
+SEND_BATCH = 256 * 1024     # most output bytes in one pty_out message
 START_WAIT_S = 10.0         # how long an order waits for the task's process to be recorded
 HANGUP_GRACE_S = 2.0        # after SIGHUP, the session's process group gets SIGKILL
 USAGE_PERIOD_S = 2.0        # how often interactive tasks' GPU activity is sampled and reported
@@ -379,14 +380,7 @@ class Interactive:
         exited = asyncio.create_task(session.process.wait())
         try:
             while True:
-                try:
-                    data = os.read(session.master, READ_CHUNK)
-                except BlockingIOError:
-                    data = None
-                except OSError as exc:  # EIO: every process holding the terminal has let go of it
-                    if exc.errno != errno.EIO:
-                        log.warning("terminal %s: %s", session.id, exc)
-                    data = b""
+                data = _read_batch(session)
                 if data:
                     await self.send({"type": "pty_out", "session": session.id, "data": b64(data)})
                     continue
@@ -525,6 +519,29 @@ class Interactive:
             report.append({**key.to_json(), "idle_s": round(now - activity.busy_at, 3),
                            "utilization": activity.utilization, "memory_gib": round(activity.memory_gib, 3)})
         return report
+
+
+def _read_batch(session: Session) -> bytes | None:
+    """What the terminal has written, up to SEND_BATCH in one message; None when nothing yet, b"" at its end.
+
+    A terminal hands out a few KiB per read: batching them makes one message of many.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while size < SEND_BATCH:
+        try:
+            chunk = os.read(session.master, READ_CHUNK)
+        except BlockingIOError:
+            break
+        except OSError as exc:  # EIO: every process holding the terminal has let go of it
+            if exc.errno != errno.EIO:
+                log.warning("terminal %s: %s", session.id, exc)
+            chunk = b""
+        if not chunk:
+            return b"".join(chunks) if chunks else b""
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks) if chunks else None
 
 
 def _json(data: dict) -> str:
