@@ -458,3 +458,38 @@ def test_run_reads_a_pipe_and_ends_its_input(cluster):
                              "cat; echo done"], env=user_env(cluster), stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=60, cwd=cluster.workdir)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr
+
+
+def _listening(pid: int) -> set:
+    import psutil
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN}
+
+
+def test_terminals_run_as_the_jobs_user_and_nothing_new_listens_on_the_node(cluster, terminals):
+    import pwd
+    import shutil
+    import tempfile
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("this machine has no user nobody to run a job as")
+    node_pid = cluster.nodes[NODE].pid
+    before = _listening(node_pid)
+    workdir = tempfile.mkdtemp(prefix="gpud-nobody-", dir="/tmp")
+    os.chmod(workdir, 0o777)
+    try:
+        token = cluster.token_for("nobody")
+        term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--workdir", workdir, "--",
+                          "sh", "-c", "echo uid=$(id -u) user=$USER dir=$(pwd); read line; exit 0", token=token)
+        job_id = submitted_id(term)
+        match = term.expect(r"uid=(\d+) user=(\S+) dir=(\S+)")
+        assert int(match.group(1)) == nobody.pw_uid and match.group(2) == b"nobody"
+        assert match.group(3).decode() == workdir
+        inside = gpuctl(cluster, "run", "--in", job_id, "--", "id", "-u", token=token)
+        assert inside.returncode == 0 and inside.stdout.strip() == str(nobody.pw_uid), inside.stderr
+        assert _listening(node_pid) == before  # terminals came over the node's own link
+        term.send("\r")
+        assert term.wait() == 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -166,6 +166,11 @@ def _attach(api, path: str, params: list[tuple[str, str]]) -> dict | None:
     try:
         return asyncio.run(run_terminal(api.url, api.token, path, params))
     except aiohttp.WSServerHandshakeError as exc:
+        from gpud.client import ClientError
+        try:
+            api.get(path)  # the same checks without the upgrade, to say why in the controller's words
+        except ClientError as refused:
+            return {"type": "error", "error": str(refused)}
         return {"type": "error", "error": f"the controller refused the terminal (HTTP {exc.status})"}
     except (aiohttp.ClientError, OSError) as exc:
         return {"type": "error", "error": f"cannot reach the controller at {api.url}: {exc}", "unreachable": True}

@@ -41,19 +41,9 @@ BUSY_UTILIZATION = 1.0      # percent: below this a GPU counts as idle
 CGROUP_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "devices", "pids", "freezer")
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The holder an interactive task runs: it waits for the exit file the main session's end writes.
-HOLD_CODE = """\
-import os, sys, time
-path = sys.argv[1]
-while not os.path.exists(path):
-    time.sleep(0.2)
-try:
-    with open(path) as f:
-        code = int(f.read().strip() or 0)
-except (OSError, ValueError):
-    code = 1
-os._exit(code & 255)
-"""
+# The holder an interactive task runs: it waits for the exit file the main session's end writes. A shell,
+# not Python: the job's user may not be allowed to run the daemon's interpreter.
+HOLD_SCRIPT = 'while [ ! -e "$1" ]; do sleep 0.2; done; read code < "$1"; exit "${code:-1}"'
 
 Send = Callable[[dict], Awaitable[bool]]
 
@@ -246,7 +236,7 @@ class Interactive:
         except FileNotFoundError:
             pass
         self.activity[key] = Activity(time.time())
-        return {**spec, "command": [self.python, "-I", "-c", HOLD_CODE, self.exit_path(key)], "script": None}
+        return {**spec, "command": ["/bin/sh", "-c", HOLD_SCRIPT, "gpud-hold", self.exit_path(key)], "script": None}
 
     def _release_holder(self, key: TaskKey, code: int) -> None:
         path = self.exit_path(key)
