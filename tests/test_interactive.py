@@ -102,6 +102,7 @@ def test_window_size_and_its_changes_reach_the_job(cluster, terminals):
 def test_ctrl_c_and_ctrl_z_act_in_the_job(cluster, terminals):
     term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "bash", "--norc", "-i")
     term.expect(r"attaching")
+    term.expect(r"bash-\S+[#$] ")  # the job's prompt: attached, so keys now go to the job, not to gpuctl
     term.send("sleep 100\r")
     time.sleep(1.0)
     term.send(b"\x03")  # Ctrl-C: SIGINT to the job's foreground process group, not to gpuctl
