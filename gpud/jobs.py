@@ -13,7 +13,7 @@ SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workd
                     "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "priority_class",
                     "priority", "constraint", "pool", "time_limit_s", "array_id", "array_index",
                     "array_limit", "depends", "requeue", "stop_signal", "output", "error", "gpu_compute_request",
-                    "gpu_compute_limit", "submitted", "seq")
+                    "gpu_compute_limit", "interactive", "submitted", "seq")
 
 
 @dataclass(slots=True)
@@ -74,6 +74,7 @@ class Job:
     gpu_compute_request: float | None = None
     gpu_compute_limit: float | None = None
     allow_root: bool = False     # submitted with a token that may run jobs as uid 0
+    interactive: bool = False   # a terminal attaches to it (gpuctl run); no command means the login shell
     submitted: float = 0.0
     seq: int = 0
     state: str = PENDING

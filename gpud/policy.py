@@ -135,6 +135,7 @@ class Policy:
     default_pool: str = DEFAULT_POOL
     over_quota_weights: bool = True
     priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    idle_timeouts: Mapping[str, float] = field(default_factory=dict)  # per class: idle interactive jobs end
     min_runtime_s: float = 300.0
     grace_period_s: float = 30.0
     plugins: PluginSettings = field(default_factory=PluginSettings)

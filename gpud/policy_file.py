@@ -10,7 +10,7 @@ from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
                          NodePool, PluginSettings, Policy, Project, TimeSlicing)
-from gpud.tomlcheck import Table, as_number, choices, fmt, quote, read_toml, spotted, suggestion
+from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
 
@@ -26,6 +26,7 @@ ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "time_slicing")
+PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
@@ -113,6 +114,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         default_pool=default_pool,
         over_quota_weights=top.boolean("over_quota_weights", True),
         priority_classes=priority_classes,
+        idle_timeouts=_idle_timeouts(top),
         min_runtime_s=top.number("min_runtime", 300.0, lo=0),
         grace_period_s=top.number("grace_period", 30.0, lo=0),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
@@ -165,7 +167,12 @@ def _priority_classes(top: Table) -> dict[str, int]:
     for name in table.data:
         if not name:
             raise table.error(name, "a priority class needs a non-empty name")
-        classes[name] = table.integer(name, lo=-1_000_000_000, hi=1_000_000_000)
+        if isinstance(table.data[name], dict):
+            entry = table.table(name, PRIORITY_CLASS_KEYS)
+            classes[name] = entry.integer("priority", DEFAULT_PRIORITY_CLASSES.get(name, REQUIRED),
+                                          lo=-1_000_000_000, hi=1_000_000_000)
+        else:
+            classes[name] = table.integer(name, lo=-1_000_000_000, hi=1_000_000_000)
     return classes
 
 
@@ -180,6 +187,38 @@ def _allowed_classes(table: Table, classes: dict[str, int]) -> tuple[str, ...] |
                                       f"unknown priority class {quote(name)}{suggestion(name, classes)} "
                                       f"(classes: {choices(classes)})"), table.data, "priorities")
     return names
+
+
+def _idle_timeouts(top: Table) -> dict[str, float]:
+    """``idle_timeout`` of each priority class written as a table: seconds, or "30m", "1.5h", "45s"."""
+    table = top.table("priority_classes", None)
+    timeouts = {}
+    for name, value in table.data.items():
+        if isinstance(value, dict) and "idle_timeout" in value:
+            entry = table.table(name, PRIORITY_CLASS_KEYS)
+            raw = value["idle_timeout"]
+            seconds = _seconds(raw)
+            if seconds is None:
+                raise entry.error("idle_timeout", f"expected seconds or a time such as \"30m\", \"1.5h\" or "
+                                                  f"\"45s\", got {describe(raw)}")
+            timeouts[name] = seconds
+    return timeouts
+
+
+def _seconds(raw: Any) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, (int, float)):
+        return float(raw) if raw > 0 else None
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        unit = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}.get(text[-1:], None)
+        try:
+            value = float(text[:-1] if unit else text) * (unit or 1.0)
+        except ValueError:
+            return None
+        return value if value > 0 and math.isfinite(value) else None
+    return None
 
 
 def _queue_settings(table: Table, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from gpud.tomlcheck import suggestion
 JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
-    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit"})
+    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
+    "interactive"})
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -75,12 +76,16 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if allowed and not admin and user not in allowed:
         raise SubmitError(f"user {user!r} may not submit to project {project!r} (its users: "
                           f"{', '.join(allowed)})", "project", status=403)
-    command, script = _command(r)
+    interactive = r.boolean("interactive", False)
+    command, script = (None, None) if interactive and "command" not in payload and "script" not in payload \
+        else _command(r)
     workdir = r.string("workdir", required=True)
     if not workdir.startswith("/"):
         raise SubmitError(f"workdir must be an absolute path, not {workdir!r}", "workdir")
     job = Job(id="", user=user, project=project, workdir=workdir, command=command, script=script,
-              name=r.string("name") or _default_name(command, script), env=_env(r))
+              name=r.string("name") or ("shell" if interactive and not command and script is None
+                                        else _default_name(command, script)),
+              env=_env(r), interactive=interactive)
     _resources(r, job, capacity)
     _priority(r, job, policy)
     if not admin and payload.get("priority") is not None:
@@ -102,6 +107,9 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     job.output = _relative_path(r, "output") or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
     job.error = _relative_path(r, "error")
     array = r.string("array")
+    if job.interactive and (job.tasks != 1 or array is not None):
+        raise SubmitError("an interactive job is one task with one terminal; for a gang or an array, submit a "
+                          "batch job and use `gpuctl run --in JOB` in it", "tasks" if job.tasks != 1 else "array")
     if array is None:
         return Submission(job)
     indices, limit = parse_array(array)
@@ -233,7 +241,8 @@ def _check_fits(job: Job, capacity: Capacity) -> None:
 def _priority(r: _Reader, job: Job, policy: Policy) -> None:
     value = r.raw("priority")
     if value is None:
-        value = "train" if "train" in policy.priority_classes else None
+        default = "build" if job.interactive else "train"
+        value = default if default in policy.priority_classes else None
     if value is None:
         job.priority_class, job.priority = "", 50
     elif isinstance(value, str):

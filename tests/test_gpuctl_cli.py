@@ -58,7 +58,7 @@ def test_no_verb_prints_help_and_exits_2(argv, capsys):
     (["submit", "--constraint", "gpu", "-p", "p", "--", "x"], "KEY=VALUE"),
     (["queue", "--state", "DONE"], "unknown state"),
     (["history", "--since", "yesterday"], "bad time"),
-    (["queue", "--", "x"], "only `gpuctl submit` takes a command"),
+    (["queue", "--", "x"], "only `gpuctl submit` and `gpuctl run` take a command"),
     (["drain", "n1"], "--reason"),
     (["submit", "--time-limit", "1h", "-p", "p", "--", "x"],
      "gpuctl submit: error: unknown option --time-limit (did you mean -t/--time?)"),

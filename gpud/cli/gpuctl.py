@@ -12,7 +12,8 @@ from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE
 
 # Each verb and the module that registers it, in the order `gpuctl --help` lists them.
 VERBS = {
-    "submit": "submit_cmd", "queue": "queue_cmd", "history": "queue_cmd", "show": "job_cmd", "why": "job_cmd",
+    "submit": "submit_cmd", "run": "run_cmd", "attach": "run_cmd", "forward": "run_cmd", "notebook": "run_cmd",
+    "queue": "queue_cmd", "history": "queue_cmd", "show": "job_cmd", "why": "job_cmd",
     "cancel": "job_cmd", "hold": "job_cmd", "release": "job_cmd", "logs": "logs_cmd", "nodes": "nodes_cmd",
     "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd",
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if command is not None:
         if not getattr(args, "takes_command", False):
-            parser.error("only `gpuctl submit` takes a command after --")
+            parser.error("only `gpuctl submit` and `gpuctl run` take a command after --")
         args.command_argv = command
     try:
         return args.func(args)

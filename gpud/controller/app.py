@@ -12,7 +12,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, metrics_view, tokens_api
+from gpud.controller import api, interactive, metrics_view, tokens_api
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -96,6 +96,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     api.add_routes(app)
     tokens_api.add_routes(app)
     app.cleanup_ctx.append(_running)
+    interactive.add_routes(app)
     return app
 
 

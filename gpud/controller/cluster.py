@@ -147,6 +147,11 @@ class Cluster(NodeMessages):
         self._finish(job, CANCELLED, f"cancelled by {by}", stop_reason="cancelled")
         self.wake()
 
+    def end(self, job: Job, state: str, reason: str, stop_reason: str) -> None:
+        """End an active job for a reason of the controller's own (an idle terminal, one left detached)."""
+        self._finish(job, state, reason, stop_reason=stop_reason)
+        self.wake()
+
     def hold(self, job: Job, by: str) -> bool:
         """Hold a pending job (it stays PENDING and is not scheduled); False when it is not pending."""
         if job.state != PENDING or job.hold:

@@ -13,6 +13,8 @@ TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "s
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
+TOP_KEYS += ("interactive",)
+INTERACTIVE_KEYS = ("detach_timeout_s",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,7 @@ class ControllerConfig:
     init: bool = False              # --init: a missing or empty store starts a new cluster
     admin_allow_root: bool = False  # the first admin token may run jobs as uid 0 (--allow-root)
     local_node: bool = False        # jobs run on this host only (gpud up): users must have an account here
+    detach_timeout_s: float = 600.0  # how long a terminal nobody is attached to is kept
 
     @property
     def key_path(self) -> str:
@@ -87,6 +90,8 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         auth = top.table("auth", AUTH_KEYS)
         if "admin_token_file" in auth:
             changes["admin_token_file"] = os.path.join(base, auth.string("admin_token_file"))
+        interactive = top.table("interactive", INTERACTIVE_KEYS)
+        changes["detach_timeout_s"] = interactive.number("detach_timeout_s", config.detach_timeout_s, lo=0)
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)

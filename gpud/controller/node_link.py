@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gpud import jsontext
 from gpud.channel import LocalEnd, local_pair, ws_texts
+from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
 
@@ -125,6 +126,9 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
                     if not ctrl.cluster.task_report(name, message):
                         continue  # nothing waits for its changes to be durable
+                elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
+                    hub_of(ctrl).from_node(name, message)
+                    continue
                 elif kind == "log":
                     future = ctrl.log_requests.get(str(message.get("request")))
                     if future is not None and not future.done():

@@ -41,6 +41,8 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
         "rank": sum(1 for r in job.runs[:task] if r.placement is not None), "local_rank": local_rank,
         "world_size": sum(1 for r in job.runs if r.placement is not None),
     }
+    if job.interactive:
+        spec["interactive"] = True
     spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
 

@@ -46,6 +46,7 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
         "placements": placements, "gpu_hours": round(gpu_seconds / 3600.0, 6),
         "gpu_compute_request": job.gpu_compute_request, "gpu_compute_limit": job.gpu_compute_limit,
         "sharing": sharing_view(job, nodes, slicing or TimeSlicing()),
+        "interactive": job.interactive,
     }
 
 

@@ -17,6 +17,7 @@ from gpud.gpu import GpuBackend
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
+from gpud.node.pty_session import Interactive
 from gpud.node.slicemgr import SliceManager, thaw_tasks
 from gpud.node.slicerun import UsageMonitor
 from gpud.node.spec import SpecError, TaskKey
@@ -64,6 +65,7 @@ class NodeAgent:
         self.usage = UsageMonitor(backend)
         self.slices = SliceManager(self.layout, self.usage, _plugin_manager(), known_specs=self.tasks.specs)
         self.memory = MemoryWatch()
+        self.interactive = Interactive(self.tasks, self.layout.run_root, self.link.send, backend)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -86,6 +88,7 @@ class NodeAgent:
             log.warning("cannot start the task supervisor yet: %s", exc)
         self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
                             asyncio.create_task(self._watch(), name="gpud-node-watch")]
+        self.interactive.start()
 
     async def stop(self) -> None:
         """Disconnect and stop watching; the tasks keep running under their supervisors."""
@@ -93,6 +96,7 @@ class NodeAgent:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background = []
+        await self.interactive.close()
         self.slices.close()
         self.tasks.launcher.close()
         if self._transport is not None:
@@ -156,6 +160,7 @@ class NodeAgent:
             if await self.link.send({"type": "task", **state.report()}):
                 self.tasks.mark_reported([state])
         states = self.tasks.states()
+        self.interactive.tasks_changed(states)
         self.slices.update(states)
         self._watch_memory(states)
 
@@ -246,6 +251,8 @@ class NodeAgent:
         kind = message.get("type")
         if kind == "read_log":
             return await asyncio.to_thread(self.tasks.read_log, message)
+        if isinstance(kind, str) and kind.startswith(("pty_", "fwd_")):
+            return await self.interactive.handle(message)
         if kind not in ("start", "stop", "ack"):
             log.warning("ignoring an unknown message type %r from the controller", kind)
             return None
@@ -255,7 +262,8 @@ class NodeAgent:
             log.warning("ignoring a %s order: %s", kind, exc)
             return None
         if kind == "start":
-            if self.tasks.start(key, self._with_slice_env(message.get("spec"))) is not None:
+            spec = self.interactive.holder_spec(key, message.get("spec"))
+            if self.tasks.start(key, self._with_slice_env(spec)) is not None:
                 self.poke(key)
         elif kind == "stop":
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
