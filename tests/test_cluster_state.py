@@ -138,3 +138,28 @@ def test_the_largest_node_follows_registrations_and_gpu_health(cluster):
     assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (4, 32)
     cluster.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
     assert cluster.largest_node().max_gpus == 3
+
+
+def test_a_staged_job_is_nowhere_until_accepted_and_hears_of_its_dependency_ending(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterok", target)])
+    (staged,) = cluster.stage([Submission(job)], {})
+    assert staged.id not in cluster.jobs and staged.id not in cluster.core.in_core
+    cluster.cancel(cluster.jobs[target], "u")           # ends while the staged job's record is written
+    cluster.accept([staged])
+    assert cluster.jobs[staged.id].depends[0].met is False
+    assert "can never be met" in cluster.reason_of(staged)
+
+
+def test_a_dropped_job_leaves_nothing_behind(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterany", target)])
+    staged = cluster.stage([Submission(job, array_indices=[0, 1])], {})
+    cluster.drop(staged)
+    assert not cluster.staged and target not in cluster.dependents and not cluster.arrays.get(staged[0].array_id)
+    cycle(cluster)
+    assert all(j.id not in cluster.jobs for j in staged)

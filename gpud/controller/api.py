@@ -12,6 +12,7 @@ from aiohttp import web
 from gpud import jsontext
 from gpud.controller.auth import Principal, digest, new_token
 from gpud.controller.cluster import with_submitted_event
+from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view
@@ -62,8 +63,9 @@ def owned(principal: Principal, job: Job) -> None:
                             f"your own jobs")
 
 
-async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any]) -> list[str]:
-    """Check every job, then accept them all (durably) or none."""
+async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any],
+                      claim: Claim | None = None, single: bool = False) -> dict[str, Any]:
+    """Check every job, then accept them all (durably) or none; returns the answer naming their ids."""
     cap = ctrl.cluster.largest_node()
     submissions = []
     for index, payload in enumerate(payloads):
@@ -84,28 +86,75 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         missing = [t for t in unknown if t not in finished]
         if missing:
             raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
-    ids = ctrl.cluster.submit(submissions, finished)
-    await ctrl.commit()
-    return ids
-
-
-async def submit(request: web.Request) -> web.Response:
-    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    ids = await submit_many(ctrl, principal, [await read_json(request)])
+    jobs = ctrl.cluster.stage(submissions, finished)
+    ids = [job.id for job in jobs]
     answer: dict[str, Any] = {"ids": ids}
-    if ids and "_" in ids[0]:
+    if single and ids and "_" in ids[0]:
         answer["array_id"] = ids[0].partition("_")[0]
-    return ok(answer, 201)
+    if claim is not None:
+        claim.record(ctrl.persist, 201, answer)
+    await commit_new(ctrl, jobs)
+    return answer
 
 
-async def submit_batch(request: web.Request) -> web.Response:
+async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
+    """Write staged jobs; they join the cluster once durable, and are forgotten if the write fails.
+
+    The outcome is settled when the write ends, even if the request that
+    waits for it is gone, so a job is never durable yet unknown, nor known
+    yet lost.
+    """
+    for job in jobs:
+        ctrl.persist.new_job(job)
+    flush = asyncio.ensure_future(ctrl.commit())
+
+    def settle(done: asyncio.Future) -> None:
+        if done.cancelled() or done.exception() is not None:
+            ctrl.cluster.drop(jobs)
+        else:
+            ctrl.cluster.accept(jobs)
+
+    flush.add_done_callback(settle)
+    await asyncio.shield(flush)
+
+
+async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
+    """Run ``work(claim)`` once per Idempotency-Key (see gpud/controller/idempotency.py); plain when none given."""
+    try:
+        key = request_key(request.headers)
+    except BadKey as exc:
+        raise ApiError(400, str(exc), field="Idempotency-Key") from None
+    if key is None:
+        return await work(None)
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    body = await read_json(request)
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or set(body) != {"jobs"}:
-        raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
-    if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
-        raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
-    return ok({"ids": await submit_many(ctrl, principal, body["jobs"])}, 201)
+    body = await request.read()
+    try:
+        return await ctrl.idempotency.once(principal.user, key, fingerprint(request.method, request.path, body),
+                                           work)
+    except KeyReused as exc:
+        raise ApiError(422, str(exc), field="Idempotency-Key") from None
+
+
+async def submit(request: web.Request) -> web.StreamResponse:
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+
+    async def work(claim: Claim | None) -> web.Response:
+        payload = await read_json(request)
+        return ok(await submit_many(ctrl, principal, [payload], claim, single=True), 201)
+    return await idempotent(request, work)
+
+
+async def submit_batch(request: web.Request) -> web.StreamResponse:
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+
+    async def work(claim: Claim | None) -> web.Response:
+        body = await read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or set(body) != {"jobs"}:
+            raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
+        if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
+            raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
+        return ok(await submit_many(ctrl, principal, body["jobs"], claim), 201)
+    return await idempotent(request, work)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -280,6 +329,8 @@ async def create_token(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("user"), str) or not body["user"].strip():
         raise ApiError(422, 'say whose token: {"user": "alice", "admin": false}', field="user")
+    if not body["user"].isascii() and not _valid_unicode(body["user"]):
+        raise ApiError(400, "user must be valid Unicode text (it holds a lone surrogate)", field="user")
     admin = body.get("admin", False)
     if not isinstance(admin, bool) or set(body) - {"user", "admin"}:
         raise ApiError(422, "admin must be true or false, and only user and admin are known fields")
@@ -366,6 +417,14 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
 async def _stored(ctrl: Controller, job_id: str) -> str | None:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctrl.store_executor, ctrl.store.job, job_id)
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _states(text: str | None) -> set[str] | None:

@@ -16,6 +16,7 @@ from gpud.controller import api, metrics_view
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
+from gpud.controller.persist import StoreError
 from gpud.controller.auth import Principal
 from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
@@ -59,6 +60,8 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
         if exc.status == 405:
             return error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
         return error(exc.status, exc.reason)
+    except StoreError as exc:
+        return error(503, str(exc))
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:

@@ -42,6 +42,8 @@ class Cluster(NodeMessages):
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.arrays: dict[str, list[str]] = {}
+        self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
+        self.staged_changed: set[str] = set()
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
         self.orders: dict[str, list[dict]] = defaultdict(list)
@@ -98,9 +100,25 @@ class Cluster(NodeMessages):
     # ------------------------------------------------------------------- jobs
 
     def submit(self, submissions: list[Submission], finished_states: dict[str, str]) -> list[str]:
-        """Accept checked jobs (arrays expanded); returns their ids. Durable after the next flush."""
+        """Accept checked jobs (arrays expanded) at once; returns their ids. Durable after the next flush.
+
+        The API stages, commits and only then accepts (see ``stage``); this is
+        for callers that drive the state machine directly.
+        """
+        jobs = self.stage(submissions, finished_states)
+        for job in jobs:
+            self.persist.job(job)
+        self.accept(jobs)
+        return [job.id for job in jobs]
+
+    def stage(self, submissions: list[Submission], finished_states: dict[str, str]) -> list[Job]:
+        """Give checked jobs their ids (arrays expanded) without making them part of the cluster yet.
+
+        A staged job is in no queue, array or scheduler: it becomes one with
+        ``accept`` once its records are durable, or is forgotten with ``drop``.
+        Meanwhile it hears of its dependencies ending, so none is missed.
+        """
         now = self.clock()
-        ids: list[str] = []
         added: list[Job] = []
         for submission in submissions:
             seq = self.next_seq
@@ -111,7 +129,6 @@ class Cluster(NodeMessages):
                 added.append(template)
                 continue
             array_id = str(seq)
-            self.arrays[array_id] = []
             for index in submission.array_indices:
                 job = self._new_job(template, f"{seq}_{index}", seq, now)
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
@@ -119,18 +136,40 @@ class Cluster(NodeMessages):
                 added.append(job)
         for job in added:
             job.depends = [dep for original in job.depends for dep in self._expand_dependency(original)]
-            self._add(job)
             for dep in job.depends:
                 if dep.job not in self.jobs:
                     dep.met = _dependency_met(dep.kind, finished_states.get(dep.job, FAILED))
-            self.persist.job(job)
+                if dep.met is None:
+                    self.dependents[dep.job].add(job.id)
+            self.staged[job.id] = job
+        return added
+
+    def accept(self, jobs: list[Job]) -> None:
+        """Make staged jobs part of the cluster: queued, in their arrays, seen by the scheduler."""
+        for job in jobs:
+            self.staged.pop(job.id, None)
+            self._add(job)
+            if job.id in self.staged_changed:
+                self.staged_changed.discard(job.id)
+                self.persist.job(job)  # a dependency ended while its first record was written
+                self.persist.flush_soon()
             # Not stored: the job's record says as much (see submitted_event), one row less per submit.
             self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
-            ids.append(job.id)
-        for job in added:
+        for job in jobs:
             self._sync_core(job)
         self.wake()
-        return ids
+
+    def drop(self, jobs: list[Job]) -> None:
+        """Forget staged jobs whose records could not be stored: nothing of them remains."""
+        for job in jobs:
+            self.staged.pop(job.id, None)
+            self.staged_changed.discard(job.id)
+            for dep in job.depends:
+                waiting = self.dependents.get(dep.job)
+                if waiting is not None:
+                    waiting.discard(job.id)
+                    if not waiting:
+                        del self.dependents[dep.job]
 
     def unknown_dependencies(self, targets: Iterable[str]) -> list[str]:
         """The dependency targets that are neither active jobs nor arrays (the store may know them)."""
@@ -355,6 +394,12 @@ class Cluster(NodeMessages):
         for dependent_id in self.dependents.pop(job.id, ()):
             dependent = self.jobs.get(dependent_id)
             if dependent is None:
+                staged = self.staged.get(dependent_id)
+                if staged is not None:
+                    for dep in staged.depends:
+                        if dep.job == job.id and dep.met is None:
+                            dep.met = _dependency_met(dep.kind, job.state)
+                    self.staged_changed.add(dependent_id)
                 continue
             for dep in dependent.depends:
                 if dep.job == job.id and dep.met is None:
