@@ -163,3 +163,28 @@ def test_a_dropped_job_leaves_nothing_behind(cluster):
     assert not cluster.staged and target not in cluster.dependents and not cluster.arrays.get(staged[0].array_id)
     cycle(cluster)
     assert all(j.id not in cluster.jobs for j in staged)
+
+
+from hypothesis import given, settings, HealthCheck  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+OPS = st.lists(st.tuples(st.sampled_from(["cancel", "hold", "release"]),
+                         st.lists(st.integers(0, 29), max_size=12)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limit=st.integers(1, 6), ops=OPS)
+def test_an_array_keeps_exactly_its_limit_queued_through_changes_of_many(limit, ops):
+    clock = Clock()
+    cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1)
+    ids = cluster.submit([Submission(job, array_indices=tuple(range(30)), array_limit=limit)], {})
+    array_id = ids[0].partition("_")[0]
+    for verb, picks in ops:
+        chosen = [cluster.jobs[ids[i]] for i in sorted(set(picks)) if ids[i] in cluster.jobs]
+        cluster.change_many(chosen, verb, "u")
+        members = [cluster.jobs[i] for i in ids if i in cluster.jobs]
+        queued = [j for j in members if j.id in cluster.core.in_core]
+        assert len(queued) == cluster.array_queued.get(array_id, 0) <= limit
+        waiting = [j for j in members if not j.hold and j.id not in cluster.core.in_core]
+        assert not waiting or len(queued) == limit, "an element waits while the array is under its limit"

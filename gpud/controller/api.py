@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from typing import Any
@@ -23,6 +24,8 @@ from gpud.lifecycle import ACTIVE, STATES
 from gpud.submission import SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
+CHANGE_SLICE = 200
+FREEZE_AFTER = 1000
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -113,6 +116,10 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
             ctrl.cluster.drop(jobs)
         else:
             ctrl.cluster.accept(jobs)
+            if len(jobs) >= FREEZE_AFTER:
+                # Long-lived from now on: keep them out of the collector's full passes, which would
+                # otherwise walk every job and stall the event loop for as long.
+                gc.freeze()
 
     flush.add_done_callback(settle)
     await asyncio.shield(flush)
@@ -211,16 +218,11 @@ async def change_jobs(request: web.Request) -> web.Response:
         raise ApiError(404, f"no job {job_id}")
     for job in jobs:
         owned(principal, job)
-    changed = []
-    for job in jobs:
-        if verb == "cancel":
-            ctrl.cluster.cancel(job, principal.user)
-            changed.append(job.id)
-        elif verb == "hold" and ctrl.cluster.hold(job, principal.user):
-            changed.append(job.id)
-        elif verb == "release" and ctrl.cluster.release(job, principal.user):
-            changed.append(job.id)
-    await ctrl.commit()
+    changed: list[str] = []
+    # In slices, each made durable before the next: a 100,000-element array never holds the event loop long.
+    for start in range(0, len(jobs), CHANGE_SLICE):
+        changed.extend(ctrl.cluster.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
+        await ctrl.commit()
     if not changed and verb != "cancel":
         state = "held" if verb == "hold" else "not held"
         raise ApiError(409, f"job {job_id} is {jobs[0].state.lower() if verb == 'hold' else state}; "

@@ -41,7 +41,8 @@ class Cluster(NodeMessages):
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
-        self.arrays: dict[str, list[str]] = {}
+        self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
+        self.array_queued: dict[str, int] = defaultdict(int)  # each array's elements in the scheduler
         self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
         self.staged_changed: set[str] = set()
         self.dependents: dict[str, set[str]] = defaultdict(set)
@@ -56,7 +57,8 @@ class Cluster(NodeMessages):
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
         self.wake: Callable[[], None] = lambda: None
-        self._largest: Capacity | None = None  # the largest node's resources, until a node changes
+        self._largest: Capacity | None = None
+        self._deferred: set[str] | None = None  # arrays to refill once a change of many jobs is done  # the largest node's resources, until a node changes
 
     # ----------------------------------------------------------------- loading
 
@@ -194,6 +196,8 @@ class Cluster(NodeMessages):
         self._event("held", f"held by {by}", job=job.id)
         self._sync_core(job)
         self.persist.job(job)
+        if job.array_id is not None and job.array_limit is not None:
+            self._room_made(job.array_id)  # a held element leaves its place in the array's limit to the next
         return True
 
     def release(self, job: Job, by: str) -> bool:
@@ -314,7 +318,7 @@ class Cluster(NodeMessages):
         if job.state == RUNNING and job.time_limit_s is not None:
             self.timed.add(job.id)
         if job.array_id is not None:
-            self.arrays.setdefault(job.array_id, []).append(job.id)
+            self.arrays.setdefault(job.array_id, {})[job.id] = None
         for dep in job.depends:
             if dep.met is None:
                 self.dependents[dep.job].add(job.id)
@@ -339,8 +343,7 @@ class Cluster(NodeMessages):
     def _array_room(self, job: Job) -> bool:
         if job.array_limit is None or job.id in self.core.in_core:
             return True
-        members = self.arrays.get(job.array_id, ())
-        return sum(1 for m in members if m in self.core.in_core) < job.array_limit
+        return self.array_queued[job.array_id] < job.array_limit
 
     def _sync_core(self, job: Job) -> None:
         """Put the job in the scheduler or take it out, whichever its state says."""
@@ -349,8 +352,15 @@ class Cluster(NodeMessages):
             and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
             self.core.add(job.spec())
+            if job.array_id is not None:
+                self.array_queued[job.array_id] += 1
         elif not wanted and job.id in self.core.in_core:
-            self.core.remove(job.id)
+            self._core_remove(job)
+
+    def _core_remove(self, job: Job) -> None:
+        if job.id in self.core.in_core and job.array_id is not None:
+            self.array_queued[job.array_id] -= 1
+        self.core.remove(job.id)
 
     def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None) -> None:
         run = job.runs[task]
@@ -385,7 +395,7 @@ class Cluster(NodeMessages):
         self.finished_by_state[state] += 1
         self._event(state.lower(), reason or state.lower(), job=job.id)
         self.persist.job(job)
-        self.core.remove(job.id)
+        self._core_remove(job)
         del self.jobs[job.id]
         self.timed.discard(job.id)
         self._after_end(job)
@@ -407,15 +417,55 @@ class Cluster(NodeMessages):
             self.persist.job(dependent)
             self._sync_core(dependent)
         if job.array_id is not None:
-            members = self.arrays.get(job.array_id, [])
-            if job.id in members:
-                members.remove(job.id)
-            if not members:
-                self.arrays.pop(job.array_id, None)
-            for member in members:
-                if member not in self.core.in_core:
-                    self._sync_core(self.jobs[member])
+            members = self.arrays.get(job.array_id)
+            if members is not None:
+                members.pop(job.id, None)
+                if not members:
+                    del self.arrays[job.array_id]
+                    self.array_queued.pop(job.array_id, None)
+                elif job.array_limit is not None:
+                    self._room_made(job.array_id)
         self.wake()
+
+    def _room_made(self, array_id: str) -> None:
+        if self._deferred is None:
+            self._refill(array_id)
+        else:
+            self._deferred.add(array_id)
+
+    def _refill(self, array_id: str) -> None:
+        """Queue the array's next waiting elements, up to its limit (elements in the scheduler come first)."""
+        members = self.arrays.get(array_id)
+        if not members:
+            return
+        for member in members:
+            job = self.jobs[member]
+            if job.array_limit is None or self.array_queued[array_id] >= job.array_limit:
+                return
+            if member not in self.core.in_core:
+                self._sync_core(job)
+
+    def change_many(self, jobs: list[Job], verb: str, by: str) -> list[str]:
+        """Cancel, hold or release many jobs (an array) in time linear in their number; the ids changed.
+
+        Jobs that ended meanwhile are skipped; arrays are refilled once, at the end.
+        """
+        changed: list[str] = []
+        self._deferred = set()
+        try:
+            for job in jobs:
+                if self.jobs.get(job.id) is not job:
+                    continue
+                if verb == "cancel":
+                    self.cancel(job, by)
+                    changed.append(job.id)
+                elif (self.hold(job, by) if verb == "hold" else self.release(job, by)):
+                    changed.append(job.id)
+        finally:
+            deferred, self._deferred = self._deferred, None
+            for array_id in sorted(deferred):
+                self._refill(array_id)
+        return changed
 
     def _send_starts(self, name: str) -> None:
         if name not in self.connected:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpud import jsontext
 from gpud.jobs import Job
@@ -134,14 +134,17 @@ class Persister:
         try:
             while self._dirty():
                 await asyncio.sleep(0)        # let requests already read mark their changes
-                batch, taken = self._take()
+                batch, taken, new = self._take()
                 self._taken += 1
                 began = time.perf_counter()
                 try:
-                    if self.last_write_s < INLINE_WRITE_S and len(batch.jobs) <= INLINE_ROWS:
+                    if self.last_write_s < INLINE_WRITE_S and len(batch.jobs) + len(new) <= INLINE_ROWS:
+                        batch.jobs.extend(job_rows(new))
                         self.store.write(batch)
                     else:
-                        await loop.run_in_executor(self.executor, self.store.write, batch)
+                        # Submitted jobs are nobody else's until written, so their rows are made in the
+                        # store's thread: a 100,000-element array does not hold the event loop for it.
+                        await loop.run_in_executor(self.executor, _write_with, self.store, batch, new)
                 except Exception:
                     self._mark_again(taken)
                     raise
@@ -168,12 +171,10 @@ class Persister:
                 still.append((target, waiter))
         self._waiters = still
 
-    def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict]]:
+    def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict], list[Job]]:
         batch = WriteBatch()
-        for jobs in (self._jobs, self._new):
-            for job in jobs.values():
-                batch.jobs.append((job.id, job.seq, job.state, _text(job.user), _text(job.project), job.submitted,
-                                   job.ended, jsontext.dumps(job.to_record())))
+        batch.jobs = job_rows(self._jobs.values())
+        new = list(self._new.values())
         batch.nodes = [(name, to_json()) for name, to_json in self._nodes.items()]
         batch.events = [Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job), e.node and _text(e.node))
                         for e in self._events]
@@ -182,7 +183,7 @@ class Persister:
         taken = (self._jobs, self._nodes, self._events, self._meta)
         self._jobs, self._new, self._nodes, self._events, self._tokens, self._meta = {}, {}, {}, [], [], {}
         self._answers = []
-        return batch, taken
+        return batch, taken, new
 
     def _mark_again(self, taken: tuple[dict, dict, list, dict]) -> None:
         """After a failed write, mark again what changed (marks made since are newer and win)."""
@@ -194,6 +195,17 @@ class Persister:
         self._events[:0] = events
         for key, value in meta.items():
             self._meta.setdefault(key, value)
+
+
+def job_rows(jobs: Iterable[Job]) -> list[tuple[str, int, str, str, str, float, float | None, str]]:
+    """The store's rows for these jobs (their records as JSON)."""
+    return [(job.id, job.seq, job.state, _text(job.user), _text(job.project), job.submitted, job.ended,
+             jsontext.dumps(job.to_record())) for job in jobs]
+
+
+def _write_with(store: Store, batch: WriteBatch, new: list[Job]) -> None:
+    batch.jobs.extend(job_rows(new))
+    store.write(batch)
 
 
 def _storable(text: str) -> bool:

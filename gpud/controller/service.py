@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import getpass
 import logging
 import os
@@ -99,6 +100,7 @@ class Controller:
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         self.cluster.restore(jobs, nodes, next_seq)
+        gc.freeze()  # the jobs read back live long: see api.commit_new
         await self.persist.flush()
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
