@@ -210,6 +210,7 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
 
     from gpud import demo
     from gpud.controller.app import make_app
+    from gpud.controller.http_server import start_runner
     from gpud.controller.keys import CONTROLLER
     from gpud.controller.node_link import connect_in_process
     from gpud.errors import ConfigError
@@ -221,8 +222,7 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         app = make_app(config)
     except ConfigError as exc:
         raise UpError(str(exc)) from None
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    runner = await start_runner(app, config.idle_timeout_s, handle_signals=False)
     agent = None
     try:
         try:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gpud import jsontext
 from gpud.controller.auth import Principal, digest, new_token
+from gpud.controller.body import BodyError, parse_json, read_body
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
@@ -44,13 +45,21 @@ def ok(data: Any, status: int = 200) -> web.Response:
 
 
 async def read_json(request: web.Request) -> Any:
-    """The request's JSON body; 400 naming the problem when it is not JSON."""
+    """The request's JSON body, within the bounds of gpud/controller/body.py; 4xx naming the problem otherwise."""
+    data = await body_bytes(request)
     try:
-        return json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "the body is not valid JSON: it is nested too deeply") from None
+        return parse_json(data)
+    except BodyError as exc:
+        raise ApiError(exc.status, str(exc)) from None
+
+
+async def body_bytes(request: web.Request) -> bytes:
+    """The request's body, refused (413, 408) past the configured size or time."""
+    config = request.app[CONTROLLER].config
+    try:
+        return await read_body(request, int(config.max_body_mib * 1024 * 1024), config.body_timeout_s)
+    except BodyError as exc:
+        raise ApiError(exc.status, str(exc)) from None
 
 
 def require_admin(principal: Principal) -> None:
@@ -80,6 +89,14 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
             if len(payloads) > 1:
                 extra["index"] = index
             raise ApiError(exc.status, str(exc), **extra) from None
+    wait = ctrl.submit_rate.take(principal.user, sum(len(s.array_indices or (0,)) for s in submissions))
+    if wait:
+        limit = f"{ctrl.config.submit_rate:g} jobs a second, {ctrl.submit_rate.burst:g} at once"
+        refusal = ApiError(429, f"too many jobs: {principal.user} may submit {limit}" +
+                           (f"; try again in {wait:.1f} s" if wait < float("inf") else ""))
+        if wait < float("inf"):
+            refusal.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
+        raise refusal
     targets = sorted({d.job for s in submissions for d in s.job.depends})
     unknown = ctrl.cluster.unknown_dependencies(targets)
     finished: dict[str, str] = {}
@@ -134,7 +151,7 @@ async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
     if key is None:
         return await work(None)
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    body = await request.read()
+    body = await body_bytes(request)
     try:
         return await ctrl.idempotency.once(principal.user, key, fingerprint(request.method, request.path, body),
                                            work)

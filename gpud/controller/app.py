@@ -24,7 +24,6 @@ from gpud.controller.state_view import live_state
 log = logging.getLogger("gpud.controller")
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 NODE_PATH = "/api/v1/node/connect"
-MAX_BODY = 64 * 1024 * 1024
 
 
 def error(status: int, message: str) -> web.Response:
@@ -90,7 +89,7 @@ async def state(request: web.Request) -> web.Response:
 
 def make_app(config: ControllerConfig) -> web.Application:
     """The controller application; its store, loops and links start and stop with it."""
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
     app[CONTROLLER] = Controller(config)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)

@@ -20,6 +20,7 @@ from gpud.controller.config import ControllerConfig
 from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError
+from gpud.controller.rate import SubmitRate
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
@@ -76,6 +77,7 @@ class Controller:
         self.started = time.time()
         self.auth: Auth | None = None
         self.idempotency = Idempotency(self._stored_answer)
+        self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
 
     async def open(self) -> None:
