@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import json
 import time
 from typing import Any
@@ -25,6 +26,8 @@ from gpud.lifecycle import ACTIVE, STATES
 from gpud.submission import SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
+MAX_HISTORY = 10_000
+MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
 FREEZE_AFTER = 1000
 LOG_CHUNK = 256 * 1024
@@ -252,9 +255,13 @@ async def history(request: web.Request) -> web.Response:
     query = request.query
     try:
         since = float(query["since"]) if "since" in query else None
-        limit = min(int(query.get("limit", "100")), 10_000)
+        limit = int(query.get("limit", "100"))
     except ValueError:
         raise ApiError(400, "since must be a Unix time and limit an integer") from None
+    if since is not None and not math.isfinite(since):
+        raise ApiError(422, "since must be a finite Unix time", field="since")
+    if not 1 <= limit <= MAX_HISTORY:
+        raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
@@ -377,7 +384,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
     except ValueError:
         raise ApiError(400, "task and offset must be integers") from None
     stream = query.get("stream", "out")
-    if stream not in ("out", "err") or not 0 <= task < job.tasks or offset < 0:
+    if stream not in ("out", "err") or not 0 <= task < job.tasks or not 0 <= offset <= MAX_OFFSET:
         raise ApiError(422, f"stream is out or err, task 0 to {job.tasks - 1}, offset at least 0")
     node = job.runs[task].placement.node if job.runs[task].placement else (
         job.hosts[task] if task < len(job.hosts) else "")
