@@ -12,7 +12,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, metrics_view
+from gpud.controller import api, metrics_view, openapi
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -22,7 +22,7 @@ from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
 
 log = logging.getLogger("gpud.controller")
-OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/metrics", openapi.PATH})
 NODE_PATH = "/api/v1/node/connect"
 
 
@@ -87,6 +87,10 @@ async def state(request: web.Request) -> web.Response:
     return web.json_response(live_state(request.app[CONTROLLER]))
 
 
+async def describe(request: web.Request) -> web.Response:
+    return web.json_response(openapi.document())
+
+
 def make_app(config: ControllerConfig) -> web.Application:
     """The controller application; its store, loops and links start and stop with it."""
     app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
@@ -95,6 +99,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get(NODE_PATH, node_connect)
     app.router.add_get("/api/v1/state", state)
+    app.router.add_get(openapi.PATH, describe)
     api.add_routes(app)
     app.cleanup_ctx.append(_running)
     return app
