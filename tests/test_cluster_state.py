@@ -188,3 +188,20 @@ def test_an_array_keeps_exactly_its_limit_queued_through_changes_of_many(limit, 
         assert len(queued) == cluster.array_queued.get(array_id, 0) <= limit
         waiting = [j for j in members if not j.hold and j.id not in cluster.core.in_core]
         assert not waiting or len(queued) == limit, "an element waits while the array is under its limit"
+
+
+def test_a_dependency_that_ends_while_a_submit_is_staged_in_parts_counts_as_it_ended(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "running", pid=10)
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterok", target)])
+    parts = cluster.stage_in_parts([Submission(job, array_indices=tuple(range(5)))], {}, part=2)
+    staged = list(next(parts))
+    report(cluster, start, "exited", exit_code=0)  # the target completes between two parts
+    assert target not in cluster.jobs
+    for part in parts:
+        staged.extend(part)
+    cluster.accept(staged)
+    assert [cluster.jobs[j.id].depends[0].met for j in staged] == [True] * 5

@@ -109,7 +109,14 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         missing = [t for t in unknown if t not in finished]
         if missing:
             raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
-    jobs = ctrl.cluster.stage(submissions, finished)
+    jobs: list[Job] = []
+    try:
+        for part in ctrl.cluster.stage_in_parts(submissions, finished):
+            jobs.extend(part)
+            await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
+    except BaseException:
+        ctrl.cluster.drop(jobs)
+        raise
     ids = [job.id for job in jobs]
     answer: dict[str, Any] = {"ids": ids}
     if single and ids and "_" in ids[0]:

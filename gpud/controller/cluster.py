@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
@@ -27,6 +27,7 @@ from gpud.submission import Capacity, Submission
 
 log = logging.getLogger("gpud.controller")
 SUBMITTED = "submitted"
+RECENTLY_ENDED = 10_000
 
 
 class Cluster(NodeMessages):
@@ -45,6 +46,8 @@ class Cluster(NodeMessages):
         self.array_queued: dict[str, int] = defaultdict(int)  # each array's elements in the scheduler
         self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
         self.staged_changed: set[str] = set()
+        # How the last jobs ended, for submits that looked their dependencies up before they ended.
+        self.recently_ended: dict[str, str] = {}
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
         self.orders: dict[str, list[dict]] = defaultdict(list)
@@ -120,6 +123,15 @@ class Cluster(NodeMessages):
         ``accept`` once its records are durable, or is forgotten with ``drop``.
         Meanwhile it hears of its dependencies ending, so none is missed.
         """
+        return [job for part in self.stage_in_parts(submissions, finished_states) for job in part]
+
+    def stage_in_parts(self, submissions: list[Submission], finished_states: dict[str, str],
+                       part: int = 2000) -> Iterator[list[Job]]:
+        """``stage``, yielding the staged jobs about ``part`` at a time, so a caller may pause between parts.
+
+        Ids are given as the parts are made; staged jobs are invisible to
+        everyone else, so pausing changes nothing another request can see.
+        """
         now = self.clock()
         added: list[Job] = []
         for submission in submissions:
@@ -136,11 +148,19 @@ class Cluster(NodeMessages):
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
                 job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
                 added.append(job)
+                if len(added) >= part:
+                    yield self._stage_part(added, finished_states)
+                    added = []
+        if added:
+            yield self._stage_part(added, finished_states)
+
+    def _stage_part(self, added: list[Job], finished_states: dict[str, str]) -> list[Job]:
         for job in added:
             job.depends = [dep for original in job.depends for dep in self._expand_dependency(original)]
             for dep in job.depends:
                 if dep.job not in self.jobs:
-                    dep.met = _dependency_met(dep.kind, finished_states.get(dep.job, FAILED))
+                    ended = self.recently_ended.get(dep.job) or finished_states.get(dep.job, FAILED)
+                    dep.met = _dependency_met(dep.kind, ended)
                 if dep.met is None:
                     self.dependents[dep.job].add(job.id)
             self.staged[job.id] = job
@@ -148,6 +168,7 @@ class Cluster(NodeMessages):
 
     def accept(self, jobs: list[Job]) -> None:
         """Make staged jobs part of the cluster: queued, in their arrays, seen by the scheduler."""
+        elements: dict[str, int] = {}
         for job in jobs:
             self.staged.pop(job.id, None)
             self._add(job)
@@ -156,7 +177,14 @@ class Cluster(NodeMessages):
                 self.persist.job(job)  # a dependency ended while its first record was written
                 self.persist.flush_soon()
             # Not stored: the job's record says as much (see submitted_event), one row less per submit.
-            self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
+            if job.array_id is None:
+                self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
+            else:  # one log line per array, not per element: see below
+                self.job_events.emit(SUBMITTED, job, submitted_message(job))
+                elements[job.array_id] = elements.get(job.array_id, 0) + 1
+        for array_id, count in elements.items():
+            log.info("event=%s job=%s node=- %s (array of %d elements)", SUBMITTED, array_id,
+                     submitted_message(self.jobs[next(iter(self.arrays[array_id]))]), count)
         for job in jobs:
             self._sync_core(job)
         self.wake()
@@ -393,6 +421,9 @@ class Cluster(NodeMessages):
         if exit_from is not None:
             job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
         self.finished_by_state[state] += 1
+        self.recently_ended[job.id] = state
+        if len(self.recently_ended) > RECENTLY_ENDED:
+            del self.recently_ended[next(iter(self.recently_ended))]
         self._event(state.lower(), reason or state.lower(), job=job.id)
         self.persist.job(job)
         self._core_remove(job)
