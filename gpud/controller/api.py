@@ -113,6 +113,8 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
     try:
         for part in ctrl.cluster.stage_in_parts(submissions, finished):
             jobs.extend(part)
+            if len(jobs) >= FREEZE_AFTER:
+                gc.freeze()  # see commit_new; without it each part's collection walks every part before it
             await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
     except BaseException:
         ctrl.cluster.drop(jobs)
@@ -254,7 +256,7 @@ async def change_jobs(request: web.Request) -> web.Response:
         state = "held" if verb == "hold" else "not held"
         raise ApiError(409, f"job {job_id} is {jobs[0].state.lower() if verb == 'hold' else state}; "
                             f"only a pending job can be {'held' if verb == 'hold' else 'released'}")
-    return ok({"ids": changed})
+    return web.Response(text=jsontext.dumps({"ids": changed}), content_type="application/json")
 
 
 async def history(request: web.Request) -> web.Response:
