@@ -251,13 +251,13 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
 
     from gpud import demo
     from gpud.controller.app import make_app
+    from gpud.controller.http_server import start_runner
     from gpud.controller.keys import CONTROLLER
     from gpud.controller.node_link import connect_in_process
     from gpud.errors import ConfigError
     from gpud.node.agent import NodeAgent
-    from gpud.node.config import read_cluster_key
-
     from gpud.controller.state_dir import StateError
+    from gpud.node.config import read_cluster_key
 
     config = controller_config(options)
     try:
@@ -267,8 +267,7 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
     except StateError as exc:
         raise UpError(f"{exc}\n(gpud up starts a new cluster only in a state directory it never used: for one, "
                       f"move {options.controller_dir} aside and run gpud up again)") from None
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    runner = await start_runner(app, config.idle_timeout_s, handle_signals=False)
     agent = None
     try:
         try:

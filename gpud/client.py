@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_RETRY_S = 60.0   # how long an idempotent request is sent again while the controller is unreachable
 STREAM_CHUNK = 64 * 1024
 
 EXIT_OK = 0
@@ -33,6 +34,7 @@ class Unreachable(ClientError):
     def __init__(self, url: str, why: str):
         super().__init__(f"cannot reach the controller at {url} ({why}); is it running? set GPUD_URL")
         self.url = url
+        self.refused = why == "connection refused"  # nothing was sent
 
 
 class ApiError(ClientError):
@@ -122,7 +124,8 @@ def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
 class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 retry_s: float = DEFAULT_RETRY_S):
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
@@ -130,6 +133,7 @@ class Client:
         self._parts = parts
         self.token = token
         self.timeout = timeout
+        self.retry_s = retry_s
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
@@ -150,13 +154,44 @@ class Client:
         """GET ``/api/v1/<path>`` and return the parsed JSON answer."""
         return self.request("GET", path, query=query)
 
-    def post(self, path: str, body: Any = None) -> Any:
-        """POST a JSON body to ``/api/v1/<path>`` and return the parsed JSON answer."""
-        return self.request("POST", path, body=body)
+    def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
+        """POST a JSON body to ``/api/v1/<path>`` and return the parsed JSON answer.
 
-    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None) -> Any:
-        """Send one request and return the JSON answer; any failure is a ClientError with one clear line."""
-        response = self._open(method, path, query, body)
+        ``idempotent``: the request carries a new Idempotency-Key and is sent
+        again with it while the connection is lost (for up to ``retry_s``), so
+        a controller that restarts mid-request does it once, never twice.
+        """
+        if not idempotent:
+            return self.request("POST", path, body=body)
+        key = os.urandom(16).hex()
+        return self.request("POST", path, body=body, headers={"Idempotency-Key": key}, retry=True)
+
+    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                headers: Mapping[str, str] | None = None, retry: bool = False) -> Any:
+        """Send one request and return the JSON answer; any failure is a ClientError with one clear line.
+
+        With ``retry`` (for requests safe to repeat), a connection lost once the
+        request may have been sent is retried, with a growing pause, until
+        ``retry_s`` has passed; a controller that refuses the first connection
+        is not running, and that is said at once.
+        """
+        import time
+        deadline = time.monotonic() + self.retry_s
+        pause = 0.05
+        first = True
+        while True:
+            try:
+                return self._exchange(method, path, query, body, headers)
+            except Unreachable as exc:
+                if not retry or (first and exc.refused) or time.monotonic() + pause > deadline:
+                    raise
+            first = False
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
+                  headers: Mapping[str, str] | None) -> Any:
+        response = self._open(method, path, query, body, extra=headers)
         try:
             data = self._read(response)
         finally:
@@ -190,8 +225,9 @@ class Client:
             target += "?" + urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
         return target
 
-    def _open(self, method: str, path: str, query, body, streaming: bool = False) -> "_Response":
-        headers = {"Accept": "application/json", "User-Agent": "gpuctl"}
+    def _open(self, method: str, path: str, query, body, streaming: bool = False,
+              extra: Mapping[str, str] | None = None) -> "_Response":
+        headers = {"Accept": "application/json", "User-Agent": "gpuctl", **(extra or {})}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         payload = b""

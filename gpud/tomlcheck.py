@@ -19,6 +19,9 @@ _POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+MAX_DEPTH = 32  # no gpud file nests nearly this deep; deeper is a mistake or an attack
+
+
 def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
     """Read and parse a TOML file, returning its data and its name for messages.
 
@@ -38,9 +41,28 @@ def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
     except UnicodeDecodeError as exc:
         raise ConfigError(source, "", f"not UTF-8 text (bad byte at offset {exc.start})") from None
     try:
-        return tomllib.loads(text), source
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise syntax_error(source, exc) from None
+    except RecursionError:
+        raise ConfigError(source, "", f"tables and arrays nest more than {MAX_DEPTH} levels deep") from None
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(source, "", f"tables and arrays nest more than {MAX_DEPTH} levels deep")
+    return data, source
+
+
+def _depth(value: Any) -> int:
+    """How deep tables and arrays nest in ``value`` (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def syntax_error(source: str, exc: tomllib.TOMLDecodeError) -> ConfigError:

@@ -198,6 +198,23 @@ class LiveCluster:
         except ValueError:
             return status, payload.decode(errors="replace")
 
+    def api_with_headers(self, method: str, path: str, body: Any, headers: dict[str, str],
+                         token: str | None = "admin") -> tuple[int, Any, dict[str, str]]:
+        """Call the API with extra request headers; returns the status, the decoded JSON answer and its headers."""
+        sent = {"Content-Type": "application/json", **headers}
+        if token == "admin":
+            token = self.admin_token
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method=method,
+                                         headers=sent)
+        try:
+            with urllib.request.urlopen(request, timeout=15) as answer:
+                payload, status, got = answer.read(), answer.status, dict(answer.headers)
+        except urllib.error.HTTPError as exc:
+            payload, status, got = exc.read(), exc.code, dict(exc.headers)
+        return status, json.loads(payload) if payload else None, got
+
     def submit(self, token: str | None = "admin", **job: Any) -> str:
         """Submit a job (workdir defaults to the test's work directory); returns its id."""
         job.setdefault("workdir", str(self.workdir))

@@ -138,3 +138,70 @@ def test_the_largest_node_follows_registrations_and_gpu_health(cluster):
     assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (4, 32)
     cluster.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
     assert cluster.largest_node().max_gpus == 3
+
+
+def test_a_staged_job_is_nowhere_until_accepted_and_hears_of_its_dependency_ending(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterok", target)])
+    (staged,) = cluster.stage([Submission(job)], {})
+    assert staged.id not in cluster.jobs and staged.id not in cluster.core.in_core
+    cluster.cancel(cluster.jobs[target], "u")           # ends while the staged job's record is written
+    cluster.accept([staged])
+    assert cluster.jobs[staged.id].depends[0].met is False
+    assert "can never be met" in cluster.reason_of(staged)
+
+
+def test_a_dropped_job_leaves_nothing_behind(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterany", target)])
+    staged = cluster.stage([Submission(job, array_indices=[0, 1])], {})
+    cluster.drop(staged)
+    assert not cluster.staged and target not in cluster.dependents and not cluster.arrays.get(staged[0].array_id)
+    cycle(cluster)
+    assert all(j.id not in cluster.jobs for j in staged)
+
+
+from hypothesis import given, settings, HealthCheck  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+OPS = st.lists(st.tuples(st.sampled_from(["cancel", "hold", "release"]),
+                         st.lists(st.integers(0, 29), max_size=12)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limit=st.integers(1, 6), ops=OPS)
+def test_an_array_keeps_exactly_its_limit_queued_through_changes_of_many(limit, ops):
+    clock = Clock()
+    cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1)
+    ids = cluster.submit([Submission(job, array_indices=tuple(range(30)), array_limit=limit)], {})
+    array_id = ids[0].partition("_")[0]
+    for verb, picks in ops:
+        chosen = [cluster.jobs[ids[i]] for i in sorted(set(picks)) if ids[i] in cluster.jobs]
+        cluster.change_many(chosen, verb, "u")
+        members = [cluster.jobs[i] for i in ids if i in cluster.jobs]
+        queued = [j for j in members if j.id in cluster.core.in_core]
+        assert len(queued) == cluster.array_queued.get(array_id, 0) <= limit
+        waiting = [j for j in members if not j.hold and j.id not in cluster.core.in_core]
+        assert not waiting or len(queued) == limit, "an element waits while the array is under its limit"
+
+
+def test_a_dependency_that_ends_while_a_submit_is_staged_in_parts_counts_as_it_ended(cluster):
+    from gpud.jobs import Dependency
+    target = submit(cluster, "a")
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "running", pid=10)
+    job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
+              depends=[Dependency("afterok", target)])
+    parts = cluster.stage_in_parts([Submission(job, array_indices=tuple(range(5)))], {}, part=2)
+    staged = list(next(parts))
+    report(cluster, start, "exited", exit_code=0)  # the target completes between two parts
+    assert target not in cluster.jobs
+    for part in parts:
+        staged.extend(part)
+    cluster.accept(staged)
+    assert [cluster.jobs[j.id].depends[0].met for j in staged] == [True] * 5

@@ -81,8 +81,9 @@ async def serve(app, config) -> None:
     """Serve ``app`` until SIGINT or SIGTERM; tell systemd READY=1 once listening and STOPPING=1 on the way out."""
     from aiohttp import web
 
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    from gpud.controller.http_server import start_runner
+
+    runner = await start_runner(app, config.idle_timeout_s)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     try:

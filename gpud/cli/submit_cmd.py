@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("nothing to run: give a batch script, or a command after -- "
                          "(gpuctl submit -p PROJECT -- python train.py)")
     from gpud.cli.common import client
-    answer = client().post("jobs", job)
+    answer = client().post("jobs", job, idempotent=True)
     _print_submitted(answer, args.parsable)
     return 0
 
@@ -263,7 +263,7 @@ def _submit_batch(jobs: list[dict], parsable: bool) -> int:
     ids: list[str] = []
     for start in range(0, len(jobs), MAX_BATCH):
         try:
-            answer = api.post("jobs/batch", {"jobs": jobs[start:start + MAX_BATCH]})
+            answer = api.post("jobs/batch", {"jobs": jobs[start:start + MAX_BATCH]}, idempotent=True)
         except ClientError as exc:
             if ids:  # earlier batches were accepted: say which, so a rerun can skip them
                 _print_ids(ids, parsable)

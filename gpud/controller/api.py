@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
 import json
 import time
 from typing import Any
@@ -12,7 +14,9 @@ from aiohttp import web
 from gpud import jsontext
 from gpud.controller import arrays, identity
 from gpud.controller.auth import Principal, digest, new_token, token_id
+from gpud.controller.body import BodyError, parse_json, read_body
 from gpud.controller.cluster import with_submitted_event
+from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
@@ -24,6 +28,10 @@ from gpud.store.base import TokenRecord
 from gpud.submission import SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
+MAX_HISTORY = 10_000
+MAX_OFFSET = 1 << 62
+CHANGE_SLICE = 200
+FREEZE_AFTER = 1000
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -42,13 +50,21 @@ def ok(data: Any, status: int = 200) -> web.Response:
 
 
 async def read_json(request: web.Request) -> Any:
-    """The request's JSON body; 400 naming the problem when it is not JSON."""
+    """The request's JSON body, within the bounds of gpud/controller/body.py; 4xx naming the problem otherwise."""
+    data = await body_bytes(request)
     try:
-        return json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "the body is not valid JSON: it is nested too deeply") from None
+        return parse_json(data)
+    except BodyError as exc:
+        raise ApiError(exc.status, str(exc)) from None
+
+
+async def body_bytes(request: web.Request) -> bytes:
+    """The request's body, refused (413, 408) past the configured size or time."""
+    config = request.app[CONTROLLER].config
+    try:
+        return await read_body(request, int(config.max_body_mib * 1024 * 1024), config.body_timeout_s)
+    except BodyError as exc:
+        raise ApiError(exc.status, str(exc)) from None
 
 
 def require_admin(principal: Principal) -> None:
@@ -74,8 +90,9 @@ def owned(principal: Principal, job: Job) -> None:
                             f"your own jobs")
 
 
-async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any]) -> list[str]:
-    """Check every job, then accept them all (durably) or none."""
+async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any],
+                      claim: Claim | None = None, single: bool = False) -> dict[str, Any]:
+    """Check every job, then accept them all (durably) or none; returns the answer naming their ids."""
     refused = identity.refusal(principal, local_node=ctrl.config.local_node)
     if refused:
         raise ApiError(403, refused)
@@ -91,6 +108,14 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
             if len(payloads) > 1:
                 extra["index"] = index
             raise ApiError(exc.status, str(exc), **extra) from None
+    wait = ctrl.submit_rate.take(principal.user, sum(len(s.array_indices or (0,)) for s in submissions))
+    if wait:
+        limit = f"{ctrl.config.submit_rate:g} jobs a second, {ctrl.submit_rate.burst:g} at once"
+        refusal = ApiError(429, f"too many jobs: {principal.user} may submit {limit}" +
+                           (f"; try again in {wait:.1f} s" if wait < float("inf") else ""))
+        if wait < float("inf"):
+            refusal.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
+        raise refusal
     targets = sorted({d.job for s in submissions for d in s.job.depends})
     unknown = ctrl.cluster.unknown_dependencies(targets)
     finished: dict[str, str] = {}
@@ -100,28 +125,88 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         missing = [t for t in unknown if t not in finished]
         if missing:
             raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
-    ids = ctrl.cluster.submit(submissions, finished)
-    await ctrl.commit()
-    return ids
-
-
-async def submit(request: web.Request) -> web.Response:
-    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    ids = await submit_many(ctrl, principal, [await read_json(request)])
+    jobs: list[Job] = []
+    try:
+        for part in ctrl.cluster.stage_in_parts(submissions, finished):
+            jobs.extend(part)
+            if len(jobs) >= FREEZE_AFTER:
+                gc.freeze()  # see commit_new; without it each part's collection walks every part before it
+            await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
+    except BaseException:
+        ctrl.cluster.drop(jobs)
+        raise
+    ids = [job.id for job in jobs]
     answer: dict[str, Any] = {"ids": ids}
-    if ids and "_" in ids[0]:
+    if single and ids and "_" in ids[0]:
         answer["array_id"] = ids[0].partition("_")[0]
-    return ok(answer, 201)
+    if claim is not None:
+        claim.record(ctrl.persist, 201, answer)
+    await commit_new(ctrl, jobs)
+    return answer
 
 
-async def submit_batch(request: web.Request) -> web.Response:
+async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
+    """Write staged jobs; they join the cluster once durable, and are forgotten if the write fails.
+
+    The outcome is settled when the write ends, even if the request that
+    waits for it is gone, so a job is never durable yet unknown, nor known
+    yet lost.
+    """
+    for job in jobs:
+        ctrl.persist.new_job(job)
+    flush = asyncio.ensure_future(ctrl.commit())
+
+    def settle(done: asyncio.Future) -> None:
+        if done.cancelled() or done.exception() is not None:
+            ctrl.cluster.drop(jobs)
+        else:
+            ctrl.cluster.accept(jobs)
+            if len(jobs) >= FREEZE_AFTER:
+                # Long-lived from now on: keep them out of the collector's full passes, which would
+                # otherwise walk every job and stall the event loop for as long.
+                gc.freeze()
+
+    flush.add_done_callback(settle)
+    await asyncio.shield(flush)
+
+
+async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
+    """Run ``work(claim)`` once per Idempotency-Key (see gpud/controller/idempotency.py); plain when none given."""
+    try:
+        key = request_key(request.headers)
+    except BadKey as exc:
+        raise ApiError(400, str(exc), field="Idempotency-Key") from None
+    if key is None:
+        return await work(None)
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    body = await read_json(request)
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or set(body) != {"jobs"}:
-        raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
-    if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
-        raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
-    return ok({"ids": await submit_many(ctrl, principal, body["jobs"])}, 201)
+    body = await body_bytes(request)
+    try:
+        return await ctrl.idempotency.once(principal.user, key, fingerprint(request.method, request.path, body),
+                                           work)
+    except KeyReused as exc:
+        raise ApiError(422, str(exc), field="Idempotency-Key") from None
+
+
+async def submit(request: web.Request) -> web.StreamResponse:
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+
+    async def work(claim: Claim | None) -> web.Response:
+        payload = await read_json(request)
+        return ok(await submit_many(ctrl, principal, [payload], claim, single=True), 201)
+    return await idempotent(request, work)
+
+
+async def submit_batch(request: web.Request) -> web.StreamResponse:
+    ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+
+    async def work(claim: Claim | None) -> web.Response:
+        body = await read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or set(body) != {"jobs"}:
+            raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
+        if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
+            raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
+        return ok(await submit_many(ctrl, principal, body["jobs"], claim), 201)
+    return await idempotent(request, work)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -204,21 +289,16 @@ async def change_jobs(request: web.Request) -> web.Response:
         return ok({"ids": [], "ended": True, "array": summary})
     for job in jobs:
         owned(principal, job)
-    changed = []
-    for job in jobs:
-        if verb == "cancel":
-            ctrl.cluster.cancel(job, principal.user)
-            changed.append(job.id)
-        elif verb == "hold" and ctrl.cluster.hold(job, principal.user):
-            changed.append(job.id)
-        elif verb == "release" and ctrl.cluster.release(job, principal.user):
-            changed.append(job.id)
-    await ctrl.commit()
+    changed: list[str] = []
+    # In slices, each made durable before the next: a 100,000-element array never holds the event loop long.
+    for start in range(0, len(jobs), CHANGE_SLICE):
+        changed.extend(ctrl.cluster.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
+        await ctrl.commit()
     if not changed and verb != "cancel":
         state = "held" if verb == "hold" else "not held"
         raise ApiError(409, f"job {job_id} is {jobs[0].state.lower() if verb == 'hold' else state}; "
                             f"only a pending job can be {'held' if verb == 'hold' else 'released'}")
-    return ok({"ids": changed})
+    return web.Response(text=jsontext.dumps({"ids": changed}), content_type="application/json")
 
 
 async def history(request: web.Request) -> web.Response:
@@ -226,9 +306,13 @@ async def history(request: web.Request) -> web.Response:
     query = request.query
     try:
         since = float(query["since"]) if "since" in query else None
-        limit = min(int(query.get("limit", "100")), 10_000)
+        limit = int(query.get("limit", "100"))
     except ValueError:
         raise ApiError(400, "since must be a Unix time and limit an integer") from None
+    if since is not None and not math.isfinite(since):
+        raise ApiError(422, "since must be a finite Unix time", field="since")
+    if not 1 <= limit <= MAX_HISTORY:
+        raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
@@ -335,6 +419,8 @@ async def create_token(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("user"), str) or not body["user"].strip():
         raise ApiError(422, 'say whose token: {"user": "alice", "admin": false}', field="user")
+    if not body["user"].isascii() and not _valid_unicode(body["user"]):
+        raise ApiError(400, "user must be valid Unicode text (it holds a lone surrogate)", field="user")
     admin, allow_root = body.get("admin", False), body.get("allow_root", False)
     if not isinstance(admin, bool) or not isinstance(allow_root, bool) or set(body) - {"user", "admin", "allow_root"}:
         raise ApiError(422, "admin and allow_root must be true or false, and only user, admin and allow_root "
@@ -367,7 +453,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
         return await _array_logs(request, elements, stream, follow)
     job = await find_job(ctrl, request.match_info["id"])
     owned(principal, job)
-    if stream not in ("out", "err") or not 0 <= task < job.tasks or offset < 0:
+    if stream not in ("out", "err") or not 0 <= task < job.tasks or not 0 <= offset <= MAX_OFFSET:
         raise ApiError(422, f"stream is out or err, task 0 to {job.tasks - 1}, offset at least 0")
     response = None
     if not _log_node(job, task):
@@ -513,6 +599,14 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
 async def _stored(ctrl: Controller, job_id: str) -> str | None:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctrl.store_executor, ctrl.store.job, job_id)
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _states(text: str | None) -> set[str] | None:

@@ -12,18 +12,18 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, interactive, metrics_view, tokens_api
+from gpud.controller import api, interactive, metrics_view, openapi, tokens_api
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
+from gpud.controller.persist import StoreError
 from gpud.controller.auth import Principal
 from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
 
 log = logging.getLogger("gpud.controller")
-OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/metrics", openapi.PATH})
 NODE_PATH = "/api/v1/node/connect"
-MAX_BODY = 64 * 1024 * 1024
 
 
 def error(status: int, message: str) -> web.Response:
@@ -59,6 +59,8 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
         if exc.status == 405:
             return error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
         return error(exc.status, exc.reason)
+    except StoreError as exc:
+        return error(503, str(exc))
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:
@@ -85,14 +87,19 @@ async def state(request: web.Request) -> web.Response:
     return web.json_response(live_state(request.app[CONTROLLER]))
 
 
+async def describe(request: web.Request) -> web.Response:
+    return web.json_response(openapi.document())
+
+
 def make_app(config: ControllerConfig) -> web.Application:
     """The controller application; its store, loops and links start and stop with it."""
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
     app[CONTROLLER] = Controller(config)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get(NODE_PATH, node_connect)
     app.router.add_get("/api/v1/state", state)
+    app.router.add_get(openapi.PATH, describe)
     api.add_routes(app)
     tokens_api.add_routes(app)
     app.cleanup_ctx.append(_running)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
@@ -27,6 +27,7 @@ from gpud.submission import Capacity, Submission
 
 log = logging.getLogger("gpud.controller")
 SUBMITTED = "submitted"
+RECENTLY_ENDED = 10_000
 
 
 class Cluster(NodeMessages):
@@ -41,7 +42,12 @@ class Cluster(NodeMessages):
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
-        self.arrays: dict[str, list[str]] = {}
+        self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
+        self.array_queued: dict[str, int] = defaultdict(int)  # each array's elements in the scheduler
+        self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
+        self.staged_changed: set[str] = set()
+        # How the last jobs ended, for submits that looked their dependencies up before they ended.
+        self.recently_ended: dict[str, str] = {}
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
         self.orders: dict[str, list[dict]] = defaultdict(list)
@@ -54,7 +60,8 @@ class Cluster(NodeMessages):
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
         self.wake: Callable[[], None] = lambda: None
-        self._largest: Capacity | None = None  # the largest node's resources, until a node changes
+        self._largest: Capacity | None = None
+        self._deferred: set[str] | None = None  # arrays to refill once a change of many jobs is done  # the largest node's resources, until a node changes
 
     # ----------------------------------------------------------------- loading
 
@@ -98,9 +105,34 @@ class Cluster(NodeMessages):
     # ------------------------------------------------------------------- jobs
 
     def submit(self, submissions: list[Submission], finished_states: dict[str, str]) -> list[str]:
-        """Accept checked jobs (arrays expanded); returns their ids. Durable after the next flush."""
+        """Accept checked jobs (arrays expanded) at once; returns their ids. Durable after the next flush.
+
+        The API stages, commits and only then accepts (see ``stage``); this is
+        for callers that drive the state machine directly.
+        """
+        jobs = self.stage(submissions, finished_states)
+        for job in jobs:
+            self.persist.job(job)
+        self.accept(jobs)
+        return [job.id for job in jobs]
+
+    def stage(self, submissions: list[Submission], finished_states: dict[str, str]) -> list[Job]:
+        """Give checked jobs their ids (arrays expanded) without making them part of the cluster yet.
+
+        A staged job is in no queue, array or scheduler: it becomes one with
+        ``accept`` once its records are durable, or is forgotten with ``drop``.
+        Meanwhile it hears of its dependencies ending, so none is missed.
+        """
+        return [job for part in self.stage_in_parts(submissions, finished_states) for job in part]
+
+    def stage_in_parts(self, submissions: list[Submission], finished_states: dict[str, str],
+                       part: int = 2000) -> Iterator[list[Job]]:
+        """``stage``, yielding the staged jobs about ``part`` at a time, so a caller may pause between parts.
+
+        Ids are given as the parts are made; staged jobs are invisible to
+        everyone else, so pausing changes nothing another request can see.
+        """
         now = self.clock()
-        ids: list[str] = []
         added: list[Job] = []
         for submission in submissions:
             seq = self.next_seq
@@ -111,26 +143,63 @@ class Cluster(NodeMessages):
                 added.append(template)
                 continue
             array_id = str(seq)
-            self.arrays[array_id] = []
             for index in submission.array_indices:
                 job = self._new_job(template, f"{seq}_{index}", seq, now)
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
                 job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
                 added.append(job)
+                if len(added) >= part:
+                    yield self._stage_part(added, finished_states)
+                    added = []
+        if added:
+            yield self._stage_part(added, finished_states)
+
+    def _stage_part(self, added: list[Job], finished_states: dict[str, str]) -> list[Job]:
         for job in added:
             job.depends = [dep for original in job.depends for dep in self._expand_dependency(original)]
-            self._add(job)
             for dep in job.depends:
                 if dep.job not in self.jobs:
-                    dep.met = _dependency_met(dep.kind, finished_states.get(dep.job, FAILED))
-            self.persist.job(job)
+                    ended = self.recently_ended.get(dep.job) or finished_states.get(dep.job, FAILED)
+                    dep.met = _dependency_met(dep.kind, ended)
+                if dep.met is None:
+                    self.dependents[dep.job].add(job.id)
+            self.staged[job.id] = job
+        return added
+
+    def accept(self, jobs: list[Job]) -> None:
+        """Make staged jobs part of the cluster: queued, in their arrays, seen by the scheduler."""
+        elements: dict[str, int] = {}
+        for job in jobs:
+            self.staged.pop(job.id, None)
+            self._add(job)
+            if job.id in self.staged_changed:
+                self.staged_changed.discard(job.id)
+                self.persist.job(job)  # a dependency ended while its first record was written
+                self.persist.flush_soon()
             # Not stored: the job's record says as much (see submitted_event), one row less per submit.
-            self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
-            ids.append(job.id)
-        for job in added:
+            if job.array_id is None:
+                self._event(SUBMITTED, submitted_message(job), job=job.id, store=False)
+            else:  # one log line per array, not per element: see below
+                self.job_events.emit(SUBMITTED, job, submitted_message(job))
+                elements[job.array_id] = elements.get(job.array_id, 0) + 1
+        for array_id, count in elements.items():
+            log.info("event=%s job=%s node=- %s (array of %d elements)", SUBMITTED, array_id,
+                     submitted_message(self.jobs[next(iter(self.arrays[array_id]))]), count)
+        for job in jobs:
             self._sync_core(job)
         self.wake()
-        return ids
+
+    def drop(self, jobs: list[Job]) -> None:
+        """Forget staged jobs whose records could not be stored: nothing of them remains."""
+        for job in jobs:
+            self.staged.pop(job.id, None)
+            self.staged_changed.discard(job.id)
+            for dep in job.depends:
+                waiting = self.dependents.get(dep.job)
+                if waiting is not None:
+                    waiting.discard(job.id)
+                    if not waiting:
+                        del self.dependents[dep.job]
 
     def unknown_dependencies(self, targets: Iterable[str]) -> list[str]:
         """The dependency targets that are neither active jobs nor arrays (the store may know them)."""
@@ -160,6 +229,8 @@ class Cluster(NodeMessages):
         self._event("held", f"held by {by}", job=job.id)
         self._sync_core(job)
         self.persist.job(job)
+        if job.array_id is not None and job.array_limit is not None:
+            self._room_made(job.array_id)  # a held element leaves its place in the array's limit to the next
         return True
 
     def release(self, job: Job, by: str) -> bool:
@@ -322,7 +393,7 @@ class Cluster(NodeMessages):
         if job.state == RUNNING and job.time_limit_s is not None:
             self.timed.add(job.id)
         if job.array_id is not None:
-            self.arrays.setdefault(job.array_id, []).append(job.id)
+            self.arrays.setdefault(job.array_id, {})[job.id] = None
         for dep in job.depends:
             if dep.met is None:
                 self.dependents[dep.job].add(job.id)
@@ -347,8 +418,7 @@ class Cluster(NodeMessages):
     def _array_room(self, job: Job) -> bool:
         if job.array_limit is None or job.id in self.core.in_core:
             return True
-        members = self.arrays.get(job.array_id, ())
-        return sum(1 for m in members if m in self.core.in_core) < job.array_limit
+        return self.array_queued[job.array_id] < job.array_limit
 
     def _sync_core(self, job: Job) -> None:
         """Put the job in the scheduler or take it out, whichever its state says."""
@@ -357,8 +427,15 @@ class Cluster(NodeMessages):
             and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
             self.core.add(job.spec())
+            if job.array_id is not None:
+                self.array_queued[job.array_id] += 1
         elif not wanted and job.id in self.core.in_core:
-            self.core.remove(job.id)
+            self._core_remove(job)
+
+    def _core_remove(self, job: Job) -> None:
+        if job.id in self.core.in_core and job.array_id is not None:
+            self.array_queued[job.array_id] -= 1
+        self.core.remove(job.id)
 
     def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None) -> None:
         run = job.runs[task]
@@ -394,9 +471,12 @@ class Cluster(NodeMessages):
         if exit_from is not None:
             job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
         self.finished_by_state[state] += 1
+        self.recently_ended[job.id] = state
+        if len(self.recently_ended) > RECENTLY_ENDED:
+            del self.recently_ended[next(iter(self.recently_ended))]
         self._event(state.lower(), reason or state.lower(), job=job.id)
         self.persist.job(job)
-        self.core.remove(job.id)
+        self._core_remove(job)
         del self.jobs[job.id]
         self.timed.discard(job.id)
         self._after_end(job)
@@ -405,6 +485,12 @@ class Cluster(NodeMessages):
         for dependent_id in self.dependents.pop(job.id, ()):
             dependent = self.jobs.get(dependent_id)
             if dependent is None:
+                staged = self.staged.get(dependent_id)
+                if staged is not None:
+                    for dep in staged.depends:
+                        if dep.job == job.id and dep.met is None:
+                            dep.met = _dependency_met(dep.kind, job.state)
+                    self.staged_changed.add(dependent_id)
                 continue
             for dep in dependent.depends:
                 if dep.job == job.id and dep.met is None:
@@ -412,15 +498,55 @@ class Cluster(NodeMessages):
             self.persist.job(dependent)
             self._sync_core(dependent)
         if job.array_id is not None:
-            members = self.arrays.get(job.array_id, [])
-            if job.id in members:
-                members.remove(job.id)
-            if not members:
-                self.arrays.pop(job.array_id, None)
-            for member in members:
-                if member not in self.core.in_core:
-                    self._sync_core(self.jobs[member])
+            members = self.arrays.get(job.array_id)
+            if members is not None:
+                members.pop(job.id, None)
+                if not members:
+                    del self.arrays[job.array_id]
+                    self.array_queued.pop(job.array_id, None)
+                elif job.array_limit is not None:
+                    self._room_made(job.array_id)
         self.wake()
+
+    def _room_made(self, array_id: str) -> None:
+        if self._deferred is None:
+            self._refill(array_id)
+        else:
+            self._deferred.add(array_id)
+
+    def _refill(self, array_id: str) -> None:
+        """Queue the array's next waiting elements, up to its limit (elements in the scheduler come first)."""
+        members = self.arrays.get(array_id)
+        if not members:
+            return
+        for member in members:
+            job = self.jobs[member]
+            if job.array_limit is None or self.array_queued[array_id] >= job.array_limit:
+                return
+            if member not in self.core.in_core:
+                self._sync_core(job)
+
+    def change_many(self, jobs: list[Job], verb: str, by: str) -> list[str]:
+        """Cancel, hold or release many jobs (an array) in time linear in their number; the ids changed.
+
+        Jobs that ended meanwhile are skipped; arrays are refilled once, at the end.
+        """
+        changed: list[str] = []
+        self._deferred = set()
+        try:
+            for job in jobs:
+                if self.jobs.get(job.id) is not job:
+                    continue
+                if verb == "cancel":
+                    self.cancel(job, by)
+                    changed.append(job.id)
+                elif (self.hold(job, by) if verb == "hold" else self.release(job, by)):
+                    changed.append(job.id)
+        finally:
+            deferred, self._deferred = self._deferred, None
+            for array_id in sorted(deferred):
+                self._refill(array_id)
+        return changed
 
     def _send_starts(self, name: str) -> None:
         if name not in self.connected:

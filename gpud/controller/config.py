@@ -9,12 +9,13 @@ from gpud.errors import ConfigError
 from gpud.tomlcheck import Table, read_toml
 
 DEFAULT_PORT = 6830
-TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth")
+TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
+            "interactive")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
-TOP_KEYS += ("interactive",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
+API_KEYS = ("max_body_mib", "idle_timeout_s", "body_timeout_s", "submit_rate", "submit_burst")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,11 @@ class ControllerConfig:
     admin_allow_root: bool = False  # the first admin token may run jobs as uid 0 (--allow-root)
     local_node: bool = False        # jobs run on this host only (gpud up): users must have an account here
     detach_timeout_s: float = 600.0  # how long a terminal nobody is attached to is kept
+    max_body_mib: float = 4.0       # a request body larger than this is refused (413) while it streams
+    idle_timeout_s: float = 60.0    # a connection that sends no complete request for this long is closed
+    body_timeout_s: float = 30.0    # a body that takes longer than this to arrive is refused (408)
+    submit_rate: float = 0.0        # jobs per second each token may submit, on average; 0: no limit
+    submit_burst: float = 0.0       # jobs a token may submit at once above the rate (0: a second's worth)
 
     @property
     def key_path(self) -> str:
@@ -92,6 +98,12 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
             changes["admin_token_file"] = os.path.join(base, auth.string("admin_token_file"))
         interactive = top.table("interactive", INTERACTIVE_KEYS)
         changes["detach_timeout_s"] = interactive.number("detach_timeout_s", config.detach_timeout_s, lo=0)
+        api = top.table("api", API_KEYS)
+        changes["max_body_mib"] = api.number("max_body_mib", config.max_body_mib, lo=0.001)
+        changes["idle_timeout_s"] = api.number("idle_timeout_s", config.idle_timeout_s, lo=0.1)
+        changes["body_timeout_s"] = api.number("body_timeout_s", config.body_timeout_s, lo=0.1)
+        changes["submit_rate"] = api.number("submit_rate", config.submit_rate, lo=0)
+        changes["submit_burst"] = api.number("submit_burst", config.submit_burst, lo=0)
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)

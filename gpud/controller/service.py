@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import getpass
 import logging
 import os
@@ -16,8 +17,10 @@ from gpud import jsontext
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
+from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
-from gpud.controller.persist import Persister
+from gpud.controller.persist import Persister, StoreError
+from gpud.controller.rate import SubmitRate
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
@@ -76,6 +79,9 @@ class Controller:
         self.last_cycle_work_s = 1.0     # the same, with preparing it and applying its plan
         self.started = time.time()
         self.auth: Auth | None = None
+        self.idempotency = Idempotency(self._stored_answer)
+        self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
+        self.answers_pruned = 0.0
 
     async def open(self) -> None:
         """Read the store back, the cluster key and the tokens; write the first admin token if there is none."""
@@ -105,9 +111,23 @@ class Controller:
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         self.cluster.restore(jobs, nodes, next_seq)
+        gc.freeze()  # the jobs read back live long: see api.commit_new
         await self.persist.flush()
+        await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
                  self.store.path, "compiled with mypyc" if COMPILED else "in Python (GPUD_COMPILE=1 compiles it)")
+
+    async def _stored_answer(self, user: str, key: str) -> tuple[str, int, str] | None:
+        return await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.answer, user, key)
+
+    async def prune_answers(self) -> None:
+        """Forget the answers to idempotent requests older than ANSWERS_KEPT_S, at most once an hour."""
+        now = time.time()
+        if now - self.answers_pruned < 3600.0:
+            return
+        self.answers_pruned = now
+        await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.forget_answers,
+                                                         now - ANSWERS_KEPT_S)
 
     async def close(self) -> None:
         """Flush what is left and release the store."""
@@ -194,7 +214,11 @@ class Controller:
         while True:
             await asyncio.sleep(period)
             self.cluster.check_nodes(self.config.node_timeout_s)
-            await self.commit()
+            try:
+                await self.commit()
+                await self.prune_answers()
+            except (StoreError, sqlite3.Error) as exc:  # marked again: the next commit retries
+                log.error("%s", exc)
 
     def reload_policy(self) -> Policy:
         """Read the policy file again and use it; a bad file raises ConfigError and the old policy stays."""

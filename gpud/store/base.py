@@ -46,9 +46,11 @@ class WriteBatch:
     nodes: list[tuple[str, str]] = field(default_factory=list)
     tokens: list[TokenRecord] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    # (user, key, request fingerprint, status, answer JSON, time) of idempotent requests
+    answers: list[tuple[str, str, str, int, str, float]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.jobs or self.events or self.nodes or self.tokens or self.meta)
+        return bool(self.jobs or self.events or self.nodes or self.tokens or self.meta or self.answers)
 
 
 @dataclass(slots=True)
@@ -91,6 +93,12 @@ class Store(Protocol):
 
     def events(self, job_id: str, limit: int = 200) -> list[Event]:
         """The events of one job, oldest first."""
+
+    def answer(self, user: str, key: str) -> tuple[str, int, str] | None:
+        """The stored answer to ``user``'s idempotent request ``key``: (fingerprint, status, answer JSON)."""
+
+    def forget_answers(self, before: float) -> int:
+        """Delete the answers to idempotent requests made before ``before``; returns how many."""
 
     def close(self) -> None:
         """Release the store's files or connections."""

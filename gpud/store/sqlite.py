@@ -23,6 +23,10 @@ CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY, user TEXT NOT NULL, admin INTEGER NOT NULL, created REAL NOT NULL,
     allow_root INTEGER NOT NULL DEFAULT 0, revoked REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers (
+    user TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+    body TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (user, key));
+CREATE INDEX IF NOT EXISTS answers_by_created ON answers(created);
 """
 FILE_NAME = "gpud.sqlite"
 # An update in place: only the indexes whose columns changed are written (INSERT OR REPLACE deletes and
@@ -121,6 +125,8 @@ class SQLiteStore:
                                 for t in batch.tokens])
             if batch.meta:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", batch.meta.items())
+            if batch.answers:
+                db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)", batch.answers)
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -170,6 +176,16 @@ class SQLiteStore:
         rows = self.reader.execute("SELECT time, kind, message, job, node FROM events WHERE job = ? "
                                "ORDER BY id DESC LIMIT ?", (job_id, limit)).fetchall()
         return [Event(*row) for row in reversed(rows)]
+
+    def answer(self, user: str, key: str) -> tuple[str, int, str] | None:
+        """The stored answer to ``user``'s idempotent request ``key``: (fingerprint, status, answer JSON)."""
+        row = self.reader.execute("SELECT fingerprint, status, body FROM answers WHERE user = ? AND key = ?",
+                                  (user, key)).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def forget_answers(self, before: float) -> int:
+        """Delete the answers to idempotent requests made before ``before``; returns how many."""
+        return self.db.execute("DELETE FROM answers WHERE created < ?", (before,)).rowcount
 
     def close(self) -> None:
         """Close the database file."""
