@@ -56,7 +56,9 @@ class Controller:
         """Start it and wait until /healthz answers."""
         log = open(self.root / "controller.log", "ab")
         self.process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config",
-                                         str(self.root / "controller.toml")], stdout=log, stderr=log)
+                                         str(self.root / "controller.toml"),
+                                         *([] if (self.root / "state" / "gpud.sqlite").exists() else ["--init"])],
+                                        stdout=log, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

@@ -67,7 +67,7 @@ def test_every_answer_matches_the_description_and_none_is_a_server_error(live, m
 def test_the_description_names_every_route_the_controller_serves(tmp_path):
     policy = tmp_path / "policy.toml"
     policy.write_text('[[projects]]\nname = "a"\ngpu_quota = 1\n')
-    app = make_app(ControllerConfig(state_dir=str(tmp_path / "state"), policy=str(policy)))
+    app = make_app(ControllerConfig(state_dir=str(tmp_path / "state"), policy=str(policy), init=True))
     served = set()
     for route in app.router.routes():
         if route.method == "HEAD":

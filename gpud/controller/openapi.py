@@ -46,6 +46,7 @@ JOB_IN = {
         "priority": {"anyOf": [STR, INT]}, "constraint": STR_MAP, "pool": STR,
         "time_limit_s": {"type": "number", "exclusiveMinimum": 0}, "array": STR, "depends": STRINGS,
         "hold": BOOL, "requeue": BOOL, "stop_signal": {"enum": list(STOP_SIGNALS)}, "output": STR, "error": STR,
+        "interactive": BOOL,
     },
 }
 
@@ -66,7 +67,8 @@ JOB_OUT = {
         "ended": _nullable(NUM), "restart_count": INT, "exit_code": _nullable(INT), "term_signal": _nullable(INT),
         "nodes": STRINGS, "placements": {"type": "array", "items": _nullable(PLACEMENT)}, "gpu_hours": NUM,
         "gpu_compute_request": _nullable(NUM), "gpu_compute_limit": _nullable(NUM),
-        "sharing": _nullable({"type": "object"}),
+        "sharing": _nullable({"type": "object"}), "elapsed_s": NUM, "interactive": BOOL, "confidential": BOOL,
+        "array": {"type": "object"}, "elements": {"type": "array", "items": {"type": "object"}},
         "events": {"type": "array", "items": {"type": "object", "required": ["time", "kind", "message"],
                                               "properties": {"time": NUM, "kind": STR, "message": STR,
                                                              "node": _nullable(STR)}}},
@@ -81,7 +83,12 @@ SCHEMAS: dict[str, Any] = {
     "JobIn": JOB_IN,
     "Job": JOB_OUT,
     "Ids": {"type": "object", "required": ["ids"], "properties": {"ids": STRINGS, "array_id": STR}},
-    "Jobs": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": _ref("Job")}}},
+    "Jobs": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": _ref("Job")},
+                                                                    "arrays": {"type": "object"}}},
+    "Token": {"type": "object", "required": ["id", "user", "admin", "allow_root", "created"],
+              "properties": {"id": STR, "user": STR, "admin": BOOL, "allow_root": BOOL, "created": NUM}},
+    "Session": {"type": "object", "required": ["job", "nodes", "interactive"],
+                "properties": {"job": STR, "nodes": STRINGS, "interactive": BOOL}},
     "Node": {"type": "object", "required": ["name", "state", "gpus"],
              "properties": {"name": STR, "pool": STR, "state": {"enum": ["up", "drained", "draining", "down"]},
                             "reason": _nullable(STR), "labels": STR_MAP, "cpus": NUM, "memory_gib": NUM,
@@ -132,6 +139,21 @@ def _op(summary: str, answers: dict, *, body: dict | None = None, params: list |
     if public:
         op["security"] = []
     return op
+
+
+def _session(summary: str, params: list) -> dict:
+    """A WebSocket endpoint: 101 when upgraded; without the upgrade, the checks' answer (docs/api.md)."""
+    answers = _answer("200", "the caller may open it (no upgrade was asked for)", _ref("Session"))
+    answers["101"] = {"description": "upgraded to a WebSocket"}
+    answers["503"] = {"description": "the node is not connected", "content": _json(_ref("Error"))}
+    answers["504"] = {"description": "the node did not answer", "content": _json(_ref("Error"))}
+    return {"get": _op(summary, answers, params=[JOB_ID, *params])}
+
+
+TERMINAL = [_query("rows", {"type": "integer", "minimum": 1, "maximum": 9999}, "terminal rows"),
+            _query("cols", {"type": "integer", "minimum": 1, "maximum": 9999}, "terminal columns"),
+            _query("term", STR, "TERM, such as xterm-256color")]
+TASK = _query("task", {"type": "integer", "minimum": 0}, "the task index (0)")
 
 
 def _change(verb: str) -> dict:
@@ -198,9 +220,25 @@ PATHS: dict[str, Any] = {
         "type": "object", "required": ["ok"], "properties": {"ok": BOOL, "projects": INT, "departments": INT}}))},
     "/api/v1/tokens": {"post": _op("admin: a new token for a user", _answer("201", "the token, shown once", {
         "type": "object", "required": ["user", "admin", "token"], "properties": {"user": STR, "admin": BOOL,
-                                                                                 "token": STR}}),
+                                                                                 "allow_root": BOOL, "token": STR,
+                                                                                 "id": STR}}),
         body={"type": "object", "required": ["user"], "additionalProperties": False,
-              "properties": {"user": {"type": "string", "minLength": 1}, "admin": BOOL}})},
+              "properties": {"user": {"type": "string", "minLength": 1}, "admin": BOOL, "allow_root": BOOL}}),
+        "get": _op("admin: the tokens in use, never the tokens themselves", _answer("200", "tokens", {
+            "type": "object", "required": ["tokens"],
+            "properties": {"tokens": {"type": "array", "items": _ref("Token")}}}))},
+    "/api/v1/tokens/revoke": {"post": _op("admin: revoke a token by id, or every token of a user",
+                                          _answer("200", "the tokens revoked", {
+                                              "type": "object", "required": ["revoked"],
+                                              "properties": {"revoked": {"type": "array", "items": _ref("Token")}}}),
+                                          body={"type": "object", "minProperties": 1, "maxProperties": 1,
+                                                "additionalProperties": False,
+                                                "properties": {"id": STR, "user": STR}})},
+    "/api/v1/jobs/{id}/attach": _session("the interactive job's main terminal (a WebSocket)", TERMINAL),
+    "/api/v1/jobs/{id}/exec": _session("a new terminal in a running job's task (a WebSocket)", [
+        _query("argv", STRINGS, "the command, one argument each (the login shell without it)"), TASK, *TERMINAL]),
+    "/api/v1/jobs/{id}/forward": _session("one TCP connection to a port on the job's node (a WebSocket)", [
+        _query("port", {"type": "integer", "minimum": 1, "maximum": 65535}, "the port on the node"), TASK]),
     "/api/v1/whoami": {"get": _op("whose token this is", _answer("200", "the token's user", {
         "type": "object", "required": ["user", "admin"], "properties": {"user": STR, "admin": BOOL}}))},
     "/api/v1/state": {"get": _op("admin: the live state as a scenario", _answer("200", "policy, nodes, jobs", {

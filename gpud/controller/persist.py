@@ -178,7 +178,7 @@ class Persister:
         batch.nodes = [(name, to_json()) for name, to_json in self._nodes.items()]
         batch.events = [Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job), e.node and _text(e.node))
                         for e in self._events]
-        batch.tokens = [t for t in self._tokens if _storable(t[1])]
+        batch.tokens = [t for t in self._tokens if _storable(t.user)]
         batch.meta, batch.answers = self._meta, self._answers
         taken = (self._jobs, self._nodes, self._events, self._meta)
         self._jobs, self._new, self._nodes, self._events, self._tokens, self._meta = {}, {}, {}, [], [], {}
