@@ -24,6 +24,14 @@ a JSON list (or {"jobs": [...]}) or JSON lines of job objects in the API's
 format (docs/api.md); options given on the command line fill the fields a job
 leaves out.
 
+#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N,
+--gpus-per-node/--gpus-per-task, --gpus (the job's total), -N/--nodes (one
+task per node; 2-4 makes an elastic gang), -n/--ntasks, -c, --mem (a bare
+number is MB, as in Slurm), -t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array,
+-p (the pool), -A (the project), --dependency, -D, -H and --no-requeue.
+Every other #SBATCH option is named in a warning and ignored. #GPUD lines win
+over #SBATCH lines.
+
 Sizes: 16G, 20GiB, 512M (powers of 1024; a bare number is GiB).
 Times: 90 (minutes), 1:30:00, 2-00:00:00 (days), 90m, 1.5h, 30s.
 """
@@ -224,13 +232,10 @@ def run(args: argparse.Namespace) -> int:
         job = build_job(args, command=args.command_argv)
     elif args.script:
         text = _read_script(args.script)
-        from gpud.directives import DirectiveError, parse_directives, read_directives
+        from gpud.cli.script_options import script_options
         source = "stdin" if args.script == "-" else args.script
-        try:
-            found = parse_directives(directive_parser(), read_directives(text, source), source)
-        except DirectiveError as exc:
-            raise UsageError(str(exc)) from None
         name = None if args.script == "-" else os.path.basename(args.script)
+        found = script_options(directive_parser(), text, source, args.name or name)
         job = build_job(merge(args, found), script=text, script_name=name)
     else:
         raise UsageError("nothing to run: give a batch script, or a command after -- "
