@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from gpud.cli.common import UsageError, add_verb
+from gpud.cli.common import Formatter, UsageError, add_verb
 from gpud.cli.units import parse_array, parse_duration, parse_size_gib
 
 MAX_BATCH = 10_000  # the API's limit for one POST /api/v1/jobs/batch
@@ -23,6 +23,12 @@ start together or not at all. With --from-file, submit many jobs in one call:
 a JSON list (or {"jobs": [...]}) or JSON lines of job objects in the API's
 format (docs/api.md); options given on the command line fill the fields a job
 leaves out.
+
+For hundreds or thousands of jobs, submit them in one call rather than one
+gpuctl per job from a shell loop (each call starts a Python process): the
+same command over indices with --array 0-9999 (each job reads its index in
+$GPUD_ARRAY_TASK_ID), or different jobs with --from-file jobs.jsonl (up to
+10,000 per request).
 
 #SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N,
 --gpus-per-node/--gpus-per-task, --gpus (the job's total), -N/--nodes (one
@@ -99,7 +105,7 @@ OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_
 
 def directive_parser() -> argparse.ArgumentParser:
     """A parser for the options of ``#GPUD`` lines: the job options, no positionals."""
-    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False)
+    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter)
     add_options(parser)
     return parser
 
