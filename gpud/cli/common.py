@@ -53,7 +53,7 @@ def add_verb(subparsers, name: str, *, help: str, description: str, examples: st
         formatter_class=Formatter)
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print the controller's JSON answer")
-    parser.set_defaults(func=_guarded(name, func))
+    parser.set_defaults(func=_guarded(parser.prog.removeprefix("gpuctl "), func))  # "policy reload", as typed
     return parser
 
 

@@ -107,7 +107,8 @@ def show_text(job: dict, now: float) -> str:
         ("Exit", render.exit_status(job) if job.get("ended") else None),
         ("GPU-hours", render.gpu_hours(job["gpu_hours"]) if job.get("gpu_hours") else None),
         ("Compute", _compute(job.get("sharing"))), ("GPU memory", _memory(job.get("sharing"))),
-        ("Output", job.get("output")), ("Error", job.get("error")),
+        ("Output", output_path(job, job.get("output") or "gpud-%j.out")),
+        ("Error", output_path(job, job["error"]) if job.get("error") else None),
         ("Env", ", ".join(sorted(job.get("env") or {})) or None),
     ]
     width = max(len(key) for key, _ in rows)
@@ -119,6 +120,31 @@ def show_text(job: dict, now: float) -> str:
     if events:
         out += ["", "Events:"] + [f"  {_event(e, now)}" for e in events]
     return "\n".join(out)
+
+
+def output_path(job: dict, pattern: str) -> str:
+    """Where an output pattern puts the job's file: ``%j`` the job id, ``%t`` the task, ``%%`` a percent sign,
+    inside the workdir. A gang's ``%t`` stays, with the range of tasks it stands for."""
+    tasks = job.get("tasks") or 1
+    out, i, per_task = [], 0, False
+    while i < len(pattern):
+        code = pattern[i:i + 2]
+        if code == "%j":
+            out.append(str(job.get("id")))
+        elif code == "%t":
+            out.append("0" if tasks == 1 else "%t")
+            per_task = tasks > 1
+        elif code == "%%":
+            out.append("%")
+        else:
+            out.append(pattern[i])
+            i += 1
+            continue
+        i += 2
+    path = "".join(out)
+    if not path.startswith("/") and job.get("workdir"):
+        path = job["workdir"].rstrip("/") + "/" + path
+    return path + (f" (%t: each task, 0 to {tasks - 1})" if per_task else "")
 
 
 def _compute(sharing: dict | None) -> str | None:
@@ -169,7 +195,8 @@ def _event(event: Any, now: float) -> str:
     if not isinstance(event, dict):
         return str(event)
     if isinstance(event.get("kind"), str) and isinstance(event.get("message"), str):
-        node = f" (on {event['node']})" if event.get("node") else ""
+        named = event.get("node") and str(event["node"]) not in event["message"].split()
+        node = f" (on {event['node']})" if named else ""
         return f"{render.when(event.get('time'), now)}  {event['kind']}: {event['message']}{node}"
     stamp = next((event[k] for k in ("time", "at", "ts") if isinstance(event.get(k), (int, float))), None)
     rest = {k: v for k, v in event.items() if k not in ("time", "at", "ts")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gpud.cli import render
 from gpud.cli.common import add_verb, client, print_json
@@ -91,6 +92,17 @@ def _get(resources, resource: str):
 
 def run_reload(args: argparse.Namespace) -> int:
     """Ask the controller to reload its policy."""
-    client().post("policy/reload")
+    answer = client().post("policy/reload") or {}
     print("policy reloaded")
+    for removed in answer.get("removed_projects") or []:
+        running, pending = removed.get("running", 0), removed.get("pending", 0)
+        if running or pending:
+            print(f"gpuctl policy reload: warning: project {removed['project']} is no longer in the policy: "
+                  f"{_jobs(running)} running run on until they end, {_jobs(pending)} pending wait (reason: "
+                  f"project {removed['project']} is not in the policy) until it is back or they are cancelled",
+                  file=sys.stderr)
     return 0
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job{'s' if count != 1 else ''}"

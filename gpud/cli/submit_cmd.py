@@ -77,7 +77,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="time-sliced GPUs: the most compute it may take in fair mode (default: 1)")
     add("-n", "--tasks", type=_positive_int, metavar="N", help="tasks in the gang (default 1)")
     add("--min-tasks", type=_positive_int, metavar="N", help="elastic gang: run with at least N tasks")
-    add("-c", "--cpus", type=_positive_number, metavar="N", help="CPUs per task (default 1)")
+    add("-c", "--cpus", type=_non_negative_number, metavar="N",
+        help="CPUs per task (default 1; 0 asks for none, for a task that mostly waits on its GPU)")
     add("--mem", type=_size, metavar="SIZE", help="memory per task (default 1G)")
     add("--priority", metavar="CLASS", type=_priority,
         help="priority class (inference, build, interactive-preemptible, train) or an integer")
@@ -191,6 +192,12 @@ def load_jobs_file(path: str) -> list[dict]:
     Raises UsageError naming the file (and the line, for JSON lines) when it
     cannot be read or an entry is not a JSON object.
     """
+    return read_jobs_file(path)[0]
+
+
+def read_jobs_file(path: str) -> tuple[list[dict], list[str]]:
+    """The job objects in a jobs file, and where each one is for people: "entry 1", ... in a JSON
+    document, "line 7" in JSON lines (both counted from 1, as editors count)."""
     import json
     try:
         with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
@@ -202,7 +209,7 @@ def load_jobs_file(path: str) -> list[dict]:
         jobs = doc["jobs"] if isinstance(doc, dict) and "jobs" in doc else doc
         if isinstance(jobs, dict):
             jobs = [jobs]
-        where = lambda i: f"entry {i}"  # noqa: E731
+        places = [f"entry {i}" for i in range(1, len(jobs) + 1)] if isinstance(jobs, list) else []
     except ValueError:
         jobs, lines = [], []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -212,15 +219,15 @@ def load_jobs_file(path: str) -> list[dict]:
                 except ValueError as exc:
                     raise UsageError(f"{path}, line {number}: not JSON: {exc}") from None
                 lines.append(number)
-        where = lambda i: f"line {lines[i]}"  # noqa: E731
+        places = [f"line {number}" for number in lines]
     if not isinstance(jobs, list):
         raise UsageError(f"{path}: expected a list of jobs, {{\"jobs\": [...]}} or one job per line")
     for index, job in enumerate(jobs):
         if not isinstance(job, dict):
-            raise UsageError(f"{path}, {where(index)}: a job must be a JSON object")
+            raise UsageError(f"{path}, {places[index]}: a job must be a JSON object")
     if not jobs:
         raise UsageError(f"{path}: no jobs in the file")
-    return jobs
+    return jobs, places
 
 
 def run(args: argparse.Namespace) -> int:
@@ -228,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
     if args.from_file:
         if args.script or args.command_argv is not None:
             raise UsageError("--from-file takes its commands from the file; give no script or command")
-        jobs = [build_job(args, base=job) for job in load_jobs_file(args.from_file)]
-        return _submit_batch(jobs, args.parsable)
+        jobs, places = read_jobs_file(args.from_file)
+        return _submit_batch([build_job(args, base=job) for job in jobs], args.parsable, args.from_file, places)
     if args.script and args.command_argv is not None:
         raise UsageError("give a script or a command after --, not both")
     if args.command_argv is not None:
@@ -262,7 +269,7 @@ def _read_script(path: str) -> str:
         raise UsageError(f"{path}: cannot read the script: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _submit_batch(jobs: list[dict], parsable: bool) -> int:
+def _submit_batch(jobs: list[dict], parsable: bool, path: str, places: list[str]) -> int:
     from gpud.cli.common import client
     from gpud.client import ClientError
     api = client()
@@ -273,10 +280,12 @@ def _submit_batch(jobs: list[dict], parsable: bool) -> int:
         except ClientError as exc:
             if ids:  # earlier batches were accepted: say which, so a rerun can skip them
                 _print_ids(ids, parsable)
-                print(f"gpuctl submit: {len(ids)} jobs were submitted before jobs {start}.. were refused",
-                      file=sys.stderr)
-            if getattr(exc, "index", None) is not None:
-                exc.args = (f"{exc} (entry {start + exc.index} of the file)",)
+                print(f"gpuctl submit: the {len(ids)} jobs before {path}, {places[start]} were submitted; "
+                      f"it and the jobs after it were not", file=sys.stderr)
+            index = getattr(exc, "index", None)
+            if isinstance(index, int) and 0 <= start + index < len(places):
+                field = f", field {exc.field!r}" if getattr(exc, "field", None) else ""
+                exc.args = (f"{path}, {places[start + index]}: {exc.message} (HTTP {exc.status}{field})",)
             raise
         ids.extend(str(i) for i in answer.get("ids", []))
     _print_ids(ids, parsable)
@@ -349,10 +358,10 @@ def _positive_int(text: str) -> int:
 
 
 @_checked
-def _positive_number(text: str) -> float:
+def _non_negative_number(text: str) -> float:
     value = _number(text)
-    if value <= 0:
-        raise ValueError(f"must be more than 0 (got {text})")
+    if value < 0:
+        raise ValueError(f"must be 0 or more (got {text})")
     return value
 
 

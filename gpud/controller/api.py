@@ -13,13 +13,14 @@ from gpud import jsontext
 from gpud.controller.auth import Principal, digest, new_token
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
-from gpud.submission import SubmitError, check_job, is_job_id
+from gpud.submission import DEV_NULL, SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
 LOG_CHUNK = 256 * 1024
@@ -267,11 +268,13 @@ def _department_counts(ctrl: Controller, counts: dict, queue: Any) -> list[int]:
 async def reload_policy(request: web.Request) -> web.Response:
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     require_admin(principal)
+    old = ctrl.policy
     try:
         policy = ctrl.reload_policy()
     except ConfigError as exc:
         raise ApiError(422, f"policy refused, the old one stays: {exc}") from None
-    return ok({"ok": True, "projects": len(policy.projects), "departments": len(policy.departments)})
+    return ok({"ok": True, "projects": len(policy.projects), "departments": len(policy.departments),
+               "removed_projects": removed_projects(old, policy, ctrl.cluster.jobs.values())})
 
 
 async def create_token(request: web.Request) -> web.Response:
@@ -314,6 +317,9 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
     if not node:
         raise ApiError(409, f"job {job.id} task {task} has not run yet, so it has no log")
     pattern = job.output if stream == "out" or not job.error else job.error
+    if pattern == DEV_NULL:
+        raise ApiError(409, f"job {job.id} sends its {'output' if stream == 'out' else 'errors'} to {DEV_NULL}, "
+                            f"so there is no log to show")
     path = job.workdir.rstrip("/") + "/" + pattern.replace("%j", job.id).replace("%t", str(task))
     follow = query.get("follow") in ("1", "true")
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "X-Gpud-Node": node,
