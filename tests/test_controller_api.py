@@ -117,7 +117,7 @@ def test_users_change_only_their_own_jobs(cluster):
 
 
 def test_admin_may_cancel_and_hold_anyones_job(cluster):
-    job = submit(cluster, token=cluster.alice, command=["true"], constraint={"role": "nowhere"})
+    job = submit(cluster, token=cluster.alice, command=["true"], constraint={"pool": "nowhere"})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/hold") == (200, {"ids": [job]})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/release") == (200, {"ids": [job]})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/cancel") == (200, {"ids": [job]})
@@ -412,7 +412,7 @@ def test_hold_and_release(cluster):
     assert cluster.api("POST", f"/api/v1/jobs/{held}/release") == (200, {"ids": [held]})
     cluster.wait_state(held, "COMPLETED")
 
-    waiting = submit(cluster, command=["true"], constraint={"role": "nowhere"})
+    waiting = submit(cluster, command=["true"], constraint={"pool": "nowhere"})
     assert cluster.api("POST", f"/api/v1/jobs/{waiting}/hold") == (200, {"ids": [waiting]})
     assert "held" in cluster.job(waiting)["reason"]
     status, body = cluster.api("POST", f"/api/v1/jobs/{waiting}/hold")
@@ -631,7 +631,7 @@ def _fuzz_job(base: dict, extra: dict) -> dict:
     job = {k: v for k, v in base.items() if k not in ("command", "script")}
     job.update(extra)
     if isinstance(job.get("constraint"), dict) or "constraint" not in job:
-        job["constraint"] = {"role": "fuzz-nowhere"}   # an accepted job waits and never runs
+        job["constraint"] = {"pool": "fuzz-nowhere"}   # an accepted job waits and never runs
     return job
 
 
