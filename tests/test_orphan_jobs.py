@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpud.core import Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Department, Policy, Project, Resources
 from gpud.plugins import make_plugin_manager
-from test_properties import PM, SETTINGS, assert_not_overcommitted, cases, run_cycles
+from test_properties import PM, assert_not_overcommitted, cases, run_cycles
 from test_warm_scheduler import books, fresh_state
+
+
+SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -65,3 +68,15 @@ def test_a_running_job_of_a_removed_project_is_not_double_booked():
     plan = schedule(Snapshot((node,), (running, waiting), 10.0), policy, make_plugin_manager())
     assert plan.binds == ()
     assert "project p1" in plan.pending_reasons["new"] or "GPU" in plan.pending_reasons["new"]
+
+
+def test_consolidation_moves_no_job_of_a_removed_project():
+    nodes = (NodeSpec("a", gpus=2), NodeSpec("b", gpus=2))
+    orphan = JobSpec("old", "gone", TaskRequest(1), submitted=0.0, started=0.0, placements=(TaskPlacement("a", (0,)),))
+    mine = JobSpec("mine", "p1", TaskRequest(1), submitted=0.0, started=0.0, placements=(TaskPlacement("b", (0,)),))
+    big = JobSpec("big", "p1", TaskRequest(2), submitted=1.0, placements=(None,), seq=1)
+    policy = Policy(departments={"d": Department("d")}, min_runtime_s=0.0,
+                    projects={"p1": Project("p1", quota={"default": Resources(gpu=4)}, department="d")})
+    plan = schedule(Snapshot(nodes, (orphan, mine, big), 10.0), policy, make_plugin_manager())
+    assert "old" not in {b.job for b in plan.binds} | {e.job for e in plan.evictions}
+    assert [(b.job, b.placement.node) for b in plan.binds if b.job == "big"] == [("big", "b")]
