@@ -394,13 +394,16 @@ def test_errors_name_the_verb_as_typed(api, capsys, argv, route, prefix):
 
 def test_reload_warns_about_removed_projects_that_still_have_jobs(api, capsys):
     api.routes["POST /api/v1/policy/reload"] = (200, {"ok": True, "removed_projects": [
-        {"project": "delta", "running": 1, "pending": 3}, {"project": "empty", "running": 0, "pending": 0}]}, {})
+        {"project": "delta", "running": 1, "pending": 3}, {"project": "empty", "running": 0, "pending": 0},
+        {"project": "idle", "running": 0, "pending": 2}]}, {})
     assert main(["policy", "reload"]) == 0
     out, err = capsys.readouterr()
     assert out == "policy reloaded\n"
-    assert err == ("gpuctl policy reload: warning: project delta is no longer in the policy: 1 job running run on "
-                   "until they end, 3 jobs pending wait (reason: project delta is not in the policy) until it is "
-                   "back or they are cancelled\n")
+    assert err == ("gpuctl policy reload: warning: project delta is no longer in the policy: its running jobs (1) run "
+                   "on until they end; its pending jobs (3) wait (reason: project delta is not in the policy) until "
+                   "it is back or they are cancelled\n"
+                   "gpuctl policy reload: warning: project idle is no longer in the policy: its pending jobs (2) wait "
+                   "(reason: project idle is not in the policy) until it is back or they are cancelled\n")
 
 
 def test_no_cpu_and_dev_null_pass_the_command_line(api):

@@ -96,13 +96,10 @@ def run_reload(args: argparse.Namespace) -> int:
     print("policy reloaded")
     for removed in answer.get("removed_projects") or []:
         running, pending = removed.get("running", 0), removed.get("pending", 0)
-        if running or pending:
+        fates = ([f"its running jobs ({running}) run on until they end"] if running else []) + (
+            [f"its pending jobs ({pending}) wait (reason: project {removed['project']} is not in the policy) "
+             f"until it is back or they are cancelled"] if pending else [])
+        if fates:
             print(f"gpuctl policy reload: warning: project {removed['project']} is no longer in the policy: "
-                  f"{_jobs(running)} running run on until they end, {_jobs(pending)} pending wait (reason: "
-                  f"project {removed['project']} is not in the policy) until it is back or they are cancelled",
-                  file=sys.stderr)
+                  f"{'; '.join(fates)}", file=sys.stderr)
     return 0
-
-
-def _jobs(count: int) -> str:
-    return f"{count} job{'s' if count != 1 else ''}"
