@@ -6,8 +6,9 @@ Runs, interleaved round by round so that machine load hits each alike:
   gpuctl submit -p bench -- true              one submit, the way a shell loop calls it;
   gpuctl queue                                the job table (50 jobs);
   gpuctl submit --array 0-999 -- true         1,000 jobs in one call, per job.
-gpuctl talks to a stand-in controller in this process on 127.0.0.1 (canned answers, no
-store), so the figures are gpuctl's own cost: start-up, parsing, one HTTP exchange, printing.
+gpuctl finds a stand-in controller in this process on 127.0.0.1 (canned answers, no store) through
+a client.toml as `gpud up` writes it, so the figures are gpuctl's own cost: start-up, reading its
+config, parsing, one HTTP exchange, printing.
 Prints the median wall time of each and its minimum, the median CPU time (user + system: steadier on
 a loaded machine), and each median minus the floor's.
     python bench/cli_startup.py [--runs 40] [--json]
@@ -94,9 +95,15 @@ def main() -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     with tempfile.TemporaryDirectory() as home:
         gpuctl = gpuctl_argv(home)
-        env = {**os.environ, "GPUD_URL": f"http://127.0.0.1:{server.server_address[1]}", "GPUD_TOKEN": "t",
-               "XDG_CONFIG_HOME": home}
-        env.pop("GPUD_PROJECT", None)
+        # The client config as `gpud up` writes it: finding the controller reads it on every call.
+        # (Not in the directory the commands run in: `python -c` would import that gpud/ folder as gpud.)
+        config = os.path.join(home, "config")
+        os.makedirs(os.path.join(config, "gpud"))
+        with open(os.path.join(config, "gpud", "client.toml"), "w") as f:
+            f.write(f'url = "http://127.0.0.1:{server.server_address[1]}"\ntoken = "t"\n')
+        env = {**os.environ, "XDG_CONFIG_HOME": config}
+        for name in ("GPUD_PROJECT", "GPUD_URL", "GPUD_TOKEN"):
+            env.pop(name, None)
         cases = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "import gpud.cli.gpuctl": [sys.executable, "-c", "import gpud.cli.gpuctl"],
