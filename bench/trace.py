@@ -31,7 +31,8 @@ from gpud.trace.report import fill_json, fill_text, replay_json, replay_text  # 
 from gpud.trace.run import fill_many, parse_seeds, plugin_manager  # noqa: E402
 from gpud.trace.scale import scale_nodes  # noqa: E402
 
-TRACES = os.environ.get("GPUD_TRACES", "/work/shared/traces")
+# The trace files ship in the checkout (traces/); GPUD_TRACES points at another copy with the same layout.
+TRACES = os.environ.get("GPUD_TRACES", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces"))
 ALIBABA = os.path.join(TRACES, "alibaba-gpu-v2023")
 NODES = os.path.join(ALIBABA, "csv", "openb_node_list_gpu_node.csv")
 PUBLISHED = os.path.join(ALIBABA, "published", "fgd_atc23_expected_results_summary.csv")

@@ -1,15 +1,22 @@
 """A small HTTP client for the controller's REST API, on the standard library only.
 
 ``gpuctl`` must start fast, so this module imports nothing heavy: no aiohttp,
-no gpud.core, not even http.client; ``socket`` is imported when the first request is made.
+no gpud.core, not even http.client or socket: plain HTTP goes through ``_socket``, imported
+when the first request is made.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from typing import Any, Iterator, Mapping, NamedTuple
+from collections import namedtuple
+from collections.abc import Iterator, Mapping
 from urllib.parse import quote, urlencode, urlsplit
+
+TYPE_CHECKING = False  # typing costs every gpuctl call ~2 ms; its names are needed only by type checkers
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0
@@ -58,11 +65,8 @@ class ConfigFileError(ClientError):
     exit_code = EXIT_USAGE
 
 
-class Settings(NamedTuple):
-    """Where the controller is and the credential to show it."""
-
-    url: str
-    token: str | None
+Settings = namedtuple("Settings", ["url", "token"])
+Settings.__doc__ = """Where the controller is (``url``) and the credential to show it (``token``, or None)."""
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> str:
@@ -81,12 +85,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     path = config_path(env)
     config: dict[str, Any] = {}
     if os.path.exists(path):
-        import tomllib  # only when there is a file to read
-        try:
-            with open(path, "rb") as f:
-                config = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigFileError(f"{path}: {exc}") from None
+        config = _read_config(path)
     url = env.get("GPUD_URL") or config.get("url") or DEFAULT_URL
     token = env.get("GPUD_TOKEN") or config.get("token")
     if not token and config.get("token_file"):
@@ -108,17 +107,33 @@ def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
     path = config_path(env)
     if not os.path.exists(path):
         return None
-    import tomllib
-    try:
-        with open(path, "rb") as f:
-            project = tomllib.load(f).get("project")
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigFileError(f"{path}: {exc}") from None
+    project = _read_config(path).get("project")
     if project is None:
         return None
     if not isinstance(project, str) or not project.strip():
         raise ConfigFileError(f"{path}: project must be a project's name in quotes, such as project = \"vision\"")
     return project.strip()
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    """The client config file's table; a plain file of string keys is read without importing tomllib."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: {exc}") from None
+    from gpud.simpletoml import read_simple
+    try:
+        simple = read_simple(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        simple = None
+    if simple is not None:
+        return dict(simple)
+    import tomllib
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigFileError(f"{path}: {exc}") from None
 
 
 class Client:
@@ -268,9 +283,14 @@ class _Response:
     def send(cls, parts, timeout: float, method: str, target: str, headers: dict[str, str],
              payload: bytes) -> "_Response":
         """Connect, send the request, and read the status line and headers; raises OSError or ValueError."""
-        import socket
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        sock = socket.create_connection((parts.hostname, port), timeout=timeout)
+        # An ASCII name is passed as bytes: as str, it would be encoded by the idna codec (~2 ms to import).
+        host_name = parts.hostname.encode("ascii") if parts.hostname.isascii() else parts.hostname
+        if parts.scheme == "https":
+            import socket
+            sock = socket.create_connection((host_name, port), timeout=timeout)
+        else:
+            sock = _connect(host_name, port, timeout)
         try:
             if parts.scheme == "https":
                 import ssl
@@ -279,7 +299,7 @@ class _Response:
             lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close",
                      f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in headers.items())]
             sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
-            reader = sock.makefile("rb")
+            reader = sock.makefile("rb") if parts.scheme == "https" else io.BufferedReader(_SocketReader(sock))
             status_line = reader.readline(65537).decode("latin-1")
             version, _, rest = status_line.partition(" ")
             if not version.startswith("HTTP/") or not rest[:3].isdigit():
@@ -328,6 +348,40 @@ class _Response:
         self.sock.close()
 
 
+def _connect(host: bytes | str, port: int, timeout: float):
+    """A connected plain TCP socket, as socket.create_connection makes one, from the C module alone.
+
+    The socket module wraps _socket in enums and selectors that cost every
+    gpuctl call ~3 ms; plain HTTP needs none of them.
+    """
+    import _socket
+    error: OSError | None = None
+    for family, kind, proto, _, address in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error or OSError(f"no address for {host!r}")
+
+
+class _SocketReader(io.RawIOBase):
+    """A socket's incoming bytes as a raw stream, for io.BufferedReader (what socket.makefile does)."""
+
+    def __init__(self, sock):
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self._sock.recv_into(buffer)
+
+
 def job_path(job_id: str, *rest: str) -> str:
     """The API path of a job (``jobs/42/why``), with the id escaped."""
     return "/".join(["jobs", quote(str(job_id), safe=""), *rest])
@@ -350,8 +404,8 @@ def _why(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return "no answer in time"
-    import socket
-    if isinstance(exc, socket.gaierror):
+    import _socket
+    if isinstance(exc, _socket.gaierror):
         return f"unknown host: {exc.strerror}"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()

@@ -21,8 +21,8 @@ class Directive:
     args: tuple[str, ...]
 
 
-def read_directives(text: str, source: str = "script") -> list[Directive]:
-    """The ``#GPUD`` lines of a script, in order.
+def read_directives(text: str, source: str = "script", prefix: str = PREFIX) -> list[Directive]:
+    """The ``#GPUD`` lines (or lines of another ``prefix``, such as ``#SBATCH``) of a script, in order.
 
     As with ``#SBATCH``, directives are read from the top of the script
     (after the ``#!`` line) until the first line that is neither blank nor a
@@ -40,7 +40,7 @@ def read_directives(text: str, source: str = "script") -> list[Directive]:
         if not line.startswith("#"):
             break
         head, *rest = line.split(None, 1)
-        if head != PREFIX:
+        if head != prefix:
             continue
         try:
             args = shlex.split(rest[0] if rest else "", comments=True)

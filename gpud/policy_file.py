@@ -115,8 +115,8 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         over_quota_weights=top.boolean("over_quota_weights", True),
         priority_classes=priority_classes,
         idle_timeouts=_idle_timeouts(top),
-        min_runtime_s=top.number("min_runtime", 300.0, lo=0),
-        grace_period_s=top.number("grace_period", 30.0, lo=0),
+        min_runtime_s=top.seconds("min_runtime", 300.0),
+        grace_period_s=top.seconds("grace_period", 30.0),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,
         cpu_placement=cpu_placement,
@@ -197,28 +197,14 @@ def _idle_timeouts(top: Table) -> dict[str, float]:
         if isinstance(value, dict) and "idle_timeout" in value:
             entry = table.table(name, PRIORITY_CLASS_KEYS)
             raw = value["idle_timeout"]
-            seconds = _seconds(raw)
-            if seconds is None:
+            if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
                 raise entry.error("idle_timeout", f"expected seconds or a time such as \"30m\", \"1.5h\" or "
                                                   f"\"45s\", got {describe(raw)}")
+            seconds = entry.seconds("idle_timeout")
+            if not seconds > 0:
+                raise entry.error("idle_timeout", "must be longer than 0 seconds")
             timeouts[name] = seconds
     return timeouts
-
-
-def _seconds(raw: Any) -> float | None:
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, (int, float)):
-        return float(raw) if raw > 0 else None
-    if isinstance(raw, str):
-        text = raw.strip().lower()
-        unit = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}.get(text[-1:], None)
-        try:
-            value = float(text[:-1] if unit else text) * (unit or 1.0)
-        except ValueError:
-            return None
-        return value if value > 0 and math.isfinite(value) else None
-    return None
 
 
 def _queue_settings(table: Table, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, Any]:

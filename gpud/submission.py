@@ -26,6 +26,7 @@ MAX_ARRAY_ELEMENTS = 100_000
 MAX_TASKS = 10_000
 MAX_STRING = 65_536
 MAX_SCRIPT = 4 * 1024 * 1024
+DEV_NULL = "/dev/null"  # the one output path outside the workdir: Slurm users discard output with it
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
@@ -43,12 +44,14 @@ class SubmitError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """The largest node the cluster has, to refuse jobs no node could ever run (None: no node known)."""
+    """The largest node the cluster has and the labels its nodes carry, to refuse jobs no node could ever
+    run (None: no node known)."""
 
     max_gpus: int | None = None
     max_gpu_memory_gib: float | None = None
     max_cpus: float | None = None
     max_memory_gib: float | None = None
+    labels: tuple[tuple[tuple[str, str], ...], ...] | None = None  # each distinct set of node labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if not admin and payload.get("priority") is not None:
         _priority_allowed(job, policy)
     job.constraint = r.labels("constraint")
+    _check_labels(job.constraint, capacity)
     job.pool = r.string("pool")
     known_pools = set(policy.pools) | {policy.default_pool}
     if job.pool is not None and job.pool not in known_pools:
@@ -181,7 +185,7 @@ def _resources(r: _Reader, job: Job, capacity: Capacity) -> None:
         job.gpus = float(int(job.gpus))
     job.tasks = r.integer("tasks", default=1, minimum=1, maximum=MAX_TASKS)
     job.min_tasks = r.integer("min_tasks", minimum=1, maximum=job.tasks)
-    job.cpus = r.number("cpus", default=1.0, positive=True)
+    job.cpus = r.number("cpus", default=1.0, minimum=0.0)  # 0: a task that asks for no CPU of its own
     job.memory_gib = r.number("memory_gib", default=1.0, positive=True)
     _sharing(r, job)
     job.runs = []
@@ -238,6 +242,19 @@ def _check_fits(job: Job, capacity: Capacity) -> None:
                           f"has {capacity.max_memory_gib:g} GiB", "memory_gib")
 
 
+def _check_labels(constraint: dict[str, str], capacity: Capacity) -> None:
+    """Refuse a constraint no node has ever had; "pool" is a node's pool, which the policy may change."""
+    wanted = {k: v for k, v in constraint.items() if k != "pool"}
+    if not wanted or capacity.labels is None:
+        return
+    if any(all(pair in labels for pair in wanted.items()) for labels in capacity.labels):
+        return
+    have = sorted({f"{k}={v}" for labels in capacity.labels for k, v in labels})
+    shown = ", ".join(have[:20]) + (f" and {len(have) - 20} more" if len(have) > 20 else "")
+    raise SubmitError(f"no node has {', '.join(f'{k}={v}' for k, v in wanted.items())}; the labels nodes have: "
+                      f"{shown or 'none'}", "constraint")
+
+
 def _priority(r: _Reader, job: Job, policy: Policy) -> None:
     value = r.raw("priority")
     if value is None:
@@ -281,8 +298,11 @@ def _relative_path(r: _Reader, key: str) -> str | None:
     if path is None:
         return None
     parts = path.split("/")
+    if path == DEV_NULL:
+        return path
     if path.startswith("/") or ".." in parts or not path.strip():
-        raise SubmitError(f"{key} must be a path inside workdir (relative, no '..'), not {path!r}", key)
+        raise SubmitError(f"{key} must be a path inside workdir (relative, no '..') or {DEV_NULL}, not "
+                          f"{path!r}", key)
     return path
 
 

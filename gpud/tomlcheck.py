@@ -276,6 +276,22 @@ class Table:
         except ConfigError as exc:
             raise spotted(exc, self.data, key) from None
 
+    def seconds(self, key: str, default: Any = REQUIRED) -> Any:
+        """A duration of 0 or more seconds: a number of seconds, or a string such as "5m", "1.5h" or
+        "1:30:00", as gpuctl takes times; ``default`` when absent."""
+        found, value = self._get(key, default)
+        if not found or not isinstance(value, str):
+            return float(as_number(value, self.source, self.at(key), lo=0)) if found else value
+        from gpud.cli.units import parse_duration
+        text = value.strip()
+        if text.replace(".", "", 1).isdigit():
+            raise self.error(key, f"a bare number is seconds: write {text} (no quotes), or a time with a unit "
+                                  f"such as \"{text}m\"")
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise self.error(key, f"{exc}; or a number of seconds") from None
+
     def integer(self, key: str, default: Any = REQUIRED, **bounds: Any) -> Any:
         """An integer within ``bounds``, or ``default`` when absent."""
         found, value = self._get(key, default)

@@ -117,7 +117,7 @@ def test_users_change_only_their_own_jobs(cluster):
 
 
 def test_admin_may_cancel_and_hold_anyones_job(cluster):
-    job = submit(cluster, token=cluster.alice, command=["true"], constraint={"role": "nowhere"})
+    job = submit(cluster, token=cluster.alice, command=["true"], constraint={"pool": "nowhere"})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/hold") == (200, {"ids": [job]})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/release") == (200, {"ids": [job]})
     assert cluster.api("POST", f"/api/v1/jobs/{job}/cancel") == (200, {"ids": [job]})
@@ -193,8 +193,9 @@ BAD_JOBS = [
     ({"gpus": 1.5}, "gpus", "1.5"),
     ({"gpus": 5}, "gpus", "largest node"),
     ({"gpu_memory_gib": 500}, "gpu_memory_gib", "largest GPU"),
-    ({"cpus": -1}, "cpus", "above 0"),
-    ({"cpus": 0}, "cpus", "above 0"),
+    ({"cpus": -1}, "cpus", "at least 0"),
+    ({"constraint": {"gpu": "h100"}}, "constraint", "the labels nodes have: role=drain, role=main"),
+    ({"constraint": {"role": "main", "rack": "r9"}}, "constraint", "no node has role=main, rack=r9"),
     ({"memory_gib": -2}, "memory_gib", "above 0"),
     ({"tasks": 0}, "tasks", "between"),
     ({"min_tasks": 3, "tasks": 2}, "min_tasks", "between"),
@@ -411,7 +412,7 @@ def test_hold_and_release(cluster):
     assert cluster.api("POST", f"/api/v1/jobs/{held}/release") == (200, {"ids": [held]})
     cluster.wait_state(held, "COMPLETED")
 
-    waiting = submit(cluster, command=["true"], constraint={"role": "nowhere"})
+    waiting = submit(cluster, command=["true"], constraint={"pool": "nowhere"})
     assert cluster.api("POST", f"/api/v1/jobs/{waiting}/hold") == (200, {"ids": [waiting]})
     assert "held" in cluster.job(waiting)["reason"]
     status, body = cluster.api("POST", f"/api/v1/jobs/{waiting}/hold")
@@ -494,6 +495,49 @@ def test_policy_reload_keeps_the_old_policy_on_error_and_takes_a_good_one(cluste
         assert "gamma" in {q["name"] for q in body["queues"]}
     finally:
         cluster.policy_file.write_text(original + "\n[[projects]]\nname = \"gamma\"\ngpu_quota = 1\n")
+
+
+def test_output_to_dev_null_and_no_cpu_are_accepted(cluster):
+    job = submit(cluster, command=sh("echo gone; echo gone >&2"), output="/dev/null", error="/dev/null", cpus=0)
+    done = cluster.wait_state(job, "COMPLETED", "FAILED")
+    assert (done["state"], done["cpus"], done["output"]) == ("COMPLETED", 0, "/dev/null")
+    status, body = cluster.api("GET", f"/api/v1/jobs/{job}/logs")
+    assert status == 409 and "/dev/null" in body["error"], body
+    assert not list(cluster.workdir.glob(f"*{job}*"))
+
+
+def test_why_names_the_labels_no_node_has_as_people_write_them(cluster):
+    job = submit(cluster, command=["true"], constraint={"role": "main", "pool": "elsewhere"})
+    try:
+        wait_for(lambda: cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"], "why to name a blocker")
+        blockers = cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"]
+        assert any("has role=main, pool=elsewhere" in b for b in blockers), blockers
+        assert not any("{" in b for b in blockers), blockers
+    finally:
+        cluster.api("POST", f"/api/v1/jobs/{job}/cancel")
+
+
+def test_reload_that_removes_a_project_with_jobs_says_what_becomes_of_them(cluster):
+    original = cluster.policy_file.read_text()
+    with_delta = original + '\n[[projects]]\nname = "delta"\ngpu_quota = 1\n'
+    try:
+        cluster.policy_file.write_text(with_delta)
+        assert cluster.api("POST", "/api/v1/policy/reload")[0] == 200
+        running = submit(cluster, command=sh("sleep 30"), project="delta", gpus=1)
+        cluster.wait_state(running, "RUNNING")
+        waiting = submit(cluster, command=["true"], project="delta", hold=True)
+        cluster.policy_file.write_text(original)
+        status, body = cluster.api("POST", "/api/v1/policy/reload")
+        assert status == 200 and body["removed_projects"] == [{"project": "delta", "running": 1, "pending": 1}]
+        assert cluster.api("POST", f"/api/v1/jobs/{waiting}/release")[0] == 200
+        wait_for(lambda: "not in the policy" in (cluster.job(waiting).get("reason") or ""), "the waiting job's reason")
+        assert cluster.job(running)["state"] == "RUNNING"
+    finally:
+        for job in (locals().get("running"), locals().get("waiting")):
+            if job:
+                cluster.api("POST", f"/api/v1/jobs/{job}/cancel")
+        cluster.policy_file.write_text(original)
+        cluster.api("POST", "/api/v1/policy/reload")
 
 
 # --------------------------------------------------------- reads and logs
@@ -587,7 +631,7 @@ def _fuzz_job(base: dict, extra: dict) -> dict:
     job = {k: v for k, v in base.items() if k not in ("command", "script")}
     job.update(extra)
     if isinstance(job.get("constraint"), dict) or "constraint" not in job:
-        job["constraint"] = {"role": "fuzz-nowhere"}   # an accepted job waits and never runs
+        job["constraint"] = {"pool": "fuzz-nowhere"}   # an accepted job waits and never runs
     return job
 
 

@@ -235,10 +235,20 @@ def test_batch_refusal_names_the_entry(api, tmp_path, capsys):
                                                     "index": 1}, {})
     (tmp_path / "jobs.json").write_text(json.dumps([{"command": ["a"]}, {"command": ["b"], "gpus": 1.5}]))
     assert main(["submit", "-p", "p", "--from-file", "jobs.json"]) == 1
-    assert "(HTTP 422, field 'gpus', job #1)" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("gpuctl submit: jobs.json, entry 2: gpus must be at most 1 when a fraction "
+                                       "(HTTP 422, field 'gpus')\n")
+    (tmp_path / "jobs.jsonl").write_text('{"command": ["a"]}\n\n{"command": ["b"], "gpus": 1.5}\n')
+    assert main(["submit", "-p", "p", "--from-file", "jobs.jsonl"]) == 1
+    assert "jobs.jsonl, line 3: gpus must be" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, message", [("[1]", "entry 0: a job must be a JSON object"),
+def test_entries_are_counted_from_1_in_every_message(api, tmp_path, capsys):
+    (tmp_path / "jobs.json").write_text('[{"command": ["a"]}, 2]')
+    assert main(["submit", "-p", "p", "--from-file", "jobs.json"]) == 2
+    assert "jobs.json, entry 2: a job must be a JSON object" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [("[1]", "entry 1: a job must be a JSON object"),
                                            ('{"a": 1}\n[2]\n', "line 2: a job must be a JSON object"),
                                            ('{"a": 1}\n{oops\n', "line 2: not JSON"), ("[]", "no jobs"),
                                            ("7", "expected a list")])
@@ -349,3 +359,54 @@ def test_simulate_needs_a_file_or_the_controller(capsys):
 def test_gpuctl_module_builds_only_the_verb_it_runs():
     parser = gpuctl.build_parser("queue")
     assert parser.parse_args(["queue", "--me"]).me is True
+
+
+def test_a_refusal_after_accepted_batches_names_the_first_entry_not_submitted(api, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(submit_cmd, "MAX_BATCH", 2)
+    answers = iter([(201, {"ids": ["1", "2"]}), (422, {"error": "bad gpus", "field": "gpus", "index": 1})])
+
+    def answer(handler):
+        status, body = next(answers)
+        data = json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    api.routes["POST /api/v1/jobs/batch"] = (201, answer, {})
+    (tmp_path / "jobs.json").write_text(json.dumps([{"command": ["x"]}] * 4))
+    assert main(["submit", "-p", "p", "--from-file", "jobs.json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "submitted 2 jobs: 1 2\n"
+    assert "the 2 jobs before jobs.json, entry 3 were submitted" in err
+    assert "jobs.json, entry 4: bad gpus (HTTP 422, field 'gpus')" in err
+
+
+@pytest.mark.parametrize("argv, route, prefix", [
+    (["policy", "reload"], "POST /api/v1/policy/reload", "gpuctl policy reload: "),
+    (["token", "create", "--user", "bob"], "POST /api/v1/tokens", "gpuctl token create: "),
+])
+def test_errors_name_the_verb_as_typed(api, capsys, argv, route, prefix):
+    api.routes[route] = (403, {"error": "this needs an admin token"}, {})
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith(prefix + "this needs an admin token")
+
+
+def test_reload_warns_about_removed_projects_that_still_have_jobs(api, capsys):
+    api.routes["POST /api/v1/policy/reload"] = (200, {"ok": True, "removed_projects": [
+        {"project": "delta", "running": 1, "pending": 3}, {"project": "empty", "running": 0, "pending": 0},
+        {"project": "idle", "running": 0, "pending": 2}]}, {})
+    assert main(["policy", "reload"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "policy reloaded\n"
+    assert err == ("gpuctl policy reload: warning: project delta is no longer in the policy: its running jobs (1) run "
+                   "on until they end; its pending jobs (3) wait (reason: project delta is not in the policy) until "
+                   "it is back or they are cancelled\n"
+                   "gpuctl policy reload: warning: project idle is no longer in the policy: its pending jobs (2) wait "
+                   "(reason: project idle is not in the policy) until it is back or they are cancelled\n")
+
+
+def test_no_cpu_and_dev_null_pass_the_command_line(api):
+    api.routes["POST /api/v1/jobs"] = (201, {"ids": ["5"]}, {})
+    assert main(["submit", "-p", "p", "-c", "0", "-o", "/dev/null", "--", "true"]) == 0
+    assert (api.requests[-1]["body"]["cpus"], api.requests[-1]["body"]["output"]) == (0, "/dev/null")

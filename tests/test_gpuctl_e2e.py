@@ -226,6 +226,19 @@ def test_separate_error_stream_and_a_failing_exit_code(cluster, node, tmp_path):
     assert ok(gpuctl(cluster, "logs", job_id, "--err")) == "err\n"
 
 
+def test_a_slurm_script_runs_as_it_is(cluster, node, tmp_path):
+    script = tmp_path / "slurm.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -A alpha\n#SBATCH --job-name=sl --gres=gpu:1 -c 1 --mem=512\n"
+                      "#SBATCH -t 10:00 -o %x-%j.log\n#SBATCH --mail-type=END\n"
+                      "echo gpus=$CUDA_VISIBLE_DEVICES\n")
+    result = gpuctl(cluster, "submit", "--parsable", str(script), cwd=tmp_path)
+    job_id = ok(result).strip()
+    assert "line 5: #SBATCH --mail-type=END ignored" in result.stderr
+    done = wait_state(cluster, job_id, ("COMPLETED", "FAILED"))
+    assert (done["state"], done["name"], done["gpus"], done["memory_gib"], done["time_limit_s"]) == (
+        "COMPLETED", "sl", 1, 0.5, 600)
+    assert (tmp_path / f"sl-{job_id}.log").read_text().startswith("gpus=GPU-")
+
 def test_nodes_drain_and_resume(cluster, node):
     table = ok(gpuctl(cluster, "nodes"))
     assert any(ln.split()[:3] == [node, "default", "up"] for ln in table.splitlines())

@@ -93,6 +93,17 @@ def test_show_text_lists_what_is_set_and_the_events():
     assert "11:58:59  started: task 0 started (on n1)" in text
 
 
+def test_show_names_the_output_file_and_each_node_once():
+    text = show_text(job(state="RUNNING", events=[{"time": NOW - 5, "kind": "started", "message": "started on vm",
+                                                   "node": "vm"}]), NOW)
+    assert "Output:      /home/alice/gpud-42.out" in text
+    assert "started: started on vm\n" in text + "\n" and "(on vm)" not in text
+    gang = show_text(job(tasks=4, gpus=1, output="logs/%j.%t.out", error="/dev/null"), NOW)
+    assert "Output:      /home/alice/logs/42.%t.out (%t: each task, 0 to 3)" in gang
+    assert "Error:       /dev/null" in gang
+    assert "Output:      /home/alice/100%-42.0.out" in show_text(job(output="100%%-%j.%t.out"), NOW)
+
+
 def test_show_text_of_a_script_job():
     text = show_text(job(command=None, script="#!/bin/sh\n#GPUD --gpus 1\nset -e\npython x.py\n"), NOW)
     assert "Script:      set -e ..." in text
@@ -113,12 +124,14 @@ def test_describe_odd_shapes():
     assert describe(3) == "3"
 
 
-def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True, cpus_used=0.0,
+def node(name, state="up", used=0.0, gpus=8, pool="default", reason="", healthy=True, per_gpu=None, cpus_used=0.0,
          memory_used=0.0):
+    per_gpu = per_gpu or [min(1.0, max(0.0, used - i)) for i in range(gpus)]  # whole GPUs first, then a fraction
     return {"name": name, "pool": pool, "state": state, "reason": reason, "labels": {}, "cpus": 64,
-            "memory_gib": 512, "cpus_used": cpus_used, "memory_used_gib": memory_used, "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
-                                         "healthy": healthy or i > 0, "used": 0} for i in range(gpus)],
-            "gpus_used": used, "gpus_idle": gpus - used, "last_seen": NOW - 2}
+            "memory_gib": 512, "cpus_used": cpus_used, "memory_used_gib": memory_used,
+            "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": "H100", "memory_gib": 80,
+                      "healthy": healthy or i > 0, "used": per_gpu[i]} for i in range(gpus)],
+            "gpus_used": sum(per_gpu), "gpus_idle": gpus - sum(per_gpu), "last_seen": NOW - 2}
 
 
 def test_nodes_text_shows_use_state_and_reason():
@@ -127,10 +140,20 @@ def test_nodes_text_shows_use_state_and_reason():
     lines = text.splitlines()
     assert lines[0].split() == ["NODE", "POOL", "STATE", "GPUS", "USED", "IDLE", "MODEL", "CPUS", "USED", "MEMORY",
                                 "USED", "SEEN", "REASON"]
-    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5.5", "H100", "12/64", "96G/512G", "2s", "ago"]
+    assert lines[1].split() == ["n1", "default", "up", "2.5/8", "5", "+0.5", "shared", "H100", "12/64", "96G/512G",
+                                "2s", "ago"]
     assert lines[2].split()[6:8] == ["0/64", "0/512G"]
     assert lines[2].endswith("ECC errors; 1 GPU unhealthy")
     assert "drained" in lines[2]
+
+
+def test_idle_counts_whole_gpus_apart_from_the_room_on_shared_ones():
+    mixed = node("n1", per_gpu=[0.5, 0.7, 0, 0, 0, 0, 0, 0])
+    row = nodes_text([mixed], NOW).splitlines()[1].split()
+    assert row[3:7] == ["1.2/8", "6", "+0.8", "shared"]  # not 6.8 idle: only 6 GPUs can take a whole-GPU job
+    assert nodes_text([node("n2", used=3)], NOW).splitlines()[1].split()[3:5] == ["3/8", "5"]
+    assert pools_table([mixed, node("n2", used=3)]).splitlines()[1].split() == [
+        "default", "2", "2", "16", "4.2", "11", "+0.8", "shared", "0"]
 
 
 def test_pools_table_totals_per_pool():

@@ -28,7 +28,7 @@ def test_idle_timeout_per_priority_class_in_seconds_or_with_a_unit():
 
 
 @pytest.mark.parametrize("value, says", [
-    ('"soon"', 'priority_classes.build.idle_timeout: expected seconds or a time such as "30m"'),
+    ('"soon"', "priority_classes.build.idle_timeout: bad time 'soon'"),
     ("0", "priority_classes.build.idle_timeout"),
     ("-5", "priority_classes.build.idle_timeout"),
     ("true", "priority_classes.build.idle_timeout"),

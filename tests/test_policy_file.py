@@ -232,6 +232,16 @@ def test_negative_amounts_are_refused(line, where):
     assert "must not be negative" in str(error)
 
 
+@pytest.mark.parametrize("text, min_runtime, grace", [
+    ('min_runtime = "5m"\ngrace_period = "45s"', 300.0, 45.0),
+    ('min_runtime = "1:30:00"\ngrace_period = "1.5m"', 5400.0, 90.0),
+    ("min_runtime = 90\ngrace_period = 0", 90.0, 0.0),
+])
+def test_times_are_seconds_or_written_as_gpuctl_takes_them(text, min_runtime, grace):
+    policy = parse_policy(tomllib.loads(text), "policy.toml")
+    assert (policy.min_runtime_s, policy.grace_period_s) == (min_runtime, grace)
+
+
 def test_negative_min_runtime():
     error = refused("min_runtime = -1")
     assert error.where == "min_runtime" and "must not be negative (got -1)" in str(error)
@@ -257,7 +267,9 @@ def test_negative_min_runtime():
      "expected a string, got an integer (7)"),
     ('[[projects]]\nname = 5', "projects[1].name", "expected a string, got an integer (5)"),
     ("over_quota_weights = 1", "over_quota_weights", "expected true or false, got an integer (1)"),
-    ('min_runtime = "5m"', "min_runtime", 'expected a number, got a string ("5m")'),
+    ('min_runtime = "soon"', "min_runtime", "bad time 'soon'"),
+    ('min_runtime = "300"', "min_runtime", 'a bare number is seconds: write 300 (no quotes), or a time with a unit'),
+    ('grace_period = [30]', "grace_period", "expected a number, got an array"),
     ("min_runtime = true", "min_runtime", "expected a number, got a boolean (true)"),
     ("min_runtime = nan", "min_runtime", "must be a finite number"),
     ("default_pool = 1", "default_pool", "expected a string, got an integer (1)"),

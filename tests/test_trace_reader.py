@@ -39,8 +39,6 @@ def test_nodes_carry_their_gpu_model_as_a_label(tmp_path):
 
 def test_profile_counts_gpu_shapes_only():
     pods_path = TRACE_DIR / "openb_pod_list_default.csv"
-    if not pods_path.exists():
-        pytest.skip("the Alibaba trace is not on this machine")
     profile = workload_profile(read_pods(str(pods_path)))
     assert all(shape.num_gpu for shape, _ in profile)
     assert sum(w for _, w in profile) == 7064

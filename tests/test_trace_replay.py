@@ -62,8 +62,6 @@ def test_summary_statistics():
 
 def test_a_slice_of_the_real_trace_on_the_whole_cluster_starts_every_pod_on_arrival():
     pods_path, nodes_path = TRACE_DIR / "openb_pod_list_default.csv", TRACE_DIR / "openb_node_list_gpu_node.csv"
-    if not pods_path.exists():
-        pytest.skip("the Alibaba trace is not on this machine")
     pods = [p for p in read_pods(str(pods_path)) if p.duration is not None][:300]
     nodes = read_nodes(str(nodes_path))
     policy = trace_policy(QuotaTable("test", "-", (("p", 1.0),)), 6212, "fragaware")

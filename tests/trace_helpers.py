@@ -6,7 +6,9 @@ from pathlib import Path
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-TRACE_DIR = Path("/work/shared/traces/alibaba-gpu-v2023/csv")
+# The trace files ship with the project (traces/, with their sources and licences), read from this checkout.
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+TRACE_DIR = TRACES / "alibaba-gpu-v2023" / "csv"
 
 
 def write_pods(path: Path, rows: list[tuple]) -> str:

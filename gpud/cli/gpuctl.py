@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 
 from gpud import __version__
-from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE
+from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Formatter
 
 # Each verb and the module that registers it, in the order `gpuctl --help` lists them.
 VERBS = {
@@ -41,7 +40,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="gpuctl", description="Submit, watch and plan GPU jobs on a gpud cluster.", epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     modules = [VERBS[verb]] if verb in VERBS else list(dict.fromkeys(VERBS.values()))
@@ -49,7 +48,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         importlib.import_module(f"gpud.cli.{name}").add_parsers(subparsers)
     for name in VERBS:
         if name not in subparsers.choices:
-            subparsers.add_parser(name)
+            subparsers.add_parser(name, formatter_class=Formatter)
     return parser
 
 
@@ -70,6 +69,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     unknown = [arg for arg in extras if arg.startswith("-")]
     if not unknown:
         return f"unexpected argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}"
+    import difflib
     name = unknown[0].split("=", 1)[0]
     spelled = {option: action for action in parser._actions for option in action.option_strings}
     close = difflib.get_close_matches(name, [o for o in spelled if o.startswith("--")], n=1, cutoff=0.6)

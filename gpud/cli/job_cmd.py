@@ -64,7 +64,7 @@ def _action(verb: str, done: str):
         def act(job_id: str) -> None:
             answer = api.post(job_path(job_id, verb)) or {}
             if answer.get("ended") and isinstance(answer.get("array"), dict):
-                print(f"array {job_id} has already ended ({counts_text(answer['array'].get('states') or {})}); "
+                print(f"array {job_id} has already ended ({render.counts_text(answer['array'].get('states') or {})}); "
                       f"nothing to {verb}")
                 return
             ids = [str(i) for i in answer.get("ids", [])] or [job_id]
@@ -115,7 +115,8 @@ def show_text(job: dict, now: float) -> str:
         ("Exit", render.exit_status(job) if job.get("ended") else None),
         ("GPU-hours", render.gpu_hours(job["gpu_hours"]) if job.get("gpu_hours") else None),
         ("Compute", _compute(job.get("sharing"))), ("GPU memory", _memory(job.get("sharing"))),
-        ("Output", job.get("output")), ("Error", job.get("error")),
+        ("Output", output_path(job, job.get("output") or "gpud-%j.out")),
+        ("Error", output_path(job, job["error"]) if job.get("error") else None),
         ("Env", ", ".join(sorted(job.get("env") or {})) or None),
         ("Command", "not shown: only its owner and admins see its command, environment and paths"
          if job.get("confidential") else None),
@@ -138,7 +139,7 @@ def array_text(view: dict, now: float) -> str:
     what = " ".join(view["command"]) if view.get("command") else _first_line(view.get("script"))
     rows = [("Array", f"{view.get('id')} ({array.get('elements')} jobs {view.get('id')}_N{limit})"),
             ("Name", view.get("name")), ("User", view.get("user")), ("Project", view.get("project")),
-            ("State", f"{view.get('state')} ({counts_text(array.get('states') or {})})"),
+            ("State", f"{view.get('state')} ({render.counts_text(array.get('states') or {})})"),
             ("Reason", view.get("reason")), ("Command" if view.get("command") else "Script", what),
             ("Workdir", view.get("workdir")), ("GPUs", render.gpus(view)), ("CPUs", format_number(view.get("cpus"))),
             ("Memory", format_size_gib(view.get("memory_gib"))),
@@ -154,9 +155,29 @@ def array_text(view: dict, now: float) -> str:
     return "\n".join(out + ["", "Jobs:"] + ["  " + line for line in table.splitlines()])
 
 
-def counts_text(states: dict) -> str:
-    """Counts by state for people: ``3 running, 5 pending, 2 completed``."""
-    return ", ".join(f"{n} {state.lower()}" for state, n in states.items()) or "no jobs"
+def output_path(job: dict, pattern: str) -> str:
+    """Where an output pattern puts the job's file: ``%j`` the job id, ``%t`` the task, ``%%`` a percent sign,
+    inside the workdir. A gang's ``%t`` stays, with the range of tasks it stands for."""
+    tasks = job.get("tasks") or 1
+    out, i, per_task = [], 0, False
+    while i < len(pattern):
+        code = pattern[i:i + 2]
+        if code == "%j":
+            out.append(str(job.get("id")))
+        elif code == "%t":
+            out.append("0" if tasks == 1 else "%t")
+            per_task = tasks > 1
+        elif code == "%%":
+            out.append("%")
+        else:
+            out.append(pattern[i])
+            i += 1
+            continue
+        i += 2
+    path = "".join(out)
+    if not path.startswith("/") and job.get("workdir"):
+        path = job["workdir"].rstrip("/") + "/" + path
+    return path + (f" (%t: each task, 0 to {tasks - 1})" if per_task else "")
 
 
 def _compute(sharing: dict | None) -> str | None:
@@ -207,7 +228,8 @@ def _event(event: Any, now: float) -> str:
     if not isinstance(event, dict):
         return str(event)
     if isinstance(event.get("kind"), str) and isinstance(event.get("message"), str):
-        node = f" (on {event['node']})" if event.get("node") else ""
+        named = event.get("node") and str(event["node"]) not in event["message"].split()
+        node = f" (on {event['node']})" if named else ""
         return f"{render.when(event.get('time'), now)}  {event['kind']}: {event['message']}{node}"
     stamp = next((event[k] for k in ("time", "at", "ts") if isinstance(event.get(k), (int, float))), None)
     rest = {k: v for k, v in event.items() if k not in ("time", "at", "ts")}
@@ -265,7 +287,7 @@ def why_text(answer: dict) -> str:
     out = [head]
     array = answer.get("array")
     if isinstance(array, dict):
-        out.insert(0, f"array {array.get('id')}: {array.get('elements')} jobs, {counts_text(array.get('states') or {})}")
+        out.insert(0, f"array {array.get('id')}: {array.get('elements')} jobs, {render.counts_text(array.get('states') or {})}")
         if not array.get("states", {}).get("PENDING"):
             return "\n".join(out[:1] + ["no job of it waits"])
     blockers = answer.get("blockers") or []

@@ -10,10 +10,11 @@ from gpud.cli.common import add_verb, client, print_json
 from gpud.cli.units import format_number, format_size_gib
 
 NODES_DESCRIPTION = """\
-Show every node (as sinfo does): its pool and state, GPUs used and idle (a
-shared GPU counts its used fraction), CPUs and memory in use of the node's
-total, GPU model, and why a node is down, drained or draining. A summary per
-pool follows.
+Show every node (as sinfo does): its pool and state, GPUs used (a shared GPU
+counts its used fraction) and idle (whole GPUs with nothing on them, then the
+room left on shared ones: `6 +0.8 shared`), CPUs and memory in use of the
+node's total, GPU model, and why a node is down, drained or draining. A
+summary per pool follows.
 """
 
 NODES_EXAMPLES = """\
@@ -61,7 +62,7 @@ def nodes_text(nodes: list[dict], now: float) -> str:
         seen = node.get("last_seen")
         rows.append([node.get("name"), node.get("pool"), node.get("state"),
                      f"{format_number(node.get('gpus_used', 0))}/{len(gpus)}",
-                     format_number(node.get("gpus_idle", 0)), ",".join(models) or "-",
+                     idle_cell(*idle_gpus(node)), ",".join(models) or "-",
                      _in_use(node.get("cpus_used"), node.get("cpus"), format_number),
                      _in_use(node.get("memory_used_gib"), node.get("memory_gib"), format_size_gib),
                      "-" if seen is None else f"{max(0, int(now - seen))}s ago",
@@ -77,16 +78,18 @@ def pools_table(nodes: list[dict]) -> str:
     """One row per pool: nodes (and how many are up), GPUs, used, idle, and GPUs on nodes not up."""
     pools: dict[str, list[float]] = {}
     for node in nodes:
-        total = pools.setdefault(node.get("pool") or "-", [0, 0, 0, 0, 0, 0])
+        total = pools.setdefault(node.get("pool") or "-", [0, 0, 0, 0, 0, 0, 0])
+        whole, sliver = idle_gpus(node)
         gpus = len(node.get("gpus") or [])
         total[0] += 1
         total[1] += node.get("state") == "up"
         total[2] += gpus
         total[3] += node.get("gpus_used") or 0
-        total[4] += node.get("gpus_idle") or 0
+        total[4] += whole
         total[5] += gpus if node.get("state") != "up" else 0
+        total[6] += sliver
     return render.table(["POOL", "NODES", "UP", "GPUS", "USED", "IDLE", "OUT OF SERVICE"],
-                        [[pool, int(t[0]), int(t[1]), int(t[2]), format_number(t[3]), format_number(t[4]),
+                        [[pool, int(t[0]), int(t[1]), int(t[2]), format_number(t[3]), idle_cell(int(t[4]), t[6]),
                           int(t[5])] for pool, t in sorted(pools.items())])
 
 
@@ -95,6 +98,22 @@ def _in_use(used: float | None, total: float | None, fmt) -> str:
     if used is None:
         return fmt(total)
     return f"{fmt(used) if used else '0'}/{fmt(total)}"
+
+
+def idle_gpus(node: dict) -> tuple[int, float]:
+    """A node's idle GPUs: how many are whole (nothing on them), and the idle share left on shared ones.
+
+    Only whole GPUs can take a job asking for 1 or more; 6.8 idle on a node
+    with two shared GPUs is 6 whole plus 0.8 in slivers.
+    """
+    gpus = node.get("gpus") or []
+    used = [min(1.0, max(0.0, g.get("used") or 0.0)) for g in gpus]
+    return sum(1 for u in used if u <= 1e-9), round(sum(1.0 - u for u in used if u > 1e-9), 6)
+
+
+def idle_cell(whole: int, sliver: float) -> str:
+    """``6``, or ``6 +0.8 shared`` when shared GPUs have room left."""
+    return f"{whole} +{format_number(sliver)} shared" if sliver > 1e-9 else str(whole)
 
 
 def _reason(node: dict, unhealthy: int) -> str:

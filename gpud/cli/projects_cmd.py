@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gpud.cli import render
 from gpud.cli.common import add_verb, client, print_json
@@ -91,6 +92,14 @@ def _get(resources, resource: str):
 
 def run_reload(args: argparse.Namespace) -> int:
     """Ask the controller to reload its policy."""
-    client().post("policy/reload")
+    answer = client().post("policy/reload") or {}
     print("policy reloaded")
+    for removed in answer.get("removed_projects") or []:
+        running, pending = removed.get("running", 0), removed.get("pending", 0)
+        fates = ([f"its running jobs ({running}) run on until they end"] if running else []) + (
+            [f"its pending jobs ({pending}) wait (reason: project {removed['project']} is not in the policy) "
+             f"until it is back or they are cancelled"] if pending else [])
+        if fates:
+            print(f"gpuctl policy reload: warning: project {removed['project']} is no longer in the policy: "
+                  f"{'; '.join(fates)}", file=sys.stderr)
     return 0

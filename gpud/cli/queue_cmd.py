@@ -101,7 +101,6 @@ def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:
     RUNNING while one runs, its reason the counts by state (from ``arrays``,
     which counts ended jobs too) and why its first pending job waits.
     """
-    from gpud.cli.job_cmd import counts_text
     groups: dict[str, list[dict]] = {}
     for job in jobs:
         if job.get("array_id") is not None:
@@ -119,7 +118,7 @@ def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:
         states = (arrays.get(array_id) or {}).get("states") or _counts(members)
         running = [j for j in members if j.get("state") == "RUNNING"]
         pending = next((j for j in members if j.get("state") == "PENDING"), None)
-        reason = counts_text(states)
+        reason = render.counts_text(states)
         if pending is not None and pending.get("reason"):
             reason += f"; {pending['id']}: {pending['reason']}"
         longest = max((render.elapsed(j, now) for j in running), key=lambda t: (len(t), t), default="0:00")

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from gpud.cli.common import UsageError, add_verb
+from gpud.cli.common import Formatter, UsageError, add_verb
 from gpud.cli.units import parse_array, parse_duration, parse_size_gib
 
 MAX_BATCH = 10_000  # the API's limit for one POST /api/v1/jobs/batch
@@ -23,6 +23,20 @@ start together or not at all. With --from-file, submit many jobs in one call:
 a JSON list (or {"jobs": [...]}) or JSON lines of job objects in the API's
 format (docs/api.md); options given on the command line fill the fields a job
 leaves out.
+
+For hundreds or thousands of jobs, submit them in one call rather than one
+gpuctl per job from a shell loop (each call starts a Python process): the
+same command over indices with --array 0-9999 (each job reads its index in
+$GPUD_ARRAY_TASK_ID), or different jobs with --from-file jobs.jsonl (up to
+10,000 per request).
+
+#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N,
+--gpus-per-node/--gpus-per-task, --gpus (the job's total), -N/--nodes (one
+task per node; 2-4 makes an elastic gang), -n/--ntasks, -c, --mem (a bare
+number is MB, as in Slurm), -t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array,
+-p (the pool), -A (the project), --dependency, -D, -H and --no-requeue.
+Every other #SBATCH option is named in a warning and ignored. #GPUD lines win
+over #SBATCH lines.
 
 Sizes: 16G, 20GiB, 512M (powers of 1024; a bare number is GiB).
 Times: 90 (minutes), 1:30:00, 2-00:00:00 (days), 90m, 1.5h, 30s.
@@ -64,7 +78,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="time-sliced GPUs: the most compute it may take in fair mode (default: 1)")
     add("-n", "--tasks", type=_positive_int, metavar="N", help="tasks in the gang (default 1)")
     add("--min-tasks", type=_positive_int, metavar="N", help="elastic gang: run with at least N tasks")
-    add("-c", "--cpus", type=_positive_number, metavar="N", help="CPUs per task (default 1)")
+    add("-c", "--cpus", type=_non_negative_number, metavar="N",
+        help="CPUs per task (default 1; 0 asks for none, for a task that mostly waits on its GPU)")
     add("--mem", type=_size, metavar="SIZE", help="memory per task (default 1G)")
     add("--priority", metavar="CLASS", type=_priority,
         help="priority class (inference, build, interactive-preemptible, train) or an integer")
@@ -92,7 +107,7 @@ OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_
 
 def directive_parser() -> argparse.ArgumentParser:
     """A parser for the options of ``#GPUD`` lines: the job options, no positionals."""
-    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False)
+    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter)
     add_options(parser)
     return parser
 
@@ -182,6 +197,12 @@ def load_jobs_file(path: str) -> list[dict]:
     Raises UsageError naming the file (and the line, for JSON lines) when it
     cannot be read or an entry is not a JSON object.
     """
+    return read_jobs_file(path)[0]
+
+
+def read_jobs_file(path: str) -> tuple[list[dict], list[str]]:
+    """The job objects in a jobs file, and where each one is for people: "entry 1", ... in a JSON
+    document, "line 7" in JSON lines (both counted from 1, as editors count)."""
     import json
     try:
         with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
@@ -193,7 +214,7 @@ def load_jobs_file(path: str) -> list[dict]:
         jobs = doc["jobs"] if isinstance(doc, dict) and "jobs" in doc else doc
         if isinstance(jobs, dict):
             jobs = [jobs]
-        where = lambda i: f"entry {i}"  # noqa: E731
+        places = [f"entry {i}" for i in range(1, len(jobs) + 1)] if isinstance(jobs, list) else []
     except ValueError:
         jobs, lines = [], []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -203,15 +224,15 @@ def load_jobs_file(path: str) -> list[dict]:
                 except ValueError as exc:
                     raise UsageError(f"{path}, line {number}: not JSON: {exc}") from None
                 lines.append(number)
-        where = lambda i: f"line {lines[i]}"  # noqa: E731
+        places = [f"line {number}" for number in lines]
     if not isinstance(jobs, list):
         raise UsageError(f"{path}: expected a list of jobs, {{\"jobs\": [...]}} or one job per line")
     for index, job in enumerate(jobs):
         if not isinstance(job, dict):
-            raise UsageError(f"{path}, {where(index)}: a job must be a JSON object")
+            raise UsageError(f"{path}, {places[index]}: a job must be a JSON object")
     if not jobs:
         raise UsageError(f"{path}: no jobs in the file")
-    return jobs
+    return jobs, places
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,8 +240,8 @@ def run(args: argparse.Namespace) -> int:
     if args.from_file:
         if args.script or args.command_argv is not None:
             raise UsageError("--from-file takes its commands from the file; give no script or command")
-        jobs = [build_job(args, base=job) for job in load_jobs_file(args.from_file)]
-        return _submit_batch(jobs, args.parsable)
+        jobs, places = read_jobs_file(args.from_file)
+        return _submit_batch([build_job(args, base=job) for job in jobs], args.parsable, args.from_file, places)
     if args.script and args.command_argv is not None:
         raise UsageError("give a script or a command after --, not both")
     if args.command_argv is not None:
@@ -229,13 +250,10 @@ def run(args: argparse.Namespace) -> int:
         job = build_job(args, command=args.command_argv)
     elif args.script:
         text = _read_script(args.script)
-        from gpud.directives import DirectiveError, parse_directives, read_directives
+        from gpud.cli.script_options import script_options
         source = "stdin" if args.script == "-" else args.script
-        try:
-            found = parse_directives(directive_parser(), read_directives(text, source), source)
-        except DirectiveError as exc:
-            raise UsageError(str(exc)) from None
         name = None if args.script == "-" else os.path.basename(args.script)
+        found = script_options(directive_parser(), text, source, args.name or name)
         job = build_job(merge(args, found), script=text, script_name=name)
     else:
         raise UsageError("nothing to run: give a batch script, or a command after -- "
@@ -256,7 +274,7 @@ def _read_script(path: str) -> str:
         raise UsageError(f"{path}: cannot read the script: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _submit_batch(jobs: list[dict], parsable: bool) -> int:
+def _submit_batch(jobs: list[dict], parsable: bool, path: str, places: list[str]) -> int:
     from gpud.cli.common import client
     from gpud.client import ClientError
     api = client()
@@ -267,10 +285,12 @@ def _submit_batch(jobs: list[dict], parsable: bool) -> int:
         except ClientError as exc:
             if ids:  # earlier batches were accepted: say which, so a rerun can skip them
                 _print_ids(ids, parsable)
-                print(f"gpuctl submit: {len(ids)} jobs were submitted before jobs {start}.. were refused",
-                      file=sys.stderr)
-            if getattr(exc, "index", None) is not None:
-                exc.args = (f"{exc} (entry {start + exc.index} of the file)",)
+                print(f"gpuctl submit: the {len(ids)} jobs before {path}, {places[start]} were submitted; "
+                      f"it and the jobs after it were not", file=sys.stderr)
+            index = getattr(exc, "index", None)
+            if isinstance(index, int) and 0 <= start + index < len(places):
+                field = f", field {exc.field!r}" if getattr(exc, "field", None) else ""
+                exc.args = (f"{path}, {places[start + index]}: {exc.message} (HTTP {exc.status}{field})",)
             raise
         ids.extend(str(i) for i in answer.get("ids", []))
     _print_ids(ids, parsable)
@@ -343,10 +363,10 @@ def _positive_int(text: str) -> int:
 
 
 @_checked
-def _positive_number(text: str) -> float:
+def _non_negative_number(text: str) -> float:
     value = _number(text)
-    if value <= 0:
-        raise ValueError(f"must be more than 0 (got {text})")
+    if value < 0:
+        raise ValueError(f"must be 0 or more (got {text})")
     return value
 
 

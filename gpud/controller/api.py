@@ -18,6 +18,7 @@ from gpud.controller.body import BodyError, parse_json, read_body
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
@@ -25,7 +26,7 @@ from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
 from gpud.store.base import TokenRecord
-from gpud.submission import SubmitError, check_job, is_job_id
+from gpud.submission import DEV_NULL, SubmitError, check_job, is_job_id
 
 MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
@@ -406,11 +407,13 @@ def _department_counts(ctrl: Controller, counts: dict, queue: Any) -> list[int]:
 async def reload_policy(request: web.Request) -> web.Response:
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     require_admin(principal)
+    old = ctrl.policy
     try:
         policy = ctrl.reload_policy()
     except ConfigError as exc:
         raise ApiError(422, f"policy refused, the old one stays: {exc}") from None
-    return ok({"ok": True, "projects": len(policy.projects), "departments": len(policy.departments)})
+    return ok({"ok": True, "projects": len(policy.projects), "departments": len(policy.departments),
+               "removed_projects": removed_projects(old, policy, ctrl.cluster.jobs.values())})
 
 
 async def create_token(request: web.Request) -> web.Response:
@@ -455,6 +458,9 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
     owned(principal, job)
     if stream not in ("out", "err") or not 0 <= task < job.tasks or not 0 <= offset <= MAX_OFFSET:
         raise ApiError(422, f"stream is out or err, task 0 to {job.tasks - 1}, offset at least 0")
+    if (job.output if stream == "out" or not job.error else job.error) == DEV_NULL:
+        raise ApiError(409, f"job {job.id} sends its {'output' if stream == 'out' else 'errors'} to {DEV_NULL}, "
+                            f"so there is no log to show")
     response = None
     if not _log_node(job, task):
         if not follow or job.state != "PENDING":

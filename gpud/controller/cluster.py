@@ -99,7 +99,8 @@ class Cluster(NodeMessages):
             self._largest = Capacity() if not nodes else Capacity(
                 max_gpus=max(len(n.gpus) for n in nodes),
                 max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
-                max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes))
+                max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
+                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})))
         return self._largest
 
     # ------------------------------------------------------------------- jobs

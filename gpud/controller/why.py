@@ -59,7 +59,8 @@ def _node_facts(job: Job, cluster: Cluster, pool: str, blockers: list, would: li
     matching = [n for n in cluster.nodes.values() if n.pool == pool
                 and all(n.labels.get(k) == v or (k == "pool" and v == n.pool) for k, v in job.constraint.items())]
     if not matching:
-        blockers.append(f"no node in pool {pool} matches {job.constraint or 'the pool'}")
+        wanted = ", ".join(f"{k}={v}" for k, v in job.constraint.items())
+        blockers.append(f"no node in pool {pool} has {wanted}" if wanted else f"no node is in pool {pool}")
         would.append("a node with those labels registering, or a different --constraint")
         return
     usable = [n for n in matching if n.spec().schedulable]

@@ -104,8 +104,8 @@ def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: 
     found = []
     for job_id, task in list(node.tasks):
         other = state.jobs[job_id]
-        if not other.preemptible or other.id == exclude:
-            continue
+        if not other.preemptible or other.id == exclude or other.id in state.orphans:
+            continue  # a job of a project gone from the policy runs on where it is until it ends
         if not lists.vetoes:
             if not lists.too_young(other):
                 found.append((other, task))

@@ -154,6 +154,10 @@ class ClusterState:
                 queue = in_default[job.project] = queues.get((job.project, default_pool))
             if queue is None:
                 self.orphans[job_id] = f"project {job.project} is not in the policy"
+                # Its running tasks run on (a policy reload does not stop them): their GPUs stay theirs.
+                for task, placement in enumerate(job.placements):
+                    if placement is not None and placement.node in nodes:
+                        self._bind(job, task, placement)
                 continue
             request = job.request  # what _add_pending does, inline: a long backlog passes here job by job
             acc = pending_need[queue]
@@ -176,10 +180,10 @@ class ClusterState:
         if job is None:
             return
         self.orphans.pop(job_id, None)
+        for task in self.running_tasks(job_id):
+            self._unbind(job, task)
         queue = self.queue_of(job)
         if queue is not None:
-            for task in self.running_tasks(job_id):
-                self._unbind(job, task)
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job)
         self.shapes.forget(job_id)

@@ -1,0 +1,58 @@
+"""The options a batch script sets for itself: its ``#SBATCH`` lines, translated, then its ``#GPUD`` lines."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gpud.cli.common import UsageError
+
+# What each kind of ignored #SBATCH option is told, with {detail} from the translation.
+WHY = {
+    "unsupported": "gpud has no such option",
+    "gpu_type": "the GPU type {detail} is not required (ask for it with --constraint and a node label)",
+    "other_gres": "only gpu is read from --gres, not {detail}",
+    "ntasks_per_node": "gpud runs one task per node ({detail} in all); start more processes per node in the script",
+    "mem_all": "gpud cannot give a job all of a node's memory; the default --mem applies",
+    "unlimited_time": "no time limit is set (the policy's, if any, applies)",
+    "partitions": "a job has one pool; it goes to {detail}",
+    "dependency_kind": "{detail} is not a gpud dependency (afterok, afterany, afternotok)",
+    "dependency_any": "'?' (any of) is read as ',' (all of)",
+    "pattern": "{detail} is not expanded (%j, %t, %x, %u and %A_%a are)",
+}
+
+
+def script_options(parser: argparse.ArgumentParser, text: str, source: str,
+                   job_name: str | None) -> argparse.Namespace:
+    """The options a script's own lines set: ``#SBATCH`` translated, overridden by ``#GPUD``.
+
+    Prints one warning on stderr for every ``#SBATCH`` option gpud does not
+    act on. Raises UsageError naming the script and the line of a bad option.
+    """
+    from gpud.directives import DirectiveError, parse_directives, read_directives
+    try:
+        translated = []
+        sbatch = read_directives(text, source, prefix="#SBATCH")
+        if sbatch:
+            from gpud.sbatch import translate
+            user = _user()
+            try:
+                translation = translate(sbatch, job_name, user)
+            except DirectiveError as exc:
+                raise DirectiveError(f"{source}, {exc}") from None
+            translated = translation.directives
+            for item in translation.ignored:
+                print(f"gpuctl submit: warning: {source}, line {item.line}: #SBATCH {item.option} ignored: "
+                      f"{WHY[item.why].format(detail=item.detail)}", file=sys.stderr)
+        return parse_directives(parser, translated + read_directives(text, source), source)
+    except DirectiveError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _user() -> str | None:
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return None
