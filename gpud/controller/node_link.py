@@ -40,6 +40,11 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
                       address=str(message.get("address") or peer))
 
 
+def _lease(ctrl: Controller) -> dict:
+    """The lease granted with each answer: the node stops its tasks if it hears nothing for ``lease_s``."""
+    return {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
+
+
 def _tasks(message: dict) -> list[dict]:
     tasks = message.get("tasks") or []
     if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
@@ -103,7 +108,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     if old is not None and old is not channel:
                         await old.close()
                     name = node.name
-                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s}
+                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s, **_lease(ctrl)}
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)
@@ -112,6 +117,9 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 elif kind == "heartbeat":
                     gpus = gpus_from_report(message["gpus"]) if "gpus" in message else None
                     ctrl.cluster.heartbeat(name, gpus, _tasks(message))
+                    if "seq" in message:
+                        await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
+                                                               **_lease(ctrl)}))
                 elif kind == "task":
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
                     if not ctrl.cluster.task_report(name, message):

@@ -13,6 +13,7 @@ import psutil
 
 import gpud
 from gpud.gpu import GpuBackend
+from gpud.node import lease
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
@@ -63,6 +64,8 @@ class NodeAgent:
         self.usage = UsageMonitor(backend)
         self.slices = SliceManager(self.layout, self.usage, _plugin_manager(), known_specs=self.tasks.specs)
         self.memory = MemoryWatch()
+        self.lease_file = lease.lease_path(self.layout.run_root)
+        self.lease: lease.Lease | None = lease.read_lease(self.lease_file)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -230,6 +233,17 @@ class NodeAgent:
         self.tasks.mark_reported(states)
         return {"type": "heartbeat", "gpus": self.gpus(), "tasks": [state.report() for state in states]}
 
+    def lease_renewed(self, expires: float | None, lease_s: float, grace_s: float) -> None:
+        """Record the lease the controller granted, for the supervisors to enforce (None: no lease)."""
+        if expires is None:
+            self.lease = None
+            lease.drop_lease(self.lease_file)
+            return
+        if self.lease is not None and self.lease.expired():
+            log.info("the controller answers again: lease renewed for %g s", lease_s)
+        self.lease = lease.Lease(expires, lease_s, grace_s)
+        lease.write_lease(self.lease_file, self.lease)
+
     def registered(self, message: dict) -> None:
         """The controller has the task list sent with ``register``; report only later changes."""
         self.tasks.mark_reported(self._register_snapshot)
@@ -249,6 +263,11 @@ class NodeAgent:
             log.warning("ignoring a %s order: %s", kind, exc)
             return None
         if kind == "start":
+            if self.lease is not None and self.lease.expired():
+                # Sent before the controller gave this node up, perhaps: it sends the order again if it
+                # still wants the task once the lease is renewed.
+                log.warning("not starting task %s: this node's lease has run out", key.dirname)
+                return None
             if self.tasks.start(key, self._with_slice_env(message.get("spec"))) is not None:
                 self.poke(key)
         elif kind == "stop":

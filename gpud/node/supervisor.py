@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from gpud import jsontext
-from gpud.node import failsafe, freezer, procs
+from gpud.node import failsafe, freezer, lease, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
@@ -128,7 +128,9 @@ class TaskRun:
         self.pid = 0
         self.proc: subprocess.Popen | None = None
         self._stop_seen: tuple[int, int] | None = None
-        self.heartbeat = failsafe.heartbeat_path(os.path.dirname(os.path.dirname(os.path.abspath(task_dir))))
+        run_root = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
+        self.heartbeat = failsafe.heartbeat_path(run_root)
+        self.lease_file = lease.lease_path(run_root)
 
     # -- recording ---------------------------------------------------------
 
@@ -241,6 +243,16 @@ class TaskRun:
                 self._thaw()
             procs.signal_group(self.pid, sig)
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+
+    def fence(self, grace_s: float) -> None:
+        """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
+        if self.stopping_reason is not None or self.leader_status is not None:
+            return
+        try:
+            sig = signal_number(self.spec.stop_signal)
+        except ValueError:
+            sig = signal.SIGTERM
+        self._begin_stop(lease.FENCED_REASON, sig, max(0.0, min(self.spec.grace_s, grace_s)))
 
     def look_at_stop_request(self, *, even_without_file: bool = False) -> None:
         """Carry out the stop request in the task directory, if there is a new one (or, when asked, the default stop)."""
@@ -364,6 +376,7 @@ class Supervisor:
         self._buffer = b""
         self._look_at_stops = False
         self._terminate = False
+        self._next_lease_check = 0.0
 
     def add(self, task_dir: str, order: object, *, announce: bool = False) -> None:
         """Take on the task whose order is ``order`` and start it (or record why it could not start).
@@ -483,6 +496,8 @@ class Supervisor:
                                         for run in self.runs.values()) else {}
         unowned = strays.get(None, [])
         wake = now + IDLE_POLL_S
+        if self.runs:
+            wake = min(wake, self._check_lease(now))
         for key, run in list(self.runs.items()):
             try:
                 if look and run.leader_status is None:
@@ -492,6 +507,21 @@ class Supervisor:
                 traceback.print_exc()
                 sys.stderr.flush()
         return wake
+
+    def _check_lease(self, now: float) -> float:
+        """Stop every task once the node's lease has run out; returns when to look at the lease again."""
+        if now >= self._next_lease_check:
+            self._next_lease_check = now + lease.CHECK_S
+            for path in {run.lease_file for run in self.runs.values()}:
+                held = lease.read_lease(path)
+                if held is None or not held.expired(now):
+                    continue
+                for run in self.runs.values():
+                    if run.lease_file == path and run.stopping_reason is None and run.leader_status is None:
+                        print(f"gpud supervisor: the node's lease ran out; stopping task {run.key.dirname}",
+                              file=sys.stderr, flush=True)
+                        run.fence(held.grace_s)
+        return self._next_lease_check
 
     def _advance(self, run: TaskRun, now: float, strays: list[int]) -> float:
         """Move one task on (its timers, or cleaning up after it); returns when it needs looking at again."""
