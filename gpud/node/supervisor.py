@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from gpud import jsontext
-from gpud.node import failsafe, freezer, lease, procs
+from gpud.node import cgroups, failsafe, freezer, lease, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
@@ -43,6 +43,8 @@ SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the sl
 IDLE_POLL_S = 1.0
 POKE_NAMES = 1000  # task names per poke datagram: well under the socket's datagram size
 LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
+CGROUPS_FILE = "cgroups"  # in the task directory: the task's cgroup directories, one per line
+GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +115,14 @@ def acting_as(who: RunAs):
 class TaskRun:
     """One task under a supervisor: started, watched, stopped, cleaned up and recorded in its task directory."""
 
-    def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier) -> None:
+    def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier,
+                 confiner: cgroups.Confiner | None = None) -> None:
         self.task_dir = task_dir
+        self.confiner = confiner
+        self.cgroup: cgroups.TaskCgroup | None = None
+        self.pinned: list[int] = []
+        self.memory_limit: int | None = None
+        self.usage: dict = {}
         self.key = TaskKey.from_order(order["key"])
         self.notify = notify
         self.state = TaskState(self.key, supervisor_pid=owner[0], supervisor_start=owner[1])
@@ -204,6 +212,7 @@ class TaskRun:
         argv = self._argv(who)
         out, err = self._open_outputs(who)
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
+        self._confine()
         try:
             proc = subprocess.Popen(
                 argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -215,6 +224,7 @@ class TaskRun:
         except subprocess.SubprocessError as exc:
             raise StartError(str(exc)) from None
         finally:
+            self._step_out()
             os.close(out)
             if err != out:
                 os.close(err)
@@ -222,10 +232,46 @@ class TaskRun:
         self.pid = proc.pid
         if self.spec.time_limit_s:
             self.deadline = time.monotonic() + self.spec.time_limit_s
-        if self.spec.sliced:
+        if self.spec.sliced and self.cgroup is not None:
+            own = self.cgroup.v1.get("freezer") or self.cgroup.v2
+            if own and freezer.freezer_root() is not None:  # the slicer freezes the task's own cgroup
+                with open(os.path.join(self.task_dir, freezer.CGROUP_FILE), "w", encoding="utf-8") as f:
+                    f.write(own)
+        elif self.spec.sliced:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
+
+    def _confine(self) -> None:
+        """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
+        if self.confiner is None or not self.confiner.hierarchies.tracked():
+            return
+        self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
+                                         self.confiner.hierarchies)
+        self.pinned = self.confiner.pick_cpus(self.spec.cpus)
+        self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
+        limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
+                                cpuset=",".join(map(str, self.pinned)) or None,
+                                gpu_minors=tuple(self.spec.gpu_indices))
+        try:
+            with open(os.path.join(self.task_dir, CGROUPS_FILE), "w", encoding="utf-8") as f:
+                f.write("".join(f"{path}\n" for path in self.cgroup.paths()))
+            self.cgroup.create(limits)
+            self.cgroup.enter(os.getpid())
+        except OSError as exc:
+            self._step_out()
+            self.cgroup.remove()
+            self.confiner.release_cpus(self.pinned)
+            self.cgroup, self.pinned = None, []
+            raise StartError(f"cannot make the task's cgroup: {exc.strerror or exc}") from None
+
+    def _step_out(self) -> None:
+        if self.cgroup is not None and self.confiner is not None:
+            try:
+                self.cgroup.leave(os.getpid(), self.confiner.home)
+            except OSError as exc:
+                print(f"gpud supervisor: cannot leave the cgroup of task {self.key.dirname}: {exc}",
+                      file=sys.stderr, flush=True)
 
     # -- stopping ----------------------------------------------------------
 
@@ -242,6 +288,8 @@ class TaskRun:
                 failsafe.mark_stopping(self.task_dir)
                 self._thaw()
             procs.signal_group(self.pid, sig)
+            if self.cgroup is not None:
+                self.cgroup.signal(sig)  # what left the process group hears it too
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
 
     def fence(self, grace_s: float) -> None:
@@ -287,6 +335,8 @@ class TaskRun:
                 count += 1
             except OSError:
                 pass
+        if self.cgroup is not None:
+            count += self.cgroup.kill()
         return count
 
     # -- watching ----------------------------------------------------------
@@ -312,21 +362,30 @@ class TaskRun:
         if self.spec.sliced:
             failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
         left = self._kill(strays)
-        if left or procs.group_alive(self.pid):
+        if left or procs.group_alive(self.pid) or (self.cgroup is not None and self.cgroup.pids()):
             return False
-        if self.spec.sliced:
+        if self.cgroup is not None:
+            self.usage = self.cgroup.stats()
+            self.cgroup.remove()
+            if self.confiner is not None:
+                self.confiner.release_cpus(self.pinned)
+            self.cgroup, self.pinned = None, []
+        elif self.spec.sliced:
             freezer.remove_task_cgroup(self.task_dir)
         return True
 
     def finish(self) -> None:
-        """Record the task's exit code or terminating signal and why it ended."""
+        """Record the task's exit code or terminating signal, why it ended, and what it used."""
+        used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
+        reason = self.stopping_reason
+        if reason is None and self.usage.get("oom_kills") and self.memory_limit:
+            reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
         if self.leader_status == LOST_STATUS:
-            self._record(self.state.exited(reason=self.stopping_reason or "exit status lost", ended=time.time()))
+            self._record(used.exited(reason=reason or "exit status lost", ended=time.time()))
             return
         code = os.waitstatus_to_exitcode(self.leader_status or 0)
-        self._record(self.state.exited(exit_code=code if code >= 0 else None,
-                                       term_signal=-code if code < 0 else None,
-                                       reason=self.stopping_reason or "", ended=time.time()))
+        self._record(used.exited(exit_code=code if code >= 0 else None, term_signal=-code if code < 0 else None,
+                                 reason=reason or "", ended=time.time()))
 
 
 class Notifier:
@@ -371,6 +430,7 @@ class Supervisor:
         self.feed = feed
         self.owner = (os.getpid(), procs.start_ticks(os.getpid()))
         self.notify = Notifier()
+        self.confiner = cgroups.Confiner()
         self.runs: dict[TaskKey, TaskRun] = {}
         self.by_pid: dict[int, TaskRun] = {}
         self._buffer = b""
@@ -387,7 +447,7 @@ class Supervisor:
         """
         try:
             _make_dir(task_dir, 0o711)
-            run = TaskRun(task_dir, order, self.owner, self.notify)  # type: ignore[arg-type]
+            run = TaskRun(task_dir, order, self.owner, self.notify, self.confiner)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError, OSError) as exc:
             print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
             return
