@@ -12,7 +12,8 @@ from gpud.cli.units import format_number, format_size_gib
 NODES_DESCRIPTION = """\
 Show every node (as sinfo does): its pool and state, GPUs used and idle (a
 shared GPU counts its used fraction), CPUs, memory, GPU model, and why a
-node is down, drained or draining. A summary per pool follows.
+node is down, drained or draining, or runs tasks without cgroups
+("limits: not enforced"). A summary per pool follows.
 """
 
 NODES_EXAMPLES = """\
@@ -90,6 +91,9 @@ def pools_table(nodes: list[dict]) -> str:
 
 def _reason(node: dict, unhealthy: int) -> str:
     parts = [node["reason"]] if node.get("reason") else []
+    limits = node.get("limits")
+    if isinstance(limits, dict) and not limits.get("enforced"):
+        parts.append("limits: not enforced")
     if unhealthy:
         parts.append(f"{unhealthy} GPU{'s' if unhealthy > 1 else ''} unhealthy")
     return "; ".join(parts)

@@ -35,9 +35,13 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
     except (TypeError, ValueError):
         raise ValueError("cpus and memory_gib must be numbers") from None
     pool = message.get("pool") or labels.get("pool") or "default"
+    limits = message.get("limits") or {}
+    if not isinstance(limits, dict) or not isinstance(limits.get("enforced", []), list):
+        raise ValueError("limits must be an object with a list of what is enforced")
     return NodeRecord(name=name, pool=str(pool), labels=dict(labels), cpus=cpus, memory_gib=memory,
                       gpus=gpus_from_report(message.get("gpus", [])),
-                      address=str(message.get("address") or peer))
+                      address=str(message.get("address") or peer),
+                      limits=[str(item) for item in limits.get("enforced", [])], limits_how=str(limits.get("how", "")))
 
 
 def _lease(ctrl: Controller) -> dict:

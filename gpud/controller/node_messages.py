@@ -107,6 +107,8 @@ class NodeMessages:
         key = incarnation_key(job_id, task, attempt)
         node = self.nodes[name]
         exited = state == "exited"
+        if exited:
+            _add_usage(self.jobs.get(job_id), report)
         if key in node.stopping:
             if exited:
                 del node.stopping[key]
@@ -247,7 +249,20 @@ class NodeMessages:
         self.wake()
 
 
+def _add_usage(job: Job | None, report: dict) -> None:
+    """Add what an exited task used (its cgroup's peak memory and CPU time, when it had one) to its job."""
+    if job is None:
+        return
+    rss, cpu = report.get("max_rss_bytes"), report.get("cpu_s")
+    if isinstance(rss, int) and not isinstance(rss, bool):
+        job.max_rss_bytes = max(job.max_rss_bytes or 0, rss)
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+        job.cpu_s = (job.cpu_s or 0.0) + float(cpu)
+
+
 def _exit_text(run: TaskRun) -> str:
+    if run.reason.startswith("out of memory"):
+        return run.reason
     if run.reason.startswith("gpu memory"):
         return f"was stopped by the node: {run.reason}"
     if run.term_signal:

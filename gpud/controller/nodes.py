@@ -50,6 +50,8 @@ class NodeRecord:
     address: str = ""
     stopping: dict[str, list[int]] = field(default_factory=dict)
     drain_reason: str = ""
+    limits: list[str] = field(default_factory=list)  # what the node's task cgroups enforce; empty: nothing
+    limits_how: str = ""
 
     def spec(self) -> NodeSpec:
         """The node as the scheduling core sees it: unhealthy GPUs out of service, only an up, undrained node takes work."""

@@ -13,7 +13,7 @@ import psutil
 
 import gpud
 from gpud.gpu import GpuBackend
-from gpud.node import lease
+from gpud.node import cgroups, lease
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
@@ -224,7 +224,8 @@ class NodeAgent:
         self._register_snapshot = self.tasks.states()
         return {"type": "register", "node": self.config.name, "pool": self.config.pool,
                 "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
-                "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__}
+                "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__,
+                "limits": cgroups.limits_report()}
 
     def heartbeat_message(self) -> dict:
         """The ``heartbeat`` message: GPUs and every known task."""

@@ -119,6 +119,16 @@ def host() -> Hierarchies:
     return _detected
 
 
+def limits_report(hierarchies: Hierarchies | None = None) -> dict:
+    """What this node's task cgroups enforce, for its register message: ``{"enforced": [...], "how": ...}``."""
+    found = host() if hierarchies is None else hierarchies
+    kinds = [kind for kind, present in (("cgroup v1", bool(found.v1)),
+                                        ("cgroup v2", bool(found.v2_controllers))) if present]
+    if found.v2 and not found.v2_controllers:
+        kinds.append("cgroup v2 (cgroup.kill)")
+    return {"enforced": list(found.enforced()), "how": ", ".join(kinds) or "none"}
+
+
 def _read(path: str) -> str:
     with open(path, encoding="ascii") as f:
         return f.read().strip()
@@ -222,9 +232,14 @@ class TaskCgroup:
             _write(os.path.join(home.get(mount, mount), "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
-        """Every process in the task's cgroups."""
+        """Every process in the task's cgroups.
+
+        One hierarchy tells: the task was forked inside all of them, and a
+        process cannot leave a cgroup of its own accord without root.
+        """
         found: set[int] = set()
-        for path in self.paths():
+        one = self.v2 or self.v1.get("pids") or self.v1.get("freezer")
+        for path in [one] if one else self.paths():
             try:
                 found.update(int(line) for line in _read(os.path.join(path, "cgroup.procs")).split())
             except (OSError, ValueError):
