@@ -39,6 +39,7 @@ GROUP = "gpud"
 CGROUPS_ENV = "GPUD_CGROUPS"
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
+V1_REPLACED_BY_V2 = ("cpuacct", "pids", "freezer")
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
@@ -105,6 +106,11 @@ def detect(root: str = ROOT) -> Hierarchies:
             v2 = os.path.join(unified, GROUP)
         except OSError:
             pass
+    if v2 is not None:
+        # The v2 group already tracks, freezes, kills and times every process: each v1 hierarchy more costs
+        # a task start two cgroup moves of the supervisor and a directory.
+        for controller in V1_REPLACED_BY_V2:
+            v1.pop(controller, None)
     return Hierarchies(v1=v1, v2=v2)
 
 

@@ -232,12 +232,7 @@ class TaskRun:
         self.pid = proc.pid
         if self.spec.time_limit_s:
             self.deadline = time.monotonic() + self.spec.time_limit_s
-        if self.spec.sliced and self.cgroup is not None:
-            own = self.cgroup.v1.get("freezer") or self.cgroup.v2
-            if own and freezer.freezer_root() is not None:  # the slicer freezes the task's own cgroup
-                with open(os.path.join(self.task_dir, freezer.CGROUP_FILE), "w", encoding="utf-8") as f:
-                    f.write(own)
-        elif self.spec.sliced:
+        if self.spec.sliced:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
@@ -365,12 +360,11 @@ class TaskRun:
         if left or procs.group_alive(self.pid) or (self.cgroup is not None and self.cgroup.pids()):
             return False
         if self.cgroup is not None:
-            self.usage = self.cgroup.stats()
-            self.cgroup.remove()
+            self.usage = self.cgroup.stats()  # the empty cgroups are removed once the exit is reported
             if self.confiner is not None:
                 self.confiner.release_cpus(self.pinned)
-            self.cgroup, self.pinned = None, []
-        elif self.spec.sliced:
+            self.pinned = []
+        if self.spec.sliced:
             freezer.remove_task_cgroup(self.task_dir)
         return True
 
@@ -437,6 +431,7 @@ class Supervisor:
         self._look_at_stops = False
         self._terminate = False
         self._next_lease_check = 0.0
+        self._doomed: list[cgroups.TaskCgroup] = []  # empty cgroups of finished tasks, to remove
 
     def add(self, task_dir: str, order: object, *, announce: bool = False) -> None:
         """Take on the task whose order is ``order`` and start it (or record why it could not start).
@@ -592,6 +587,8 @@ class Supervisor:
             return now + CLEANUP_POLL_S
         run.finish()
         del self.runs[run.key]
+        if run.cgroup is not None:
+            self._doomed.append(run.cgroup)
         return now + IDLE_POLL_S
 
     def run(self, tasks: tuple[tuple[str, dict], ...] = ()) -> int:
@@ -612,8 +609,11 @@ class Supervisor:
         for task_dir, order in tasks:
             self.add(task_dir, order, announce=True)
         wake = time.monotonic()
-        while self.feed is not None or self.runs:
+        while self.feed is not None or self.runs or self._doomed:
             self.notify.flush()
+            doomed, self._doomed = self._doomed, []
+            for group in doomed:  # after the exits are reported: removing cgroups is slow
+                group.remove()
             readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
                                            max(0.0, wake - time.monotonic()))
             if rfd in readable:
