@@ -226,14 +226,36 @@ class TaskCgroup:
         if "cpuset" in controllers and limits.cpuset:
             _write(os.path.join(self.v2, "cpuset.cpus"), limits.cpuset)
 
+    def spawn_paths(self) -> list[str]:
+        """The cgroups the supervisor steps into to fork the task: the v2 group alone when there is one (it
+        tracks every process from the first), else all of them."""
+        return [self.v2] if self.v2 else self.paths()
+
     def enter(self, pid: int) -> None:
-        """Move process ``pid`` into every one of the task's cgroups."""
-        for path in self.paths():
+        """Move process ``pid`` into the cgroups of :meth:`spawn_paths`."""
+        for path in self.spawn_paths():
             _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+    def settle(self) -> None:
+        """Move every process of a task forked in its v2 group into its v1 groups too.
+
+        Called right after the task is started: moving the task's few
+        processes costs half what moving the supervisor in and out does.
+        A process the task forks after its parent was moved is born in the
+        v1 groups; one forked before is in the v2 group's list read after.
+        """
+        if not self.v2:
+            return
+        for pid in self.pids():
+            for path in self.v1.values():
+                try:
+                    _write(os.path.join(path, "cgroup.procs"), str(pid))
+                except ProcessLookupError:
+                    break
 
     def leave(self, pid: int, home: dict[str, str]) -> None:
         """Move process ``pid`` back where it came from: ``home`` maps each hierarchy's mount to its cgroup there."""
-        for path in self.paths():
+        for path in self.spawn_paths():
             mount = os.path.dirname(os.path.dirname(path))
             _write(os.path.join(home.get(mount, mount), "cgroup.procs"), str(pid))
 

@@ -228,6 +228,12 @@ class TaskRun:
             os.close(out)
             if err != out:
                 os.close(err)
+        if self.cgroup is not None:
+            try:
+                self.cgroup.settle()
+            except OSError as exc:
+                procs.kill_tree(proc.pid)
+                raise StartError(f"cannot move the task into its cgroups: {exc.strerror or exc}") from None
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
