@@ -172,10 +172,10 @@ def cgroup_name(tasks_dir: str, dirname: str) -> str:
 class TaskCgroup:
     """One task's cgroups (a directory named ``name`` in each hierarchy); every call tolerates a vanished group."""
 
-    def __init__(self, name: str, hierarchies: Hierarchies) -> None:
+    def __init__(self, name: str, hierarchies: Hierarchies, skip: tuple[str, ...] = ()) -> None:
         self.name = name
         self.hierarchies = hierarchies
-        self.v1 = {c: os.path.join(base, name) for c, base in hierarchies.v1.items()}
+        self.v1 = {c: os.path.join(base, name) for c, base in hierarchies.v1.items() if c not in skip}
         self.v2 = os.path.join(hierarchies.v2, name) if hierarchies.v2 else None
 
     def paths(self) -> list[str]:

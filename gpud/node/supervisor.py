@@ -247,9 +247,11 @@ class TaskRun:
         """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
         if self.confiner is None or not self.confiner.hierarchies.tracked():
             return
-        self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
-                                         self.confiner.hierarchies)
         self.pinned = self.confiner.pick_cpus(self.spec.cpus)
+        # Pinned to exactly as many CPUs as it asked for, a task needs no CPU quota on top.
+        exact = bool(self.pinned) and len(self.pinned) == self.spec.cpus
+        self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
+                                         self.confiner.hierarchies, skip=("cpu",) if exact else ())
         self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
         limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
                                 cpuset=",".join(map(str, self.pinned)) or None,
