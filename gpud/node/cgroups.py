@@ -98,6 +98,14 @@ def detect(root: str = ROOT) -> Hierarchies:
             except OSError:
                 continue
             v1[controller] = base
+    if "devices" in v1:
+        try:  # the node's group allows the usual devices and every GPU; each task's group narrows that
+            if "a *:* rwm" in _read(os.path.join(v1["devices"], "devices.list")).splitlines():
+                _write(os.path.join(v1["devices"], "devices.deny"), "a")  # refused while it has children
+            _write(os.path.join(v1["devices"], "devices.allow"), *BASIC_DEVICES, f"c {NVIDIA_MAJOR}:* rwm",
+                   *(f"c {major}:* rwm" for major in _uvm_majors()))
+        except OSError:
+            del v1["devices"]
     unified = os.path.join(root, "unified")
     v2 = None
     if _writable_dir(unified) and os.path.exists(os.path.join(unified, "cgroup.procs")):
@@ -140,9 +148,14 @@ def _read(path: str) -> str:
         return f.read().strip()
 
 
-def _write(path: str, value: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(value)
+def _write(path: str, *values: str) -> None:
+    """Write each value to the cgroup file at ``path`` in a write of its own (one rule, one limit)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        for value in values:
+            os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def _inherit_cpuset(path: str) -> None:
@@ -203,13 +216,14 @@ class TaskCgroup:
             _write(os.path.join(self.v1["cpuset"], "cpuset.cpus"), limits.cpuset)
         devices = self.v1.get("devices")
         if devices and limits.gpu_minors is not None:
-            _write(os.path.join(devices, "devices.deny"), "a")
-            allowed = [*BASIC_DEVICES, *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors)]
+            # A new group starts with its parent's list (the usual devices, every GPU): take the GPUs away,
+            # then give back the task's own, with the control devices they need.
+            _write(os.path.join(devices, "devices.deny"), f"c {NVIDIA_MAJOR}:* rwm",
+                   *(() if limits.gpu_minors else (f"c {major}:* rwm" for major in _uvm_majors())))
             if limits.gpu_minors:
-                allowed += [f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm",
-                            *(f"c {major}:* rwm" for major in _uvm_majors())]
-            for rule in allowed:
-                _write(os.path.join(devices, "devices.allow"), rule)
+                _write(os.path.join(devices, "devices.allow"),
+                       *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
+                       f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
         if self.v2 and self.hierarchies.v2_controllers:
             self._limit_v2(limits)
 
