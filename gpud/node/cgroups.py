@@ -31,8 +31,12 @@ import errno
 import hashlib
 import os
 import signal
+import sys
 import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 ROOT = "/sys/fs/cgroup"
 GROUP = "gpud"
@@ -40,6 +44,7 @@ CGROUPS_ENV = "GPUD_CGROUPS"
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
 V1_REPLACED_BY_V2 = ("cpuacct", "pids", "freezer")
+SETTLE_PASSES = 50
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
@@ -253,19 +258,31 @@ class TaskCgroup:
     def settle(self) -> None:
         """Move every process of a task forked in its v2 group into its v1 groups too.
 
-        Called right after the task is started: moving the task's few
-        processes costs half what moving the supervisor in and out does.
-        A process the task forks after its parent was moved is born in the
-        v1 groups; one forked before is in the v2 group's list read after.
+        Run just after the task started, off the supervisor's loop: each
+        move waits for the kernel (an RCU grace period), and the task is
+        tracked from its first instant by its v2 group anyway. A process
+        forked by one already moved is born in the v1 groups; one forked
+        before shows in the v2 group's list, read again until no process in
+        it is new.
         """
-        if not self.v2:
+        if not self.v2 or not self.v1:
             return
-        for pid in self.pids():
-            for path in self.v1.values():
-                try:
-                    _write(os.path.join(path, "cgroup.procs"), str(pid))
-                except ProcessLookupError:
-                    break
+        moved: set[int] = set()
+        for _ in range(SETTLE_PASSES):
+            fresh = [pid for pid in self.pids() if pid not in moved]
+            if not fresh:
+                return
+            for pid in fresh:
+                moved.add(pid)
+                for path in self.v1.values():
+                    try:
+                        _write(os.path.join(path, "cgroup.procs"), str(pid))
+                    except ProcessLookupError:
+                        break
+                    except OSError:
+                        if not os.path.isdir(path):
+                            return  # the task is over and its groups removed
+                        raise
 
     def leave(self, pid: int, home: dict[str, str]) -> None:
         """Move process ``pid`` back where it came from: ``home`` maps each hierarchy's mount to its cgroup there."""
@@ -481,6 +498,19 @@ class Confiner:
         except (OSError, ValueError):
             cpus = []
         self.cpu_use = {cpu: 0 for cpu in cpus}
+        self._worker: ThreadPoolExecutor | None = None
+
+    def later(self, work: Callable[[], object]) -> None:
+        """Run ``work`` (a cgroup move or removal) on the one worker thread, in order, off the supervisor's loop."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
+        self._worker.submit(_logged, work)
+
+    def close(self) -> None:
+        """Wait for the work handed to :meth:`later`."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
     def pick_cpus(self, cpus: float) -> list[int]:
         """The CPUs for a task of ``cpus`` CPUs (the least used ones); [] when CPUs are not pinned here."""
@@ -497,3 +527,11 @@ class Confiner:
         for cpu in chosen:
             if self.cpu_use.get(cpu, 0) > 0:
                 self.cpu_use[cpu] -= 1
+
+
+def _logged(work: Callable[[], object]) -> None:
+    try:
+        work()
+    except Exception:  # noqa: BLE001 - the worker must go on; the supervisor's log says what failed
+        traceback.print_exc()
+        sys.stderr.flush()

@@ -228,12 +228,8 @@ class TaskRun:
             os.close(out)
             if err != out:
                 os.close(err)
-        if self.cgroup is not None:
-            try:
-                self.cgroup.settle()
-            except OSError as exc:
-                procs.kill_tree(proc.pid)
-                raise StartError(f"cannot move the task into its cgroups: {exc.strerror or exc}") from None
+        if self.cgroup is not None and self.confiner is not None:
+            self.confiner.later(self.cgroup.settle)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
@@ -620,8 +616,8 @@ class Supervisor:
         while self.feed is not None or self.runs or self._doomed:
             self.notify.flush()
             doomed, self._doomed = self._doomed, []
-            for group in doomed:  # after the exits are reported: removing cgroups is slow
-                group.remove()
+            for group in doomed:  # after the exits are reported, off this loop: removing cgroups is slow
+                self.confiner.later(group.remove)
             readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
                                            max(0.0, wake - time.monotonic()))
             if rfd in readable:
@@ -634,6 +630,7 @@ class Supervisor:
                 self._read_feed()
             wake = self._step(time.monotonic())
         self.notify.flush()
+        self.confiner.close()
         # Whatever is left is a stray of a finished task.
         for pid in procs.children(os.getpid()):
             procs.kill_tree(pid)
