@@ -456,7 +456,11 @@ class Supervisor:
             return
         if self.feed is not None:
             # Written in place: it is written once, before the state file that tells anyone to read it.
-            with open(os.path.join(task_dir, ORDER_FILE), "w", encoding="utf-8") as f:
+            # Readable by root alone: it holds the job's command and environment (tokens, say).
+            fd = os.open(os.path.join(task_dir, ORDER_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(fd, 0o600)
                 f.write(jsontext.dumps(order))
         if announce:
             write_state(task_dir, run.state)
