@@ -89,6 +89,8 @@ class Job:
     runs: list[TaskRun] = field(default_factory=list)
     gpu_seconds: float = 0.0
     run_seconds: float = 0.0     # time run in incarnations that have ended (before a requeue, or at the end)
+    max_rss_bytes: int | None = None  # the largest peak memory of any of its tasks (sacct's MaxRSS)
+    cpu_s: float | None = None  # CPU time of all its tasks' processes (sacct's TotalCPU)
 
     def __post_init__(self) -> None:
         if not self.runs:

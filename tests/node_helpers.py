@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Callable
 
-from gpud.node import procs
+from gpud.node import cgroups, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
 from gpud.node.tasks import TaskTable
@@ -54,7 +54,7 @@ def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
 
 
 def kill_everything(state_dir: str) -> None:
-    """SIGKILL every supervisor and task process group recorded in a node state directory.
+    """SIGKILL every supervisor and task process group recorded in a node state directory; remove task cgroups.
 
     Supervisors that have not recorded a task yet are found by their
     command line, which names the tasks directory or their task's directory.
@@ -72,6 +72,11 @@ def kill_everything(state_dir: str) -> None:
             _kill(state.supervisor_pid)
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             procs.signal_group(state.pid, signal.SIGKILL)
+    for name in os.listdir(tasks_dir):
+        group = cgroups.recorded(os.path.join(tasks_dir, name))
+        if group is not None:
+            group.kill()
+            group.remove()
 
 
 def _supervisors_under(tasks_dir: str) -> list[int]:

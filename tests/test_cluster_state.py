@@ -205,3 +205,59 @@ def test_a_dependency_that_ends_while_a_submit_is_staged_in_parts_counts_as_it_e
         staged.extend(part)
     cluster.accept(staged)
     assert [cluster.jobs[j.id].depends[0].met for j in staged] == [True] * 5
+
+
+def test_a_silent_nodes_requeued_job_runs_nowhere_before_the_nodes_lease_and_grace_are_over(cluster):
+    cluster.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0")]), tasks=[])
+    job_id = submit(cluster, "a")
+    cycle(cluster)
+    job = cluster.jobs[job_id]
+    first = job.runs[0].placement.node
+    silent = cluster.nodes[first]
+    other = "n2" if first == "n1" else "n1"
+    last_heard = cluster.clock.now
+    cluster.clock.now += 61
+    cluster.heartbeat(other, None, [])
+    cluster.check_nodes(timeout_s=60)
+    assert silent.state == "down" and (job.state, job.restart_count) == ("PENDING", 1)
+    assert cycle(cluster) == {}
+    assert cluster.reason_of(job).startswith(f"waiting 6 s more for node {first}'s lease and grace period")
+    # The lease (60 s), the grace period (5 s) and the margin for the node to kill what ignored its signal.
+    cluster.clock.now = last_heard + 60 + 5 + 2 - 0.1
+    cluster.heartbeat(other, None, [])
+    cluster.check_nodes(timeout_s=60)
+    assert cycle(cluster) == {}
+    cluster.clock.now = last_heard + 60 + 5 + 2
+    cluster.heartbeat(other, None, [])
+    cluster.check_nodes(timeout_s=60)
+    (start,) = cycle(cluster)[other]
+    assert (start["job"], start["attempt"]) == (job_id, 1)
+
+
+def test_a_down_node_that_heartbeats_again_is_up_with_its_down_reason_cleared(cluster):
+    node = cluster.nodes["n1"]
+    cluster.clock.now += 120
+    cluster.check_nodes(timeout_s=60)
+    assert (node.state, node.reason) == ("down", "no heartbeat for 120 s")
+    cluster.heartbeat("n1", None, [])
+    assert (node.state, node.reason) == ("up", "")
+    assert node.spec().schedulable
+    job_id = submit(cluster, "a")
+    assert [o["job"] for o in cycle(cluster)["n1"]] == [job_id]
+
+
+def test_a_drained_node_back_from_silence_keeps_its_drain_reason(cluster):
+    node = cluster.nodes["n1"]
+    cluster.drain(node, "bad fan", "admin")
+    cluster.clock.now += 120
+    cluster.check_nodes(timeout_s=60)
+    assert node.reason == "no heartbeat for 120 s"
+    cluster.heartbeat("n1", None, [])
+    assert (node.state, node.drain, node.reason) == ("up", True, "bad fan")
+    cluster.clock.now += 120
+    cluster.check_nodes(timeout_s=60)
+    cluster.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
+    back = cluster.nodes["n1"]
+    assert (back.state, back.reason, back.drain) == ("up", "bad fan", True)
+    cluster.resume(back, "admin")
+    assert back.reason == ""

@@ -63,16 +63,26 @@ def test_queue_table():
 
 def test_history_table():
     done = job(state="COMPLETED", started=NOW - 7200, ended=NOW - 3600, exit_code=0, nodes=["n1"],
-               gpu_hours=1.0)
+               gpu_hours=1.0, max_rss_bytes=180 * 2**20, cpu_s=83.25)
     killed = job(id="44", state="CANCELLED", started=NOW - 60, ended=NOW - 30, term_signal=15, gpu_hours=0.00833)
     lines = history_table([done, killed], NOW).splitlines()
     assert lines[0].split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES",
-                                "GPU-HOURS", "EXIT"]
+                                "GPU-HOURS", "MAXRSS", "TOTALCPU", "EXIT"]
     day = time.strftime("%Y-%m-%d", time.localtime(NOW))
     assert lines[1].split() == ["42", "train", "alice", "vision", "COMPLETED", f"{day}T10:00:00", f"{day}T11:00:00",
-                                "1:00:00", "n1", "1", "0"]
-    assert lines[2].split()[-3:] == ["0.01", "signal", "15"]
-    assert history_table([job(gpu_hours=0.0001)], NOW).splitlines()[1].split()[-2] == "<0.01"
+                                "1:00:00", "n1", "1", "180M", "01:23.250", "0"]
+    assert lines[2].split()[-5:] == ["0.01", "-", "-", "signal", "15"]
+    assert history_table([job(gpu_hours=0.0001)], NOW).splitlines()[1].split()[-4] == "<0.01"
+
+
+def test_show_text_gives_peak_memory_cpu_time_and_the_limits_that_held():
+    ended = job(state="FAILED", started=NOW - 60, ended=NOW - 30, nodes=["n1"], max_rss_bytes=200 * 2**20,
+                cpu_s=1.5, limits={"enforced": ["memory", "cpu", "cpuset", "pids", "devices"], "how": "cgroup v1"})
+    text = show_text(ended, NOW)
+    assert "MaxRSS:      200M" in text and "TotalCPU:    00:01.500" in text
+    assert "Limits:      memory, cpu, cpuset, pids, devices (cgroup v1)" in text
+    bare = show_text(job(state="RUNNING", started=NOW - 5, nodes=["n1"], limits={"enforced": [], "how": "none"}), NOW)
+    assert "Limits:      not enforced" in bare
 
 
 def test_show_text_lists_what_is_set_and_the_events():

@@ -32,6 +32,9 @@ class FakeController:
         self.refused = 0
         self.runner: web.AppRunner | None = None
         self.port = 0
+        self.lease: dict = {}  # granted with every answer, when set: {"lease_s": ..., "grace_s": ...}
+        self.answering = True  # False: nothing is answered, as through a cut link
+        self.unanswered_register = False
 
     async def start(self, port: int = 0) -> None:
         app = web.Application()
@@ -60,13 +63,24 @@ class FakeController:
         self.ws = ws
         async for frame in ws:
             message = json.loads(frame.data)
-            if message["type"] == "register":
-                await ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s})
+            if message["type"] == "register" and not self.answering:
+                self.unanswered_register = True
+            elif message["type"] == "register":
+                await ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s, **self.lease})
+            elif message["type"] == "heartbeat" and self.lease and self.answering:
+                await ws.send_json({"type": "lease", "seq": message["seq"], **self.lease})
             await self.messages.put(message)
         return ws
 
     async def send(self, message: dict) -> None:
         await self.ws.send_json(message)
+
+    async def answer_again(self) -> None:
+        """Answer again, starting with a registration left unanswered."""
+        self.answering = True
+        if self.unanswered_register:
+            self.unanswered_register = False
+            await self.ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s, **self.lease})
 
     async def next(self, kind: str, where=lambda m: True, timeout: float = 15.0) -> dict:
         """The next message of type ``kind`` that satisfies ``where`` (earlier others are dropped)."""
@@ -170,6 +184,46 @@ async def test_stop_order_uses_grace_then_sigkill(agent, controller, workdir):
     exited = await controller.next("task", task_report("6", "exited"))
     assert (exited["term_signal"], exited["reason"]) == (signal.SIGKILL, "stopped")
     assert not alive(running["pid"])
+
+
+async def test_a_node_whose_lease_runs_out_stops_its_tasks_and_starts_none_until_renewed(controller, state_dir,
+                                                                                         workdir):
+    controller.lease = {"lease_s": 1.0, "grace_s": 0.3}
+    config = NodeConfig(controller_url=controller.url, cluster_key=KEY, state_dir=str(state_dir), name="n1",
+                        gpu_backend="fake", fake_gpus=1, poll_s=0.2, reconnect_max_s=0.5)
+    node = NodeAgent(config, FakeBackend("n1", 1, str(state_dir)))
+    await node.start()
+    try:
+        await controller.next("register")
+        assert os.stat(state_dir / "lease.json").st_mode & 0o777 == 0o600
+        trap = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)\n"
+        await controller.send({"type": "start", "job": "7", "task": 0, "attempt": 0,
+                               "spec": spec(workdir, [sys.executable, "-c", trap], grace_s=30.0)})
+        running = await controller.next("task", task_report("7", "running"))
+        await asyncio.sleep(1.5)  # renewed all along
+        assert alive(running["pid"])
+        controller.answering = False
+        cut = asyncio.get_running_loop().time()
+        def exit_of_7(message: dict) -> bool:  # reported alone, or in the register of a new connection
+            reports = [message] if message["type"] == "task" else message.get("tasks") or []
+            return any(r["job"] == "7" and r["state"] == "exited" for r in reports)
+        found = await asyncio.wait_for(controller.first(exit_of_7), 15)
+        exited = next(r for r in ([found] if found["type"] == "task" else found["tasks"]) if r["job"] == "7")
+        # The lease's grace, not the task's 30 s: the controller waits only for the lease's.
+        assert (exited["term_signal"], exited["reason"]) == (signal.SIGKILL, "node lease expired")
+        assert 1.0 <= asyncio.get_running_loop().time() - cut < 5.0
+        await controller.send({"type": "start", "job": "8", "task": 0, "attempt": 0,
+                               "spec": spec(workdir, ["sleep", "30"])})
+        await asyncio.sleep(0.5)
+        assert node.tasks.get(TaskKey("8", 0, 0)) is None, "a node without a lease starts nothing"
+        await controller.answer_again()
+        await controller.next("heartbeat")
+        await asyncio.sleep(0.5)  # the answer to that heartbeat renews the lease
+        await controller.send({"type": "start", "job": "8", "task": 0, "attempt": 0,
+                               "spec": spec(workdir, ["sleep", "30"])})
+        await controller.next("task", task_report("8", "running"))
+    finally:
+        await node.stop()
 
 
 async def test_a_lost_supervisor_is_found_however_busy_pokes_keep_the_node(agent, controller, workdir):

@@ -455,3 +455,12 @@ def test_task_changes_noted_together_reach_the_daemon_in_one_poke(tmp_path):
     agent = Agent()
     _Poke(agent).datagram_received(datagram, None)
     assert agent.poked == keys[:2]
+
+
+def test_the_task_order_with_the_jobs_environment_is_readable_by_root_alone(table, workdir):
+    key = TaskKey("60", 0, 0)
+    table.start(key, spec(workdir, ["true"], env={"HF_TOKEN": "hf_secret"}))
+    run_to_end(table, key)
+    order = os.path.join(table.layout.task_dir(key), "task.json")
+    assert "hf_secret" in open(order).read()
+    assert os.stat(order).st_mode & 0o777 == 0o600

@@ -13,8 +13,8 @@ NODES_DESCRIPTION = """\
 Show every node (as sinfo does): its pool and state, GPUs used (a shared GPU
 counts its used fraction) and idle (whole GPUs with nothing on them, then the
 room left on shared ones: `6 +0.8 shared`), CPUs and memory in use of the
-node's total, GPU model, and why a node is down, drained or draining. A
-summary per pool follows.
+node's total, GPU model, and why a node is down, drained or draining, or runs
+tasks without cgroups ("limits: not enforced"). A summary per pool follows.
 """
 
 NODES_EXAMPLES = """\
@@ -118,6 +118,9 @@ def idle_cell(whole: int, sliver: float) -> str:
 
 def _reason(node: dict, unhealthy: int) -> str:
     parts = [node["reason"]] if node.get("reason") else []
+    limits = node.get("limits")
+    if isinstance(limits, dict) and not limits.get("enforced"):
+        parts.append("limits: not enforced")
     if unhealthy:
         parts.append(f"{unhealthy} GPU{'s' if unhealthy > 1 else ''} unhealthy")
     return "; ".join(parts)

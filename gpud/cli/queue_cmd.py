@@ -167,10 +167,12 @@ def run_history(args: argparse.Namespace) -> int:
 def history_table(jobs: list[dict], now: float) -> str:
     """The sacct-like table of finished jobs."""
     return render.table(
-        ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "EXIT"],
+        ["ID", "NAME", "USER", "PROJECT", "STATE", "STARTED", "ENDED", "ELAPSED", "NODES", "GPU-HOURS", "MAXRSS",
+         "TOTALCPU", "EXIT"],
         [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), job.get("state"),
           render.stamp(job.get("started")), render.stamp(job.get("ended")),
-          render.elapsed(job, now), render.nodes(job), render.gpu_hours(job.get("gpu_hours")), render.exit_status(job)]
+          render.elapsed(job, now), render.nodes(job), render.gpu_hours(job.get("gpu_hours")),
+          render.max_rss(job.get("max_rss_bytes")), render.cpu_time(job.get("cpu_s")), render.exit_status(job)]
          for job in jobs])
 
 

@@ -89,3 +89,31 @@ def gpu_hours(value: float | None) -> str:
 def counts_text(states: Mapping[str, int]) -> str:
     """Counts by state for people: ``3 running, 5 pending, 2 completed``."""
     return ", ".join(f"{n} {state.lower()}" for state, n in states.items()) or "no jobs"
+
+
+def max_rss(value: int | None) -> str:
+    """A job's peak memory (sacct's MaxRSS): ``180M``; ``-`` when not measured."""
+    if value is None:
+        return "-"
+    return f"{max(1, round(value / 2**20))}M" if value < 2**30 else f"{value / 2**30:.1f}G"
+
+
+def cpu_time(seconds: float | None) -> str:
+    """CPU time as sacct's TotalCPU prints it: ``MM:SS.mmm`` (``H:MM:SS`` past an hour); ``-`` when not measured."""
+    if seconds is None:
+        return "-"
+    if seconds >= 3600:
+        whole = int(seconds)
+        return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+    return f"{int(seconds) // 60:02d}:{seconds % 60:06.3f}"
+
+
+def limits(job: dict) -> str | None:
+    """What holds a job to what it asked for: the limits its nodes' cgroups enforce, or "not enforced"."""
+    found = job.get("limits")
+    if not isinstance(found, dict):
+        return None
+    if not found.get("enforced"):
+        return "not enforced (no usable cgroups on its node)"
+    how = f" ({found['how']})" if found.get("how") else ""
+    return f"{', '.join(found['enforced'])}{how}"

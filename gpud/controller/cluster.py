@@ -59,6 +59,8 @@ class Cluster(NodeMessages):
         self.evictions_by_rule: dict[str, int] = defaultdict(int)
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
+        # Requeued jobs that may not run before a time (their silent node's lease and grace period), and that node.
+        self.fenced: dict[str, tuple[float, str]] = {}
         self.wake: Callable[[], None] = lambda: None
         self._largest: Capacity | None = None
         self._deferred: set[str] | None = None  # arrays to refill once a change of many jobs is done  # the largest node's resources, until a node changes
@@ -412,6 +414,10 @@ class Cluster(NodeMessages):
                 return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
             if dep.met is None:
                 return f"waiting for job {dep.job} to end ({dep.kind})"
+        if job.id in self.fenced:
+            until, node = self.fenced[job.id]
+            return (f"waiting {max(0.0, until - self.clock()):.0f} s more for node {node}'s lease and grace period "
+                    f"to run out, so that no two copies of the job run at once")
         if job.array_limit is not None and job.id not in self.core.in_core:
             return f"array {job.array_id} already has its limit of {job.array_limit} elements queued or running"
         return ""
@@ -425,7 +431,7 @@ class Cluster(NodeMessages):
         """Put the job in the scheduler or take it out, whichever its state says."""
         wanted = (job.state == RUNNING or (
             job.state == PENDING and not job.hold and all(dep.met for dep in job.depends)
-            and self._array_room(job)))
+            and job.id not in self.fenced and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
             self.core.add(job.spec())
             if job.array_id is not None:
@@ -480,6 +486,7 @@ class Cluster(NodeMessages):
         self._core_remove(job)
         del self.jobs[job.id]
         self.timed.discard(job.id)
+        self.fenced.pop(job.id, None)
         self._after_end(job)
 
     def _after_end(self, job: Job) -> None:

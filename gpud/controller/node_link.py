@@ -36,9 +36,18 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
     except (TypeError, ValueError):
         raise ValueError("cpus and memory_gib must be numbers") from None
     pool = message.get("pool") or labels.get("pool") or "default"
+    limits = message.get("limits") or {}
+    if not isinstance(limits, dict) or not isinstance(limits.get("enforced", []), list):
+        raise ValueError("limits must be an object with a list of what is enforced")
     return NodeRecord(name=name, pool=str(pool), labels=dict(labels), cpus=cpus, memory_gib=memory,
                       gpus=gpus_from_report(message.get("gpus", [])),
-                      address=str(message.get("address") or peer))
+                      address=str(message.get("address") or peer),
+                      limits=[str(item) for item in limits.get("enforced", [])], limits_how=str(limits.get("how", "")))
+
+
+def _lease(ctrl: Controller) -> dict:
+    """The lease granted with each answer: the node stops its tasks if it hears nothing for ``lease_s``."""
+    return {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
 
 
 def _tasks(message: dict) -> list[dict]:
@@ -113,7 +122,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                         await old.close()
                     name = node.name
                     registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
-                                  "cluster_id": ctrl.cluster_id}
+                                  "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks)
@@ -122,6 +131,9 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 elif kind == "heartbeat":
                     gpus = gpus_from_report(message["gpus"]) if "gpus" in message else None
                     ctrl.cluster.heartbeat(name, gpus, _tasks(message))
+                    if "seq" in message:
+                        await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
+                                                               **_lease(ctrl)}))
                 elif kind == "task":
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
                     if not ctrl.cluster.task_report(name, message):

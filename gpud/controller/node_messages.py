@@ -13,12 +13,16 @@ from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
 from gpud.controller.orders import stop_order
 from gpud.jobs import Job, TaskRun
 from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
+from gpud.node.lease import FENCED_REASON
 
 log = logging.getLogger("gpud.controller")
 RESEND_START_AFTER_S = 5.0
+# After a silent node's lease and grace period, how long more its jobs wait before they run elsewhere: the
+# node's supervisors need a moment to notice the lease ran out and to kill what ignored the stop signal.
+FENCE_MARGIN_S = 2.0
 # Exits the node reports when it, not the job, failed: the job is requeued
 # (or ends NODE_FAIL) instead of FAILED.
-NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "supervisor lost"})
+NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "supervisor lost", FENCED_REASON})
 
 
 class NodeMessages:
@@ -29,7 +33,11 @@ class NodeMessages:
         now = self.clock()
         known = self.nodes.get(node.name)
         if known is not None:
-            node.drain, node.reason, node.stopping = known.drain, known.reason, known.stopping
+            node.drain, node.drain_reason, node.stopping = known.drain, known.drain_reason, known.stopping
+            if known.state == DOWN:
+                self._event("node up", f"registered again after {now - known.last_seen:.0f} s of silence",
+                            node=node.name)
+        node.reason = node.drain_reason if node.drain else ""
         node.state, node.last_seen, node.registered = UP, now, now
         if known is None or known.inventory() != node.inventory():
             self.core.rebuild()
@@ -46,7 +54,10 @@ class NodeMessages:
         node = self.nodes.get(name)
         if node is None:
             return
-        node.last_seen = self.clock()
+        now = self.clock()
+        if node.state == DOWN:
+            self._node_up(node, now)
+        node.last_seen = now
         if gpus is not None and gpus != node.gpus:
             node.gpus = gpus
             self.nodes_changed()
@@ -96,6 +107,8 @@ class NodeMessages:
         key = incarnation_key(job_id, task, attempt)
         node = self.nodes[name]
         exited = state == "exited"
+        if exited:
+            _add_usage(self.jobs.get(job_id), report)
         if key in node.stopping:
             if exited:
                 del node.stopping[key]
@@ -159,19 +172,46 @@ class NodeMessages:
         self.connected.discard(name)
 
     def check_nodes(self, timeout_s: float) -> None:
-        """Mark nodes silent for ``timeout_s`` down; their jobs are requeued or failed, whole gangs together."""
+        """Mark nodes silent for ``timeout_s`` (their lease) down; their jobs are requeued or failed, whole gangs
+        together, and a requeued job waits until the node's lease and grace period are over before it runs again.
+
+        Also lets jobs whose wait is over be scheduled.
+        """
         now = self.clock()
         for node in self.nodes.values():
             if node.state != DOWN and now - node.last_seen > timeout_s:
-                self._node_down(node, f"no heartbeat for {now - node.last_seen:.0f} s")
+                fenced_at = node.last_seen + timeout_s + self.policy.grace_period_s + FENCE_MARGIN_S
+                self._node_down(node, f"no heartbeat for {now - node.last_seen:.0f} s", fenced_at)
+        for job_id, (until, _) in list(self.fenced.items()):
+            if until <= now:
+                del self.fenced[job_id]
+                job = self.jobs.get(job_id)
+                if job is not None:
+                    self._sync_core(job)
+                    self.wake()
 
-    def _node_down(self, node: NodeRecord, reason: str) -> None:
+    def _node_up(self, node: NodeRecord, now: float) -> None:
+        """A down node speaks again: it takes work, and the reason it was down is gone."""
+        self._event("node up", f"heartbeats again after {now - node.last_seen:.0f} s of silence", node=node.name)
+        node.state, node.reason = UP, node.drain_reason if node.drain else ""
+        self.connected.add(node.name)
+        self.nodes_changed()
+        self.persist.node(node.name, node.to_json)
+        self.core.rebuild()
+        self.wake()
+
+    def _node_down(self, node: NodeRecord, reason: str, fenced_at: float | None = None) -> None:
         node.state, node.reason = DOWN, reason
         self.connected.discard(node.name)
         self._event("node down", reason, node=node.name)
         for job_id in {job_id for job_id, _ in self.wanted[node.name].values()}:
             job = self.jobs.get(job_id)
             if job is not None:
+                if fenced_at is not None:
+                    # Its tasks on the node may still be stopping (the node's own lease stops them): it must
+                    # not start anywhere before that is surely over.
+                    until, _ = self.fenced.get(job_id, (0.0, ""))
+                    self.fenced[job_id] = (max(until, fenced_at), node.name)
                 self._lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
         self.wanted.pop(node.name, None)
         self.unsent.pop(node.name, None)
@@ -190,28 +230,46 @@ class NodeMessages:
             job.reason = f"requeued: {reason}"
             self._event("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
             self.persist.job(job)
-            self.core.reset(job.spec())
+            self.core.remove(job.id)
+            self._sync_core(job)
             self.wake()
         else:
             self._finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
 
     def drain(self, node: NodeRecord, reason: str, by: str) -> None:
         """No new work on the node; running jobs finish."""
-        node.drain, node.reason = True, reason
+        node.drain, node.drain_reason = True, reason
+        if node.state != DOWN:
+            node.reason = reason
         self._event("drained", f"drained by {by}: {reason}", node=node.name)
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
 
     def resume(self, node: NodeRecord, by: str) -> None:
         """The node takes work again."""
-        node.drain, node.reason = False, ""
+        node.drain, node.drain_reason = False, ""
+        if node.state != DOWN:
+            node.reason = ""
         self._event("resumed", f"resumed by {by}", node=node.name)
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
         self.wake()
 
 
+def _add_usage(job: Job | None, report: dict) -> None:
+    """Add what an exited task used (its cgroup's peak memory and CPU time, when it had one) to its job."""
+    if job is None:
+        return
+    rss, cpu = report.get("max_rss_bytes"), report.get("cpu_s")
+    if isinstance(rss, int) and not isinstance(rss, bool):
+        job.max_rss_bytes = max(job.max_rss_bytes or 0, rss)
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+        job.cpu_s = (job.cpu_s or 0.0) + float(cpu)
+
+
 def _exit_text(run: TaskRun) -> str:
+    if run.reason.startswith("out of memory"):
+        return run.reason
     if run.reason.startswith("gpu memory"):
         return f"was stopped by the node: {run.reason}"
     if run.term_signal:

@@ -29,6 +29,9 @@ class Gpu:
 class NodeRecord:
     """A node: inventory, liveness, drain, and task incarnations it still has to stop.
 
+    ``reason`` is what the API shows: why the node is down, else why it is
+    drained (``drain_reason``, kept for when a down node comes back).
+
     ``stopping`` maps "job/task/attempt" to the GPU indices that incarnation
     holds until the node reports it gone; a start on those GPUs waits.
     """
@@ -46,6 +49,9 @@ class NodeRecord:
     registered: float | None = None
     address: str = ""
     stopping: dict[str, list[int]] = field(default_factory=dict)
+    drain_reason: str = ""
+    limits: list[str] = field(default_factory=list)  # what the node's task cgroups enforce; empty: nothing
+    limits_how: str = ""
 
     def spec(self) -> NodeSpec:
         """The node as the scheduling core sees it: unhealthy GPUs out of service, only an up, undrained node takes work."""
@@ -87,6 +93,8 @@ class NodeRecord:
         data = json.loads(text)
         gpus = [Gpu(**gpu) for gpu in data.pop("gpus")]
         record = cls(gpus=gpus, **data)
+        if record.drain and not record.drain_reason:
+            record.drain_reason = record.reason  # written before the drain's reason was kept apart
         if record.state == UP:
             record.state = UNKNOWN
         return record

@@ -47,6 +47,8 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
         "gpu_compute_request": job.gpu_compute_request, "gpu_compute_limit": job.gpu_compute_limit,
         "sharing": sharing_view(job, nodes, slicing or TimeSlicing()),
         "interactive": job.interactive,
+        "max_rss_bytes": job.max_rss_bytes, "cpu_s": None if job.cpu_s is None else round(job.cpu_s, 3),
+        "limits": limits_view(job, nodes),
     }
 
 
@@ -71,6 +73,16 @@ def redact(text: str | None, job: Job) -> str | None:
     if not text or not job.workdir or job.workdir == "/":
         return text
     return text.replace(job.workdir.rstrip("/"), "<workdir>")
+
+
+def limits_view(job: Job, nodes: Mapping[str, NodeRecord]) -> dict | None:
+    """What holds the job to what it asked for on the nodes it ran on (None before it ran anywhere)."""
+    names = job.nodes() or list(dict.fromkeys(h for h in job.hosts if h))
+    known = [nodes[name] for name in names if name in nodes]
+    if not known:
+        return None
+    enforced = [limit for limit in known[0].limits if all(limit in node.limits for node in known)]
+    return {"enforced": enforced, "how": "; ".join(sorted({n.limits_how for n in known if n.limits_how}))}
 
 
 def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing) -> dict | None:
@@ -116,6 +128,7 @@ def node_view(node: NodeRecord, used: Mapping[int, float], busy: bool, now: floa
             "reason": node.reason, "labels": node.labels, "cpus": node.cpus, "memory_gib": node.memory_gib,
             "cpus_used": round(host_used[0], 6), "memory_used_gib": round(host_used[1], 6), "gpus": gpus, "gpus_used": round(gpus_used, 6), "gpus_idle": round(len(node.gpus) - gpus_used, 6),
             "address": node.address, "last_seen": node.last_seen,
+            "limits": {"enforced": list(node.limits), "how": node.limits_how},
             "seconds_since_heartbeat": round(max(0.0, now - node.last_seen), 3)}
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import psutil
 
 import gpud
-from gpud.node import membership
 from gpud.gpu import GpuBackend
+from gpud.node import cgroups, lease, membership
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
@@ -66,6 +66,8 @@ class NodeAgent:
         self.slices = SliceManager(self.layout, self.usage, _plugin_manager(), known_specs=self.tasks.specs)
         self.memory = MemoryWatch()
         self.interactive = Interactive(self.tasks, self.layout.run_root, self.link.send, backend)
+        self.lease_file = lease.lease_path(self.layout.run_root)
+        self.lease: lease.Lease | None = lease.read_lease(self.lease_file)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -228,7 +230,8 @@ class NodeAgent:
         return {"type": "register", "node": self.config.name, "pool": self.config.pool,
                 "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
                 "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__,
-                "cluster_id": membership.remembered(self.config.state_dir)}
+                "cluster_id": membership.remembered(self.config.state_dir),
+                "limits": cgroups.limits_report()}
 
     def check_controller(self, answer: dict) -> str | None:
         """Why the controller that answered ``registered`` is not this node's, or None when it is."""
@@ -240,6 +243,17 @@ class NodeAgent:
         states = self.tasks.states()
         self.tasks.mark_reported(states)
         return {"type": "heartbeat", "gpus": self.gpus(), "tasks": [state.report() for state in states]}
+
+    def lease_renewed(self, expires: float | None, lease_s: float, grace_s: float) -> None:
+        """Record the lease the controller granted, for the supervisors to enforce (None: no lease)."""
+        if expires is None:
+            self.lease = None
+            lease.drop_lease(self.lease_file)
+            return
+        if self.lease is not None and self.lease.expired():
+            log.info("the controller answers again: lease renewed for %g s", lease_s)
+        self.lease = lease.Lease(expires, lease_s, grace_s)
+        lease.write_lease(self.lease_file, self.lease)
 
     def registered(self, message: dict) -> None:
         """The controller has the task list sent with ``register``; report only later changes."""
@@ -262,6 +276,11 @@ class NodeAgent:
             log.warning("ignoring a %s order: %s", kind, exc)
             return None
         if kind == "start":
+            if self.lease is not None and self.lease.expired():
+                # Sent before the controller gave this node up, perhaps: it sends the order again if it
+                # still wants the task once the lease is renewed.
+                log.warning("not starting task %s: this node's lease has run out", key.dirname)
+                return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
             if self.tasks.start(key, self._with_slice_env(spec)) is not None:
                 self.poke(key)

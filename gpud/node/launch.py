@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import gpud
 from gpud import jsontext
 from gpud.node import procs
+from gpud.node.cgroups import CGROUPS_ENV
 from gpud.node.freezer import FREEZER_ENV
 from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import (ORDER_FILE, STOP_FILE, Layout, TaskState, read_state, write_json,
@@ -26,8 +27,9 @@ _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))
 
 def _supervisor_env() -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
-    if FREEZER_ENV in os.environ:
-        env[FREEZER_ENV] = os.environ[FREEZER_ENV]
+    for name in (FREEZER_ENV, CGROUPS_ENV):
+        if name in os.environ:
+            env[name] = os.environ[name]
     return env
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol
 
 import aiohttp
@@ -17,6 +18,9 @@ from gpud.waits import wait_event
 log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 0.2
 DEFAULT_HEARTBEAT_S = 5.0
+CONNECT_TIMEOUT_S = 10.0  # a connection attempt through a cut link fails after this, and is tried again
+CLOSE_TIMEOUT_S = 2.0  # how long closing a connection waits for the controller's answer
+KEPT_HEARTBEATS = 64  # heartbeats awaiting the controller's answer that are remembered
 
 # Opens one connection to the controller: the channel to send on and the texts that come in.
 Connector = Callable[[], AsyncContextManager[tuple[Any, AsyncIterator[str]]]]
@@ -37,6 +41,9 @@ class LinkOwner(Protocol):
     async def handle(self, message: dict) -> dict | None:
         """Carry out one order from the controller; returns an answer to send, or None."""
 
+    def lease_renewed(self, expires: float | None, lease_s: float, grace_s: float) -> None:
+        """The controller granted a lease until ``expires`` (monotonic clock); None: it grants none."""
+
 
 class ControllerLink:
     """One WebSocket to ``url`` (or a channel from ``connect``), kept open for as long as :meth:`run` runs."""
@@ -54,6 +61,11 @@ class ControllerLink:
         self._ws: Any = None  # the channel of the current connection
         self._send_lock = asyncio.Lock()
         self._heartbeat_now = asyncio.Event()
+        self.lease_expires: float | None = None  # monotonic; None: no lease granted on this connection
+        self.lease_s = 0.0
+        self._seq = 0
+        self._sent_at: dict[int, float] = {}  # heartbeats sent and not answered yet, by their seq
+        self._dropping = False
 
     async def send(self, message: dict) -> bool:
         """Send one message if registered with the controller; False when it could not be sent."""
@@ -101,15 +113,22 @@ class ControllerLink:
         @contextlib.asynccontextmanager
         async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
             headers = {"Authorization": f"Bearer {self.key}"}
-            async with session.ws_connect(self.url, headers=headers, heartbeat=30.0) as ws:
+            ws = await asyncio.wait_for(session.ws_connect(self.url, headers=headers, heartbeat=30.0,
+                                                           timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
+                                        CONNECT_TIMEOUT_S)
+            async with ws:
                 yield ws, ws_texts(ws)
         return connect
 
     async def _serve(self, channel: Any, texts: AsyncIterator[str]) -> bool:
         """One connection; True when the node was registered on it."""
         self._ws = channel
+        self.lease_expires, self._sent_at = None, {}
+        register_sent = time.monotonic()
         await channel.send_str(jsontext.dumps(self.owner.register_message()))
         beating: asyncio.Task | None = None
+        serving = asyncio.current_task()
+        self._dropping = False
         try:
             async for text in texts:
                 try:
@@ -129,10 +148,21 @@ class ControllerLink:
                         log.error("%s (controller at %s)", refused, self.url)
                         break
                     self._registered(message)
+                    self._renew(register_sent, message)
                     if beating is None:
-                        beating = asyncio.create_task(self._heartbeats())
+                        beating = asyncio.create_task(self._heartbeats(serving))
+                    continue
+                if message.get("type") == "lease":
+                    sent = self._sent_at.pop(message.get("seq"), None)  # type: ignore[arg-type]
+                    if sent is not None:
+                        self._renew(sent, message)
                     continue
                 await self._dispatch(message)
+        except asyncio.CancelledError:
+            if not self._dropping or serving is None:
+                raise
+            serving.uncancel()  # the heartbeats dropped a dead connection; the link itself goes on
+            self._dropping = False
         finally:
             if beating is not None:
                 beating.cancel()
@@ -149,6 +179,18 @@ class ControllerLink:
         self.owner.registered(message)
         log.info("registered with the controller at %s", self.url)
 
+    def _renew(self, sent: float, message: dict) -> None:
+        """Take the lease the controller granted in answer to what this node sent at ``sent``."""
+        lease_s, grace_s = message.get("lease_s"), message.get("grace_s", 0.0)
+        if not _positive(lease_s):
+            self.lease_expires = None
+            self.owner.lease_renewed(None, 0.0, 0.0)
+            return
+        expires = sent + float(lease_s)
+        if self.lease_expires is None or expires > self.lease_expires:
+            self.lease_expires, self.lease_s = expires, float(lease_s)
+            self.owner.lease_renewed(expires, float(lease_s), float(grace_s) if _positive(grace_s) else 0.0)
+
     async def _dispatch(self, message: dict) -> None:
         try:
             answer = await self.owner.handle(message)
@@ -158,8 +200,29 @@ class ControllerLink:
         if answer is not None:
             await self.send(answer)
 
-    async def _heartbeats(self) -> None:
+    async def _heartbeats(self, serving: asyncio.Task | None) -> None:
         while True:
             await wait_event(self._heartbeat_now, self.heartbeat_s)
             self._heartbeat_now.clear()
-            await self.send(self.owner.heartbeat_message())
+            now = time.monotonic()
+            oldest = next(iter(self._sent_at.values()), now)
+            if self.lease_expires is not None and len(self._sent_at) >= 2 \
+                    and now - oldest > self.lease_s + self.heartbeat_s:
+                # Heartbeats unanswered for longer than the lease: the connection is dead (a cut link can leave
+                # it open for minutes); a new one gets through as soon as the link is back. (One unanswered
+                # heartbeat may only mean this process was stopped: its answer is waiting to be read.)
+                log.warning("no answer from the controller for %.0f s: this node's lease ran out; reconnecting",
+                            now - oldest)
+                if serving is not None:
+                    self._dropping = True
+                    serving.cancel()
+                return
+            self._seq += 1
+            self._sent_at[self._seq] = now
+            if len(self._sent_at) > KEPT_HEARTBEATS:
+                del self._sent_at[next(iter(self._sent_at))]
+            await self.send({**self.owner.heartbeat_message(), "seq": self._seq})
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

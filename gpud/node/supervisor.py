@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from gpud import jsontext
-from gpud.node import failsafe, freezer, procs
+from gpud.node import cgroups, failsafe, freezer, lease, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
@@ -43,6 +43,8 @@ SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the sl
 IDLE_POLL_S = 1.0
 POKE_NAMES = 1000  # task names per poke datagram: well under the socket's datagram size
 LOST_STATUS = -1  # the task was reaped by someone else: its exit code is unknown
+CGROUPS_FILE = "cgroups"  # in the task directory: the task's cgroup directories, one per line
+GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +115,14 @@ def acting_as(who: RunAs):
 class TaskRun:
     """One task under a supervisor: started, watched, stopped, cleaned up and recorded in its task directory."""
 
-    def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier) -> None:
+    def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier,
+                 confiner: cgroups.Confiner | None = None) -> None:
         self.task_dir = task_dir
+        self.confiner = confiner
+        self.cgroup: cgroups.TaskCgroup | None = None
+        self.pinned: list[int] = []
+        self.memory_limit: int | None = None
+        self.usage: dict = {}
         self.key = TaskKey.from_order(order["key"])
         self.notify = notify
         self.state = TaskState(self.key, supervisor_pid=owner[0], supervisor_start=owner[1])
@@ -128,7 +136,9 @@ class TaskRun:
         self.pid = 0
         self.proc: subprocess.Popen | None = None
         self._stop_seen: tuple[int, int] | None = None
-        self.heartbeat = failsafe.heartbeat_path(os.path.dirname(os.path.dirname(os.path.abspath(task_dir))))
+        run_root = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
+        self.heartbeat = failsafe.heartbeat_path(run_root)
+        self.lease_file = lease.lease_path(run_root)
 
     # -- recording ---------------------------------------------------------
 
@@ -205,6 +215,7 @@ class TaskRun:
         argv = self._argv(who)
         out, err = self._open_outputs(who)
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
+        self._confine()
         try:
             proc = subprocess.Popen(
                 argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -216,9 +227,12 @@ class TaskRun:
         except subprocess.SubprocessError as exc:
             raise StartError(str(exc)) from None
         finally:
+            self._step_out()
             os.close(out)
             if err != out:
                 os.close(err)
+        if self.cgroup is not None and self.confiner is not None:
+            self.confiner.later(self.cgroup.settle)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
@@ -227,6 +241,39 @@ class TaskRun:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
+
+    def _confine(self) -> None:
+        """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
+        if self.confiner is None or not self.confiner.hierarchies.tracked():
+            return
+        self.pinned = self.confiner.pick_cpus(self.spec.cpus)
+        # Pinned to exactly as many CPUs as it asked for, a task needs no CPU quota on top.
+        exact = bool(self.pinned) and len(self.pinned) == self.spec.cpus
+        self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
+                                         self.confiner.hierarchies, skip=("cpu",) if exact else ())
+        self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
+        limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
+                                cpuset=",".join(map(str, self.pinned)) or None,
+                                gpu_minors=tuple(self.spec.gpu_indices))
+        try:
+            with open(os.path.join(self.task_dir, CGROUPS_FILE), "w", encoding="utf-8") as f:
+                f.write("".join(f"{path}\n" for path in self.cgroup.paths()))
+            self.cgroup.create(limits)
+            self.cgroup.enter(os.getpid())
+        except OSError as exc:
+            self._step_out()
+            self.cgroup.remove()
+            self.confiner.release_cpus(self.pinned)
+            self.cgroup, self.pinned = None, []
+            raise StartError(f"cannot make the task's cgroup: {exc.strerror or exc}") from None
+
+    def _step_out(self) -> None:
+        if self.cgroup is not None and self.confiner is not None:
+            try:
+                self.cgroup.leave(os.getpid(), self.confiner.home)
+            except OSError as exc:
+                print(f"gpud supervisor: cannot leave the cgroup of task {self.key.dirname}: {exc}",
+                      file=sys.stderr, flush=True)
 
     # -- stopping ----------------------------------------------------------
 
@@ -243,7 +290,19 @@ class TaskRun:
                 failsafe.mark_stopping(self.task_dir)
                 self._thaw()
             procs.signal_group(self.pid, sig)
+            if self.cgroup is not None:
+                self.cgroup.signal(sig)  # what left the process group hears it too
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+
+    def fence(self, grace_s: float) -> None:
+        """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
+        if self.stopping_reason is not None or self.leader_status is not None:
+            return
+        try:
+            sig = signal_number(self.spec.stop_signal)
+        except ValueError:
+            sig = signal.SIGTERM
+        self._begin_stop(lease.FENCED_REASON, sig, max(0.0, min(self.spec.grace_s, grace_s)))
 
     def look_at_stop_request(self, *, even_without_file: bool = False) -> None:
         """Carry out the stop request in the task directory, if there is a new one (or, when asked, the default stop)."""
@@ -278,6 +337,8 @@ class TaskRun:
                 count += 1
             except OSError:
                 pass
+        if self.cgroup is not None:
+            count += self.cgroup.kill()
         return count
 
     # -- watching ----------------------------------------------------------
@@ -303,21 +364,29 @@ class TaskRun:
         if self.spec.sliced:
             failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
         left = self._kill(strays)
-        if left or procs.group_alive(self.pid):
+        if left or procs.group_alive(self.pid) or (self.cgroup is not None and self.cgroup.pids()):
             return False
+        if self.cgroup is not None:
+            self.usage = self.cgroup.stats()  # the empty cgroups are removed once the exit is reported
+            if self.confiner is not None:
+                self.confiner.release_cpus(self.pinned)
+            self.pinned = []
         if self.spec.sliced:
             freezer.remove_task_cgroup(self.task_dir)
         return True
 
     def finish(self) -> None:
-        """Record the task's exit code or terminating signal and why it ended."""
+        """Record the task's exit code or terminating signal, why it ended, and what it used."""
+        used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
+        reason = self.stopping_reason
+        if reason is None and self.usage.get("oom_kills") and self.memory_limit:
+            reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
         if self.leader_status == LOST_STATUS:
-            self._record(self.state.exited(reason=self.stopping_reason or "exit status lost", ended=time.time()))
+            self._record(used.exited(reason=reason or "exit status lost", ended=time.time()))
             return
         code = os.waitstatus_to_exitcode(self.leader_status or 0)
-        self._record(self.state.exited(exit_code=code if code >= 0 else None,
-                                       term_signal=-code if code < 0 else None,
-                                       reason=self.stopping_reason or "", ended=time.time()))
+        self._record(used.exited(exit_code=code if code >= 0 else None, term_signal=-code if code < 0 else None,
+                                 reason=reason or "", ended=time.time()))
 
 
 class Notifier:
@@ -362,11 +431,14 @@ class Supervisor:
         self.feed = feed
         self.owner = (os.getpid(), procs.start_ticks(os.getpid()))
         self.notify = Notifier()
+        self.confiner = cgroups.Confiner()
         self.runs: dict[TaskKey, TaskRun] = {}
         self.by_pid: dict[int, TaskRun] = {}
         self._buffer = b""
         self._look_at_stops = False
         self._terminate = False
+        self._next_lease_check = 0.0
+        self._doomed: list[cgroups.TaskCgroup] = []  # empty cgroups of finished tasks, to remove
 
     def add(self, task_dir: str, order: object, *, announce: bool = False) -> None:
         """Take on the task whose order is ``order`` and start it (or record why it could not start).
@@ -377,7 +449,7 @@ class Supervisor:
         """
         try:
             _make_dir(task_dir, 0o711)
-            run = TaskRun(task_dir, order, self.owner, self.notify)  # type: ignore[arg-type]
+            run = TaskRun(task_dir, order, self.owner, self.notify, self.confiner)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError, OSError) as exc:
             print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
             return
@@ -387,7 +459,11 @@ class Supervisor:
             return
         if self.feed is not None:
             # Written in place: it is written once, before the state file that tells anyone to read it.
-            with open(os.path.join(task_dir, ORDER_FILE), "w", encoding="utf-8") as f:
+            # Readable by root alone: it holds the job's command and environment (tokens, say).
+            fd = os.open(os.path.join(task_dir, ORDER_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(fd, 0o600)
                 f.write(jsontext.dumps(order))
         if announce:
             write_state(task_dir, run.state)
@@ -486,6 +562,8 @@ class Supervisor:
                                         for run in self.runs.values()) else {}
         unowned = strays.get(None, [])
         wake = now + IDLE_POLL_S
+        if self.runs:
+            wake = min(wake, self._check_lease(now))
         for key, run in list(self.runs.items()):
             try:
                 if look and run.leader_status is None:
@@ -496,6 +574,21 @@ class Supervisor:
                 sys.stderr.flush()
         return wake
 
+    def _check_lease(self, now: float) -> float:
+        """Stop every task once the node's lease has run out; returns when to look at the lease again."""
+        if now >= self._next_lease_check:
+            self._next_lease_check = now + lease.CHECK_S
+            for path in {run.lease_file for run in self.runs.values()}:
+                held = lease.read_lease(path)
+                if held is None or not held.expired(now):
+                    continue
+                for run in self.runs.values():
+                    if run.lease_file == path and run.stopping_reason is None and run.leader_status is None:
+                        print(f"gpud supervisor: the node's lease ran out; stopping task {run.key.dirname}",
+                              file=sys.stderr, flush=True)
+                        run.fence(held.grace_s)
+        return self._next_lease_check
+
     def _advance(self, run: TaskRun, now: float, strays: list[int]) -> float:
         """Move one task on (its timers, or cleaning up after it); returns when it needs looking at again."""
         if run.leader_status is None:
@@ -505,6 +598,8 @@ class Supervisor:
             return now + CLEANUP_POLL_S
         run.finish()
         del self.runs[run.key]
+        if run.cgroup is not None:
+            self._doomed.append(run.cgroup)
         return now + IDLE_POLL_S
 
     def run(self, tasks: tuple[tuple[str, dict], ...] = ()) -> int:
@@ -525,8 +620,11 @@ class Supervisor:
         for task_dir, order in tasks:
             self.add(task_dir, order, announce=True)
         wake = time.monotonic()
-        while self.feed is not None or self.runs:
+        while self.feed is not None or self.runs or self._doomed:
             self.notify.flush()
+            doomed, self._doomed = self._doomed, []
+            for group in doomed:  # after the exits are reported, off this loop: removing cgroups is slow
+                self.confiner.later(group.remove)
             readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
                                            max(0.0, wake - time.monotonic()))
             if rfd in readable:
@@ -539,6 +637,7 @@ class Supervisor:
                 self._read_feed()
             wake = self._step(time.monotonic())
         self.notify.flush()
+        self.confiner.close()
         # Whatever is left is a stray of a finished task.
         for pid in procs.children(os.getpid()):
             procs.kill_tree(pid)

@@ -9,7 +9,7 @@ import signal
 import time
 from typing import Any, Mapping
 
-from gpud.node import procs
+from gpud.node import cgroups, procs
 from gpud.node.freezer import freezer_for
 from gpud.node.launch import Launcher
 from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, parse_spec
@@ -146,11 +146,21 @@ class TaskTable:
         state = read_state(task_dir) or state
         if state.state == EXITED:
             return state
+        group = cgroups.recorded(task_dir)
+        if group is not None and group.pids():
+            # Its cgroups hold whatever it started, however it left the process group: none may run unattended.
+            log.warning("task %s lost its supervisor; killing every process in its cgroups", known.key.dirname)
+            if state.pid:
+                freezer_for(task_dir, state.pid).thaw()
+            group.kill()
+            return state
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             log.warning("task %s lost its supervisor; killing its processes", known.key.dirname)
             freezer_for(task_dir, state.pid).thaw()  # a task frozen in a cgroup dies only once thawed
             procs.signal_group(state.pid, signal.SIGKILL)
             return state
+        if group is not None:
+            group.remove()
         reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
         lost = state.exited(reason=reason, ended=time.time())
         write_state(task_dir, lost)

@@ -109,6 +109,8 @@ class TaskState:
     reason: str = ""
     started: float | None = None
     ended: float | None = None
+    max_rss_bytes: int | None = None  # peak memory of the task's cgroup, when it had one
+    cpu_s: float | None = None  # CPU time of every process in the task's cgroup
 
     def to_json(self) -> dict:
         """The state as written to the task's state file."""
@@ -116,7 +118,7 @@ class TaskState:
                 "supervisor_start": self.supervisor_start, "pid": self.pid, "pid_start": self.pid_start,
                 "exit_code": self.exit_code,
                 "term_signal": self.term_signal, "reason": self.reason, "started": self.started,
-                "ended": self.ended}
+                "ended": self.ended, "max_rss_bytes": self.max_rss_bytes, "cpu_s": self.cpu_s}
 
     @classmethod
     def from_json(cls, data: Any) -> TaskState | None:
@@ -129,7 +131,8 @@ class TaskState:
                 return None
             return cls(key, data["state"], data.get("supervisor_pid"), data.get("supervisor_start"),
                        data.get("pid"), data.get("pid_start"), data.get("exit_code"), data.get("term_signal"),
-                       str(data.get("reason") or ""), data.get("started"), data.get("ended"))
+                       str(data.get("reason") or ""), data.get("started"), data.get("ended"),
+                       data.get("max_rss_bytes"), data.get("cpu_s"))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -141,9 +144,14 @@ class TaskState:
 
     def report(self) -> dict:
         """The task report of the node protocol (a starting task reports as running)."""
-        return {**self.key.to_json(), "state": EXITED if self.state == EXITED else RUNNING, "pid": self.pid,
-                "exit_code": self.exit_code, "term_signal": self.term_signal, "reason": self.reason,
-                "started": self.started, "ended": self.ended}
+        report = {**self.key.to_json(), "state": EXITED if self.state == EXITED else RUNNING, "pid": self.pid,
+                  "exit_code": self.exit_code, "term_signal": self.term_signal, "reason": self.reason,
+                  "started": self.started, "ended": self.ended}
+        if self.max_rss_bytes is not None:
+            report["max_rss_bytes"] = self.max_rss_bytes
+        if self.cpu_s is not None:
+            report["cpu_s"] = round(self.cpu_s, 3)
+        return report
 
 
 def write_state(task_dir: str, state: TaskState) -> None:
