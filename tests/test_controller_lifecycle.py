@@ -147,7 +147,7 @@ def test_a_task_the_controller_no_longer_wants_is_stopped_after_a_restart(cluste
     node_dir = cluster.root / "n1" / "tasks"
     wait_for(lambda: "belongs to cluster" in cluster.nodes["n1"].output(), "the node to refuse the new cluster")
     assert cluster.node_state("n1") is None
-    assert any(_task_running(node_dir / d) for d in os.listdir(node_dir))
+    # (The task may already be stopped: with no controller of its own the node's lease runs out.)
     # Once the node is told to join it, the new cluster stops the task it does not know.
     cluster.nodes["n1"].stop()
     os.unlink(cluster.root / "n1" / "cluster.id")
