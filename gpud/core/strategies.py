@@ -96,8 +96,8 @@ def binpack_candidates(request: TaskRequest, index: NodeIndex) -> Iterator[NodeS
                 break
     if not scored:
         return
-    first = min(scored, key=_rank)
-    yield first[2]
+    first = min(scored, key=_rank)[1]  # by position: a compiled core copies tuples, so "is" cannot tell
+    yield scored[first][2]
     for nodes, walk in parts:  # what the first pass left unread
         for node in nodes:
             if node.name not in seen and node.holds_host_resources(request):
@@ -105,7 +105,7 @@ def binpack_candidates(request: TaskRequest, index: NodeIndex) -> Iterator[NodeS
                 scored.append((leftover(node, index), len(scored), node))
     scored.sort(key=_rank)
     for item in scored:
-        if item is not first:
+        if item[1] != first:
             yield item[2]
 
 
