@@ -1,9 +1,10 @@
 """Benchmark of gpud's placement and scheduling on the Alibaba GPU trace v2023, against the FGD paper.
 
 fill    the paper's method, per workload (default, gpushare100, multigpu50): pods in a seeded
-        random order (seeds 42-51), never finishing, until requests reach 130% of the 6,212
-        GPUs; the GPU allocation ratio at each arrived-load level for gpud's placements,
-        side by side with the six published policies (mean over the same seeds);
+        random order (--seeds, 42-51 by default; run 52-61 too: fragaware's and fgd's weights were
+        chosen on 42-51), never finishing, until requests reach 130% of the 6,212 GPUs; the GPU allocation ratio at each arrived-load level for gpud's placements,
+        side by side with the six published policies (mean over seeds 42-51), and a PASS/FAIL
+        line per placement against the best published policy at 80%, 90% and 130%;
 replay  the trace in simulated time through the warm scheduler on a seeded 1% of the nodes,
         with Helios (Venus) VC quotas as projects: utilisation, waits, completion times,
         evictions, deviation from fair share.
@@ -30,6 +31,7 @@ from gpud.trace.replay import replay  # noqa: E402
 from gpud.trace.report import fill_json, fill_text, replay_json, replay_text  # noqa: E402
 from gpud.trace.run import fill_many, parse_seeds, plugin_manager  # noqa: E402
 from gpud.trace.scale import scale_nodes  # noqa: E402
+from gpud.trace.verdict import verdict_json, verdict_text, versus_published  # noqa: E402
 
 # The trace files ship in the checkout (traces/); GPUD_TRACES points at another copy with the same layout.
 TRACES = os.environ.get("GPUD_TRACES", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces"))
@@ -53,9 +55,12 @@ def run_fill(workloads, placements, seeds, workers) -> list[dict]:
         summaries = fill_many(pods_path(workload), NODES, placements, seeds, 1.3, workers)
         published = read_published(PUBLISHED, workload)
         print(fill_text(workload, capacity, 1.3, summaries, published), file=sys.stderr)
+        verdicts = versus_published(summaries, published)
+        print(verdict_text(verdicts), file=sys.stderr)
         print(f"  ({time.perf_counter() - started:.1f}s for {len(placements)} placements x "
               f"{len(seeds)} seeds, {workers} process(es))\n", file=sys.stderr)
         doc = fill_json(workload, capacity, 1.3, summaries, published)
+        doc["versus_published"] = verdict_json(verdicts)
         for entry in doc["placements"]:
             entry.pop("curve_first_seed")
         docs.append(doc)

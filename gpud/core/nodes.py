@@ -138,6 +138,7 @@ class NodeIndex:
         self.nodes = nodes
         self.max_gpus = max((n.gpus for n in nodes), default=0)
         self.max_cpus = int(max((n.spec.cpus for n in nodes), default=0))
+        self.max_memory = float(max((n.spec.memory_gib for n in nodes), default=0.0))
         self.max_gpu_memory = max((n.gpu_memory_gib for n in nodes if n.gpus), default=0.0)
         self.gpu_memories = sorted({n.gpu_memory_gib for n in nodes if n.gpus})
         self.capacity = Resources(sum(n.spec.usable_gpus for n in nodes), sum(n.spec.cpus for n in nodes),

@@ -6,9 +6,11 @@ popularity), is the popularity-weighted amount of its free GPU that the shapes
 cannot use. Placement picks the node and GPU that raise it least, then the
 fullest node. ``fgd`` is the FGD paper's measure (ATC '23: next request only,
 CPU and GPU, scores quantised as in its simulator), kept for comparison;
-``fragaware`` also counts memory and mixes in the long run: what is left once
+``fragaware`` also counts memory, mixes in the long run (what is left once
 as many copies of each shape as the node's GPUs, CPUs and memory allow are
-placed.
+placed), and weighs each shape by how few of the pool's GPUs sit on nodes
+large enough for it (``scarcity``), so the only hosts of a large request are
+not spent on small ones while other nodes can take them.
 
 The profile is the workload's: a ``FragAware(profile)`` instance registered
 after the built-ins answers in their place (the trace replay registers one
@@ -84,11 +86,15 @@ class FragAware:
         total = sum(w for _, w in shapes) or 1.0
         self.profile = tuple((s, w / total) for s, w in shapes)
         self._selectors = sorted({s.selector for s, _ in self.profile if s.selector})
-        self._frag: dict[tuple[Signature, bool], float] = {}
+        self._frag: dict[tuple[Signature, bool, int], float] = {}
         self._delta: dict[tuple, tuple[float, int]] = {}
         self._sig: dict[NodeState, tuple[int, Signature, tuple[int, int]]] = {}
         self._interned: dict[Signature, Signature] = {}
         self._access: dict[NodeState, int] = {}
+        # Per-shape weights by the pool's make-up (``scarcity``); scores are memoised under their number.
+        self._scarcities: list[tuple[float, ...]] = [tuple(1.0 for _ in self.profile)]
+        self._scarcity_of: dict[tuple, int] = {}
+        self._pool_scarcity: dict[str, int] = {}
 
     # --- the fragmentation measure ------------------------------------------------------------
 
@@ -124,7 +130,33 @@ class FragAware:
         self._sig[node] = entry
         return entry
 
-    def fragmentation(self, sig: Signature, fgd: bool = False) -> float:
+    def scarcity(self, nodes: Sequence[NodeState]) -> tuple[float, ...]:
+        """Per typical shape: the GPUs of ``nodes`` over the GPUs on those of them large enough for one
+        copy (GPUs, CPUs, memory, model), so 1 for a shape any node holds and 20 for one that only a
+        twentieth of the GPUs can serve; 1 for a shape no node holds (it costs every node alike)."""
+        total = sum(n.spec.usable_gpus for n in nodes)
+        out = []
+        for shape, _ in self.profile:
+            hosts = sum(n.spec.usable_gpus for n in nodes if _could_host(n, shape))
+            out.append(total / hosts if hosts else 1.0)
+        return tuple(out)
+
+    def _scarcity_number(self, index: NodeIndex) -> int:
+        """The number of the pool's scarcity weights, computed again only when its nodes change."""
+        key = (index.pool, len(index.nodes), index.capacity)
+        number = self._scarcity_of.get(key)
+        if number is None:
+            weights = self.scarcity(index.nodes)
+            if weights in self._scarcities:
+                number = self._scarcities.index(weights)
+            else:
+                number = len(self._scarcities)
+                self._scarcities.append(weights)
+            self._scarcity_of[key] = number
+        self._pool_scarcity[index.pool] = number
+        return number
+
+    def fragmentation(self, sig: Signature, fgd: bool = False, scarcity: int = 0) -> float:
         """The profile-weighted GPU thousandths of a node that typical requests could not use.
 
         For each typical shape two views are mixed: the next request's (FGD's:
@@ -132,9 +164,10 @@ class FragAware:
         small for it) and the long run's (what is left once as many copies of
         the shape as the GPUs, CPUs and memory allow are placed), which sees
         CPUs or memory running out before the GPUs do. ``fgd`` gives the
-        paper's measure alone, without memory.
+        paper's measure alone, without memory. ``scarcity`` numbers the shape
+        weights (``scarcity``) that multiply the popularity; 0, all ones.
         """
-        key = (sig, fgd)
+        key = (sig, fgd, scarcity)
         found = self._frag.get(key)
         if found is not None:
             return found
@@ -145,7 +178,9 @@ class FragAware:
         total = sum(gpus)
         frag = 0.0
         next_weight = 1.0 if fgd else NEXT_WEIGHT
-        for shape, weight in self.profile if total else ():
+        scarce = self._scarcities[scarcity]
+        for number, (shape, weight) in enumerate(self.profile if total else ()):
+            weight *= scarce[number]
             if shape.selector and not mask >> self._selectors.index(shape.selector) & 1:
                 frag += weight * total
                 continue
@@ -187,20 +222,20 @@ class FragAware:
                 gpus.remove(MILLI)
         return tuple(gpus), sig[1] - shape.cpu_milli, sig[2] - shape.mem_mib, sig[3]
 
-    def delta(self, strategy: str, sig: Signature, shape: Shape) -> tuple[float, int]:
+    def delta(self, strategy: str, sig: Signature, shape: Shape, scarcity: int = 0) -> tuple[float, int]:
         """(how much placing ``shape`` raises the node's fragmentation, the free value of the GPU to use).
 
         Lower is better. For a fraction, every distinct free GPU value with room
         is tried; ``fgd`` quantises as the paper's simulator does.
         """
-        key = (strategy, sig, shape)
+        key = (strategy, sig, shape, scarcity)
         found = self._delta.get(key)
         if found is not None:
             return found
         if len(self._delta) > CACHE_LIMIT:
             self._delta.clear()
         fgd = strategy == "fgd"
-        before = self.fragmentation(sig, fgd)
+        before = self.fragmentation(sig, fgd, scarcity)
         best: tuple[float, int] | None = None
         if not shape.num_gpu:
             options = [0]
@@ -209,7 +244,7 @@ class FragAware:
         else:
             options = [MILLI]
         for free in options:
-            raised = self.fragmentation(self._after(sig, shape, free), fgd) - before
+            raised = self.fragmentation(self._after(sig, shape, free), fgd, scarcity) - before
             if strategy == "fgd":
                 raised = -int(100 / (1 + math.exp(raised / MILLI)))
             if best is None or raised < best[0] - 1e-9:
@@ -233,6 +268,7 @@ class FragAware:
         plain = request.gpu_memory_gib is None
         shape = shape_of(request) if plain else None
         fragaware = strategy == "fragaware"
+        scarcity = self._scarcity_number(index) if fragaware else 0
         cpus, memory = request.cpus - EPS, request.memory_gib - EPS
         entries = self._sig
         raised_by: dict[int, float] = {}
@@ -250,9 +286,9 @@ class FragAware:
             if plain:
                 raised = raised_by.get(id(sig))
                 if raised is None:
-                    raised = raised_by[id(sig)] = self.delta(strategy, sig, shape)[0]
+                    raised = raised_by[id(sig)] = self.delta(strategy, sig, shape, scarcity)[0]
             else:
-                raised = self.delta(strategy, sig, shape_of(request, None, node.gpu_memory_gib))[0]
+                raised = self.delta(strategy, sig, shape_of(request, None, node.gpu_memory_gib), scarcity)[0]
             if raised == math.inf:
                 continue
             scored.append(((raised, entry[2], order) if fragaware else (raised, order), node))
@@ -272,7 +308,8 @@ class FragAware:
         if not request.is_shared:
             return order
         shape = shape_of(request, None, node.gpu_memory_gib)
-        _, chosen = self.delta(strategy, self.signature(node), shape)
+        scarcity = self._pool_scarcity.get(node.pool, 0) if strategy == "fragaware" else 0
+        _, chosen = self.delta(strategy, self.signature(node), shape, scarcity)
         first = [i for i in order if round(free[i] * MILLI) == chosen]
         return first + [i for i in order if i not in first]
 
@@ -295,6 +332,13 @@ class FragAware:
     # Other strategies pass these by without asking (gpud.core.hooks.strategy_function).
     setattr(gpud_node_candidates, ANSWERS, NAMES)
     setattr(gpud_gpu_order, ANSWERS, NAMES)
+
+
+def _could_host(node: NodeState, shape: Shape) -> bool:
+    """Whether ``node``, empty, could hold one copy of ``shape``."""
+    spec = node.spec
+    return (spec.usable_gpus >= shape.num_gpu and spec.cpus * MILLI >= shape.cpu_milli
+            and spec.memory_gib * 1024 >= shape.mem_mib and all(node.labels.get(k) == v for k, v in shape.selector))
 
 
 def _key(item: tuple) -> tuple:
