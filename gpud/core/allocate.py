@@ -153,7 +153,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
             else:
                 detail, kind = explain_unplaced(state, job, tasks)
                 if kind == IMPOSSIBLE:
-                    detail = "cannot run as asked: " + detail
+                    detail = "cannot run as asked: " + str(detail)
                 found = (detail, kind)
                 blocks.room.add(job, tasks, detail, kind)
             if found[1] == FRAGMENTED:
