@@ -6,8 +6,9 @@ fair share (past the minimum run time, each victim allowed by the per-victim
 rule, in victim order) would make room for it, that job runs within three
 cycles. The room is worked out here, independently of the core: victims are
 taken in victim order while their project (and, across departments, their
-department) is still over its fair share in a resource the job needs and the
-victim holds; then the job's tasks are placed first-fit on what is free.
+department) is still over its fair share, and over its quota (a queue within
+its quota is never a victim), in a resource the job needs and the victim
+holds; then the job's tasks are placed first-fit on what is free.
 """
 
 from __future__ import annotations
@@ -134,6 +135,16 @@ def fits(held: Resources, need: Resources, level: Resources, unset_is_unbounded:
     return True
 
 
+def bound(quota: Resources) -> Resources:
+    """What a quota enforces: GPUs always, CPUs and memory only where set (a queue within it is no victim)."""
+    return Resources(quota.gpu, quota.cpu or float("inf"), quota.memory or float("inf"))
+
+
+def over(held: Resources, level: Resources, resources: list[str]) -> bool:
+    """Whether ``held`` is over ``level`` in one of ``resources``."""
+    return any(held.get(r) > level.get(r) + TOL for r in resources)
+
+
 def victim_key(job: JobSpec) -> tuple:
     """Lowest priority first, then most recently started."""
     started = job.started if job.started is not None else job.submitted
@@ -159,10 +170,13 @@ def room_by_reclaim(case: Case, job: JobSpec, shares: dict[str, Resources],
         request = victim.request
         gives = Resources(1.0 if request.uses_gpu else 0.0, request.cpus, request.memory_gib)
         shared = [r for r in RESOURCES if gives.get(r) > TOL and need.get(r) > TOL]
-        if not any(held[victim.project].get(r) > shares[victim.project].get(r) + TOL for r in shared):
+        if not over(held[victim.project], shares[victim.project], shared) or not over(
+                held[victim.project], bound(owner.quota_in(POOL)), shared):
             continue
-        if owner.department != project.department and not any(
-                dept_held[owner.department].get(r) > dept_shares[owner.department].get(r) + TOL for r in shared):
+        department = policy.departments[owner.department]
+        if owner.department != project.department and not (
+                over(dept_held[owner.department], dept_shares[owner.department], shared)
+                and (department.implicit or over(dept_held[owner.department], bound(department.quota_in(POOL)), shared))):
             continue
         evicted.add(victim.id)
         for p in victim.placements:
