@@ -574,9 +574,18 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
                 stmt.rollback()
                 return False
             before = len(refused)
+            name = room.node.name
             for victim in room.victims:
-                evict(victim, room.node.name)
+                evict(victim, name)
             placement = placer.fit_on(job, room.node)
+            if placement is None:
+                # An elastic victim gave only its tasks above its minimum; where that is not enough,
+                # the rest of it goes too (below its minimum, the whole job).
+                placements = state.placements
+                for victim in room.victims:
+                    if any(p is not None and p.node == name for p in placements[victim.job.id]):
+                        evict(victim, name)
+                placement = placer.fit_on(job, room.node)
             if placement is None and len(refused) == before:
                 stmt.rollback()
                 return False
