@@ -161,11 +161,22 @@ def room_by_reclaim(case: Case, job: JobSpec, shares: dict[str, Resources],
     dept_held: dict[str, Resources] = defaultdict(Resources)
     for name, amount in held.items():
         dept_held[policy.projects[name].department] += amount
-    evicted: set[str] = set()
     candidates = sorted((j for j in snapshot.jobs if j.is_running and j.preemptible and j.project != job.project
                          and NOW - (j.started if j.started is not None else j.submitted) >= policy.min_runtime_s),
                         key=victim_key)
+    # An elastic victim loses its tasks above its minimum first; the rest is a victim of its own, judged again.
+    steps = []
     for victim in candidates:
+        running = [t for t, p in enumerate(victim.placements) if p is not None]
+        spare = len(running) - victim.gang_minimum
+        if spare > 0:
+            steps.append((victim, running[len(running) - spare:]))
+        steps.append((victim, running))
+    gone: dict[str, set[int]] = defaultdict(set)
+    for victim, tasks in steps:
+        tasks = [t for t in tasks if t not in gone[victim.id]]
+        if not tasks:
+            continue
         owner = policy.projects[victim.project]
         request = victim.request
         gives = Resources(1.0 if request.uses_gpu else 0.0, request.cpus, request.memory_gib)
@@ -178,18 +189,16 @@ def room_by_reclaim(case: Case, job: JobSpec, shares: dict[str, Resources],
                 over(dept_held[owner.department], dept_shares[owner.department], shared)
                 and (department.implicit or over(dept_held[owner.department], bound(department.quota_in(POOL)), shared))):
             continue
-        evicted.add(victim.id)
-        for p in victim.placements:
-            if p is not None:
-                freed = Resources(p.gpu_share * len(p.gpu_index), request.cpus, request.memory_gib)
-                held[victim.project] -= freed
-                dept_held[owner.department] -= freed
+        gone[victim.id].update(tasks)
+        for t in tasks:
+            p = victim.placements[t]
+            freed = Resources(p.gpu_share * len(p.gpu_index), request.cpus, request.memory_gib)
+            held[victim.project] -= freed
+            dept_held[owner.department] -= freed
     room = Room(list(snapshot.nodes))
     for other in snapshot.jobs:
-        if other.id in evicted:
-            continue
-        for p in other.placements:
-            if p is not None:
+        for t, p in enumerate(other.placements):
+            if p is not None and t not in gone[other.id]:
                 for i in p.gpu_index:
                     room.share[p.node][i] -= p.gpu_share
                 room.cpu[p.node] -= other.request.cpus
