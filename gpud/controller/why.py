@@ -172,7 +172,7 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
                                  "admin raising its quota", level=kind, name=name, pool=pool, gpu=bound - want))
         return never
     if not never and not limited and allocated + want > fair + EPS and _free_gpus(cluster, job, pool) + EPS < want:
-        would.append(_if("idle_gpus", CLUSTER, f"{want:g} GPUs idle in pool {pool} (this project is at or over "
+        would.append(_if("idle_gpus", CLUSTER, f"{_gpus(want)} idle in pool {pool} (this project is at or over "
                          "its fair share, so it takes only idle GPUs)", pool=pool, gpu=want))
     return never
 
