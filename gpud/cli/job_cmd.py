@@ -270,6 +270,22 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def worded(item: Any) -> str:
+    """A blocker or condition the controller gave as data with its words: the words; anything else, described."""
+    if isinstance(item, dict) and isinstance(item.get("message"), str) and ("rule" in item or "condition" in item):
+        return str(item["message"])
+    return describe(item)
+
+
+_WHO = {"owner": "you", "project": "the project's users", "admin": "an admin", "cluster": "jobs ending"}
+
+
+def _by(item: Any) -> str:
+    """Who can bring a condition about, in words ("" when not said)."""
+    who = item.get("who") if isinstance(item, dict) else None
+    return f" [{_WHO.get(who, who)}]" if isinstance(who, str) else ""
+
+
 def run_why(args: argparse.Namespace) -> int:
     """Print why a job waits: each blocker and what would let it start."""
     from gpud.client import job_path
@@ -295,10 +311,12 @@ def why_text(answer: dict) -> str:
             return "\n".join(out[:1] + ["no job of it waits"])
     blockers = answer.get("blockers") or []
     if blockers:
-        out += ["", "Blocked by:"] + [f"  - {describe(b)}" for b in blockers]
+        out += ["", "Blocked by:"] + [f"  - {worded(b)}" for b in blockers]
     hints = answer.get("would_start") or []
+    if answer.get("never"):
+        out += ["", "It can never start under the policy as it stands."]
     if hints:
-        out += ["", "It would start if:"] + [f"  - {describe(h)}" for h in hints]
+        out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")
     return "\n".join(out)

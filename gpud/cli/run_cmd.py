@@ -14,7 +14,8 @@ from gpud.cli.submit_cmd import add_options, build_job
 
 WAIT_POLL_S = 1.0
 NON_PREEMPTIBLE = 100  # priorities from here up are never preempted, and run only within quota
-NOTEBOOK_PORTS = (20000, 60000)
+# Below Linux's ephemeral range (32768-60999), where the node's own outgoing connections would take ports.
+NOTEBOOK_PORTS = (20000, 32768)
 
 RUN_DESCRIPTION = """\
 Run a shell or a command interactively on GPUs, as `srun --pty` does: submit an
@@ -146,13 +147,13 @@ def queue_place(job: dict, pending: list[dict]) -> tuple[int, int]:
 
 def waiting_text(job: dict, pending: list[dict], why: dict) -> str:
     """What a waiting ``gpuctl run`` shows: the place in the queue, then each blocker."""
-    from gpud.cli.job_cmd import describe
+    from gpud.cli.job_cmd import worded
     place, count = queue_place(job, pending)
     blockers = why.get("blockers") or []
     lines = [f"gpuctl run: job {job['id']} waits, {place} of {count} in project {job['project']}'s queue"
              + (f": {why['reason']}" if why.get("reason") and not blockers else "")]
-    lines += [f"  - {describe(b)}" for b in blockers]
-    lines += [f"  it would start with: {describe(w)}" for w in why.get("would_start") or []]
+    lines += [f"  - {worded(b)}" for b in blockers]
+    lines += [f"  it would start with: {worded(w)}" for w in why.get("would_start") or []]
     if blockers and job.get("priority", 0) >= NON_PREEMPTIBLE:
         lines.append(f"  (class {job.get('priority_class')} is not preemptible, so it runs only within the project's "
                      f"quota; --priority interactive-preemptible may also use idle GPUs over it)")

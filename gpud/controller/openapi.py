@@ -187,7 +187,14 @@ PATHS: dict[str, Any] = {
                                      params=[JOB_ID])},
     "/api/v1/jobs/{id}/why": {"get": _op("why a job waits", _answer("200", "blockers and what would help", {
         "type": "object", "required": ["id", "state", "reason", "blockers", "would_start"],
-        "properties": {"id": STR, "state": STR, "reason": STR, "blockers": STRINGS, "would_start": STRINGS}}),
+        "properties": {"id": STR, "state": STR, "reason": STR, "never": BOOL, "element": STR,
+                       "array": {"type": "object"},
+                       "blockers": {"type": "array", "items": {
+                           "type": "object", "required": ["rule", "message"],
+                           "properties": {"rule": STR, "message": STR}}},
+                       "would_start": {"type": "array", "items": {
+                           "type": "object", "required": ["condition", "who", "message"],
+                           "properties": {"condition": STR, "who": STR, "message": STR}}}}}),
         params=[JOB_ID])},
     "/api/v1/jobs/{id}/logs": {"get": {
         "summary": "a task's output file, from its node", "parameters": [

@@ -1,85 +1,330 @@
-"""``gpuctl why``: every reason a job waits, with its numbers, and what would let it start."""
+"""``gpuctl why``: every reason a job waits, as data with its numbers, and what would let it start.
+
+Each blocker is a dict naming its ``rule`` and carrying the numbers it
+compared; each "would start if" is a dict naming its ``condition``, who can
+bring it about (``who``: the job's owner, the project's users, an admin, or
+the cluster as jobs end) and the amounts. ``message`` words each for people;
+nothing reads a message back. A job that can never start under the policy
+says so (``never``), and its conditions are then changes only a person makes.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from gpud.controller.cluster import Cluster
 from gpud.jobs import Job
 from gpud.lifecycle import PENDING
-from gpud.model import EPS
+from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, Resources
+
+OWNER = "owner"
+PROJECT = "project"
+ADMIN = "admin"
+CLUSTER = "cluster"
 
 
 def explain(job: Job, cluster: Cluster) -> dict:
-    """The job's state, its blockers (each a sentence with numbers) and what would let it start."""
+    """The job's state, its blockers and what would let it start, as data (see the module)."""
     reason = cluster.reason_of(job)
-    answer = {"id": job.id, "state": job.state, "reason": reason, "blockers": [], "would_start": []}
+    answer = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
+              "would_start": []}
     if job.state != PENDING:
         return answer
     blockers, would = answer["blockers"], answer["would_start"]
     if job.hold:
-        blockers.append("the job is held")
-        would.append(f"gpuctl release {job.id}")
+        blockers.append(_item("held", "the job is held"))
+        would.append(_if("released", OWNER, f"gpuctl release {job.id}"))
     for dep in job.depends:
         if dep.met is None:
-            blockers.append(f"waits for job {dep.job} to end ({dep.kind})")
-            would.append(f"job {dep.job} ending" + (" successfully" if dep.kind == "afterok" else ""))
+            blockers.append(_item("dependency", f"waits for job {dep.job} to end ({dep.kind})",
+                                  job=dep.job, kind=dep.kind))
+            would.append(_if("job_ended", OWNER, f"job {dep.job} ending"
+                             + (" successfully" if dep.kind == "afterok" else ""), job=dep.job))
         elif dep.met is False:
-            blockers.append(f"job {dep.job} ended in a way {dep.kind} does not accept: this job can never start")
-            would.append(f"gpuctl cancel {job.id} and submit again without --depends {dep.kind}:{dep.job}")
+            answer["never"] = True
+            blockers.append(_item("dependency", f"job {dep.job} ended in a way {dep.kind} does not accept: "
+                                  "this job can never start", job=dep.job, kind=dep.kind, never=True))
+            would.append(_if("resubmitted", OWNER, f"gpuctl cancel {job.id} and submit again without "
+                             f"--depends {dep.kind}:{dep.job}"))
     if blockers:
         return answer
     if reason and reason != "waiting for the next scheduling cycle":
-        blockers.append(reason)
-    pool = job.pool or cluster.policy.default_pool
-    _queue_facts(job, cluster, pool, blockers, would)
-    _node_facts(job, cluster, pool, blockers, would)
+        blockers.append(_item("scheduler", reason))
+    facts = _Facts.of(job, cluster)
+    never = _queue_facts(job, cluster, facts, blockers, would)
+    never = _node_facts(job, cluster, facts, blockers, would, never) or never
+    answer["never"] = never
     return answer
 
 
-def _queue_facts(job: Job, cluster: Cluster, pool: str, blockers: list, would: list) -> None:
+def _item(rule: str, message: str, **data: object) -> dict:
+    """A blocker: the rule, its numbers, and its words."""
+    return {"rule": rule, **data, "message": message}
+
+
+def _if(condition: str, who: str, message: str, **data: object) -> dict:
+    """A condition under which the job would start: what, who can bring it about, the numbers, the words."""
+    return {"condition": condition, "who": who, **data, "message": message}
+
+
+@dataclass
+class _Facts:
+    """What the job asks for, per task and for the tasks that must start together."""
+
+    pool: str
+    tasks: int          # tasks that must start together (the gang minimum)
+    gpu: float          # GPUs per task (a memory slice as its share of the smallest GPU holding it)
+    whole: int          # whole GPUs per task, 0 for a fraction or none
+    cpu: float
+    memory: float
+
+    @staticmethod
+    def of(job: Job, cluster: Cluster) -> _Facts:
+        pool = job.pool or cluster.policy.default_pool
+        gpu = job.gpus
+        if job.gpu_memory_gib is not None:
+            sizes = [g.memory_gib for n in cluster.nodes.values() if n.pool == pool for g in n.gpus
+                     if g.memory_gib >= job.gpu_memory_gib - EPS]
+            gpu = job.gpu_memory_gib / min(sizes) if sizes else 1.0
+        whole = int(job.gpus) if job.gpu_memory_gib is None and job.gpus >= 1 else 0
+        tasks = job.min_tasks if job.min_tasks is not None else job.tasks
+        return _Facts(pool, max(tasks, 1), gpu, whole, job.cpus, job.memory_gib)
+
+    @property
+    def want(self) -> float:
+        """GPUs the tasks that must start together hold."""
+        return self.gpu * self.tasks
+
+
+def _gpus(amount: float) -> str:
+    return f"{amount:g} GPU" + ("" if amount == 1 else "s")
+
+
+def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list) -> bool:
+    """The project's and department's rules that hold the job back; True when no change of load can start it."""
     plan = cluster.last_plan
-    if plan is None:
-        return
-    per_task = job.gpus if job.gpu_memory_gib is None else 0.0
-    want = per_task * job.tasks
-    for queue in plan.queues:
-        if queue.kind != "project" or queue.name != job.project or queue.pool != pool:
+    policy = cluster.policy
+    settings = policy.projects.get(job.project)
+    if plan is None or settings is None:
+        return False
+    pool, want = facts.pool, facts.want
+    reports = {(q.kind, q.name): q for q in plan.queues if q.pool == pool}
+    project = reports.get(("project", job.project))
+    if project is None:
+        return False
+    department = policy.departments.get(settings.department)
+    levels = [("project", job.project, settings, project)]
+    if department is not None and not department.implicit:
+        report = reports.get(("department", department.name))
+        if report is not None:
+            levels.append(("department", department.name, department, report))
+    allocated, quota, fair = project.allocated.gpu, project.quota.gpu, project.fair_share.gpu
+    blockers.append(_item("share", f"project {job.project} in pool {pool}: {allocated:g} GPUs allocated, quota "
+                          f"{quota:g}, fair share {fair:.2f}; this job needs {want:g} more",
+                          project=job.project, pool=pool, allocated=allocated, quota=quota,
+                          fair_share=round(fair, 6), need=want))
+    never = False
+    limited = False
+    for kind, name, level, report in levels:
+        limit = level.limit_in(pool)
+        if limit is None or want <= EPS:
             continue
-        quota, fair, allocated = queue.quota.gpu, queue.fair_share.gpu, queue.allocated.gpu
-        blockers.append(f"project {job.project} in pool {pool}: {allocated:g} GPUs allocated, quota "
-                        f"{quota:g}, fair share {fair:.2f}; this job needs {want:g} more")
-        if job.priority >= 100 and allocated + want > quota + EPS:
-            would.append(f"project {job.project} using at most {max(0.0, quota - want):g} GPUs of its quota "
-                         f"(priority {job.priority} jobs run only within quota), or a larger quota")
-        elif allocated + want > fair + EPS:
-            would.append("idle GPUs in the pool, or other projects' jobs ending (this project is at or over "
-                         "its fair share)")
+        cap = limit.gpu
+        if want > cap + EPS:
+            never = True
+            blockers.append(_item("limit", f"the job needs {_gpus(want)}, more than {kind} {name}'s limit of "
+                                  f"{cap:g} in pool {pool}: it can never start as asked", level=kind, name=name,
+                                  pool=pool, limit=cap, need=want, never=True))
+            would.append(_if("limit_at_least", ADMIN, f"an admin raising {kind} {name}'s GPU limit in pool "
+                             f"{pool} to at least {want:g} (policy file)", level=kind, name=name, pool=pool,
+                             gpu=want))
+        elif report.allocated.gpu + want > cap + EPS:
+            limited = True
+            blockers.append(_item("limit", f"{kind} {name} holds {report.allocated.gpu:g} of its limit of "
+                                  f"{cap:g} GPUs in pool {pool}", level=kind, name=name, pool=pool, limit=cap,
+                                  allocated=report.allocated.gpu, need=want))
+            would.append(_if("level_holds_at_most", PROJECT, f"{kind} {name}'s jobs in pool {pool} holding at "
+                             f"most {cap - want:g} GPUs (jobs of it ending), or an admin raising its limit",
+                             level=kind, name=name, pool=pool, gpu=cap - want))
+    if job.priority >= NON_PREEMPTIBLE_PRIORITY and want > EPS:
+        for kind, name, level, report in levels:
+            bound = level.quota_in(pool).gpu
+            held = _non_preemptible_held(cluster, job, pool, kind, name)
+            if want > bound + EPS:
+                never = True
+                blockers.append(_item("quota", f"priority {job.priority} jobs run only within quota, and the job "
+                                      f"needs {_gpus(want)}, more than {kind} {name}'s quota of {bound:g} in pool "
+                                      f"{pool}: it can never start as asked", level=kind, name=name, pool=pool,
+                                      quota=bound, need=want, never=True))
+                would.append(_if("quota_at_least", ADMIN, f"an admin raising {kind} {name}'s GPU quota in pool "
+                                 f"{pool} to at least {want:g} (policy file)", level=kind, name=name, pool=pool,
+                                 gpu=want))
+                would.append(_if("preemptible", OWNER, "submitting it again with a preemptible priority (below "
+                                 f"{NON_PREEMPTIBLE_PRIORITY}), which may use idle GPUs over quota",
+                                 priority_below=NON_PREEMPTIBLE_PRIORITY))
+            elif held + want > bound + EPS:
+                blockers.append(_item("quota", f"{kind} {name}'s non-preemptible jobs hold {held:g} of its quota of "
+                                      f"{bound:g} GPUs in pool {pool}", level=kind, name=name, pool=pool,
+                                      quota=bound, held=held, need=want))
+                would.append(_if("non_preemptible_at_most", PROJECT, f"{kind} {name}'s non-preemptible jobs in "
+                                 f"pool {pool} holding at most {bound - want:g} GPUs (they hold {held:g}), or an "
+                                 "admin raising its quota", level=kind, name=name, pool=pool, gpu=bound - want))
+        return never
+    if not never and not limited and allocated + want > fair + EPS and _free_gpus(cluster, job, pool) + EPS < want:
+        would.append(_if("idle_gpus", CLUSTER, f"{_gpus(want)} idle in pool {pool} (this project is at or over "
+                         "its fair share, so it takes only idle GPUs)", pool=pool, gpu=want))
+    return never
 
 
-def _node_facts(job: Job, cluster: Cluster, pool: str, blockers: list, would: list) -> None:
+def _non_preemptible_held(cluster: Cluster, job: Job, pool: str, kind: str, name: str) -> float:
+    """GPUs the running non-preemptible jobs of the project (or department) hold in the pool."""
+    policy = cluster.policy
+    held = 0.0
+    for other in cluster.jobs.values():
+        if other.id == job.id or other.priority < NON_PREEMPTIBLE_PRIORITY:
+            continue
+        if (other.pool or policy.default_pool) != pool:
+            continue
+        settings = policy.projects.get(other.project)
+        if kind == "project" and other.project != name:
+            continue
+        if kind == "department" and (settings is None or settings.department != name):
+            continue
+        held += other.gpus_held()
+    return held
+
+
+def _free_gpus(cluster: Cluster, job: Job, pool: str) -> float:
+    """Free GPU share over the pool's schedulable nodes."""
+    used = _used(cluster)
+    total = 0.0
+    for node in cluster.nodes.values():
+        if node.pool == pool and node.spec().schedulable:
+            total += len(node.gpus) - used.get(node.name, Resources()).gpu
+    return total
+
+
+def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list, never: bool) -> bool:
+    """Which nodes could hold a task, now and ever; True when none ever could, or a gang never fits."""
+    pool = facts.pool
     matching = [n for n in cluster.nodes.values() if n.pool == pool
                 and all(n.labels.get(k) == v or (k == "pool" and v == n.pool) for k, v in job.constraint.items())]
     if not matching:
         wanted = ", ".join(f"{k}={v}" for k, v in job.constraint.items())
-        blockers.append(f"no node in pool {pool} has {wanted}" if wanted else f"no node is in pool {pool}")
-        would.append("a node with those labels registering, or a different --constraint")
-        return
+        blockers.append(_item("constraint", f"no node in pool {pool} has {wanted}" if wanted
+                              else f"no node is in pool {pool}", pool=pool, constraint=dict(job.constraint)))
+        would.append(_if("node_registers", ADMIN, "a node with those labels registering, or a different "
+                         "--constraint", pool=pool, constraint=dict(job.constraint)))
+        return False
     usable = [n for n in matching if n.spec().schedulable]
     if not usable:
-        blockers.append(f"all {len(matching)} matching nodes are down, drained or have a faulty GPU")
-        would.append("gpuctl resume NODE, or a matching node coming back")
-        return
-    if job.gpus >= 1:
-        used = _whole_gpus_used(cluster)
-        best = max(len(n.gpus) - used.get(n.name, 0) for n in usable)
-        if best < job.gpus:
-            blockers.append(f"the most free GPUs on one matching node is {best}; each task needs {job.gpus:g}")
-            would.append(f"{job.gpus - best:g} more GPUs freeing on one node")
+        blockers.append(_item("nodes_unavailable", f"all {len(matching)} matching nodes are down, drained or have "
+                              "a faulty GPU", pool=pool, nodes=len(matching)))
+        would.append(_if("node_resumes", ADMIN, "gpuctl resume NODE, or a matching node coming back", pool=pool))
+        return False
+    used = _used(cluster)
+    per_task = {"gpu": facts.gpu, "cpu": facts.cpu, "memory": facts.memory}
+    slots_now, slots_ever, holders = 0, 0, 0
+    short: list[tuple[float, float, float, str]] = []
+    for node in usable:
+        spec = node.spec()
+        capacity = Resources(float(spec.usable_gpus), spec.cpus, spec.memory_gib)
+        held = used.get(node.name, Resources())
+        whole_free = _whole_free(cluster, node.name, spec.usable_gpus)
+        free = Resources(capacity.gpu - held.gpu, capacity.cpu - held.cpu, capacity.memory - held.memory)
+        ever = _slots(capacity, float(spec.usable_gpus), facts)
+        now = _slots(free, float(whole_free), facts)
+        slots_ever += ever
+        slots_now += now
+        if now:
+            holders += 1
+        elif ever:
+            gpu_short = max(0.0, (facts.whole or facts.gpu) - (whole_free if facts.whole else free.gpu))
+            short.append((gpu_short, max(0.0, facts.cpu - free.cpu), max(0.0, facts.memory - free.memory), node.name))
+    shape = _shape(facts)
+    if slots_ever == 0:
+        blockers.append(_item("node_size", f"no node in pool {pool} is large enough for one task ({shape})",
+                              pool=pool, per_task=per_task, never=True))
+        would.append(_if("larger_node", ADMIN, f"a node in pool {pool} holding {shape} joining", pool=pool,
+                         per_task=per_task))
+        would.append(_if("smaller_tasks", OWNER, "submitting it again with smaller tasks", per_task=per_task))
+        return True
+    if facts.tasks > 1:
+        if slots_ever < facts.tasks:
+            blockers.append(_item("gang", f"gang of {facts.tasks} tasks × {shape}: the pool's nodes could hold at "
+                                  f"most {slots_ever} such tasks even when idle; it can never start as asked",
+                                  tasks=facts.tasks, per_task=per_task, nodes_holding_a_task_now=holders,
+                                  tasks_room_now=slots_now, tasks_room_ever=slots_ever, never=True))
+            would.append(_if("more_nodes", ADMIN, f"nodes for {facts.tasks - slots_ever} more tasks of {shape} "
+                             f"joining pool {pool}", pool=pool, tasks=facts.tasks - slots_ever, per_task=per_task))
+            would.append(_if("fewer_tasks", OWNER, f"submitting it again with at most {slots_ever} tasks (or "
+                             f"--min-tasks {slots_ever})", tasks=slots_ever))
+            return True
+        if slots_now < facts.tasks:
+            blockers.append(_item("gang", f"gang of {facts.tasks} tasks × {shape}: {holders} nodes could hold a task "
+                                  f"now, with room for {slots_now} of the {facts.tasks} tasks",
+                                  tasks=facts.tasks, per_task=per_task, nodes_holding_a_task_now=holders,
+                                  tasks_room_now=slots_now))
+            if not never:
+                would.append(_if("task_room", CLUSTER, f"room for {facts.tasks - slots_now} more tasks of {shape}, "
+                                 "each on one node (jobs ending there)", pool=pool, tasks=facts.tasks - slots_now,
+                                 per_task=per_task))
+        return False
+    if slots_now == 0 and short and not never:
+        gpu_short, cpu_short, mem_short, name = min(short)
+        parts = []
+        if gpu_short > EPS:
+            parts.append(_gpus(gpu_short))
+        if cpu_short > EPS:
+            parts.append(f"{cpu_short:g} CPUs")
+        if mem_short > EPS:
+            parts.append(f"{mem_short:g} GiB of memory")
+        blockers.append(_item("node_room", f"no matching node has room for one task ({shape}); node {name} "
+                              f"lacks {', '.join(parts)}", per_task=per_task, node=name,
+                              short={"gpu": gpu_short, "cpu": cpu_short, "memory": mem_short}))
+        would.append(_if("node_frees", CLUSTER, f"{' and '.join(parts)} freeing on node {name}", node=name,
+                         gpu=gpu_short, cpu=cpu_short, memory=mem_short))
+    return False
 
 
-def _whole_gpus_used(cluster: Cluster) -> dict[str, int]:
-    used: dict[str, set] = {}
+def _shape(facts: _Facts) -> str:
+    gpu = _gpus(facts.gpu) if facts.gpu >= 1 or facts.gpu <= EPS else f"{facts.gpu:g} of a GPU"
+    return f"{gpu}, {facts.cpu:g} CPUs, {facts.memory:g} GiB"
+
+
+def _slots(free: Resources, whole: float, facts: _Facts) -> int:
+    """How many tasks of the job fit in ``free`` (``whole`` free whole GPUs), by its scarcest resource."""
+    counts = []
+    if facts.whole:
+        counts.append(math.floor(whole / facts.whole + EPS))
+    elif facts.gpu > EPS:
+        counts.append(1 if free.gpu + EPS >= facts.gpu else 0)  # a fraction shares one GPU: at least one, told as one
+    if facts.cpu > EPS:
+        counts.append(math.floor(free.cpu / facts.cpu + EPS))
+    if facts.memory > EPS:
+        counts.append(math.floor(free.memory / facts.memory + EPS))
+    return max(0, min(counts)) if counts else 1
+
+
+def _used(cluster: Cluster) -> dict[str, Resources]:
+    """What running tasks hold on each node."""
+    used: dict[str, Resources] = {}
     for other in cluster.jobs.values():
         for run in other.runs:
-            if run.placement is not None:
-                used.setdefault(run.placement.node, set()).update(run.placement.gpu_index)
-    return {name: len(indices) for name, indices in used.items()}
+            placement = run.placement
+            if placement is not None:
+                held = used.get(placement.node, Resources())
+                used[placement.node] = held + Resources(placement.gpu_share * len(placement.gpu_index),
+                                                        other.cpus, other.memory_gib)
+    return used
+
+
+def _whole_free(cluster: Cluster, node: str, gpus: int) -> int:
+    """Whole GPUs no task holds any share of on the node."""
+    taken: set[int] = set()
+    for other in cluster.jobs.values():
+        for run in other.runs:
+            if run.placement is not None and run.placement.node == node:
+                taken.update(run.placement.gpu_index)
+    return max(0, gpus - len(taken))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
 from gpud.core.order import Skip, serve_in_order
-from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, NEEDS, WAITING, Placer, explain_unplaced
-from gpud.core.queues import QueueState, format_amount
+from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, WAITING, Placer, Shortage, explain_unplaced
+from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
-from gpud.core.wording import Deferred, Text
+from gpud.core.wording import Text
 from gpud.model import JobSpec
 
 
@@ -153,7 +153,7 @@ def allocate(state: ClusterState, placer: Placer) -> None:
             else:
                 detail, kind = explain_unplaced(state, job, tasks)
                 if kind == IMPOSSIBLE:
-                    detail = "cannot run as asked: " + detail
+                    detail = "cannot run as asked: " + str(detail)
                 found = (detail, kind)
                 blocks.room.add(job, tasks, detail, kind)
             if found[1] == FRAGMENTED:
@@ -204,16 +204,7 @@ def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
 
 
 def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Text) -> Text:
-    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need
-    (worded when read: most jobs passed over are never asked about)."""
-    need = state.need(job, tasks)
-    return Deferred(_restated, reason, need.gpu, need.cpu)
-
-
-def _restated(reason: Text, gpu: float, cpu: float) -> str:
-    """``reason`` with the amount after its last NEEDS replaced by ``gpu`` (for GPUs) or ``cpu``."""
-    text = str(reason)
-    head, sep, _ = text.rpartition(NEEDS)
-    if not sep:
-        return text
-    return f"{head}{sep}{format_amount(gpu if text.startswith('waiting for GPUs') else cpu)}"
+    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need."""
+    if isinstance(reason, Shortage):
+        return reason.restated(state.need(job, tasks))
+    return reason

@@ -111,16 +111,22 @@ def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: 
                 found.append((other, task))
         elif lists.protected(Victim(other, state.queue_of(other), [task], state.now), job, RULE) is None:
             found.append((other, task))
-    found.sort(key=lambda item: -(node.tasks[(item[0].id, item[1])].gpu_share
-                                   * len(node.tasks[(item[0].id, item[1])].gpu_index)))
+    # The largest GPU holders first (fewest moves); among equals, the victim order's first.
+    found.sort(key=lambda item: (-(node.tasks[(item[0].id, item[1])].gpu_share
+                                   * len(node.tasks[(item[0].id, item[1])].gpu_index)),
+                                 lists.key_of(item[0], [item[1]])))
     return found
 
 
 def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
                     job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]],
                     orders: dict[str, FreeOrder]) -> bool:
-    """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success."""
-    best: tuple[int, NodeState] | None = None
+    """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success.
+
+    Among nodes cleared by as many moves, the one whose moved tasks come
+    first in the victim order wins (lowest priority, most recently started).
+    """
+    best: tuple[int, list[tuple], NodeState] | None = None
     tried = 0
     for node in _most_free_first(state, state.pool_of(job), orders):
         if tried >= MAX_NODES_TRIED:
@@ -136,13 +142,13 @@ def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists:
         mark = stmt.checkpoint()
         moves = _try_node(state, placer, stmt, job, task, node, movable)
         stmt.rollback(mark)
-        if moves is not None and (best is None or moves < best[0]):
-            best = (moves, node)
-            if moves == 1:
-                break
+        if moves is not None and (best is None or moves <= best[0]):
+            keys = sorted([lists.key_of(other, [other_task]) for other, other_task in movable[:moves]], reverse=True)
+            if best is None or moves < best[0] or keys < best[1]:
+                best = (moves, keys, node)
     if best is None:
         return False
-    return _try_node(state, placer, stmt, job, task, best[1], _movable(state, lists, job, best[1], kept)) is not None
+    return _try_node(state, placer, stmt, job, task, best[2], _movable(state, lists, job, best[2], kept)) is not None
 
 
 def _cleared(node: NodeState, movable: list[tuple[JobSpec, int]]) -> tuple[list[float], float, float]:

@@ -43,6 +43,14 @@ class VictimLists:
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
 
+    def key_of(self, job: JobSpec, tasks: list[int]) -> tuple:
+        """Where a running job stands in the victim order (the victim-order plugin's key): smaller goes first."""
+        victim = Victim(job, self.state.queue_of(job), tasks, self.state.now)
+        if self._key is victim_order_key:
+            return victim_order_key(victim)
+        found: tuple = self._key(victim=victim)
+        return found
+
     def too_young(self, job: JobSpec) -> bool:
         """True for a job that has not run the minimum run time (one placed this cycle has not started)."""
         started = job.started if job.started is not None else job.submitted
@@ -252,6 +260,13 @@ def tasks_to_evict(state: ClusterState, victim: Victim, node: str | None) -> lis
     if spare > 0 and here:
         return here[::-1][:spare] if node is not None else running[-1:]
     return running
+
+
+def _without(victims: Iterable[Victim], refused: set[str]) -> Iterator[Victim]:
+    """The victims whose jobs are not in ``refused``, in their order."""
+    for victim in victims:
+        if victim.job.id not in refused:
+            yield victim
 
 
 class Lazy:
@@ -523,10 +538,13 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     else:  # read several times: an iterator is kept as far as it was read
         ordered = candidates if isinstance(candidates, list) else Lazy(candidates)
     evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
+    # Victims the rule refused once: as victims go and the job's tasks come, no rule grows laxer.
+    refused: set[str] = set()
 
     def evict(victim: Victim, node: str | None) -> bool:
         reason = eligible(victim)
         if reason is None:
+            refused.add(victim.job.id)
             return False
         for task in tasks_to_evict(state, victim, node):
             evicted.append((victim.job, task, stmt.evict(victim.job, task, rule, reason, job.id)))
@@ -547,15 +565,28 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
         if must is not None and max(must) <= EPS:
             must = None
         placement = placer.find(job) if must is None else None
-        if placement is None:
-            room = _cheapest_node(state, job, ordered, lists.usable_nodes(job), must, holdings)
+        while placement is None:
+            # The node whose victims come first; were one of them refused when its turn came (its
+            # queue no longer over its level), the node is chosen again without it.
+            choice = ordered if not refused else _without(ordered, refused)
+            room = _cheapest_node(state, job, choice, lists.usable_nodes(job), must, holdings)
             if room is None:
                 stmt.rollback()
                 return False
+            before = len(refused)
+            name = room.node.name
             for victim in room.victims:
-                evict(victim, room.node.name)
+                evict(victim, name)
             placement = placer.fit_on(job, room.node)
             if placement is None:
+                # An elastic victim gave only its tasks above its minimum; where that is not enough,
+                # the rest of it goes too (below its minimum, the whole job).
+                placements = state.placements
+                for victim in room.victims:
+                    if any(p is not None and p.node == name for p in placements[victim.job.id]):
+                        evict(victim, name)
+                placement = placer.fit_on(job, room.node)
+            if placement is None and len(refused) == before:
                 stmt.rollback()
                 return False
         stmt.bind(job, task, placement)

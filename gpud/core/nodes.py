@@ -216,8 +216,9 @@ class NodeIndex:
 
     def with_free_cpus(self, cpus: float, most_free_first: bool = False) -> Iterator[NodeState]:
         """Nodes with at least ``cpus`` CPUs free: fewest free first, or most free first."""
-        low = int(cpus) if cpus == int(cpus) else int(cpus) + 1
-        low = max(low, 0)
+        # Bucket k holds nodes with [k, k + 1) CPUs free: one with at least ``cpus`` free is in bucket
+        # int(cpus) or above, whole or not (a node with half a CPU free holds a task asking a quarter).
+        low = max(int(cpus), 0)
         if low > self.max_cpus:
             return
         buckets = range(self.max_cpus, low - 1, -1) if most_free_first else range(low, self.max_cpus + 1)

@@ -9,7 +9,8 @@ from gpud.core.nodes import NodeState
 from gpud.core.strategies import binpack_candidates, binpack_gpu_order, spread_candidates, spread_gpu_order
 from gpud.core.queues import format_amount
 from gpud.core.state import ClusterState, Statement
-from gpud.model import EPS, JobSpec, TaskPlacement
+from gpud.core.wording import Deferred, Text
+from gpud.model import EPS, JobSpec, Resources, TaskPlacement
 from gpud.policy import NodePool
 
 
@@ -188,10 +189,32 @@ def largest_fit(node: NodeState, job: JobSpec) -> bool:
 IMPOSSIBLE: Final = "impossible"
 WAITING: Final = "waiting"
 FRAGMENTED: Final = "fragmented"
-NEEDS: Final = ", the job needs "
 
 
-def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str, str]:
+class Shortage(Deferred):
+    """A pool short of free GPUs or CPUs for a job, as numbers: the resource, where, how much is free
+    and how much the job needs; worded when read."""
+
+    __slots__ = ("resource", "where", "free", "need")
+
+    def __init__(self, resource: str, where: str, free: float, need: float) -> None:
+        super().__init__(_shortage_words, resource, where, free, need)
+        self.resource = resource
+        self.where = where
+        self.free = free
+        self.need = need
+
+    def restated(self, need: Resources) -> Shortage:
+        """The same shortage for a job needing ``need`` (a job of the same shape, more or fewer tasks)."""
+        return Shortage(self.resource, self.where, self.free, need.get(self.resource))
+
+
+def _shortage_words(resource: str, where: str, free: float, need: float) -> str:
+    return (f"waiting for {'GPUs' if resource == 'gpu' else 'CPUs'}: {where} has "
+            f"{format_amount(max(free, 0.0))} free, the job needs {format_amount(need)}")
+
+
+def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Text, str]:
     """Why ``tasks`` tasks of ``job`` found no room, and what kind of wait it is.
 
     The kind is IMPOSSIBLE for jobs no amount of free capacity would place
@@ -217,11 +240,9 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[str
     need = state.need(job, tasks)
     where = f"pool {pool}" + (" on matching nodes" if selector else "")
     if need.gpu > free_gpu + EPS:
-        return (f"waiting for GPUs: {where} has {format_amount(max(free_gpu, 0.0))} free"
-                f"{NEEDS}{format_amount(need.gpu)}"), WAITING
+        return Shortage("gpu", where, free_gpu, need.gpu), WAITING
     if need.cpu > free_cpu + EPS:
-        return (f"waiting for CPUs: {where} has {format_amount(max(free_cpu, 0.0))} free"
-                f"{NEEDS}{format_amount(need.cpu)}"), WAITING
+        return Shortage("cpu", where, free_cpu, need.cpu), WAITING
     if tasks > 1:
         return (f"waiting for gang members: {where} has {format_amount(free_gpu)} GPUs free, but not "
                 f"{tasks} tasks of {_describe(job)} at once"), FRAGMENTED

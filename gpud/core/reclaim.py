@@ -130,14 +130,30 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
     hopeless = _Hopeless(state, failed)
 
     def visit(job: JobSpec) -> Skip | None:
+        # An elastic job running at least its minimum grows one task at a time, each reclaimed as a
+        # job of one task would be, while its queue stays within its fair share.
+        while True:
+            waiting = state.pending_count(job.id)
+            skip = attempt(job)
+            left = state.pending_count(job.id)
+            if skip is not None or not left or left == waiting or needed_tasks(state, job)[1] > 0:
+                return skip
+
+    def attempt(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks):
+        if not pending:
             return None
         queue = state.project_queue(job)
         if hopeless.holds(job, queue):
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
+        waiting = len(pending)
+
+        def need_now() -> Resources:
+            # The job's tasks placed so far by make_room are the queue's already: only the rest is to come.
+            left = tasks - (waiting - state.pending_count(job.id))
+            return need if left >= tasks else state.need(job, left if left > 1 else 1)
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         if not queue.fits_fair_share(need):  # so would any job as large in a resource it goes over in
             for resource in queue.excess(queue.fair_share, need):
@@ -147,12 +163,22 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             return None
         held = state.task_need(job)
 
+        # Victims come first from queues over their fair share; those of queues over only their quota
+        # are asked for only when that is not enough (``strict`` false).
+        strict = True
+        passed_over = False  # a victim refused only because its queue is over only its quota
+
         def eligible(victim: Victim) -> str | None:
             return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
 
         def rule_for(victim_queue: QueueState, taken: Resources) -> str | None:
-            found = _levels(queue, victim_queue, taken, need)
+            nonlocal passed_over
+            coming = need_now()
+            found = _levels(queue, victim_queue, taken, coming)
             if found is None:
+                return None
+            if strict and not all(over_fair for _, over_fair in found):
+                passed_over = True
                 return None
             why = []
             for theirs, over_fair in found:
@@ -161,7 +187,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                 amounts = amount_text(theirs.allocated.get(resource),
                                       theirs.fair_share if over_fair else theirs.quota, resource)
                 why.append(f"{theirs.kind} {theirs.name} {amounts} over {'fair share' if over_fair else 'quota'}")
-            after = queue.allocated.get(resource) + need.get(resource)
+            after = queue.allocated.get(resource) + coming.get(resource)
             return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
                     f"{amount_text(after, queue.fair_share, resource)}")
 
@@ -183,27 +209,38 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if not known[1] and not known[2] and placer.find(job) is None:
             shapes.add(job, tasks, "")  # no queue may give back, and there is no room without: as make_room finds
             return hopeless
-        queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
         judged_at: dict[tuple, tuple[int, bool]] = {}
         held_gpu, held_cpu, held_mem = held.gpu > EPS, held.cpu > EPS, held.memory > EPS
 
         def may_go(victim: Victim) -> bool:
+            nonlocal passed_over
             # The answer for a queue and what its victim gives back holds until an allocation changes.
             if victim.queue is None:
                 return False
             request = victim.job.request  # which resources _taken would give back, without making it
             key = (victim.queue, held_gpu and request.uses_gpu, held_cpu and request.cpus > EPS,
-                   held_mem and request.memory_gib > EPS)
+                   held_mem and request.memory_gib > EPS, strict)
             known = judged_at.get(key)
             if known is None or known[0] != state.changes:
-                known = judged_at[key] = (state.changes,
-                                          _levels(queue, victim.queue, _taken(held, victim.job), need) is not None)
+                found = _levels(queue, victim.queue, _taken(held, victim.job), need_now())
+                known = judged_at[key] = (state.changes, found is not None and (
+                    not strict or all(over_fair for _, over_fair in found)))
+                if found is not None and not known[1]:
+                    passed_over = True
             return known[1]
 
-        candidates = judged(queued, may_go)
-        if make_room(state, placer, job, candidates, RULE, eligible, lists):
-            started(state, job, queue)
-            return None
+        if known[1]:
+            candidates = judged(lists.of_queues(known[1]), may_go)
+            if make_room(state, placer, job, candidates, RULE, eligible, lists):
+                started(state, job, queue)
+                return None
+        if known[2] or passed_over or not known[1]:
+            strict = False
+            judged_at.clear()
+            queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
+            if make_room(state, placer, job, judged(queued, may_go), RULE, eligible, lists):
+                started(state, job, queue)
+                return None
         shapes.add(job, tasks, "")
         return hopeless
 

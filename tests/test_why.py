@@ -1,0 +1,118 @@
+"""`gpuctl why` on the controller's state: blockers and "would start if" as data, and never advice that cannot work."""
+
+from __future__ import annotations
+
+from gpud.cli.job_cmd import why_text
+from gpud.controller.cluster import Cluster
+from gpud.controller.nodes import Gpu, NodeRecord
+from gpud.controller.persist import Persister
+from gpud.controller.why import explain
+from gpud.jobs import Job
+from gpud.lifecycle import PENDING
+from gpud.plugins import make_plugin_manager
+from gpud.policy_file import parse_policy
+from gpud.submission import Submission
+
+
+def make_cluster(policy: dict, nodes: list[tuple[str, int, float]]) -> Cluster:
+    cluster = Cluster(parse_policy({"min_runtime": 0, "grace_period": 5, **policy}, "test"), make_plugin_manager(),
+                      Persister(None, None), lambda: 1000.0)
+    for name, gpus, cpus in nodes:
+        cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
+                                    gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.take_orders()
+    return cluster
+
+
+def submit(cluster: Cluster, project: str, **fields) -> Job:
+    job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], **fields)
+    job_id = cluster.submit([Submission(job)], {})[0]
+    return cluster.jobs[job_id]
+
+
+def cycle(cluster: Cluster) -> None:
+    scheduler = cluster.core.prepare((n.spec() for n in cluster.nodes.values()),
+                                     lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
+                                     cluster.clock())
+    plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
+    cluster.apply_plan(plan, skip)
+    cluster.take_orders()
+
+
+def rules(answer: dict) -> list[str]:
+    return [b["rule"] for b in answer["blockers"]]
+
+
+def conditions(answer: dict) -> list[str]:
+    return [c["condition"] for c in answer["would_start"]]
+
+
+def test_a_non_preemptible_job_larger_than_its_quota_can_never_start_and_says_who_can_change_that():
+    cluster = make_cluster({"projects": [{"name": "small", "gpu_quota": 2}]}, [("n1", 8, 64)])
+    job = submit(cluster, "small", gpus=3, priority=100)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    assert job.state == PENDING and answer["never"] is True
+    quota = next(b for b in answer["blockers"] if b["rule"] == "quota")
+    assert (quota["quota"], quota["need"], quota["never"]) == (2, 3, True)
+    raise_quota = next(c for c in answer["would_start"] if c["condition"] == "quota_at_least")
+    assert (raise_quota["who"], raise_quota["name"], raise_quota["gpu"]) == ("admin", "small", 3)
+    assert "preemptible" in conditions(answer)
+    assert not any("at most 0" in c["message"] for c in answer["would_start"])
+    assert "can never start" in why_text(answer)
+
+
+def test_a_gang_blocked_per_task_names_the_gang_and_the_nodes_that_could_hold_a_task():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 16}]}, [("n1", 4, 64), ("n2", 4, 64)])
+    fillers = [submit(cluster, "p", gpus=3, priority=100) for _ in range(2)]
+    cycle(cluster)
+    assert all(f.state != PENDING for f in fillers)
+    gang = submit(cluster, "p", gpus=2, tasks=4)
+    cycle(cluster)
+    answer = explain(gang, cluster)
+    blocker = next(b for b in answer["blockers"] if b["rule"] == "gang")
+    assert (blocker["tasks"], blocker["per_task"]["gpu"], blocker["nodes_holding_a_task_now"]) == (4, 2, 0)
+    assert "gang of 4 tasks" in blocker["message"]
+    room = next(c for c in answer["would_start"] if c["condition"] == "task_room")
+    assert room["tasks"] == 4 and answer["never"] is False
+    assert not any(c["condition"] == "node_frees" for c in answer["would_start"])
+
+
+def test_a_gang_larger_than_the_pool_can_never_start():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 16}]}, [("n1", 4, 64), ("n2", 4, 64)])
+    gang = submit(cluster, "p", gpus=3, tasks=3)
+    cycle(cluster)
+    answer = explain(gang, cluster)
+    assert answer["never"] is True
+    blocker = next(b for b in answer["blockers"] if b["rule"] == "gang")
+    assert blocker["tasks_room_ever"] == 2
+    assert {"more_nodes", "fewer_tasks"} <= set(conditions(answer))
+
+
+def test_a_project_at_its_limit_is_told_about_its_limit_not_idle_gpus():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 1, "gpu_limit": 2}]}, [("n1", 8, 64)])
+    running = [submit(cluster, "p", gpus=1) for _ in range(2)]
+    cycle(cluster)
+    assert all(r.state != PENDING for r in running)
+    job = submit(cluster, "p", gpus=1)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    assert "limit" in rules(answer)
+    assert "idle_gpus" not in conditions(answer)
+    holds = next(c for c in answer["would_start"] if c["condition"] == "level_holds_at_most")
+    assert (holds["name"], holds["gpu"]) == ("p", 1)
+
+
+def test_a_job_short_of_cpus_is_told_about_cpus_and_what_would_free_them():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("n1", 8, 8)])
+    filler = submit(cluster, "p", gpus=0, cpus=7)
+    cycle(cluster)
+    assert filler.state != PENDING
+    job = submit(cluster, "p", gpus=1, cpus=2)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    room = next(b for b in answer["blockers"] if b["rule"] == "node_room")
+    assert room["short"]["cpu"] == 1 and room["short"]["gpu"] == 0
+    frees = next(c for c in answer["would_start"] if c["condition"] == "node_frees")
+    assert (frees["node"], frees["cpu"], frees["gpu"]) == ("n1", 1, 0)
+    assert "1 CPUs freeing on node n1" in why_text(answer)
