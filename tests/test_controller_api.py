@@ -511,8 +511,8 @@ def test_why_names_the_labels_no_node_has_as_people_write_them(cluster):
     try:
         wait_for(lambda: cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"], "why to name a blocker")
         blockers = cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"]
-        assert any("has role=main, pool=elsewhere" in b for b in blockers), blockers
-        assert not any("{" in b for b in blockers), blockers
+        assert any("has role=main, pool=elsewhere" in b["message"] for b in blockers), blockers
+        assert not any("{" in b["message"] for b in blockers), blockers
     finally:
         cluster.api("POST", f"/api/v1/jobs/{job}/cancel")
 

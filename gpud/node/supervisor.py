@@ -133,6 +133,7 @@ class TaskRun:
         self.deadline: float | None = None
         self.next_thaw_check = 0.0
         self.leader_status: int | None = None
+        self.leader_exited: float | None = None  # when the leader was reaped: the task's end, whatever lingers
         self.pid = 0
         self.proc: subprocess.Popen | None = None
         self._stop_seen: tuple[int, int] | None = None
@@ -386,7 +387,7 @@ class TaskRun:
             return
         code = os.waitstatus_to_exitcode(self.leader_status or 0)
         self._record(used.exited(exit_code=code if code >= 0 else None, term_signal=-code if code < 0 else None,
-                                 reason=reason or "", ended=time.time()))
+                                 reason=reason or "", ended=self.leader_exited or time.time()))
 
 
 class Notifier:
@@ -523,7 +524,7 @@ class Supervisor:
                 return
             run = self.by_pid.pop(pid, None)
             if run is not None:
-                run.leader_status = status
+                run.leader_status, run.leader_exited = status, time.time()
                 if run.proc is not None:
                     run.proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits for it again
 
