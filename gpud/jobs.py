@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,7 @@ class Job:
     interactive: bool = False   # a terminal attaches to it (gpuctl run); no command means the login shell
     submitted: float = 0.0
     seq: int = 0
+    uid: str = ""     # random at submit, unique across clusters and restores: names the job's checkpoint directory
     state: str = PENDING
     reason: str = ""
     started: float | None = None
@@ -174,6 +177,18 @@ class Job:
             runs.append(TaskRun(placement=placement, **run))
         depends = [Dependency(**dep) for dep in data.pop("depends", [])]
         return cls(runs=runs, depends=depends, **data)
+
+
+def new_uid() -> str:
+    """A fresh job uid: 128 random bits in hex, so no two jobs of any cluster, store or restore share one."""
+    return secrets.token_hex(16)
+
+
+def job_uid(job: Job) -> str:
+    """The job's uid; a record from before uids were kept gets one made from its id, seq and submit time."""
+    if job.uid:
+        return job.uid
+    return hashlib.sha256(f"{job.id}/{job.seq}/{job.submitted!r}".encode()).hexdigest()[:32]
 
 
 def gpus_of(placement: TaskPlacement) -> float:

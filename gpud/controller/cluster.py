@@ -16,9 +16,9 @@ from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
-from gpud.controller.orders import start_order, stop_order
+from gpud.controller.orders import purge_order, start_order, stop_order
 from gpud.controller.persist import Persister
-from gpud.jobs import Job, TaskRun, gpus_of
+from gpud.jobs import Job, TaskRun, gpus_of, new_uid
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
 from gpud.model import Plan, TaskPlacement
 from gpud.policy import Policy
@@ -143,6 +143,7 @@ class Cluster(NodeMessages):
             template = submission.job
             if submission.array_indices is None:
                 template.id, template.seq, template.submitted = str(seq), seq, now
+                template.uid = new_uid()
                 added.append(template)
                 continue
             array_id = str(seq)
@@ -389,6 +390,7 @@ class Cluster(NodeMessages):
     def _new_job(self, template: Job, job_id: str, seq: int, now: float) -> Job:
         job = template.copy()
         job.id, job.seq, job.submitted = job_id, seq, now
+        job.uid = new_uid()
         return job
 
     def _add(self, job: Job) -> None:
@@ -483,6 +485,9 @@ class Cluster(NodeMessages):
             del self.recently_ended[next(iter(self.recently_ended))]
         self._event(state.lower(), reason or state.lower(), job=job.id)
         self.persist.job(job)
+        for host in dict.fromkeys(h for h in job.hosts if h):
+            # The job can never run again: each node it ran on deletes its checkpoint directory.
+            self._order(host, purge_order(job))
         self._core_remove(job)
         del self.jobs[job.id]
         self.timed.discard(job.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from gpud.controller.nodes import NodeRecord
-from gpud.jobs import Job, TaskRun
+from gpud.jobs import Job, TaskRun, job_uid
 from gpud.policy import TimeSlicing
 
 MASTER_PORT_BASE = 29500
@@ -30,7 +30,7 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
         "user": job.user, "allow_root": job.allow_root, "command": job.command, "script": job.script,
         "workdir": job.workdir,
         "env": job.env, "job_name": job.name, "project": job.project,
-        "gpu_uuids": node.uuids(placement.gpu_index), "gpu_indices": list(placement.gpu_index),
+        "job_uid": job_uid(job), "gpu_uuids": node.uuids(placement.gpu_index), "gpu_indices": list(placement.gpu_index),
         "gpu_share": placement.gpu_share, "cpus": job.cpus, "memory_gib": job.memory_gib,
         "time_limit_s": time_limit, "stop_signal": job.stop_signal, "grace_s": grace_s,
         "output": job.output, "error": job.error, "num_tasks": job.tasks,
@@ -73,3 +73,8 @@ def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float
     """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``."""
     return {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
             "grace_s": grace_s}
+
+
+def purge_order(job: Job) -> dict:
+    """A ``purge`` message: the job has ended for good, so the node deletes its checkpoint directory."""
+    return {"type": "purge", "job": job.id, "job_uid": job_uid(job)}

@@ -261,12 +261,16 @@ class NodeAgent:
         self.poke()
 
     async def handle(self, message: dict) -> dict | None:
-        """Carry out one order (start, stop, ack, read_log); returns the answer to send, if any."""
+        """Carry out one order (start, stop, ack, purge, read_log); returns the answer to send, if any."""
         kind = message.get("type")
         if kind == "read_log":
             return await asyncio.to_thread(self.tasks.read_log, message)
         if isinstance(kind, str) and kind.startswith(("pty_", "fwd_")):
             return await self.interactive.handle(message)
+        if kind == "purge":
+            if not self.tasks.purge(message):
+                log.warning("ignoring a purge order without a job uid")
+            return None
         if kind not in ("start", "stop", "ack"):
             log.warning("ignoring an unknown message type %r from the controller", kind)
             return None

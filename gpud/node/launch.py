@@ -63,7 +63,7 @@ class Launcher:
         """
         task_dir = self.layout.task_dir(key)
         order = {"key": key.to_json(), "spec": spec.to_json(),
-                 "checkpoint_dir": self.layout.checkpoint_dir(key.job), "notify": self.layout.socket_path}
+                 "checkpoint_dir": self.layout.checkpoint_dir(spec.job_uid or key.job), "notify": self.layout.socket_path}
         try:
             os.unlink(os.path.join(task_dir, STOP_FILE))  # left by an earlier task of the same name
         except FileNotFoundError:
@@ -179,10 +179,14 @@ class Launcher:
         if server is not None and server is self._server and server.poll() is None \
                 and self._send({"forget": self.layout.task_dir(key)}):
             return  # the supervisor that ran it deletes it, off this process
+        self.delete(self.layout.task_dir(key))
+
+    def delete(self, path: str) -> None:
+        """Delete a directory tree soon, off the calling thread."""
         # Off the event loop: deleting a directory costs more than the rest of an exit report. One
         # deletion job at a time takes every directory doomed so far.
         with self._doomed_lock:
-            self._doomed.append(self.layout.task_dir(key))
+            self._doomed.append(path)
             if len(self._doomed) > 1:
                 return
         self._deleter.submit(self._delete_doomed)

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 DEFAULT_OUTPUT = "gpud-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
+_JOB_UID = re.compile(r"^[0-9a-f]{16,64}$")
 
 
 class SpecError(ValueError):
@@ -78,6 +79,7 @@ class TaskSpec:
     error: str | None = None
     num_tasks: int = 1
     restart_count: int = 0
+    job_uid: str = ""  # names the job's checkpoint directory; "" from a controller that sends none
     master_addr: str | None = None
     master_port: int | None = None
     rank: int = 0
@@ -198,6 +200,9 @@ def parse_spec(raw: Any) -> TaskSpec:
         if raw.get(name) is not None and not isinstance(raw[name], str):
             raise SpecError(f"{name} must be a string")
     time_limit = _number(raw, "time_limit_s", None, positive=True)
+    uid = raw.get("job_uid") or ""
+    if not is_job_uid(uid) and uid != "":
+        raise SpecError(f"job_uid must be 16 to 64 lowercase hex digits (got {uid!r})")
     return TaskSpec(
         user=user, workdir=workdir, allow_root=raw.get("allow_root") is True, command=command, script=script,
         env=dict(env),
@@ -206,11 +211,16 @@ def parse_spec(raw: Any) -> TaskSpec:
         time_limit_s=None if time_limit is None else float(time_limit), stop_signal=stop_signal,
         grace_s=float(_number(raw, "grace_s", 30.0)), output=raw.get("output") or DEFAULT_OUTPUT,
         error=raw.get("error") or None, num_tasks=_int(raw, "num_tasks", 1) or 1,
-        restart_count=_int(raw, "restart_count", 0), master_addr=raw.get("master_addr"),
+        restart_count=_int(raw, "restart_count", 0), job_uid=uid, master_addr=raw.get("master_addr"),
         master_port=_int(raw, "master_port", None), rank=_int(raw, "rank", 0),
         local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
         project=raw.get("project") if isinstance(raw.get("project"), str) else "",
         time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw))
+
+
+def is_job_uid(value: object) -> bool:
+    """True for a job uid as the controller makes them (hex digits, so it is a safe file name)."""
+    return isinstance(value, str) and _JOB_UID.match(value) is not None
 
 
 def signal_number(name: str | int) -> int:

@@ -185,6 +185,7 @@ class TaskRun:
 
     def _prepare_checkpoint_dir(self, who: RunAs) -> None:
         _make_dir(self.checkpoint_dir, 0o700)
+        os.chmod(self.checkpoint_dir, 0o700)  # the job's user alone, whatever made it
         if who.switch:
             os.chown(self.checkpoint_dir, who.uid, who.gid)
 

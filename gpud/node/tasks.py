@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from gpud.node import cgroups, procs
 from gpud.node.freezer import freezer_for
 from gpud.node.launch import Launcher
-from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, parse_spec
+from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, is_job_uid, parse_spec
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ class TaskTable:
         self._reported: dict[TaskKey, dict] = {}
         self._forgotten: dict[TaskKey, None] = {}  # acknowledged lately: never adopted again
         self.specs: dict[TaskKey, TaskSpec] = {}  # the specs of the tasks this table started, until acknowledged
+        self._purges: dict[str, str] = {}  # job uid -> job id: checkpoint directories to delete once its tasks exit
 
     def adopt(self) -> list[TaskState]:
         """Load the tasks recorded in the state directory (after a daemon restart) and return them."""
@@ -108,6 +109,27 @@ class TaskTable:
         self.launcher.forget(key)
         return True
 
+    def purge(self, order: Mapping[str, Any]) -> bool:
+        """Delete the checkpoint directory of a job that has ended for good, once none of its tasks runs here.
+
+        False (and nothing deleted) when the order names no job uid.
+        """
+        uid, job = order.get("job_uid"), order.get("job")
+        if not is_job_uid(uid) or not isinstance(job, str):
+            return False
+        self._purges[uid] = job
+        self._run_purges()
+        return True
+
+    def _run_purges(self) -> None:
+        if not self._purges:
+            return
+        live = {key.job for key, state in self._states.items() if state.state != EXITED}
+        for uid, job in list(self._purges.items()):
+            if job not in live:
+                del self._purges[uid]
+                self.launcher.delete(self.layout.checkpoint_dir(uid))
+
     def refresh(self, keys: list[TaskKey] | None = None) -> list[TaskState]:
         """Re-read the state of unfinished tasks (all, or ``keys``); returns those (of them) whose report changed.
 
@@ -125,6 +147,7 @@ class TaskTable:
                     self._states[key] = self._check(state)
             elif state is not None and state.state != EXITED:
                 self._states[key] = self._check(state)
+        self._run_purges()
         changed = []
         for key in keys if keys is not None else list(self._states):
             state = self._states.get(key)

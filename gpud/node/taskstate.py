@@ -54,7 +54,7 @@ def read_json(path: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where a node keeps things: ``checkpoints/<job>/`` per job in the state directory, which outlives the
+    """Where a node keeps things: ``checkpoints/<job uid>/`` per job in the state directory, which outlives the
     host's reboots; ``tasks/<job>.<task>.<attempt>/`` per task and the node socket in the run directory
     (the state directory unless another is given), which need only outlive the daemon, as the tasks do.
     """
@@ -81,15 +81,21 @@ class Layout:
         """The directory of one task: its order, state, stop request and script."""
         return os.path.join(self.tasks_dir, key.dirname)
 
-    def checkpoint_dir(self, job: str) -> str:
-        """The job's checkpoint directory, kept across requeues of the job."""
-        return os.path.join(self.state_dir, "checkpoints", job)
+    @property
+    def checkpoints_dir(self) -> str:
+        """The directory holding one checkpoint directory per job uid."""
+        return os.path.join(self.state_dir, "checkpoints")
+
+    def checkpoint_dir(self, job_uid: str) -> str:
+        """The job's checkpoint directory, kept across requeues of the job: named by its uid, never its id,
+        so a job of another cluster, or of a store made anew or restored, never finds another job's files."""
+        return os.path.join(self.checkpoints_dir, job_uid)
 
     def create(self) -> None:
         """Make the state and run directories and their sub-directories; jobs' users may traverse but not list them."""
         os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
         os.makedirs(self.run_root, mode=0o755, exist_ok=True)
-        for sub in (self.tasks_dir, os.path.join(self.state_dir, "checkpoints")):
+        for sub in (self.tasks_dir, self.checkpoints_dir):
             os.makedirs(sub, exist_ok=True)
             os.chmod(sub, 0o711)
 
