@@ -222,3 +222,25 @@ def test_two_halves_share_a_gpu_and_a_memory_offender_fails_with_the_reason(clus
     report(cluster, starts[0], "exited", exit_code=None, term_signal=15, reason=reason)
     job = jobs[starts[0]["job"]]
     assert (job.state, job.reason) == ("FAILED", f"task 0 was stopped by the node: {reason}")
+
+
+def test_show_says_advisory_where_the_node_cannot_measure_what_the_share_needs():
+    blind = node()
+    blind.gpu_measures = []  # a fake GPU: it reports only the usage a test sets
+    fair = sharing_view(placed(submit(gpus=0.25)), {"n1": blind}, TimeSlicing("fair"))
+    assert not fair["compute"]["enforced"] and "cannot measure GPU utilisation" in fair["compute"]["how"]
+    assert not fair["memory"]["enforced"] and "cannot measure each process's GPU memory" in fair["memory"]["how"]
+    strict = sharing_view(placed(submit(gpus=0.25)), {"n1": blind}, TimeSlicing("strict"))
+    assert strict["compute"]["enforced"]  # strict leases need no measurement
+    measured = node()
+    measured.gpu_measures = ["utilization", "memory"]
+    fair = sharing_view(placed(submit(gpus=0.25)), {"n1": measured}, TimeSlicing("fair"))
+    assert fair["compute"]["enforced"] and fair["memory"]["enforced"]
+
+
+def test_a_node_says_what_its_gpus_measure_when_it_registers():
+    from gpud.controller.node_link import node_from_register
+    record = node_from_register({"node": "n1", "limits": {"enforced": [], "gpu_measures": ["memory"]}}, "")
+    assert record.gpu_measures == ["memory"]
+    with pytest.raises(ValueError, match="gpu_measures"):
+        node_from_register({"node": "n1", "limits": {"enforced": [], "gpu_measures": "memory"}}, "")

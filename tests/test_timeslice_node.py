@@ -256,3 +256,54 @@ def test_a_frozen_task_whose_supervisor_died_is_thawed_and_killed(state_dir, wor
     assert run_to_end(table, key).reason == "supervisor lost"
     wait_for(lambda: not alive(state.pid), timeout=5)
     table.launcher.close()
+
+
+def frozen_in_cgroup(task_dir) -> bool:
+    """True when the task's own freezer cgroup says it is frozen (v1 ``freezer.state``, v2 ``cgroup.freeze``)."""
+    path = task_cgroup(str(task_dir))
+    if path is None:
+        return False
+    if os.path.exists(os.path.join(path, "cgroup.freeze")):
+        with open(os.path.join(path, "cgroup.freeze")) as f:
+            return f.read().strip() == "1"
+    with open(os.path.join(path, "freezer.state")) as f:
+        return f.read().strip() != "THAWED"
+
+
+@pytest.mark.parametrize("dies", ["supervisor", "daemon and supervisor"])
+async def test_a_frozen_task_is_thawed_by_the_last_survivor_or_else_by_the_next_start(
+        controller, state_dir, workdir, tmp_path, dies):
+    """Supervisor alone: the daemon (and its slicer) survive, thaw and kill. Both: no survivor, the next start does."""
+    if freezer_root() is None:
+        pytest.skip("no writable freezer cgroup on this host")
+    from gpud.node.taskstate import read_state
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(KEY)
+    daemon = start_daemon(controller, state_dir, key_file)
+    try:
+        await controller.next("register")
+        a = await start(controller, "82", sliced(workdir, SPIN))
+        b = await start(controller, "83", sliced(workdir, SPIN))
+        dirs = {report["pid"]: state_dir / "tasks" / f"{report['job']}.0.0" for report in (a, b)}
+        supervisors = {read_state(str(d)).supervisor_pid for d in dirs.values()}
+        await wait_until(lambda: any(frozen_in_cgroup(d) for d in dirs.values()))
+        if dies != "supervisor":
+            os.kill(daemon.pid, signal.SIGKILL)  # the slicer dies with its daemon
+        for pid in supervisors:
+            os.kill(pid, signal.SIGKILL)
+        if dies != "supervisor":
+            daemon.wait()
+            frozen = [pid for pid, d in dirs.items() if frozen_in_cgroup(d)]
+            assert frozen, "the slicer had thawed both before it died; nothing to test"
+            time.sleep(0.3)
+            assert all(proc_state(pid) in FROZEN for pid in frozen)
+            daemon = start_daemon(controller, state_dir, key_file)
+            await controller.next("register")
+        # Thawed first, so the kill of the unattended task takes effect, and nothing is left frozen or behind.
+        await wait_until(lambda: all(proc_state(pid) in ("gone", "Z") for pid in dirs), timeout=10)
+        for job in ("82", "83"):
+            lost = await report_of(controller, job, "exited")
+            assert lost["reason"] == "supervisor lost"
+        await wait_until(lambda: all(task_cgroup(str(d)) is None for d in dirs.values()), timeout=5)
+    finally:
+        stop_daemon(daemon)

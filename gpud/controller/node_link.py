@@ -39,10 +39,14 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
     limits = message.get("limits") or {}
     if not isinstance(limits, dict) or not isinstance(limits.get("enforced", []), list):
         raise ValueError("limits must be an object with a list of what is enforced")
+    measures = limits.get("gpu_measures")
+    if measures is not None and not isinstance(measures, list):
+        raise ValueError("limits.gpu_measures must be a list of what the node measures on its GPUs")
     return NodeRecord(name=name, pool=str(pool), labels=dict(labels), cpus=cpus, memory_gib=memory,
                       gpus=gpus_from_report(message.get("gpus", [])),
                       address=str(message.get("address") or peer),
-                      limits=[str(item) for item in limits.get("enforced", [])], limits_how=str(limits.get("how", "")))
+                      limits=[str(item) for item in limits.get("enforced", [])], limits_how=str(limits.get("how", "")),
+                      gpu_measures=None if measures is None else [str(item) for item in measures])
 
 
 def _lease(ctrl: Controller) -> dict:

@@ -52,6 +52,7 @@ class NodeRecord:
     drain_reason: str = ""
     limits: list[str] = field(default_factory=list)  # what the node's task cgroups enforce; empty: nothing
     limits_how: str = ""
+    gpu_measures: list[str] | None = None  # what its GPU backend measures of each process; None: not said
 
     def spec(self) -> NodeSpec:
         """The node as the scheduling core sees it: unhealthy GPUs out of service, only an up, undrained node takes work."""

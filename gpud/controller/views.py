@@ -85,6 +85,16 @@ def limits_view(job: Job, nodes: Mapping[str, NodeRecord]) -> dict | None:
     return {"enforced": enforced, "how": "; ".join(sorted({n.limits_how for n in known if n.limits_how}))}
 
 
+def _unmeasuring(job: Job, nodes: Mapping[str, NodeRecord], what: str) -> str:
+    """The first node the job ran on that says its GPUs cannot measure ``what``; "" when none says so."""
+    names = job.nodes() or list(dict.fromkeys(h for h in job.hosts if h))
+    for name in names:
+        node = nodes.get(name)
+        if node is not None and node.gpu_measures is not None and what not in node.gpu_measures:
+            return name
+    return ""
+
+
 def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing) -> dict | None:
     """Whether a job sharing a GPU has its compute share and its memory slice enforced or only advised.
 
@@ -93,7 +103,12 @@ def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing
     if job.gpu_memory_gib is None and not 0 < job.gpus < 1:
         return None
     request, limit = slicing.compute(job.gpus, job.gpu_memory_gib, job.gpu_compute_request, job.gpu_compute_limit)
-    if slicing.sliced:
+    blind_to_use = _unmeasuring(job, nodes, "utilization")
+    if slicing.sliced and slicing.mode == "fair" and blind_to_use:
+        compute = {"mode": slicing.mode, "request": request, "limit": limit, "enforced": False,
+                   "how": f"advisory: node {blind_to_use} cannot measure GPU utilisation, so fair time-slicing "
+                          f"cannot see a job go idle"}
+    elif slicing.sliced:
         compute = {"mode": slicing.mode, "request": request, "limit": limit, "enforced": True,
                    "how": f"{slicing.mode} time-slicing by the node: leases of {slicing.lease_ms:g} ms in plans of "
                           f"{slicing.lease_ms / slicing.precision / 1000:g} s"}
@@ -105,11 +120,16 @@ def sharing_view(job: Job, nodes: Mapping[str, NodeRecord], slicing: TimeSlicing
     if limit_gib is None and placed is not None and placed.node in nodes:
         memory = next((g.memory_gib for g in nodes[placed.node].gpus if g.index == placed.gpu_index[0]), None)
         limit_gib = round(placed.gpu_share * memory, 3) if memory else None
-    how = (f"the node stops the job {slicing.memory_grace_s:g} s after it holds more than its slice "
-           f"+{slicing.memory_tolerance:.0%}" if slicing.memory_enforce
-           else f"advisory: the node only warns past the slice +{slicing.memory_tolerance:.0%}")
+    blind_to_memory = _unmeasuring(job, nodes, "memory")
+    if blind_to_memory:
+        how = f"advisory: node {blind_to_memory} cannot measure each process's GPU memory"
+    elif slicing.memory_enforce:
+        how = (f"the node stops the job {slicing.memory_grace_s:g} s after it holds more than its slice "
+               f"+{slicing.memory_tolerance:.0%}")
+    else:
+        how = f"advisory: the node only warns past the slice +{slicing.memory_tolerance:.0%}"
     return {"compute": compute,
-            "memory": {"limit_gib": limit_gib, "enforced": slicing.memory_enforce, "how": how,
+            "memory": {"limit_gib": limit_gib, "enforced": slicing.memory_enforce and not blind_to_memory, "how": how,
                        "env": "GPUD_GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION, "
                               "PyTorch per-process fraction"}}
 

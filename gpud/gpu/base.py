@@ -48,8 +48,18 @@ class HealthEvent:
     detail: str = ""
 
 
+UTILIZATION, MEMORY = "utilization", "memory"  # what a backend can measure of each process on a GPU
+
+
 class GpuBackend(Protocol):
-    """What the node daemon asks of a GPU backend; every call is cheap enough for a heartbeat."""
+    """What the node daemon asks of a GPU backend; every call is cheap enough for a heartbeat.
+
+    ``measures`` names what :meth:`processes` truly measures (:data:`UTILIZATION`,
+    :data:`MEMORY`): fair time-slicing needs the first to see a job go idle,
+    memory policing the second.
+    """
+
+    measures: tuple[str, ...]
 
     def gpus(self) -> tuple[GpuInfo, ...]:
         """Every GPU of the host in index order, each with its current health."""

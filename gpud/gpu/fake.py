@@ -87,6 +87,8 @@ def _alive(pid: int) -> bool:
 class FakeBackend:
     """``count`` A100-like GPUs with UUIDs derived from ``node_name``; faults read from ``state_dir``."""
 
+    measures: tuple[str, ...] = ()  # it reports only the usage set with set_process_usage: nothing is measured
+
     def __init__(self, node_name: str, count: int, state_dir: str, *, model: str = MODEL,
                  memory_gib: float = MEMORY_GIB) -> None:
         if count < 0:

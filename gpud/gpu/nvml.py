@@ -6,7 +6,7 @@ import time
 
 import pynvml
 
-from gpud.gpu.base import GpuInfo, GpuProcess, HealthEvent, NoGpuError
+from gpud.gpu.base import MEMORY, UTILIZATION, GpuInfo, GpuProcess, HealthEvent, NoGpuError
 
 GIB = 1024 ** 3
 
@@ -17,6 +17,8 @@ def _text(value: str | bytes) -> str:
 
 class NvmlBackend:
     """The host's NVIDIA GPUs as NVML sees them; lost GPUs and uncorrectable ECC errors make a GPU unhealthy."""
+
+    measures = (UTILIZATION, MEMORY)
 
     def __init__(self) -> None:
         try:

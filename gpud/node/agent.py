@@ -231,7 +231,7 @@ class NodeAgent:
                 "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
                 "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__,
                 "cluster_id": membership.remembered(self.config.state_dir),
-                "limits": cgroups.limits_report()}
+                "limits": {**cgroups.limits_report(), "gpu_measures": list(getattr(self.backend, "measures", ()))}}
 
     def check_controller(self, answer: dict) -> str | None:
         """Why the controller that answered ``registered`` is not this node's, or None when it is."""

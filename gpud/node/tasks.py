@@ -9,8 +9,8 @@ import signal
 import time
 from typing import Any, Mapping
 
-from gpud.node import cgroups, procs
-from gpud.node.freezer import freezer_for
+from gpud.node import cgroups, failsafe, procs
+from gpud.node.freezer import freezer_for, remove_task_cgroup
 from gpud.node.launch import Launcher
 from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, is_job_uid, parse_spec
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
@@ -174,16 +174,17 @@ class TaskTable:
             # Its cgroups hold whatever it started, however it left the process group: none may run unattended.
             log.warning("task %s lost its supervisor; killing every process in its cgroups", known.key.dirname)
             if state.pid:
-                freezer_for(task_dir, state.pid).thaw()
+                _thaw_for_good(task_dir, state.pid)
             group.kill()
             return state
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             log.warning("task %s lost its supervisor; killing its processes", known.key.dirname)
-            freezer_for(task_dir, state.pid).thaw()  # a task frozen in a cgroup dies only once thawed
+            _thaw_for_good(task_dir, state.pid)  # a task frozen in a cgroup dies only once thawed
             procs.signal_group(state.pid, signal.SIGKILL)
             return state
         if group is not None:
             group.remove()
+        remove_task_cgroup(task_dir)  # its supervisor would have, had it lived
         reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
         lost = state.exited(reason=reason, ended=time.time())
         write_state(task_dir, lost)
@@ -269,3 +270,9 @@ def _complete_utf8(data: bytes) -> int:
                 return len(data) - back
         return len(data)
     return len(data)
+
+
+def _thaw_for_good(task_dir: str, pid: int) -> None:
+    """Thaw a task about to be killed, and mark it stopping so that no slicer freezes it again before it dies."""
+    failsafe.mark_stopping(task_dir)
+    freezer_for(task_dir, pid).thaw()
