@@ -57,7 +57,7 @@ class Controller:
         log = open(self.root / "controller.log", "ab")
         self.process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config",
                                          str(self.root / "controller.toml"),
-                                         *([] if (self.root / "state" / "gpud.sqlite").exists() else ["--init"])],
+                                         *([] if (self.root / "state" / "gpud.sqlite").exists() else ["--init", "--allow-root"])],
                                         stdout=log, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

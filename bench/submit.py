@@ -77,7 +77,7 @@ class Controller:
         self.log = open(self.dir / "controller.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config", str(self.dir / "controller.toml"),
-             "--log-level", "warning", *([] if (self.dir / "state" / "gpud.sqlite").exists() else ["--init"])],
+             "--log-level", "warning", *([] if (self.dir / "state" / "gpud.sqlite").exists() else ["--init", "--allow-root"])],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not self._healthy():
