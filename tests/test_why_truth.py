@@ -134,7 +134,8 @@ def end_until(cluster: Cluster, job_id: str, jobs: list, done) -> None:
             return
         if other.id in cluster.jobs:
             cluster.cancel(other, "test")
-    assert done(), f"ending every job the condition names did not bring it about: {explain(cluster.jobs[job_id], cluster)}"
+    assert done(), (f"ending every job the condition names did not bring it about: {explain(cluster.jobs[job_id], cluster)}"
+                    f" {[(j.id, j.project, j.state, j.gpus_held()) for j in cluster.jobs.values()]}")
 
 
 def gpu_shares(cluster: Cluster, node: str) -> list[float]:
@@ -219,9 +220,13 @@ def bring_about(scenario: Scenario, condition: dict) -> tuple[Cluster, str]:
     cluster, job_id = build(scenario)
     if job_id is None:
         return cluster, ""
-    before = {name: node_free(cluster, name) for name in cluster.nodes}
+    before = {"nodes": {name: node_free(cluster, name) for name in cluster.nodes},
+              "slots": task_slots(cluster, scenario.pending)}
     for part in condition.get("conditions", [condition]):
-        bring_about_load(cluster, job_id, scenario, part, before)
+        try:
+            bring_about_load(cluster, job_id, scenario, part, before)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\ncondition {part} of {condition}") from None
     return cluster, job_id
 
 
@@ -244,9 +249,9 @@ def bring_about_load(cluster: Cluster, job_id: str, scenario: Scenario, conditio
         whole = job.gpus >= 1 and job.gpu_memory_gib is None
         end_until(cluster, job_id, [j for j in newest_first(cluster, job_id)
                                     if any(r.placement is not None and r.placement.node == node for r in j.runs)],
-                  lambda: freed_enough(before[node], node_free(cluster, node), condition, whole))
+                  lambda: freed_enough(before["nodes"][node], node_free(cluster, node), condition, whole))
     elif kind == "task_room":
-        want = task_slots(cluster, scenario.pending) + condition["tasks"]
+        want = before["slots"] + condition["tasks"]
         end_until(cluster, job_id, newest_first(cluster, job_id),
                   lambda: task_slots(cluster, scenario.pending) >= want)
     elif kind not in ("limit_at_least", "quota_at_least", "larger_node", "more_nodes", "preemptible",
