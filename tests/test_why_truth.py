@@ -72,6 +72,7 @@ def shape(draw, cpus_hi: int) -> dict:
 
 @st.composite
 def scenarios(draw) -> Scenario:
+    """Nodes, three projects (some with limits), running jobs of every shape, one pending job of p1."""
     nodes = [(f"n{i}", draw(st.integers(2, 8)), float(draw(st.sampled_from([4, 8, 16]))))
              for i in range(1, draw(st.integers(1, 3)) + 1)]
     capacity = sum(n[1] for n in nodes)
@@ -105,6 +106,7 @@ def build(scenario: Scenario) -> tuple[Cluster, str | None]:
 
 
 def add_nodes(cluster: Cluster, nodes: list[tuple[str, int, float]]) -> None:
+    """Register nodes (name, GPUs, CPUs) with the cluster."""
     for name, gpus, cpus in nodes:
         cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
                                     gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
@@ -123,6 +125,7 @@ def started(cluster: Cluster, job_id: str) -> bool:
 
 
 def newest_first(cluster: Cluster, keep: str) -> list:
+    """Running jobs other than ``keep``, most recently submitted first."""
     return sorted((j for j in cluster.jobs.values() if j.id != keep and j.state != PENDING),
                   key=lambda j: -j.seq)
 
@@ -134,8 +137,7 @@ def end_until(cluster: Cluster, job_id: str, jobs: list, done) -> None:
             return
         if other.id in cluster.jobs:
             cluster.cancel(other, "test")
-    assert done(), (f"ending every job the condition names did not bring it about: {explain(cluster.jobs[job_id], cluster)}"
-                    f" {[(j.id, j.project, j.state, j.gpus_held()) for j in cluster.jobs.values()]}")
+    assert done(), f"ending every job the condition names did not bring it about: {explain(cluster.jobs[job_id], cluster)}"
 
 
 def gpu_shares(cluster: Cluster, node: str) -> list[float]:
@@ -166,6 +168,7 @@ def node_free(cluster: Cluster, node: str) -> tuple[float, int, float, float]:
 
 
 def pool_free(cluster: Cluster) -> float:
+    """Free GPU share over all nodes."""
     return sum(sum(gpu_shares(cluster, n)) for n in cluster.nodes)
 
 
@@ -189,11 +192,13 @@ def task_slots(cluster: Cluster, fields: dict) -> int:
 
 
 def held_by(cluster: Cluster, project: str, job_id: str, non_preemptible: bool = False) -> float:
+    """GPUs the project's other jobs (only its non-preemptible ones, if asked) hold."""
     return sum(j.gpus_held() for j in cluster.jobs.values() if j.project == project and j.id != job_id
                and (not non_preemptible or j.priority >= 100))
 
 
 def with_setting(scenario: Scenario, project: str, key: str, value: float) -> Scenario:
+    """The scenario with one setting of one project changed."""
     projects = [dict(p, **{key: value}) if p["name"] == project else p for p in scenario.policy["projects"]]
     return replace(scenario, policy={**scenario.policy, "projects": projects})
 
@@ -220,6 +225,9 @@ def bring_about(scenario: Scenario, condition: dict) -> tuple[Cluster, str]:
     cluster, job_id = build(scenario)
     if job_id is None:
         return cluster, ""
+    if "conditions" in condition or condition["who"] in ("cluster", "project"):
+        # The same scenario built again: the same answer, so the condition is brought about where it was given.
+        assert condition in explain(cluster.jobs[job_id], cluster)["would_start"]
     before = {"nodes": {name: node_free(cluster, name) for name in cluster.nodes},
               "slots": task_slots(cluster, scenario.pending)}
     for part in condition.get("conditions", [condition]):
@@ -260,17 +268,20 @@ def bring_about_load(cluster: Cluster, job_id: str, scenario: Scenario, conditio
 
 
 def freed_enough(before: tuple, after: tuple, condition: dict, whole: bool) -> bool:
+    """Whether the node freed what a node_frees condition names (whole GPUs for a job of whole GPUs)."""
     gpu = (after[1] - before[1]) if whole else (after[0] - before[0])
     return (gpu + EPS >= condition["gpu"] and after[2] - before[2] + EPS >= condition["cpu"]
             and after[3] - before[3] + EPS >= condition["memory"])
 
 
 def end_all_but(cluster: Cluster, job_id: str) -> None:
+    """End every running job but the one asked about."""
     for other in newest_first(cluster, job_id):
         cluster.cancel(other, "test")
 
 
 def never_rules(answer: dict) -> int:
+    """How many blockers say the job can never start."""
     return sum(1 for b in answer["blockers"] if b.get("never"))
 
 
