@@ -510,7 +510,7 @@ def test_why_names_the_labels_no_node_has_as_people_write_them(cluster):
     job = submit(cluster, command=["true"], constraint={"role": "main", "pool": "elsewhere"})
     try:
         wait_for(lambda: cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"], "why to name a blocker")
-        blockers = cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"]
+        blockers = [b["message"] for b in cluster.api("GET", f"/api/v1/jobs/{job}/why")[1]["blockers"]]
         assert any("has role=main, pool=elsewhere" in b for b in blockers), blockers
         assert not any("{" in b for b in blockers), blockers
     finally:
