@@ -116,3 +116,20 @@ def test_a_job_short_of_cpus_is_told_about_cpus_and_what_would_free_them():
     frees = next(c for c in answer["would_start"] if c["condition"] == "node_frees")
     assert (frees["node"], frees["cpu"], frees["gpu"]) == ("n1", 1, 0)
     assert "1 CPUs freeing on node n1" in why_text(answer)
+
+
+def test_a_job_held_back_by_its_limit_and_a_full_node_gets_one_condition_for_both():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 0, "gpu_limit": 3},
+                                         {"name": "q", "gpu_quota": 4}]}, [("n1", 4, 64)])
+    mine = submit(cluster, "p", gpus=2)
+    theirs = submit(cluster, "q", gpus=2, priority=100)
+    cycle(cluster)
+    assert mine.state != PENDING and theirs.state != PENDING
+    job = submit(cluster, "p", gpus=2)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    assert {"limit", "node_room"} <= set(rules(answer))
+    assert conditions(answer) == ["all_of"]
+    parts = answer["would_start"][0]["conditions"]
+    assert [c["condition"] for c in parts] == ["level_holds_at_most", "node_frees"]
+    assert (parts[0]["gpu"], parts[1]["node"], parts[1]["gpu"]) == (1, "n1", 2)

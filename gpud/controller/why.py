@@ -55,6 +55,17 @@ def explain(job: Job, cluster: Cluster) -> dict:
     never = _queue_facts(job, cluster, facts, blockers, would)
     never = _node_facts(job, cluster, facts, blockers, would, never) or never
     answer["never"] = never
+    if never:  # no load change starts it: only what a person changes is worth saying
+        would[:] = [c for c in would if c["who"] in (OWNER, ADMIN)]
+    else:
+        if any(c["condition"] in ("node_frees", "task_room") for c in would):
+            # GPUs idle somewhere in the pool may be split over nodes; room on a named node is what starts it.
+            would[:] = [c for c in would if c["condition"] != "idle_gpus"]
+        load = [c for c in would if c["who"] in (PROJECT, CLUSTER)]
+        if len(load) > 1:  # each alone would not start it (a limit and a full node): they are one condition
+            who = CLUSTER if any(c["who"] == CLUSTER for c in load) else PROJECT
+            would[:] = [c for c in would if c["who"] not in (PROJECT, CLUSTER)] + [
+                _if("all_of", who, "; and ".join(c["message"] for c in load), conditions=load)]
     return answer
 
 
@@ -157,9 +168,13 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
                                       f"needs {_gpus(want)}, more than {kind} {name}'s quota of {bound:g} in pool "
                                       f"{pool}: it can never start as asked", level=kind, name=name, pool=pool,
                                       quota=bound, need=want, never=True))
-                would.append(_if("quota_at_least", ADMIN, f"an admin raising {kind} {name}'s GPU quota in pool "
-                                 f"{pool} to at least {want:g} (policy file)", level=kind, name=name, pool=pool,
-                                 gpu=want))
+                limit = level.limit_in(pool)
+                # A limit may not be below the quota: raising one past the limit raises both.
+                both = limit is not None and limit.gpu + EPS < want
+                would.append(_if("quota_at_least", ADMIN, f"an admin raising {kind} {name}'s GPU quota"
+                                 + (" and limit" if both else "") + f" in pool {pool} to at least {want:g} "
+                                 "(policy file)", level=kind, name=name, pool=pool, gpu=want,
+                                 **({"limit": want} if both else {})))
                 would.append(_if("preemptible", OWNER, "submitting it again with a preemptible priority (below "
                                  f"{NON_PREEMPTIBLE_PRIORITY}), which may use idle GPUs over quota",
                                  priority_below=NON_PREEMPTIBLE_PRIORITY))
@@ -231,23 +246,28 @@ def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would
         spec = node.spec()
         capacity = Resources(float(spec.usable_gpus), spec.cpus, spec.memory_gib)
         held = used.get(node.name, Resources())
-        whole_free = _whole_free(cluster, node.name, spec.usable_gpus)
+        shares = _gpu_free(cluster, node.name, len(node.gpus), spec.out_of_service)
+        whole_free = sum(1 for share in shares if share >= 1.0 - EPS)
         free = Resources(capacity.gpu - held.gpu, capacity.cpu - held.cpu, capacity.memory - held.memory)
-        ever = _slots(capacity, float(spec.usable_gpus), facts)
-        now = _slots(free, float(whole_free), facts)
+        ever = _slots(capacity, [1.0] * spec.usable_gpus, facts)
+        now = _slots(free, shares, facts)
         slots_ever += ever
         slots_now += now
         if now:
             holders += 1
         elif ever:
-            gpu_short = max(0.0, (facts.whole or facts.gpu) - (whole_free if facts.whole else free.gpu))
+            gpu_short = max(0.0, (facts.whole or facts.gpu) - (whole_free if facts.whole else max(shares, default=0.0)))
             short.append((gpu_short, max(0.0, facts.cpu - free.cpu), max(0.0, facts.memory - free.memory), node.name))
     shape = _shape(facts)
     if slots_ever == 0:
         blockers.append(_item("node_size", f"no node in pool {pool} is large enough for one task ({shape})",
                               pool=pool, per_task=per_task, never=True))
-        would.append(_if("larger_node", ADMIN, f"a node in pool {pool} holding {shape} joining", pool=pool,
-                         per_task=per_task))
+        if facts.tasks > 1:
+            would.append(_if("larger_node", ADMIN, f"nodes for {facts.tasks} tasks of {shape} (the gang's) joining "
+                             f"pool {pool}", pool=pool, per_task=per_task, tasks=facts.tasks))
+        else:
+            would.append(_if("larger_node", ADMIN, f"a node in pool {pool} holding {shape} joining", pool=pool,
+                             per_task=per_task, tasks=1))
         would.append(_if("smaller_tasks", OWNER, "submitting it again with smaller tasks", per_task=per_task))
         return True
     if facts.tasks > 1:
@@ -293,13 +313,13 @@ def _shape(facts: _Facts) -> str:
     return f"{gpu}, {facts.cpu:g} CPUs, {facts.memory:g} GiB"
 
 
-def _slots(free: Resources, whole: float, facts: _Facts) -> int:
-    """How many tasks of the job fit in ``free`` (``whole`` free whole GPUs), by its scarcest resource."""
+def _slots(free: Resources, shares: list[float], facts: _Facts) -> int:
+    """How many tasks of the job fit in ``free`` (``shares``: each GPU's free share), by its scarcest resource."""
     counts = []
     if facts.whole:
-        counts.append(math.floor(whole / facts.whole + EPS))
-    elif facts.gpu > EPS:
-        counts.append(1 if free.gpu + EPS >= facts.gpu else 0)  # a fraction shares one GPU: at least one, told as one
+        counts.append(math.floor(sum(1 for share in shares if share >= 1.0 - EPS) / facts.whole + EPS))
+    elif facts.gpu > EPS:  # a fraction of one GPU: as many as each GPU's free share holds
+        counts.append(sum(math.floor(share / facts.gpu + EPS) for share in shares))
     if facts.cpu > EPS:
         counts.append(math.floor(free.cpu / facts.cpu + EPS))
     if facts.memory > EPS:
@@ -320,11 +340,14 @@ def _used(cluster: Cluster) -> dict[str, Resources]:
     return used
 
 
-def _whole_free(cluster: Cluster, node: str, gpus: int) -> int:
-    """Whole GPUs no task holds any share of on the node."""
-    taken: set[int] = set()
+def _gpu_free(cluster: Cluster, node: str, gpus: int, out_of_service: tuple[int, ...]) -> list[float]:
+    """The free share of each in-service GPU of the node."""
+    held = [0.0] * gpus
     for other in cluster.jobs.values():
         for run in other.runs:
-            if run.placement is not None and run.placement.node == node:
-                taken.update(run.placement.gpu_index)
-    return max(0, gpus - len(taken))
+            placement = run.placement
+            if placement is not None and placement.node == node:
+                for index in placement.gpu_index:
+                    if 0 <= index < gpus:
+                        held[index] += placement.gpu_share
+    return [max(0.0, 1.0 - share) for index, share in enumerate(held) if index not in out_of_service]
