@@ -135,7 +135,7 @@ class Job:
                        tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
                        started=self.started if running else None,
                        placements=placements if running else (), node_selector=self.constraint,
-                       pool=self.pool, seq=self.seq)
+                       pool=self.pool, seq=self.seq, user=self.user)
 
     def nodes(self) -> list[str]:
         """The nodes the job's tasks hold resources on, in task order, without repeats."""

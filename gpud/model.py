@@ -122,6 +122,7 @@ class JobSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     pool: str | None = None
     seq: int = 0
+    user: str = ""
 
     @property
     def gang_minimum(self) -> int:
@@ -153,11 +154,17 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The cluster at one instant: the scheduler's whole input besides the policy."""
+    """The cluster at one instant: the scheduler's whole input besides the policy.
+
+    ``usage`` is the decayed GPU-seconds charged so far, keyed by (level,
+    pool, name) with level "department", "project" or "user" (a user's name
+    is "<project>/<user>"); the fair-share history and the user order read it.
+    """
 
     nodes: tuple[NodeSpec, ...]
     jobs: tuple[JobSpec, ...]
     now: float
+    usage: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

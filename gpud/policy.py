@@ -126,6 +126,28 @@ class TimeSlicing:
 
 
 @dataclass(frozen=True, slots=True)
+class FairShare:
+    """How past usage weighs in: the ``[fair_share]`` table.
+
+    ``history`` on scales each queue's over-quota weight by how its decayed
+    GPU usage compares with its weight (``strength`` 0 ignores the usage);
+    a job that started less than ``entry_penalty_s`` ago counts as if
+    already charged for that long. ``user_order`` orders a project's jobs of
+    equal priority by their users' usage, then by submit time.
+    """
+
+    history: bool = False
+    strength: float = 1.0
+    entry_penalty_s: float = 600.0
+    user_order: bool = True
+
+    @property
+    def uses_history(self) -> bool:
+        """True when past usage changes fair shares."""
+        return self.history and self.strength > 0
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """The whole scheduling policy, as read from the policy file."""
 
@@ -143,6 +165,7 @@ class Policy:
     cpu_placement: str = "binpack"
     gpu_placement: str | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    fair_share: FairShare = field(default_factory=FairShare)
 
     def pool(self, name: str) -> NodePool:
         """The settings of pool ``name``; pools the policy does not list use the top-level placement."""

@@ -9,7 +9,7 @@ from typing import Any
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
-                         NodePool, PluginSettings, Policy, Project, TimeSlicing)
+                         FairShare, NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
@@ -25,7 +25,8 @@ class _AnyName(frozenset):
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
-               "time_slicing")
+               "time_slicing", "fair_share")
+FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
@@ -122,7 +123,16 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         cpu_placement=cpu_placement,
         gpu_placement=gpu_placement,
         time_slicing=_time_slicing(top),
+        fair_share=_fair_share(top),
     )
+
+
+def _fair_share(top: Table) -> FairShare:
+    table = top.table("fair_share", FAIR_SHARE_KEYS)
+    return FairShare(history=table.boolean("history", False),
+                     strength=table.number("strength", 1.0, lo=0, hi=100),
+                     entry_penalty_s=table.seconds("entry_penalty", 600.0),
+                     user_order=table.boolean("user_order", True))
 
 
 def _time_slicing(top: Table) -> TimeSlicing:

@@ -14,10 +14,12 @@ from gpud.policy_file import DEFAULT_PLACEMENTS, check_pool, parse_policy
 from gpud.tomlcheck import (Table, as_int, as_list, as_number, choices, describe, fmt, quote, read_toml,
                             suggestion)
 
-SCENARIO_KEYS = ("now", "cycles", "stable_cycles", "policy", "nodes", "jobs", "expect")
+SCENARIO_KEYS = ("now", "cycles", "stable_cycles", "policy", "nodes", "jobs", "usage", "expect")
+USAGE_KEYS = ("level", "name", "pool", "gpu_hours")
+USAGE_LEVELS = ("department", "project", "user")
 NODE_KEYS = ("name", "gpus", "gpu_memory_gib", "cpus", "memory_gib", "pool", "labels")
 JOB_KEYS = ("name", "project", "priority", "count", "tasks", "min_tasks", "gpus", "gpu_memory_gib", "cpus",
-            "memory_gib", "submitted", "running_on", "started", "gpu_index", "node_selector", "pool")
+            "memory_gib", "submitted", "running_on", "started", "gpu_index", "node_selector", "pool", "user")
 EXPECT_KEYS = ("running", "pending", "preempted", "placement", "project_gpus", "fair_share", "running_tasks",
                "gpu_index")
 MAX_NODES = 20_000
@@ -79,6 +81,7 @@ class _Job:
     copied: bool = False
     seq: int = 0
     placements: list[TaskPlacement | None] = dataclasses.field(default_factory=list)
+    user: str = ""
 
     def error(self, key: str, message: str) -> ConfigError:
         """A ConfigError about ``key`` of this job's table, naming the job when ``count`` made it."""
@@ -89,14 +92,14 @@ class _Job:
         """This job under another name and place in the order, with no task placed yet."""
         return _Job(self.source, self.where, job_id, self.project, self.request, self.priority, self.tasks,
                     self.min_tasks, self.submitted, self.started, self.node_selector, self.pool, self.nodes,
-                    self.explicit, copied, seq, [None] * self.tasks)
+                    self.explicit, copied, seq, [None] * self.tasks, user=self.user)
 
     def spec(self) -> JobSpec:
         """The finished, immutable job."""
         return JobSpec(id=self.id, project=self.project, request=self.request, priority=self.priority,
                        tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
                        started=self.started, placements=tuple(self.placements),
-                       node_selector=self.node_selector, pool=self.pool, seq=self.seq)
+                       node_selector=self.node_selector, pool=self.pool, seq=self.seq, user=self.user)
 
 
 def load_scenario(path: str | os.PathLike, known_placements: frozenset[str] = DEFAULT_PLACEMENTS) -> Scenario:
@@ -118,9 +121,34 @@ def parse_scenario(data: dict, source: str, known_placements: frozenset[str] = D
     jobs = _jobs(top, policy, nodes)
     now = _now(top, jobs)
     _place(jobs, nodes)
-    snapshot = Snapshot(tuple(nodes.values()), tuple(job.spec() for job in jobs), now)
+    snapshot = Snapshot(tuple(nodes.values()), tuple(job.spec() for job in jobs), now, _usage(top, policy))
     expect = _expectations(top, policy, nodes, {job.id: job for job in jobs})
     return Scenario(source, policy, snapshot, cycles, stable_cycles, expect)
+
+
+def _usage(top: Table, policy: Policy) -> dict[tuple[str, str, str], float]:
+    """Past usage as decayed GPU-seconds by (level, pool, name), from the ``[[usage]]`` entries' GPU-hours."""
+    usage: dict[tuple[str, str, str], float] = {}
+    for index, raw in top.tables("usage", MAX_JOBS):
+        table = Table(raw, top.source, top.entry("usage", index), USAGE_KEYS)
+        level = table.string("level")
+        if level not in USAGE_LEVELS:
+            raise table.error("level", f"unknown level {quote(level)}{suggestion(level, USAGE_LEVELS)} "
+                                       f"(levels: {choices(USAGE_LEVELS)})")
+        name = table.string("name")
+        known = {"department": policy.departments, "project": policy.projects}.get(level)
+        if known is not None and name not in known:
+            raise table.error("name", f"unknown {level} {quote(name)}{suggestion(name, known)} "
+                                      f"({level}s in [policy]: {choices(known)})")
+        if level == "user":
+            project, _, user = name.partition("/")
+            if not user or project not in policy.projects:
+                raise table.error("name", f"a user's usage is named \"<project>/<user>\" with a project of "
+                                          f"[policy] (got {quote(name)})")
+        pool = check_pool(table, "pool", policy) or policy.default_pool
+        key = (level, pool, name)
+        usage[key] = usage.get(key, 0.0) + table.number("gpu_hours", lo=0) * 3600.0
+    return usage
 
 
 def _nodes(top: Table, policy: Policy) -> dict[str, NodeSpec]:
@@ -177,6 +205,7 @@ def _job(table: Table, policy: Policy, nodes: Mapping[str, NodeSpec]) -> _Job:
     job = _Job(table.source, table.where, table.data["name"], project, request, _priority(table, policy),
                tasks, min_tasks, submitted, None, table.labels("node_selector"), check_pool(table, "pool", policy),
                _running_on(table, tasks, nodes), None)
+    job.user = table.string("user", "")
     started = table.number("started", None, lo=0)
     running = sum(1 for node in job.nodes or () if node is not None)
     if started is not None and not running:

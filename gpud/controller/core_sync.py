@@ -7,7 +7,7 @@ core cannot take incrementally (nodes, policy) rebuilds it from scratch.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import pluggy
 
@@ -54,12 +54,17 @@ class CoreSync:
         self.rebuild_needed = True
 
     def prepare(self, nodes: Iterable[NodeSpec], specs: Callable[[], Iterable[JobSpec]],
-                now: float) -> Scheduler:
-        """The scheduler ready for a cycle: rebuilt, or with the queued operations applied."""
+                now: float, usage: Mapping[tuple[str, str, str], float] | None = None) -> Scheduler:
+        """The scheduler ready for a cycle: rebuilt, or with the queued operations applied.
+
+        ``usage``: the decayed usage charged so far (``Snapshot.usage``); none given means none.
+        """
+        usage = {} if usage is None else usage
         if self.rebuild_needed or self.scheduler is None:
-            self.scheduler = Scheduler(Snapshot(tuple(nodes), tuple(specs()), now), self.policy, self.pm)
+            self.scheduler = Scheduler(Snapshot(tuple(nodes), tuple(specs()), now, usage), self.policy, self.pm)
             self.rebuild_needed = False
         else:
+            self.scheduler.set_usage(usage)
             for op, job_id, spec in self.ops:
                 if op == "finish":
                     self.scheduler.finish(job_id)

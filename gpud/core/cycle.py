@@ -43,6 +43,10 @@ class Scheduler:
         """Forget a job that completed, failed or was cancelled; its resources are free again."""
         self.state.remove_job(job_id)
 
+    def set_usage(self, usage: Mapping[tuple[str, str, str], float]) -> None:
+        """Take the decayed usage charged so far (as ``Snapshot.usage``), read from the next cycle on."""
+        self.state.usage = usage
+
     def job(self, job_id: str) -> JobSpec:
         """The job as the scheduler knows it now (placements as of the last cycle)."""
         return self.state.jobs[job_id]

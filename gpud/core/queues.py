@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Final, Iterable
+from typing import Final, Iterable, Mapping
 
 from gpud.core.fairshare import INF, Claim, divide
+from gpud.core.history import history_factors
 from gpud.model import EPS, RESOURCES, ZERO, Resources
 from gpud.policy import Policy, QueueSettings
 
@@ -193,12 +194,17 @@ def build_queues(policy: Policy, pools: Iterable[str]) -> dict[tuple[str, str], 
 
 
 def compute_fair_shares(policy: Policy, queues: dict[tuple[str, str], QueueState],
-                        capacity: dict[str, Resources], demand: dict[tuple[str, str], Resources]) -> None:
+                        capacity: dict[str, Resources], demand: dict[tuple[str, str], Resources],
+                        usage: Mapping[tuple[str, str, str], float] | None = None) -> None:
     """Set demand and fair share on every queue, per pool and per resource, departments first.
 
     ``demand`` maps (project, pool) to what the project's jobs in that pool
-    ask for (running plus pending).
+    ask for (running plus pending). ``usage`` (decayed GPU-seconds by
+    (level, pool, name)), when the policy's fair-share history is on, scales
+    each queue's over-quota weight against its peers' (gpud.core.history).
     """
+    if not policy.fair_share.uses_history:
+        usage = None
     by_pool: dict[str, list[QueueState]] = defaultdict(list)
     for (key, pool), queue in queues.items():
         if queue.kind == "department":
@@ -210,10 +216,12 @@ def compute_fair_shares(policy: Policy, queues: dict[tuple[str, str], QueueState
                 asked = project.demand = demand.get((project.name, pool), ZERO)
                 gpu, cpu, mem = gpu + asked.gpu, cpu + asked.cpu, mem + asked.memory
             dept.demand = Resources(gpu, cpu, mem)
-        dept_shares = _divide_level(policy, capacity[pool], depts, scale_quotas=False)
+        dept_shares = _divide_level(policy, capacity[pool], depts, scale_quotas=False,
+                                    used=_used(usage, "department", pool, depts))
         for dept, share in zip(depts, dept_shares):
             dept.fair_share = share
-            shares = _divide_level(policy, share, dept.children, scale_quotas=True, pool=capacity[pool])
+            shares = _divide_level(policy, share, dept.children, scale_quotas=True, pool=capacity[pool],
+                                   used=_used(usage, "project", pool, dept.children))
             for project, project_share in zip(dept.children, shares):
                 project.fair_share = project_share
 
@@ -229,15 +237,30 @@ def _cap(queue: QueueState, resource: str) -> float:
     return cap
 
 
+def _used(usage: Mapping[tuple[str, str, str], float] | None, level: str, pool: str,
+          members: list[QueueState]) -> list[float] | None:
+    """Each member's decayed usage in ``pool``, or None when history is off."""
+    if usage is None:
+        return None
+    return [usage.get((level, pool, q.name), 0.0) for q in members]
+
+
 def _divide_level(policy: Policy, capacity: Resources, members: list[QueueState],
-                  scale_quotas: bool, pool: Resources | None = None) -> list[Resources]:
-    """Fair shares of ``members``; with weights off the surplus goes by quota (equally if none has one)."""
+                  scale_quotas: bool, pool: Resources | None = None,
+                  used: list[float] | None = None) -> list[Resources]:
+    """Fair shares of ``members``; with weights off the surplus goes by quota (equally if none has one).
+
+    ``used``, each member's decayed usage, scales the weights (``history_factors``).
+    """
     per_resource = []
     for r in RESOURCES:
         by_quota = not policy.over_quota_weights and any(q.quota.get(r) > 0 for q in members)
-        claims = [Claim(quota=q.quota.get(r),
-                        weight=q.quota.get(r) if by_quota else
-                        (q.settings.over_quota_weight if policy.over_quota_weights else 1.0),
-                        priority=q.over_quota_priority, cap=_cap(q, r)) for q in members]
+        weights = [q.quota.get(r) if by_quota else
+                   (q.settings.over_quota_weight if policy.over_quota_weights else 1.0) for q in members]
+        factors = history_factors(weights, used, policy.fair_share.strength) if used is not None else None
+        if factors is not None:
+            weights = [w * f for w, f in zip(weights, factors)]
+        claims = [Claim(quota=q.quota.get(r), weight=w,
+                        priority=q.over_quota_priority, cap=_cap(q, r)) for q, w in zip(members, weights)]
         per_resource.append(divide(capacity.get(r), claims, scale_quotas, pool.get(r) if pool is not None else INF))
     return [Resources(g, c, m) for g, c, m in zip(*per_resource)]

@@ -11,6 +11,7 @@ from gpud.core.backlog import Backlog, Group, shape_of
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
+from gpud.core.history import entry_penalty
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.wording import Text
@@ -60,6 +61,7 @@ class ClusterState:
         self.pm = pm
         self.hook = pm.hook
         self.now = snapshot.now
+        self.usage = snapshot.usage  # decayed GPU-seconds by (level, pool, name), as charged so far
         self.cycle = 0
         kinds: dict[tuple, int] = {}
         self.nodes = {spec.name: NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
@@ -214,7 +216,35 @@ class ClusterState:
                 need = self.pending_need.get(queue)  # held plus asked, made as one Resources
                 demand[(queue.name, queue.pool)] = (queue.allocated if not need else Resources(
                     queue.alloc_gpu + need[0], queue.alloc_cpu + need[1], queue.alloc_mem + need[2]))
-        compute_fair_shares(self.policy, self.queues, self.capacity, demand)
+        usage = self.effective_usage() if self.policy.fair_share.uses_history else None
+        compute_fair_shares(self.policy, self.queues, self.capacity, demand, usage)
+
+    def effective_usage(self) -> dict[tuple[str, str, str], float]:
+        """The charged usage plus each recently started job's entry penalty (gpud.core.history), by
+        (level, pool, name) for its department, project and user."""
+        usage = dict(self.usage)
+        window, now = self.policy.fair_share.entry_penalty_s, self.now
+        if window <= 0:
+            return usage
+        for queue, jobs in self.running.items():
+            for job in jobs.values():
+                started = job.started if job.started is not None else now  # placed this cycle: just now
+                if now - started >= window:
+                    continue
+                gpus = 0.0
+                for placement in self.placements[job.id]:
+                    if placement is not None:
+                        gpus += placement.gpu_share * len(placement.gpu_index)
+                extra = entry_penalty(gpus, started, now, window)
+                if extra <= 0:
+                    continue
+                pool = queue.pool
+                keys = [("project", pool, queue.name), ("user", pool, job.project + "/" + job.user)]
+                if queue.parent is not None:
+                    keys.append(("department", pool, queue.parent.name))
+                for key in keys:
+                    usage[key] = usage.get(key, 0.0) + extra
+        return usage
 
     def commit(self) -> None:
         """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
