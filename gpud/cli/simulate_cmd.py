@@ -85,6 +85,11 @@ def add_parsers(subparsers) -> None:
                        help="published results to compare fill runs with (default: the trace's "
                             "../published/ summary)")
     trace.add_argument("--workers", type=int, default=1, help="processes for fill runs (default 1)")
+    trace.add_argument("--history", type=float, metavar="K",
+                       help="replay twice, without and with fair-share history at strength K, and compare each "
+                            "project's delivered GPU-hours with its entitlement")
+    trace.add_argument("--half-life", type=float, metavar="DAYS", default=7.0,
+                       help="half-life of the replay's usage decay in days (default 7)")
     trace.add_argument("--plot", metavar="PNG", help="draw the results to a PNG file (needs matplotlib)")
     parser.set_defaults(func=run)
 

@@ -77,3 +77,29 @@ def plot_replay(path: str, document: dict, projects: Sequence[str] | None = None
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_history(path: str, document: dict, projects: Sequence[str] | None = None) -> None:
+    """Write a PNG of each project's delivered minus entitled GPU-hours over the replay, without history
+    (dashed) and with it (solid), for the projects with the largest quotas (at most 6)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    day = 86400.0
+    off, on = document["entitlement_series"], document["with_history"]["entitlement_series"]
+    chosen = projects or sorted(off, key=lambda n: -document["projects"].get(n, {}).get("quota_gpus", 0))[:6]
+    for name in chosen:
+        line, = ax.plot([t / day for t, _, _ in on.get(name, [])], [d - e for _, d, e in on.get(name, [])],
+                        linewidth=0.8, label=name)
+        ax.plot([t / day for t, _, _ in off.get(name, [])], [d - e for _, d, e in off.get(name, [])], "--",
+                linewidth=0.8, color=line.get_color())
+    ax.axhline(0, color="grey", linewidth=0.6)
+    ax.set_xlabel("trace time (days)")
+    ax.set_ylabel("delivered - entitled GPU-hours")
+    ax.set_title(f"History (strength {document['with_history'].get('history_strength', '?')}) solid, "
+                 f"without dashed: deviation {document['with_history']['entitlement']['deviation_pct']:.1f}% "
+                 f"vs {document['entitlement']['deviation_pct']:.1f}%")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -3,6 +3,7 @@ in simulated time, with the figures an operator asks about (utilisation, waits, 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import statistics
@@ -12,13 +13,15 @@ from typing import Sequence
 import pluggy
 
 from gpud.core import Scheduler
-from gpud.model import NodeSpec, Plan, Snapshot
-from gpud.policy import Policy
+from gpud.core.queues import build_queues, compute_fair_shares
+from gpud.model import NodeSpec, Plan, Resources, Snapshot
+from gpud.policy import FairShare, Policy
 from gpud.trace.alibaba import TracePod, pod_job
 
 FINISH, ARRIVE = 0, 1
 SAMPLE_EVERY_S = 3600.0
 RECENT_S = 30 * 86400.0
+HALF_LIFE_S = 7 * 86400.0
 
 
 @dataclass
@@ -54,6 +57,12 @@ class ReplayResult:
     fairness: dict[str, dict[str, float]] = field(default_factory=dict)
     series: list[tuple[float, float]] = field(default_factory=list)
     shares: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
+    # Per project: GPU-hours delivered (allocated) and entitled (its fair share without history, for the
+    # demand of the moment), integrated over the replay; and the sum of |delivered - entitled| over the
+    # sum of entitled, in % (``entitlement_deviation_pct``).
+    delivered: dict[str, dict[str, float]] = field(default_factory=dict)
+    entitlement_deviation_pct: float = 0.0
+    entitlement_series: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
@@ -67,7 +76,7 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 
 def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, pm: pluggy.PluginManager,
-           project_of, capacity_gpus: float | None = None) -> ReplayResult:
+           project_of, capacity_gpus: float | None = None, half_life_s: float = HALF_LIFE_S) -> ReplayResult:
     """Replay the pods that ran in production (those with a start time) on ``nodes`` in trace time.
 
     Each pod arrives at its creation time as a one-task job of
@@ -76,6 +85,12 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
     runs one cycle and its plan is carried out: binds start jobs, evictions
     stop them and they wait again, to run their whole time over when placed
     again (no checkpoints are assumed). A moved job restarts too.
+
+    Usage is charged as the jobs run (GPU-seconds per project and department,
+    decayed with ``half_life_s``) and handed to the scheduler before each
+    cycle, so a policy with fair-share history on sees its past. Each
+    project's entitlement is its fair share without history for the demand
+    of the moment; delivered and entitled GPU-hours add up over the replay.
     """
     capacity = capacity_gpus if capacity_gpus is not None else float(sum(n.usable_gpus for n in nodes))
     runnable = [p for p in pods if p.duration is not None]
@@ -94,6 +109,17 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
     gpu_time = recent_time = 0.0
     deviation: dict[str, float] = {}
     next_sample = start
+    usage: dict[tuple[str, str, str], float] = {}
+    entitled: dict[str, float] = {}
+    delivered: dict[str, float] = {}
+    owed: dict[str, float] = {}  # each project's entitlement without history at the last cycle
+    plain = dataclasses.replace(policy, fair_share=FairShare(history=False))
+    history = policy.fair_share.uses_history
+    pool_capacity: dict[str, Resources] = {}
+    for node in nodes:  # as the core counts a pool's capacity
+        pool_capacity[node.pool] = pool_capacity.get(node.pool, Resources()) + Resources(
+            node.usable_gpus, node.cpus, node.memory_gib)
+    pool_capacity.setdefault(policy.default_pool, Resources())
     while events:
         now = events[0][0]
         span = now - last_t
@@ -101,6 +127,11 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
         recent_time += allocated * max(0.0, now - max(last_t, recent_from))
         for name, (alloc, fair) in per_project.items():
             deviation[name] = deviation.get(name, 0.0) + abs(alloc - fair) * span
+            delivered[name] = delivered.get(name, 0.0) + alloc * span
+            entitled[name] = entitled.get(name, 0.0) + owed.get(name, fair) * span
+        if history and span > 0:
+            _charge(usage, per_project, span, half_life_s, plain)
+            scheduler.set_usage(dict(usage))
         last_t = now
         while events and events[0][0] == now:
             _, kind, seq, name, epoch = heapq.heappop(events)
@@ -115,10 +146,14 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
         _carry_out(plan, jobs, events, now, result)
         allocated = sum(q.allocated.gpu for q in plan.queues if q.kind == "project")
         per_project = {q.name: (q.allocated.gpu, q.fair_share.gpu) for q in plan.queues if q.kind == "project"}
+        if history:
+            owed = _entitlement(plain, plan, pool_capacity)
         if now >= next_sample or not events:
             result.series.append((now, 100.0 * allocated / capacity if capacity else 0.0))
             for name, (alloc, fair) in per_project.items():
                 result.shares.setdefault(name, []).append((now, alloc, fair))
+                result.entitlement_series.setdefault(name, []).append(
+                    (now, delivered.get(name, 0.0) / 3600.0, entitled.get(name, 0.0) / 3600.0))
             next_sample = now + SAMPLE_EVERY_S
     total = max(last_t - start, 1e-9)
     result.utilisation_pct = 100.0 * gpu_time / (capacity * total) if capacity else 0.0
@@ -135,7 +170,41 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
     quotas = {name: settings.quota_in(policy.default_pool).gpu for name, settings in policy.projects.items()}
     result.fairness = {name: {"quota_gpus": quotas.get(name, 0.0), "mad_gpus": dev / total}
                        for name, dev in sorted(deviation.items())}
+    result.delivered = {name: {"delivered_gpu_hours": delivered.get(name, 0.0) / 3600.0,
+                               "entitled_gpu_hours": entitled[name] / 3600.0}
+                        for name in sorted(entitled)}
+    result.entitlement_deviation_pct = entitlement_deviation(delivered, entitled)
     return result
+
+
+def entitlement_deviation(delivered: dict[str, float], entitled: dict[str, float]) -> float:
+    """The sum over projects of |delivered - entitled| over the sum of entitled, in % (0 when none is owed)."""
+    owed = sum(entitled.values())
+    if owed <= 0:
+        return 0.0
+    return 100.0 * sum(abs(delivered.get(name, 0.0) - amount) for name, amount in entitled.items()) / owed
+
+
+def _charge(usage: dict[tuple[str, str, str], float], per_project: dict[str, tuple[float, float]], span: float,
+            half_life_s: float, policy: Policy) -> None:
+    """Decay ``usage`` over ``span`` seconds and charge what each project (and its department) held."""
+    keep = 0.5 ** (span / half_life_s) if half_life_s > 0 else 0.0
+    for key in usage:
+        usage[key] *= keep
+    pool = policy.default_pool
+    for name, (alloc, _) in per_project.items():
+        if alloc <= 0:
+            continue
+        for key in (("project", pool, name), ("department", pool, policy.projects[name].department)):
+            usage[key] = usage.get(key, 0.0) + alloc * span
+
+
+def _entitlement(policy: Policy, plan: Plan, capacity: dict[str, Resources]) -> dict[str, float]:
+    """Each project's GPU fair share without history for the demand the plan's queues report."""
+    queues = build_queues(policy, sorted(capacity))
+    demand = {(q.name, q.pool): q.demand for q in plan.queues if q.kind == "project"}
+    compute_fair_shares(policy, queues, capacity, demand)
+    return {q.name: q.fair_share.gpu for q in queues.values() if q.kind == "project"}
 
 
 def _carry_out(plan: Plan, jobs: dict[str, _Job], events: list, now: float, result: ReplayResult) -> None:

@@ -66,6 +66,11 @@ def replay_json(result: ReplayResult, placement: str, nodes: int, meta: dict) ->
         "queueing_delay_s": _rounded(result.wait_s), "completion_time_s": _rounded(result.jct_s),
         "production_queueing_delay_s": _rounded(result.production_wait_s),
         "projects": result.fairness,
+        "entitlement": {"deviation_pct": round(result.entitlement_deviation_pct, 3),
+                        "projects": {name: {k: round(v, 3) for k, v in figures.items()}
+                                     for name, figures in result.delivered.items()}},
+        "entitlement_series": {name: [[round(t, 1), round(d, 3), round(e, 3)] for t, d, e in points]
+                               for name, points in result.entitlement_series.items()},
         "allocation_ratio_series": [[round(t, 1), round(v, 3)] for t, v in result.series],
         "project_share_series": {name: [[round(t, 1), round(a, 4), round(f, 4)] for t, a, f in points]
                                  for name, points in result.shares.items()},
@@ -94,4 +99,24 @@ def replay_text(result: ReplayResult, placement: str, nodes: int, meta: dict) ->
                    [[name, f"{v['quota_gpus']:.2f}", f"{v['mad_gpus']:.3f}",
                      f"{v['mad_gpus'] / v['quota_gpus']:.2f}" if v["quota_gpus"] else "-"]
                     for name, v in result.fairness.items()])]
+    lines += ["", f"Delivered GPU-hours against entitlement (fair share without history, integrated): "
+                  f"deviation {result.entitlement_deviation_pct:.2f}% (sum of |delivered - entitled| "
+                  f"over sum of entitled)"]
     return "\n".join(lines)
+
+
+def history_text(without: ReplayResult, with_history: ReplayResult, strength: float, half_life_days: float) -> str:
+    """Each project's delivered GPU-hours against its entitlement, replayed without and with history."""
+    names = sorted(set(without.delivered) | set(with_history.delivered),
+                   key=lambda n: -without.delivered.get(n, {}).get("entitled_gpu_hours", 0.0))
+    rows = []
+    for name in names:
+        off = without.delivered.get(name, {})
+        on = with_history.delivered.get(name, {})
+        rows.append([name, f"{off.get('entitled_gpu_hours', 0.0):.1f}", f"{off.get('delivered_gpu_hours', 0.0):.1f}",
+                     f"{on.get('entitled_gpu_hours', 0.0):.1f}", f"{on.get('delivered_gpu_hours', 0.0):.1f}"])
+    return "\n".join([
+        f"Fair share with history (strength {strength:g}, half-life {half_life_days:g} days) against without:",
+        f"  deviation of delivered from entitled GPU-hours: without history "
+        f"{without.entitlement_deviation_pct:.2f}%, with history {with_history.entitlement_deviation_pct:.2f}%",
+        table(["PROJECT", "ENTITLED (OFF)", "DELIVERED (OFF)", "ENTITLED (ON)", "DELIVERED (ON)"], rows)])
