@@ -132,12 +132,14 @@ class FairShare:
     ``history`` on scales each queue's over-quota weight by how its decayed
     GPU usage compares with its weight (``strength`` 0 ignores the usage);
     a job that started less than ``entry_penalty_s`` ago counts as if
-    already charged for that long.
+    already charged for that long. ``user_order`` orders a project's jobs of
+    equal priority by their users' usage and GPUs held, then by submit time.
     """
 
     history: bool = False
     strength: float = 1.0
     entry_penalty_s: float = 600.0
+    user_order: bool = True
 
     @property
     def uses_history(self) -> bool:

@@ -26,7 +26,7 @@ ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "time_slicing", "fair_share")
-FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty")
+FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
@@ -131,7 +131,8 @@ def _fair_share(top: Table) -> FairShare:
     table = top.table("fair_share", FAIR_SHARE_KEYS)
     return FairShare(history=table.boolean("history", False),
                      strength=table.number("strength", 1.0, lo=0, hi=100),
-                     entry_penalty_s=table.seconds("entry_penalty", 600.0))
+                     entry_penalty_s=table.seconds("entry_penalty", 600.0),
+                     user_order=table.boolean("user_order", True))
 
 
 def _time_slicing(top: Table) -> TimeSlicing:

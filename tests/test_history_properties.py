@@ -73,12 +73,18 @@ def test_history_never_takes_a_guaranteed_quota(drawn, strength, penalty):
 
 
 @SETTINGS
-@given(with_history(), st.sampled_from([0.0, 600.0]))
-def test_strength_zero_or_history_off_plans_as_without_history(drawn, penalty):
-    """History at strength 0, or off at any strength, plans exactly as a policy without history."""
+@given(with_history(), st.sampled_from([0.0, 600.0]), st.booleans())
+def test_strength_zero_or_history_off_plans_as_without_history(drawn, penalty, user_order):
+    """History at strength 0, or off at any strength, plans exactly as a policy without history; with
+    the user order off too, exactly as before users and usage existed."""
     case, usage = drawn
-    base = schedule(case.snapshot, case.policy, PM)  # no usage, the default [fair_share]
-    _same(_plan(case.policy, case.snapshot, FairShare(history=True, strength=0.0, entry_penalty_s=penalty),
-                usage), base)
-    _same(_plan(case.policy, case.snapshot, FairShare(history=False, strength=5.0, entry_penalty_s=penalty),
-                usage), base)
+    base = _plan(case.policy, case.snapshot, FairShare(user_order=user_order), usage)
+    _same(_plan(case.policy, case.snapshot, FairShare(history=True, strength=0.0, entry_penalty_s=penalty,
+                                                      user_order=user_order), usage), base)
+    _same(_plan(case.policy, case.snapshot, FairShare(history=False, strength=5.0, entry_penalty_s=penalty,
+                                                      user_order=user_order), usage), base)
+    if not user_order:
+        anonymous = dataclasses.replace(case.snapshot, jobs=tuple(dataclasses.replace(job, user="")
+                                                                 for job in case.snapshot.jobs))
+        _same(base, _plan(case.policy, anonymous, FairShare(user_order=False), {}))
+        _same(base, _plan(case.policy, anonymous, FairShare(), {}))  # one user: the user order changes nothing

@@ -26,15 +26,17 @@ class Group:
     ``need`` is what one task of its jobs holds at most (they share their
     request and pool), kept by ``ClusterState.group_need`` once asked;
     ``sid`` the number of their shape as the failure memory compares it
-    (``ShapeIndex.of_group``), -1 until asked.
+    (``ShapeIndex.of_group``), -1 until asked. ``user`` is the owner of its
+    jobs when the backlog groups by user, else "".
     """
 
-    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "need", "sid")
+    __slots__ = ("queue", "shape", "seq", "jobs", "keys", "need", "sid", "user")
 
-    def __init__(self, queue: QueueState, shape: tuple, seq: int) -> None:
+    def __init__(self, queue: QueueState, shape: tuple, seq: int, user: str = "") -> None:
         self.queue = queue
         self.shape = shape
         self.seq = seq
+        self.user = user
         self.jobs: list[JobSpec] = []
         self.keys: list[Any] = []
         self.need: Resources | None = None
@@ -44,14 +46,22 @@ class Group:
         return f"Group({self.queue.name}, {len(self.jobs)} jobs)"
 
 
-def shape_of(job: JobSpec, partly_running: bool, alone: bool = False) -> tuple:
-    """The grouping key of a pending job; a job that already runs some tasks is a group of its own."""
+def shape_of(job: JobSpec, partly_running: bool, alone: bool = False, by_user: bool = False) -> tuple:
+    """The grouping key of a pending job; a job that already runs some tasks is a group of its own.
+
+    ``by_user`` keeps the jobs of different users apart (their last field), for the user order.
+    """
     if partly_running or alone:
         return ("job", job.id)
     r = job.request
     if r.gpu_memory_gib is None and not job.node_selector:  # most jobs: a shorter key, quicker to hash and compare
+        if by_user:
+            return (r.gpus, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, job.pool, job.preemptible, job.user)
         return (r.gpus, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, job.pool, job.preemptible)
     selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+    if by_user:
+        return (r.gpus, r.gpu_memory_gib, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, selector, job.pool,
+                job.preemptible, job.user)
     return (r.gpus, r.gpu_memory_gib, r.cpus, r.memory_gib, job.tasks, job.gang_minimum, selector, job.pool,
             job.preemptible)
 
@@ -124,11 +134,15 @@ class GroupsAsOf(Mapping[str, Group]):
 class Backlog:
     """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
 
-    def __init__(self, job_key: Callable[..., Any], one_per_group: bool = False) -> None:
-        """``one_per_group`` puts every job in a group of its own, for plugins that judge job by job."""
+    def __init__(self, job_key: Callable[..., Any], one_per_group: bool = False, by_user: bool = False) -> None:
+        """``one_per_group`` puts every job in a group of its own, for plugins that judge job by job;
+        ``by_user`` keeps each group to one user's jobs and counts each queue's users (``users``)."""
         self._job_key = job_key
         self._native = job_key is job_order_key  # then called as the core function it is, by position
         self._alone = one_per_group
+        self.by_user = by_user
+        # Per queue, how many groups each user has: the user order matters only where two users wait.
+        self.users: dict[QueueState, dict[str, int]] = {}
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
         # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
         self.heads: dict[QueueState, list[tuple]] = {}
@@ -167,9 +181,13 @@ class Backlog:
         if since is not None and job_id not in since.before:
             since.before[job_id] = self.group_of.get(job_id)
 
-    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple, listed: bool = True) -> Group:
-        group = groups[shape] = Group(queue, shape, self.groups_made)
+    def _group(self, groups: dict[tuple, Group], queue: QueueState, shape: tuple, user: str,
+               listed: bool = True) -> Group:
+        group = groups[shape] = Group(queue, shape, self.groups_made, user if self.by_user else "")
         self.groups_made += 1
+        if self.by_user:
+            users = self.users.setdefault(queue, {})
+            users[group.user] = users.get(group.user, 0) + 1
         if listed:
             self._reshape(queue, group)
         return group
@@ -197,11 +215,11 @@ class Backlog:
 
     def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
         """Put a pending job into its queue's group, in order."""
-        shape = shape_of(job, partly_running, self._alone)
+        shape = shape_of(job, partly_running, self._alone, self.by_user)
         groups = self.by_queue.setdefault(queue, {})
         group = groups.get(shape)
         if group is None:
-            group = self._group(groups, queue, shape)
+            group = self._group(groups, queue, shape, job.user)
         key = job_order_key(job) if self._native else self._job_key(job=job)
         at = bisect.bisect_right(group.keys, key)
         if at == 0 and group.jobs:
@@ -216,12 +234,13 @@ class Backlog:
     def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
         group_of, job_key, alone, native = self.group_of, self._job_key, self._alone, self._native
+        by_user = self.by_user
         by_queue = self.by_queue
         last_queue: QueueState | None = None
         groups: dict[tuple, Group] = {}
         taken: set[QueueState] = set()
         for job, queue, partly_running in entries:
-            shape = shape_of(job, partly_running, alone)
+            shape = shape_of(job, partly_running, alone, by_user)
             if queue is not last_queue:
                 taken.add(queue)
                 if queue not in by_queue:
@@ -230,7 +249,7 @@ class Backlog:
                 last_queue = queue
             group = groups.get(shape)
             if group is None:
-                group = self._group(groups, queue, shape, listed=False)  # the queue is read whole again
+                group = self._group(groups, queue, shape, job.user, listed=False)  # the queue is read whole again
             group.keys.append(job_order_key(job) if native else job_key(job=job))
             group.jobs.append(job)
             self._note(job.id)
@@ -270,6 +289,11 @@ class Backlog:
         if not jobs:
             del self.by_queue[group.queue][group.shape]
             self._reshape(group.queue, group)
+            if self.by_user:
+                users = self.users[group.queue]
+                users[group.user] -= 1
+                if not users[group.user]:
+                    del users[group.user]
         elif at == 0:
             self._head_in(group)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
@@ -42,7 +42,7 @@ class _QueueCursor:
     ``at`` holds the index of a group's next job once it is past the first.
     """
 
-    __slots__ = ("queue", "run", "next", "heap", "at", "skip")
+    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -51,6 +51,8 @@ class _QueueCursor:
         self.heap: list[Entry] = []
         self.at: dict[Group, int] = {}
         self.skip: Skip | None = None
+        # Each waiting user's decayed usage in the queue, when the user order sorts it; else None.
+        self.usage: dict[str, float] | None = None
 
     def top(self) -> Group | None:
         """The group of the first entry, or None when no group is left."""
@@ -104,6 +106,29 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     # (touched) may have stopped waiting. The small set is asked first, not the placements of every job.
     touched = state.touched
 
+    users = backlog.users if state.user_order and backlog.by_user else None
+    usage, held = state.usage, state.user_gpus
+    window = state.policy.fair_share.entry_penalty_s
+
+    def key_at(cursor: _QueueCursor, group: Group, i: int) -> Any:
+        """The key of the group's job ``i`` in its queue's order: the job order's, or the user order's."""
+        known = cursor.usage
+        if known is None:
+            return group.keys[i]
+        key = group.keys[i]
+        gpus = held.get((cursor.queue, group.user), 0.0)
+        return (key[0], known.get(group.user, 0.0) + window * gpus, gpus, key)
+
+    def user_usage(queue: QueueState) -> dict[str, float] | None:
+        """Each waiting user's decayed usage in the queue, None when fewer than two users wait there."""
+        if users is None:
+            return None
+        waiting = users.get(queue)
+        if waiting is None or len(waiting) < 2:
+            return None
+        prefix = queue.name + "/"
+        return {user: usage.get(("user", queue.pool, prefix + user), 0.0) for user in waiting}
+
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
         i = cursor.at.get(group, 0)
         jobs = group.jobs
@@ -114,7 +139,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
 
     def push_group(cursor: _QueueCursor, group: Group) -> None:
         if head(cursor, group) is not None:
-            heapq.heappush(cursor.heap, (group.keys[cursor.at[group]], next(tiebreak), group))
+            heapq.heappush(cursor.heap, (key_at(cursor, group, cursor.at[group]), next(tiebreak), group))
 
     def clean(cursor: _QueueCursor) -> None:
         """Drop groups from the top of a queue's heap while the queue's Skip passes them over."""
@@ -142,7 +167,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             if first is not None and (skip is None or not skip.holds(first, queue, group)):
                 if i:
                     at[group] = i
-                current = group.keys[i]
+                current = group.keys[i] if cursor.usage is None else key_at(cursor, group, i)
                 if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
                     if at_run < 0:
                         heapq.heappop(heap)
@@ -179,6 +204,23 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         # started earlier in the cycle are placed again, by their next job. Ties keep the order
         # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
+        cursor.usage = user_usage(queue)
+        if cursor.usage is not None:  # every group by its next job's key in the user order, in one heap
+            queue_heads = backlog.heads.get(queue, [])
+            for entry in queue_heads if admit is None else admit(queue, queue_heads):
+                sorted_group: Group = entry[2]
+                jobs = sorted_group.jobs
+                i, n = 0, len(jobs)
+                while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
+                    i += 1
+                if i < n:
+                    if i:
+                        cursor.at[sorted_group] = i
+                    cursor.heap.append((key_at(cursor, sorted_group, i), sorted_group.seq, sorted_group))
+            if cursor.heap:
+                heapq.heapify(cursor.heap)
+                cursors[queue] = cursor
+            continue
         if untouched:
             cursor.run = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
             if cursor.run:

@@ -12,6 +12,7 @@ from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.history import entry_penalty
+from gpud.core.orders import job_order_key
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.wording import Text
@@ -95,7 +96,12 @@ class ClusterState:
         self._gang_needs: dict[tuple[str, int], tuple[Resources, Resources]] = {}  # ``need`` of several tasks
         self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
         self.covers = QueueCovers(self)
-        self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
+        job_key = first_result(self.hook.gpud_job_order_key, pm)
+        # The user order needs the built-in job order's key (priority first) and one user per group.
+        self.user_order = policy.fair_share.user_order and job_key is job_order_key
+        self.backlog = Backlog(job_key, self.job_specific_plugins, self.user_order)
+        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.order).
+        self.user_gpus: dict[tuple[QueueState, str], float] = {}
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, Text]] = {}
@@ -275,9 +281,10 @@ class ClusterState:
             if waiting and queue is not None:
                 joining.append((job, queue, running))
         for job, queue, running in joining:
-            shape = shape_of(job, running, self.job_specific_plugins)
+            shape = shape_of(job, running, self.job_specific_plugins, self.user_order)
             group = self.backlog.by_queue.get(queue, {}).get(shape)
-            waiting_jobs[job.id] = group if group is not None else Group(queue, shape, -1)
+            waiting_jobs[job.id] = group if group is not None else Group(
+                queue, shape, -1, job.user if self.user_order else "")
         return waiting_jobs
 
     def _changed(self) -> Iterator[tuple[JobSpec, tuple[TaskPlacement | None, ...], bool, bool]]:
@@ -430,6 +437,9 @@ class ClusterState:
             queue.charge(gpu, cpu, mem, job.preemptible)
             self.running[queue][job.id] = job
             self._add_pending(queue, job, -1)
+            if self.user_order:
+                key = (queue, job.user)
+                self.user_gpus[key] = self.user_gpus.get(key, 0.0) + gpu
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
         self.touched.add(job.id)
@@ -454,6 +464,9 @@ class ClusterState:
         if queue is not None:
             queue.charge(-gpu, -cpu, -mem, job.preemptible)
             self._add_pending(queue, job, 1)
+            if self.user_order:
+                key = (queue, job.user)
+                self.user_gpus[key] = self.user_gpus.get(key, 0.0) - gpu
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
         return placement
