@@ -18,6 +18,23 @@ DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """Most GPUs held at once, running jobs and pending jobs (None: no limit), for a user or a project."""
+
+    gpus: float | None = None
+    running_jobs: int | None = None
+    pending_jobs: int | None = None
+
+    @property
+    def any(self) -> bool:
+        """True when some limit is set."""
+        return self.gpus is not None or self.running_jobs is not None or self.pending_jobs is not None
+
+
+NO_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """Quota and sharing settings of one project or department.
 
@@ -49,6 +66,8 @@ class Project(QueueSettings):
     users: tuple[str, ...] = ()
     priorities: tuple[str, ...] | None = None
     max_priority: int | None = None
+    user_limits: Limits = NO_LIMITS  # for each user in the project
+    job_limits: Limits = NO_LIMITS  # running and pending jobs of the whole project (its GPUs: ``limit``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +185,12 @@ class Policy:
     gpu_placement: str | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
     fair_share: FairShare = field(default_factory=FairShare)
+    user_limits: Limits = NO_LIMITS  # for each user, over all projects: the ``[limits]`` table
+
+    @property
+    def has_limits(self) -> bool:
+        """True when some user or project limits GPUs held, running jobs or pending jobs."""
+        return self.user_limits.any or any(p.user_limits.any or p.job_limits.any for p in self.projects.values())
 
     def pool(self, name: str) -> NodePool:
         """The settings of pool ``name``; pools the policy does not list use the top-level placement."""

@@ -9,7 +9,7 @@ from typing import Any
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
-                         FairShare, NodePool, PluginSettings, Policy, Project, TimeSlicing)
+                         FairShare, Limits, NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
@@ -25,7 +25,8 @@ class _AnyName(frozenset):
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
-               "time_slicing", "fair_share")
+               "time_slicing", "fair_share", "limits")
+LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
@@ -33,7 +34,8 @@ QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gi
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
 DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quota_priority", "over_quota",
                    *LIMIT_KEYS.values())
-PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority")
+PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority", *LIMITS_KEYS,
+                "running_jobs", "pending_jobs")
 POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement")
 PLUGIN_KEYS = ("disable", "directory")
 MAX_QUEUES = 10_000
@@ -103,7 +105,10 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
                                                department=department, users=table.strings("users"),
                                                priorities=_allowed_classes(table, priority_classes),
                                                max_priority=table.integer("max_priority", None, lo=-1_000_000,
-                                                                          hi=1_000_000))
+                                                                          hi=1_000_000),
+                                               user_limits=_user_limits(table),
+                                               job_limits=Limits(running_jobs=_count(table, "running_jobs"),
+                                                                 pending_jobs=_count(table, "pending_jobs")))
     if DEFAULT_DEPARTMENT not in departments and any(
             p.department == DEFAULT_DEPARTMENT for p in projects.values()):
         departments[DEFAULT_DEPARTMENT] = Department(DEFAULT_DEPARTMENT, implicit=True)
@@ -124,7 +129,18 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         gpu_placement=gpu_placement,
         time_slicing=_time_slicing(top),
         fair_share=_fair_share(top),
+        user_limits=_user_limits(top.table("limits", LIMITS_KEYS)),
     )
+
+
+def _count(table: Table, key: str) -> int | None:
+    return table.integer(key, None, lo=0, hi=10_000_000)
+
+
+def _user_limits(table: Table) -> Limits:
+    """A user's limits from the ``user_gpus``, ``user_running_jobs`` and ``user_pending_jobs`` keys."""
+    return Limits(gpus=table.number("user_gpus", None, lo=0, hi=10_000_000),
+                  running_jobs=_count(table, "user_running_jobs"), pending_jobs=_count(table, "user_pending_jobs"))
 
 
 def _fair_share(top: Table) -> FairShare:

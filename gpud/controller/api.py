@@ -15,6 +15,7 @@ from gpud import jsontext
 from gpud.controller import arrays, identity
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
+from gpud.controller.limits import pending_refusal
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
@@ -117,6 +118,9 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         if wait < float("inf"):
             refusal.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
         raise refusal
+    over = pending_refusal(ctrl.policy, ctrl.cluster.jobs.values(), submissions, principal.user)
+    if over:
+        raise ApiError(429, f"too many pending jobs: {over}")
     targets = sorted({d.job for s in submissions for d in s.job.depends})
     unknown = ctrl.cluster.unknown_dependencies(targets)
     finished: dict[str, str] = {}

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from gpud.controller.cluster import Cluster
+from gpud.controller.why_limits import limit_facts
 from gpud.jobs import Job
 from gpud.lifecycle import PENDING
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, Resources
@@ -53,6 +54,7 @@ def explain(job: Job, cluster: Cluster) -> dict:
         blockers.append(_item("scheduler", reason))
     facts = _Facts.of(job, cluster)
     never = _queue_facts(job, cluster, facts, blockers, would)
+    never = limit_facts(job, cluster, facts.want, blockers, would) or never
     never = _node_facts(job, cluster, facts, blockers, would, never) or never
     answer["never"] = never
     if never:  # no load change starts it: only what a person changes is worth saying

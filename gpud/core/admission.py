@@ -19,8 +19,9 @@ def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int]
     quota for non-preemptible jobs (together they run only within quota,
     whatever preemptible jobs use over it) and for queues that may not go
     over quota at all. An implicit department never
-    refuses anything. The second value says whom the rule binds:
-    NON_PREEMPTIBLE_ONLY or EVERY_JOB.
+    refuses anything. Then the policy's limits per user and project
+    (gpud.core.limits). The second value says whom the rule binds:
+    NON_PREEMPTIBLE_ONLY, EVERY_JOB, or USER_ONLY (the job's user).
     """
     for level in (queue, queue.parent):
         if level is None or level.implicit:
@@ -35,6 +36,9 @@ def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int]
         if not level.settings.over_quota and not level.fits_quota(need):
             return (f"{level.kind} {level.name} may not go over quota "
                     f"({_held(level, level.quota_bound, need)})"), EVERY_JOB
+    book = queue.book
+    if book is not None:
+        return book.refusal(job, need.gpu)
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
+from gpud.core.limits import USER_ONLY
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, WAITING, Placer, Shortage, explain_unplaced
 from gpud.core.queues import QueueState
@@ -149,7 +150,8 @@ def allocate(state: ClusterState, placer: Placer) -> None:
                 return None
             if refused[0]:
                 found = (refused[0], "")
-                blocks.refuse(job, queue, tasks, refused[0], refused[1])
+                if refused[1] != USER_ONLY:  # a user's limit says nothing of the other users' jobs of its shape
+                    blocks.refuse(job, queue, tasks, refused[0], refused[1])
             else:
                 detail, kind = explain_unplaced(state, job, tasks)
                 if kind == IMPOSSIBLE:

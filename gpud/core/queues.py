@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Final, Iterable, Mapping
+from typing import TYPE_CHECKING, Final, Iterable, Mapping
 
 from gpud.core.fairshare import INF, Claim, divide
 from gpud.core.history import history_factors
 from gpud.model import EPS, RESOURCES, ZERO, Resources
 from gpud.policy import Policy, QueueSettings
+
+if TYPE_CHECKING:
+    from gpud.core.limits import LimitBook
 
 UNLIMITED: Final = Resources(INF, INF, INF)
 
@@ -19,7 +22,7 @@ class QueueState:
     __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
                  "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "fixed_gpu", "fixed_cpu", "fixed_mem",
                  "declared", "over_quota_priority",
-                 "implicit", "children", "quota_bound", "changes", "_allocated", "_allocated_at")
+                 "implicit", "children", "quota_bound", "changes", "_allocated", "_allocated_at", "book")
 
     def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
                  parent: QueueState | None = None, implicit: bool = False) -> None:
@@ -42,6 +45,7 @@ class QueueState:
         self.changes = 0  # binds and releases here and below: what is derived from them holds until it moves
         self._allocated = ZERO  # ``allocated`` as made when ``changes`` was ``_allocated_at``
         self._allocated_at = 0
+        self.book: LimitBook | None = None  # the users' and projects' holdings, when the policy limits them
 
     @property
     def allocated(self) -> Resources:

@@ -12,6 +12,7 @@ from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.history import entry_penalty
+from gpud.core.limits import LimitBook
 from gpud.core.orders import job_order_key
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
@@ -102,6 +103,12 @@ class ClusterState:
         self.backlog = Backlog(job_key, self.job_specific_plugins, self.user_order)
         # GPUs each user holds in each queue, kept while the user order is on (gpud.core.order).
         self.user_gpus: dict[tuple[QueueState, str], float] = {}
+        # The users' and projects' holdings against the policy's limits, when it sets any.
+        self.book = LimitBook(policy) if policy.has_limits else None
+        if self.book is not None:
+            for queue in self.queues.values():
+                if queue.kind == "project":
+                    queue.book = self.book
         self.orphans: dict[str, str] = {}
         self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, Text]] = {}
@@ -435,6 +442,8 @@ class ClusterState:
         queue = self.queue_of(job)
         if queue is not None:
             queue.charge(gpu, cpu, mem, job.preemptible)
+            if self.book is not None:
+                self.book.change(job, gpu, 0 if job.id in self.running[queue] else 1)
             self.running[queue][job.id] = job
             self._add_pending(queue, job, -1)
             if self.user_order:
@@ -464,6 +473,8 @@ class ClusterState:
         if queue is not None:
             queue.charge(-gpu, -cpu, -mem, job.preemptible)
             self._add_pending(queue, job, 1)
+            if self.book is not None:
+                self.book.change(job, -gpu, 0 if any(p is not None for p in self.placements[job.id]) else -1)
             if self.user_order:
                 key = (queue, job.user)
                 self.user_gpus[key] = self.user_gpus.get(key, 0.0) - gpu
