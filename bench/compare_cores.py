@@ -9,7 +9,7 @@ With --instructions, each core runs once under valgrind's callgrind, which
 counts the instructions the cycles execute: the same count at every run, so
 a change of 1% shows (valgrind must be installed; the big workload takes
 about ten minutes under it, --quick about one).
-    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick] [--instructions]
+    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick] [--users N] [--instructions]
 """
 
 from __future__ import annotations
@@ -29,15 +29,20 @@ HERE = pathlib.Path(__file__).resolve().parent.parent
 # Run in a fresh interpreter per checkout, with that checkout first on sys.path: CPU seconds of a
 # cycle from a fresh snapshot, and the median of three warm cycles after a warm-up one.
 RUN_ONE = r"""
-import gc, json, random, statistics, sys, time
-root, quick = sys.argv[1], sys.argv[2] == "1"
+import dataclasses, gc, json, random, statistics, sys, time
+root, quick, users = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
 sys.path[:0] = [root, root + "/bench"]
 import gpud
 assert gpud.__file__.startswith(root), f"imported {gpud.__file__}, not the checkout at {root}"
 from scheduler_cycle import big_cluster, timed_warm
 from gpud.core import Scheduler
+from gpud.model import JobSpec
 from gpud.plugins import make_plugin_manager
 snapshot, policy = big_cluster(1, *((100, 600, 10_000) if quick else (1000, 6000, 100_000)))
+if users and "user" in JobSpec.__dataclass_fields__:  # a checkout that knows users: the jobs get some
+    pick = random.Random(5)
+    snapshot = dataclasses.replace(snapshot, jobs=tuple(dataclasses.replace(job, user=f"u{pick.randrange(users)}")
+                                                        for job in snapshot.jobs))
 gc.collect()
 start = time.process_time()
 scheduler = Scheduler(snapshot, policy, make_plugin_manager())
@@ -116,12 +121,15 @@ def count_instructions(checkouts: list[pathlib.Path], quick: bool) -> dict[tuple
     return counts
 
 
-def run_round(checkouts: list[pathlib.Path], cpus: list[int], quick: bool) -> list[dict]:
-    """Both checkouts at once, the i-th on CPU ``cpus[i]`` when it can be pinned; their figures in order."""
+def run_round(checkouts: list[pathlib.Path], cpus: list[int], quick: bool, users: int = 0) -> list[dict]:
+    """Both checkouts at once, the i-th on CPU ``cpus[i]`` when it can be pinned; their figures in order.
+
+    ``users``: the jobs of a checkout whose jobs have users get one of that many each.
+    """
     taskset = shutil.which("taskset")
     procs = []
     for checkout, cpu in zip(checkouts, cpus):
-        argv = [sys.executable, "-c", RUN_ONE, str(checkout), "1" if quick else "0"]
+        argv = [sys.executable, "-c", RUN_ONE, str(checkout), "1" if quick else "0", str(users)]
         procs.append(subprocess.Popen(([taskset, "-c", str(cpu)] if taskset else []) + argv, cwd="/",
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     figures = []
@@ -139,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("other", type=pathlib.Path, help="another checkout of gpud (e.g. a git worktree)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds, CPUs swapped each round (default 6)")
     parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending")
+    parser.add_argument("--users", type=int, default=0,
+                        help="give each job one of N users, where the checkout's jobs have users (default 0)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions under valgrind instead of timing (one run, the same every time)")
     args = parser.parse_args(argv)
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[pathlib.Path, list[dict]] = {other: [], HERE: []}
     for n in range(args.rounds):
         order = [other, HERE] if n % 2 == 0 else [HERE, other]
-        for checkout, figures in zip(order, run_round(order, cpus, args.quick)):
+        for checkout, figures in zip(order, run_round(order, cpus, args.quick, args.users)):
             results[checkout].append(figures)
     for name, checkout in (("other", other), ("this", HERE)):
         for kind in ("fresh", "warm"):
