@@ -78,7 +78,7 @@ def test_strength_zero_or_history_off_plans_as_without_history(drawn, penalty, u
     """History at strength 0, or off at any strength, plans exactly as a policy without history; with
     the user order off too, exactly as before users and usage existed."""
     case, usage = drawn
-    base = _plan(case.policy, case.snapshot, FairShare(user_order=user_order), usage)
+    base = _plan(case.policy, case.snapshot, FairShare(entry_penalty_s=penalty, user_order=user_order), usage)
     _same(_plan(case.policy, case.snapshot, FairShare(history=True, strength=0.0, entry_penalty_s=penalty,
                                                       user_order=user_order), usage), base)
     _same(_plan(case.policy, case.snapshot, FairShare(history=False, strength=5.0, entry_penalty_s=penalty,

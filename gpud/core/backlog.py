@@ -143,6 +143,8 @@ class Backlog:
         self.by_user = by_user
         # Per queue, how many groups each user has: the user order matters only where two users wait.
         self.users: dict[QueueState, dict[str, int]] = {}
+        # With ``by_user``, each user's groups in a queue as ``heads`` has them (the user order merges them).
+        self.user_heads: dict[tuple[QueueState, str], list[tuple]] = {}
         self.by_queue: dict[QueueState, dict[tuple, Group]] = {}
         # Each queue's groups as (first job's key, seq, group), sorted: a heap ready for each action.
         self.heads: dict[QueueState, list[tuple]] = {}
@@ -209,9 +211,15 @@ class Backlog:
     def _head_out(self, group: Group) -> None:
         heads = self.heads[group.queue]
         del heads[bisect.bisect_left(heads, (group.keys[0], group.seq))]
+        if self.by_user:
+            heads = self.user_heads[(group.queue, group.user)]
+            del heads[bisect.bisect_left(heads, (group.keys[0], group.seq))]
 
     def _head_in(self, group: Group) -> None:
         bisect.insort(self.heads.setdefault(group.queue, []), (group.keys[0], group.seq, group))
+        if self.by_user:
+            heads = self.user_heads.setdefault((group.queue, group.user), [])
+            bisect.insort(heads, (group.keys[0], group.seq, group))
 
     def add(self, job: JobSpec, queue: QueueState, partly_running: bool) -> None:
         """Put a pending job into its queue's group, in order."""
@@ -265,6 +273,12 @@ class Backlog:
             self.shape_versions[queue] = self.shape_versions.get(queue, 0) + 1
             self._reshaped[queue] = None
             self.heads[queue] = sorted((group.keys[0], group.seq, group) for group in by_queue[queue].values())
+            if by_user:
+                per_user: dict[str, list[tuple]] = {}
+                for entry in self.heads[queue]:
+                    per_user.setdefault(entry[2].user, []).append(entry)
+                for user, entries in per_user.items():
+                    self.user_heads[(queue, user)] = entries
 
     def remove(self, job: JobSpec) -> None:
         """Take a job out of the backlog (it started, finished or was cancelled); unknown jobs are ignored.

@@ -42,7 +42,7 @@ class _QueueCursor:
     ``at`` holds the index of a group's next job once it is past the first.
     """
 
-    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage")
+    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage", "runs")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -53,6 +53,9 @@ class _QueueCursor:
         self.skip: Skip | None = None
         # Each waiting user's decayed usage in the queue, when the user order sorts it; else None.
         self.usage: dict[str, float] | None = None
+        # Then each user's groups in job order, and how many were taken into the heap: the heap holds
+        # at most one group of a user's run at a time (entries of four fields, the fourth the user).
+        self.runs: dict[str, list] = {}
 
     def top(self) -> Group | None:
         """The group of the first entry, or None when no group is left."""
@@ -129,6 +132,33 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         prefix = queue.name + "/"
         return {user: usage.get(("user", queue.pool, prefix + user), 0.0) for user in waiting}
 
+    def feed(cursor: _QueueCursor, user: str) -> None:
+        """Push the next group of the user's run with a job still waiting, keyed in the user order."""
+        user_run = cursor.runs[user]
+        entries, i = user_run[0], user_run[1]
+        while i < len(entries):
+            group: Group = entries[i][2]
+            i += 1
+            jobs = group.jobs
+            j, n = cursor.at.get(group, 0), len(jobs)
+            while j < n and jobs[j].id in touched and None not in placements[jobs[j].id]:
+                j += 1
+            if j < n:
+                if j:
+                    cursor.at[group] = j
+                heapq.heappush(cursor.heap, (key_at(cursor, group, j), group.seq, group, user))
+                break
+        user_run[1] = i
+
+    def take(cursor: _QueueCursor) -> Group:
+        """Take the first entry out of a user-ordered queue's heap, feeding the user's next group if it
+        came from the user's run; its group."""
+        entry = heapq.heappop(cursor.heap)
+        if len(entry) == 4:
+            feed(cursor, entry[3])
+        group: Group = entry[2]
+        return group
+
     def head(cursor: _QueueCursor, group: Group) -> JobSpec | None:
         i = cursor.at.get(group, 0)
         jobs = group.jobs
@@ -145,7 +175,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         """Drop groups from the top of a queue's heap while the queue's Skip passes them over."""
         skip, at, queue = cursor.skip, cursor.at, cursor.queue
         if skip is not None and drop is not None and cursor.top() is not None and drop(queue):
-            cursor.run, cursor.next, cursor.heap = [], 0, []
+            cursor.run, cursor.next, cursor.heap, cursor.runs = [], 0, [], {}
             return
         # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
         run, heap = cursor.run, cursor.heap
@@ -169,17 +199,21 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
                     at[group] = i
                 current = group.keys[i] if cursor.usage is None else key_at(cursor, group, i)
                 if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
-                    if at_run < 0:
+                    if at_run >= 0:
+                        cursor.next = at_run + 1
+                    elif cursor.usage is None:
                         heapq.heappop(heap)
                     else:
-                        cursor.next = at_run + 1
+                        take(cursor)
                     heapq.heappush(heap, (current, next(tiebreak), group))
                     continue
                 return
-            if at_run < 0:
+            if at_run >= 0:
+                cursor.next = at_run + 1
+            elif cursor.usage is None:
                 heapq.heappop(heap)
             else:
-                cursor.next = at_run + 1
+                take(cursor)
 
     def queue_entry(queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
@@ -205,20 +239,12 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         # the groups were made in, and every entry pushed later comes after them.
         cursor = _QueueCursor(queue)
         cursor.usage = user_usage(queue)
-        if cursor.usage is not None:  # every group by its next job's key in the user order, in one heap
-            queue_heads = backlog.heads.get(queue, [])
-            for entry in queue_heads if admit is None else admit(queue, queue_heads):
-                sorted_group: Group = entry[2]
-                jobs = sorted_group.jobs
-                i, n = 0, len(jobs)
-                while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
-                    i += 1
-                if i < n:
-                    if i:
-                        cursor.at[sorted_group] = i
-                    cursor.heap.append((key_at(cursor, sorted_group, i), sorted_group.seq, sorted_group))
+        if cursor.usage is not None:  # a merge of the users' runs, each by its next group, in one heap
+            for user in cursor.usage:
+                user_run = backlog.user_heads.get((queue, user), [])
+                cursor.runs[user] = [user_run if admit is None else admit(queue, user_run), 0]
+                feed(cursor, user)
             if cursor.heap:
-                heapq.heapify(cursor.heap)
                 cursors[queue] = cursor
             continue
         if untouched:
@@ -256,7 +282,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
         heap = project_heaps[dept]
         project = heapq.heappop(heap)[-1]
         cursor = cursors[project]
-        group = cursor.pop()
+        group = cursor.pop() if cursor.usage is None else take(cursor)
         at = cursor.at
         job = group.jobs[at.get(group, 0)]
         skip = visit(job)

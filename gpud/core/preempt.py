@@ -52,6 +52,12 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             return hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
+        if queue.book is not None:
+            # A limit per user or project is not for preemption to meet: a victim moved, not stopped, would
+            # leave it passed. The job waits with the reason allocation gave.
+            limited = queue.book.refusal(job, need.gpu)
+            if limited is not None:
+                return hopeless
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         candidates = lists.running_below(queue, job.priority)
         if not candidates:  # whatever its size: no job of this priority or lower has a victim
