@@ -122,3 +122,31 @@ running = ["half1", "half2", "whole"]
     assert main(["simulate", str(scenario), "--json"]) == 0
     jobs = {j["job"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
     assert jobs["half1"]["gpu_index"] == jobs["half2"]["gpu_index"]
+
+
+def test_replay_with_history_compares_delivered_and_entitled_gpu_hours(trace, capsys, tmp_path):
+    pods, nodes, quotas = trace
+    assert main(["simulate", "--trace", pods, "--nodes", nodes, "--quotas", quotas, "--history", "2",
+                 "--half-life", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for run in (document, document["with_history"]):
+        projects = run["entitlement"]["projects"]
+        assert set(projects) == {"vcA", "vcB"}
+        owed = sum(p["entitled_gpu_hours"] for p in projects.values())
+        off = sum(abs(p["delivered_gpu_hours"] - p["entitled_gpu_hours"]) for p in projects.values())
+        assert owed > 0 and run["entitlement"]["deviation_pct"] == pytest.approx(100 * off / owed, abs=0.01)
+    assert document["with_history"]["history_strength"] == 2
+    assert main(["simulate", "--trace", pods, "--nodes", nodes, "--quotas", quotas, "--history", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "deviation of delivered from entitled GPU-hours: without history" in out
+    assert main(["simulate", "--trace", pods, "--nodes", nodes, "--history", "-1"]) == 2
+    assert "--history is a strength from 0 to 100" in capsys.readouterr().err
+
+
+def test_history_plot_is_written_beside_the_replay_plot(trace, tmp_path):
+    pytest.importorskip("matplotlib")  # an optional dependency (the plot extra)
+    pods, nodes, quotas = trace
+    replay_png = tmp_path / "replay.png"
+    assert main(["simulate", "--trace", pods, "--nodes", nodes, "--quotas", quotas, "--history", "1",
+                 "--plot", str(replay_png)]) == 0
+    assert (tmp_path / "replay-history.png").read_bytes()[:4] == b"\x89PNG"
