@@ -42,6 +42,11 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
         if minimum == 0 and len(pending) < job.tasks:
             return None
         tasks = pending[:max(minimum, 1)] if minimum else pending[:1]
+        book = state.project_queue(job).book
+        limited = book.refusal(job, state.need(job, len(tasks)).gpu) if book is not None else None
+        if limited is not None:  # a limit reached since allocation found it fragmented: it waits for that now
+            state.reasons[job.id] = (state.project_queue(job), limited[0])
+            return None
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
             failed.add(job, len(tasks), "")
