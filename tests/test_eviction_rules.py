@@ -1128,6 +1128,37 @@ def test_elastic_non_preemptible_preemptor_stays_within_quota():
     assert 1 <= job(sim, "inf").running_tasks <= 2
 
 
+def test_an_elastic_job_at_its_minimum_grows_by_preempting_lower_priority_jobs_of_its_project():
+    # The elastic job starts with its one task on the free GPU; its project's training jobs fill the
+    # rest. As a pending job of its priority would, it takes their GPUs for its other tasks.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "e"
+        project = "p1"
+        priority = 75
+        tasks = 3
+        min_tasks = 1
+        gpus = 1
+        submitted = 100
+        [[jobs]]
+        name = "t"
+        count = 3
+        project = "p1"
+        gpus = 1
+        submitted = 0
+        running_on = ["n1"]
+        """)
+    assert job(sim, "e").running_tasks == 3
+    assert sim.preempted == {"t-2", "t-3"}
+    assert {e.for_job for e in evictions(sim, "preempt")} == {"e"}
+
+
 # --- consolidation --------------------------------------------------------------------------------
 
 def test_consolidation_moves_as_few_jobs_as_possible():

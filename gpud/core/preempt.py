@@ -44,8 +44,18 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     hopeless = _Hopeless(state, failed, over_quota, short)
 
     def visit(job: JobSpec) -> Skip | None:
+        # An elastic job running at least its minimum grows one task at a time, each preempting as a
+        # job of one task would, while its queue stays within its fair share (as in reclaim).
+        while True:
+            waiting = state.pending_count(job.id)
+            skip = attempt(job)
+            left = state.pending_count(job.id)
+            if skip is not None or not left or left == waiting or needed_tasks(state, job)[1] > 0:
+                return skip
+
+    def attempt(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks):
+        if not pending:
             return None
         queue = state.project_queue(job)
         if hopeless.holds(job, queue):
