@@ -31,6 +31,7 @@ from gpud.model import JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskRequest
 from gpud.simulate import apply_plan
 
 from gpud.policy import Department, Policy, Project
+from gpud.reasons import pending_texts
 
 from test_properties import NOW, PM, POOL, TOL, Case, Room, cases, project_alloc
 
@@ -334,4 +335,4 @@ def check_liveness(case: Case) -> None:
     for job_id in set(starving[0]) & set(starving[1]) & set(starving[2]):
         assert last[job_id].running_tasks > first[job_id].running_tasks, (
             f"{job_id} of project {first[job_id].project} gained no task in 3 cycles: "
-            f"{plan.pending_reasons.get(job_id, 'running')}")
+            f"{pending_texts(plan).get(job_id, 'running')}")
