@@ -37,7 +37,7 @@ def full_cluster() -> ClusterState:
 
 
 def evict(state: ClusterState, stmt: Statement, job_id: str) -> None:
-    stmt.evict(state.jobs[job_id], 0, "test", "", None)
+    stmt.evict(state.jobs[job_id], 0, "test", None, None)
 
 
 def searched_without_room() -> tuple[ClusterState, Placer, Statement, JobSpec]:
