@@ -52,7 +52,7 @@ def _plan(policy: Policy, snapshot: Snapshot, fair_share: FairShare,
 def _same(a: Plan, b: Plan) -> None:
     assert a.binds == b.binds
     assert a.evictions == b.evictions
-    assert dict(a.pending_reasons) == dict(b.pending_reasons)
+    assert dict(a.pending) == dict(b.pending)
     assert a.queues == b.queues
 
 

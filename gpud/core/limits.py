@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpud.core.queues import format_amount
-from gpud.model import EPS, JobSpec
+from gpud.core.blockers import RUNNING_JOBS, USER_GPUS
+from gpud.model import EPS, Blocker, JobSpec, Resources
 from gpud.policy import Policy
 
 # Whom a limit's refusal binds (as gpud.core.admission's): the job's user only, not others of its shape.
@@ -48,42 +48,37 @@ class LimitBook:
             self.member_running[member] = self.member_running.get(member, 0) + running
             self.project_running[job.project] = self.project_running.get(job.project, 0) + running
 
-    def refusal(self, job: JobSpec, gpu: float) -> tuple[str, int] | None:
+    def refusal(self, job: JobSpec, gpu: float, pool: str = "") -> tuple[Blocker, int] | None:
         """Why the job may not take ``gpu`` more GPUs (and become a running job, when none of its tasks
-        runs), with whom the refusal binds (USER_ONLY, or EVERY_JOB of the project); None when no limit
-        stops it."""
+        runs), as a blocker, with whom the refusal binds (USER_ONLY, or EVERY_JOB of the project); None
+        when no limit stops it."""
         policy, project = self.policy, job.project
-        starting = job.id not in self.running
         settings = policy.projects.get(project)
         if settings is None:
             return None
         user, member = job.user, (job.project, job.user)
-        if starting:
+        if job.id not in self.running:
             most = settings.job_limits.running_jobs
-            if most is not None and self.project_running.get(project, 0) >= most:
-                return f"project {project} runs its limit of {_jobs(most)} at once", EVERY_JOB
+            running = self.project_running.get(project, 0)
+            if most is not None and running >= most:
+                return Blocker(RUNNING_JOBS, pool, "project", project, jobs=running, most=most), EVERY_JOB
             most = settings.user_limits.running_jobs
-            if most is not None and self.member_running.get(member, 0) >= most:
-                return (f"user {user} runs {_jobs(self.member_running.get(member, 0))} in project {project}, "
-                        f"the limit per user there ({most})"), USER_ONLY
+            running = self.member_running.get(member, 0)
+            if most is not None and running >= most:
+                return Blocker(RUNNING_JOBS, pool, "member", f"{project}/{user}", jobs=running, most=most), USER_ONLY
             most = policy.user_limits.running_jobs
-            if most is not None and self.user_running.get(user, 0) >= most:
-                return (f"user {user} runs {_jobs(self.user_running.get(user, 0))}, the limit per user "
-                        f"({most})"), USER_ONLY
+            running = self.user_running.get(user, 0)
+            if most is not None and running >= most:
+                return Blocker(RUNNING_JOBS, pool, "user", user, jobs=running, most=most), USER_ONLY
         if gpu > EPS:
             cap = settings.user_limits.gpus
             held = self.member_gpus.get(member, 0.0)
             if cap is not None and held + gpu > cap + EPS:
-                return (f"user {user} holds {format_amount(held)} GPUs in project {project}; with "
-                        f"{format_amount(gpu)} more they would pass the limit per user there "
-                        f"({format_amount(cap)})"), USER_ONLY
+                return Blocker(USER_GPUS, pool, "member", f"{project}/{user}", need=Resources(gpu=gpu),
+                               held=Resources(gpu=held), bound=Resources(gpu=cap)), USER_ONLY
             cap = policy.user_limits.gpus
             held = self.user_gpus.get(user, 0.0)
             if cap is not None and held + gpu > cap + EPS:
-                return (f"user {user} holds {format_amount(held)} GPUs; with {format_amount(gpu)} more they "
-                        f"would pass the limit per user ({format_amount(cap)})"), USER_ONLY
+                return Blocker(USER_GPUS, pool, "user", user, need=Resources(gpu=gpu), held=Resources(gpu=held),
+                               bound=Resources(gpu=cap)), USER_ONLY
         return None
-
-
-def _jobs(count: int) -> str:
-    return f"{count} job" if count == 1 else f"{count} jobs"
