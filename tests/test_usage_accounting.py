@@ -6,7 +6,6 @@ charges while they run is read back through the API, across a kill -9.
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 from daemons import POLICY, LiveCluster, wait_for
+from gpud.gpu.fake import MEMORY_GIB as FAKE_GPU_GIB
 
 INTERVAL_S = 0.5
 USAGE_POLICY = f"usage_half_life = 0\nusage_charge_interval = {INTERVAL_S}\n" + POLICY
@@ -46,6 +46,7 @@ def test_running_jobs_are_charged_their_gpus_fractions_cpus_and_memory(cluster):
     cluster.start_node("n1", gpus=4)
     whole = cluster.submit(command=["sleep", "3"], gpus=2, cpus=2, memory_gib=4)
     half = cluster.submit(command=["sleep", "3"], gpus=0.5, project="beta")
+    quarter = cluster.submit(command=["sleep", "3"], gpu_memory_gib=FAKE_GPU_GIB / 4, project="beta")
     cluster.wait_state(whole, "RUNNING")
     # Charged while it runs, not only at its end.
     wait_for(lambda: gpu_seconds(cluster, "project", "alpha") > 2.0, "alpha to be charged while its job runs",
@@ -53,6 +54,7 @@ def test_running_jobs_are_charged_their_gpus_fractions_cpus_and_memory(cluster):
     assert cluster.job(whole)["state"] == "RUNNING"
     cluster.wait_state(whole, "COMPLETED")
     cluster.wait_state(half, "COMPLETED")
+    cluster.wait_state(quarter, "COMPLETED")
     time.sleep(2 * INTERVAL_S)
     rows = usage(cluster)
     alpha, beta = rows[("project", "default", "alpha")], rows[("project", "default", "beta")]
@@ -61,15 +63,17 @@ def test_running_jobs_are_charged_their_gpus_fractions_cpus_and_memory(cluster):
     assert alpha["gpu_hours"] * 3600 == pytest.approx(job_gpu_seconds(cluster, whole), abs=0.05)
     assert alpha["cpu_hours"] * 3600 == pytest.approx(alpha["gpu_hours"] * 3600, rel=0.02)      # 2 CPUs
     assert alpha["memory_gib_hours"] * 3600 == pytest.approx(2 * alpha["gpu_hours"] * 3600, rel=0.02)  # 4 GiB
-    # Half a GPU counts half.
-    assert 1.45 <= beta["gpu_hours"] * 3600 <= 2.5
-    assert beta["gpu_hours"] * 3600 == pytest.approx(job_gpu_seconds(cluster, half), abs=0.05)
+    # Half a GPU counts half; a slice of a quarter of a GPU's memory a quarter.
+    assert 1.45 <= job_gpu_seconds(cluster, half) <= 2.5
+    assert 0.72 <= job_gpu_seconds(cluster, quarter) <= 1.25
+    assert beta["gpu_hours"] * 3600 == pytest.approx(job_gpu_seconds(cluster, half)
+                                                     + job_gpu_seconds(cluster, quarter), abs=0.05)
     # The department holds both projects' usage, each user theirs in that project.
     research = rows[("department", "default", "research")]
     assert research["gpu_hours"] == pytest.approx(alpha["gpu_hours"] + beta["gpu_hours"], rel=1e-6)
     user = cluster.job(whole)["user"]
     assert rows[("user", "default", f"alpha/{user}")]["gpu_hours"] == pytest.approx(alpha["gpu_hours"], rel=1e-6)
-    # alpha used ~4x beta with equal quotas: alpha's standing is below 1, beta's above.
+    # alpha used ~2.7x beta with equal quotas: alpha's standing is below 1, beta's above.
     assert alpha["standing"] < 1 < beta["standing"]
 
 
