@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from gpud.accounting.decay import Amount, UsageKey, charged, decayed, gpu_seconds
-from gpud.accounting.meter import job_charges, run_charges
+from gpud.accounting.meter import owed, run_charges
 from gpud.jobs import Job, TaskRun
 from gpud.policy import Policy
 from gpud.store.usage import UsageStore
@@ -64,10 +64,7 @@ class Charger:
 
     def pending(self, now: float) -> list[tuple[UsageKey, Amount]]:
         """What is owed since the last charge: stopped tasks' last stretches and running tasks up to ``now``."""
-        owed = list(self.tails)
-        for job in self.running():
-            owed += job_charges(job, self.as_of, now, self.pool_of, self.department_of)
-        return owed
+        return self.tails + owed(self.running(), self.as_of, now, self.pool_of, self.department_of)
 
     async def charge(self) -> None:
         """Decay the amounts to now, add what is owed, and store both in one transaction.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpud.accounting.decay import Amount, UsageKey
 from gpud.jobs import Job, TaskRun, gpus_of
@@ -27,12 +27,29 @@ def run_charges(job: Job, run: TaskRun, start: float, end: float, pool: str,
             (("user", pool, f"{job.project}/{job.user}"), amount)]
 
 
-def job_charges(job: Job, start: float, end: float, pool_of: Callable[[str], str],
-                department_of: Callable[[str], str]) -> list[tuple[UsageKey, Amount]]:
-    """The charges of every placed task of ``job`` over [start, end]; ``pool_of`` names a node's pool."""
-    department = department_of(job.project)
+def owed(jobs: Iterable[Job], start: float, end: float, pool_of: Callable[[str], str],
+         department_of: Callable[[str], str]) -> list[tuple[UsageKey, Amount]]:
+    """The charges of every placed task of ``jobs`` for the part of [start, end] it held its placement,
+    added up per user, project and department in each pool (``pool_of`` names a node's pool)."""
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    for job in jobs:
+        for run in job.runs:
+            placement, since = run.placement, run.since
+            if placement is None or since is None:
+                continue
+            seconds = end - (since if since > start else start)
+            if seconds <= 0:
+                continue
+            key = (pool_of(placement.node), job.project, job.user)
+            total = totals.get(key)
+            if total is None:
+                total = totals[key] = [0.0, 0.0, 0.0]
+            total[0] += gpus_of(placement) * seconds
+            total[1] += job.cpus * seconds
+            total[2] += job.memory_gib * seconds
     charges: list[tuple[UsageKey, Amount]] = []
-    for run in job.runs:
-        if run.placement is not None:
-            charges += run_charges(job, run, start, end, pool_of(run.placement.node), department)
+    for (pool, project, user), total in totals.items():
+        amount = (total[0], total[1], total[2])
+        charges += [(("department", pool, department_of(project)), amount), (("project", pool, project), amount),
+                    (("user", pool, f"{project}/{user}"), amount)]
     return charges
