@@ -12,7 +12,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpud.accounting.charger import Charger
@@ -37,6 +37,7 @@ def project_gpu_seconds(rows: dict) -> float:
 
 @settings(max_examples=60, deadline=None)
 @given(STEPS)
+@example([("start", 0.25, "a"), ("advance", 1.0), ("crash",)])  # a crash before the first charge ever
 def test_usage_is_what_tasks_held_less_at_most_what_a_crash_drops(steps):
     with tempfile.TemporaryDirectory() as tmp:
         SQLiteStore(Path(tmp)).close()

@@ -48,6 +48,9 @@ class Charger:
         rows, as_of = self.store.load()
         if as_of is not None:
             self.rows, self.as_of = rows, as_of
+        else:  # the first start: charges start now, and a crash before the first charge keeps that instant
+            self.as_of = self.clock()
+            self.store.save({}, self.as_of)
         self._gpu = MappingProxyType(gpu_seconds(self.rows))
 
     def department_of(self, project: str) -> str:
