@@ -178,7 +178,9 @@ def _num(value: float | None) -> str:
 def _hours(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    if value == 0 or value >= 10:
+        return f"{value:.1f}" if value else "0"
+    return f"{value:.3g}"  # three significant digits: a few GPU-seconds still show
 
 
 def _share(value: float | None) -> str:
