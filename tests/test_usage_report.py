@@ -101,3 +101,7 @@ def test_usage_shows_quota_fair_share_usage_and_standing(cluster, loaded_job):
     assert beta["standing"] == pytest.approx(beta["entitlement_share"] / beta["usage_share"])
     table = gpuctl(cluster, "usage", "-p", "beta").stdout
     assert "STANDING" in table and "beta" in table and "alpha" not in table and "research" in table
+    result = gpuctl(cluster, "usage", "-p", "gamma")
+    assert result.returncode != 0 and "no project 'gamma'" in result.stderr and "alpha, beta" in result.stderr
+    result = gpuctl(cluster, "usage", "--pool", "h200")
+    assert result.returncode != 0 and "no node pool 'h200'" in result.stderr

@@ -35,6 +35,14 @@ async def usage(request: web.Request) -> web.Response:
     fair = {(q.kind, q.pool, q.name): q.fair_share.gpu for q in (plan.queues if plan is not None else ())}
     pools = {ctrl.policy.default_pool} | set(ctrl.policy.pools) | {n.pool for n in ctrl.cluster.nodes.values()}
     rows = usage_rows(ctrl.policy, ctrl.charger.amounts(), fair, pools)
+    known_pools = sorted({row["pool"] for row in rows})
+    if pool is not None and pool not in known_pools:
+        raise ApiError(404, f"no node pool {pool!r} has nodes, a policy entry or usage "
+                            f"(pools: {', '.join(known_pools)})", field="pool")
+    if project is not None and not any(row["project"] == project for row in rows):
+        known = sorted(ctrl.policy.projects)
+        raise ApiError(404, f"no project {project!r} in the policy or with usage (projects: {', '.join(known)})",
+                       field="project")
     shown = []
     for row in rows:
         if pool is not None and row["pool"] != pool:
