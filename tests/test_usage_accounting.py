@@ -122,6 +122,9 @@ def test_users_see_projects_and_their_own_usage_only(cluster):
     assert users == {"alpha/nobody"}
     assert ("project", "default", "alpha") in seen and ("department", "default", "research") in seen
     assert {key[2] for key in usage(cluster) if key[0] == "user"} >= {"alpha/nobody", "alpha/daemon"}
+    mine = usage(cluster, token=alice, user="nobody")
+    assert sorted(key[::2] for key in mine) == [("department", "research"), ("project", "alpha"),
+                                                ("user", "alpha/nobody")]
     status, body = cluster.api("GET", "/api/v1/usage?user=daemon", token=alice)
     assert status == 403 and "admins" in body["error"]
     status, body = cluster.api("GET", "/api/v1/report?by=user", token=alice)

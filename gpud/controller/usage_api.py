@@ -56,6 +56,9 @@ async def usage(request: web.Request) -> web.Response:
         if user is not None and row["level"] == "project" and not _has_user(rows, row, user):
             continue
         shown.append(row)
+    if user is not None:  # only the departments of the projects the user has usage in
+        kept = {(row["pool"], row["department"]) for row in shown if row["level"] == "project"}
+        shown = [row for row in shown if row["level"] != "department" or (row["pool"], row["name"]) in kept]
     policy = ctrl.policy
     return ok({"rows": shown, "half_life_s": policy.usage_half_life_s, "reset": policy.usage_reset,
                "charged_at": ctrl.charger.as_of})
