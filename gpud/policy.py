@@ -184,6 +184,9 @@ class Policy:
     cpu_placement: str = "binpack"
     gpu_placement: str | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    usage_half_life_s: float = 7 * 86400.0  # decayed usage halves in this time; 0: it never decays
+    usage_reset: str = "none"               # none | daily | weekly | monthly: usage starts over at each
+    usage_charge_interval_s: float = 30.0   # how often running jobs are charged (and at most what a crash loses)
     fair_share: FairShare = field(default_factory=FairShare)
     user_limits: Limits = NO_LIMITS  # for each user, over all projects: the ``[limits]`` table
 
