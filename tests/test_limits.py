@@ -115,7 +115,8 @@ def test_why_names_a_users_running_and_gpu_limits_as_data():
     assert (running["user"], running["running"], running["most"]) == ("u", 1, 1)
     gpus = next(b for b in limits if b["limit"] == "[limits] user_gpus")
     assert (gpus["held"], gpus["gpu_limit"], gpus["need"]) == (2, 3, 2)
-    assert "user_runs_fewer" in [c["condition"] for c in answer["would_start"]]
+    both = next(c for c in answer["would_start"] if c["condition"] == "all_of")  # each alone would not start it
+    assert [c["condition"] for c in both["conditions"]] == ["user_runs_fewer", "user_holds_at_most"]
     assert "user u runs 1 job in project p" in answer["reason"]
     assert "scheduler" in rules(answer)
 

@@ -38,22 +38,23 @@ def limit_facts(job: Job, cluster: Cluster, want: float, blockers: list, would: 
                 member_running += 1
                 member_gpus += held
     never = False
+    found: list = []  # this module's conditions: the job starts only once all of them hold
     most = settings.job_limits.running_jobs
     if most is not None and project_running >= most:
         blockers.append(_item("project_limit", f"project {project} runs {project_running} jobs, its limit "
                               f"(running_jobs = {most})", limit="running_jobs", project=project,
                               running=project_running, most=most))
-        would.append(_if("project_runs_fewer", PROJECT, f"a job of project {project} ending (it may run {most} "
+        found.append(_if("project_runs_fewer", PROJECT, f"a job of project {project} ending (it may run {most} "
                          "at once), or an admin raising running_jobs", project=project, running_at_most=most - 1))
     for scope, most, running, key in (("in project " + project, settings.user_limits.running_jobs, member_running,
                                        "user_running_jobs"),
                                       ("over all projects", policy.user_limits.running_jobs, user_running,
                                        "[limits] user_running_jobs")):
         if most is not None and running >= most:
-            blockers.append(_item("user_limit", f"user {user} runs {running} jobs {scope}, the limit per user "
+            blockers.append(_item("user_limit", f"user {user} runs {_jobs(running)} {scope}, the limit per user "
                                   f"({key} = {most})", limit=key, user=user, project=project,
                                   running=running, most=most))
-            would.append(_if("user_runs_fewer", OWNER, f"one of {user}'s jobs {scope} ending (at most {most} "
+            found.append(_if("user_runs_fewer", OWNER, f"one of {user}'s jobs {scope} ending (at most {most} "
                              "run at once)", user=user, running_at_most=most - 1))
     for scope, cap, held, key in (("in project " + project, settings.user_limits.gpus, member_gpus, "user_gpus"),
                                   ("over all projects", policy.user_limits.gpus, user_gpus, "[limits] user_gpus")):
@@ -70,9 +71,21 @@ def limit_facts(job: Job, cluster: Cluster, want: float, blockers: list, would: 
             blockers.append(_item("user_limit", f"user {user} holds {held:g} GPUs {scope}; with {want:g} more "
                                   f"they would pass the limit per user ({key} = {cap:g})", limit=key, user=user,
                                   project=project, held=held, gpu_limit=cap, need=want))
-            would.append(_if("user_holds_at_most", OWNER, f"{user}'s jobs {scope} holding at most "
-                             f"{cap - want:g} GPUs (they hold {held:g})", user=user, gpu=cap - want))
+            found.append(_if("user_holds_at_most", OWNER, f"{user}'s jobs {scope} holding at most "
+                             f"{_gpus(cap - want)} (they hold {held:g})", user=user, gpu=cap - want))
+    if len(found) > 1:  # each alone would not start it
+        who = PROJECT if any(c["who"] == PROJECT for c in found) else OWNER
+        found = [_if("all_of", who, "; and ".join(c["message"] for c in found), conditions=found)]
+    would.extend(found)
     return never
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def _gpus(amount: float) -> str:
+    return f"{amount:g} GPU" if amount == 1 else f"{amount:g} GPUs"
 
 
 def _item(rule: str, message: str, **data: object) -> dict:
