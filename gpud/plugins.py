@@ -138,6 +138,7 @@ def load_directory(directory: str | os.PathLike) -> list:
     modules = []
     for path in sorted(folder.glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"gpud_site_{path.stem}", path)
+        assert spec is not None and spec.loader is not None  # a *.py path always has both
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

@@ -43,7 +43,7 @@ class Cluster(NodeMessages):
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
-        self.array_queued: dict[str, int] = defaultdict(int)  # each array's elements in the scheduler
+        self.array_queued: dict[str | None, int] = defaultdict(int)  # each array's elements in the scheduler
         self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
         self.staged_changed: set[str] = set()
         # How the last jobs ended, for submits that looked their dependencies up before they ended.
@@ -265,9 +265,9 @@ class Cluster(NodeMessages):
         if blocked:
             return blocked
         if job.id in self.core.in_core and self.last_plan is not None and not self.core.rebuild_needed:
-            reason = self.last_plan.pending_reasons.get(job.id)
-            if reason:
-                return reason
+            planned = self.last_plan.pending_reasons.get(job.id)
+            if planned:
+                return planned
         return job.reason or "waiting for the next scheduling cycle"
 
     # ------------------------------------------------------------------ plans
@@ -571,6 +571,7 @@ class Cluster(NodeMessages):
             job_id, task = self.wanted[name][key]
             job = self.jobs[job_id]
             run = job.runs[task]
+            assert run.placement is not None  # a wanted task is placed
             if busy.intersection(run.placement.gpu_index):
                 continue
             del unsent[key]

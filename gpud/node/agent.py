@@ -195,6 +195,7 @@ class NodeAgent:
                 continue
             m = spec.memory_slice
             slices[state.key] = Slice(m["limit_mib"], m["tolerance"], m["grace_s"], m["enforce"])
+            assert state.pid is not None  # a spec is looked up only for a task with a pid
             pids[state.key] = (state.pid, spec.gpu_indices[0])
         if not slices:
             return
