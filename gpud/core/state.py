@@ -1,4 +1,4 @@
-"""The scheduler's state: nodes, queues, placements and the backlog, changed only through statements."""
+"""The scheduler's state: nodes, queues, placements and the backlog, kept from one cycle to the next."""
 
 from __future__ import annotations
 
