@@ -183,7 +183,10 @@ def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
 
 def plan_digest(plan) -> str:
     """A hash of what a plan decides: its binds, its evictions and why each job still waits."""
-    text = repr((plan.binds, plan.evictions, sorted(plan.pending_reasons.items())))
+    pending = getattr(plan, "pending_reasons", None)
+    if pending is None:  # a core that keeps the reasons as data names them so
+        pending = plan.pending
+    text = repr((plan.binds, plan.evictions, sorted(pending.items())))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -226,20 +229,22 @@ def measure_big(args, pm, prof: dict) -> dict:
     rng, out["steady"] = random.Random(args.seed + 7), []
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
         profiled = bool(prof) and cycle == args.warmup + args.repeat
-        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None,
-                             digest=args.hash)
+        plans: list = []
+        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None, plans)
         if not profiled:
             out["steady"].append({**figures, "warmup": cycle < args.warmup})
+            if args.hash:
+                out["steady"][-1]["plan"] = plan_digest(plans[0])
     if args.hash:
         out["plan_hash"] = plans_digest(out["fresh"][-1:] + out["steady"])
     return out
 
 
 def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
-               profile: cProfile.Profile | None = None, digest: bool = False) -> dict:
+               profile: cProfile.Profile | None = None, plans: list | None = None) -> dict:
     """Figures of one warm cycle: ``count`` completions and ``count`` submissions handed to the
-    running scheduler, then its cycle 10 s later; the time covers both. ``digest`` adds the hash of
-    its plan (``plan``), made after the time is taken."""
+    running scheduler, then its cycle 10 s later; the time covers both. The plan is added to
+    ``plans`` when given."""
     jobs = scheduler.jobs()
     running = [j.id for j in jobs if j.is_running]
     done = rng.sample(running, min(count, len(running)))
@@ -260,12 +265,11 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profile is not None:
         profile.disable()
-    figures = {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
-               "evictions": sum(1 for e in plan.evictions if not e.moved),
-               "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}
-    if digest:
-        figures["plan"] = plan_digest(plan)
-    return figures
+    if plans is not None:
+        plans.append(plan)
+    return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
+            "evictions": sum(1 for e in plan.evictions if not e.moved),
+            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}
 
 
 def measure_contended(args, pm, prof: dict) -> dict:
