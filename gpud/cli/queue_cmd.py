@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from typing import Any
 
 from gpud.cli import render
 from gpud.cli.common import UsageError, add_verb, client, print_json
@@ -130,7 +129,7 @@ def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:
 
 
 def _counts(members: list[dict]) -> dict[str, int]:
-    counts: dict[Any, int] = {}  # by the answer's state, as the controller spells it
+    counts: dict = {}  # by the answer's state as it is (typing is not imported: gpuctl starts faster)
     for job in members:
         counts[job.get("state")] = counts.get(job.get("state"), 0) + 1
     return counts
