@@ -6,7 +6,7 @@ import time
 
 import pynvml
 
-from gpud.gpu.base import MEMORY, UTILIZATION, GpuInfo, GpuProcess, HealthEvent, NoGpuError
+from gpud.gpu.base import MEMORY, UTILIZATION, GpuInfo, GpuProcess, GpuUsage, HealthEvent, NoGpuError
 
 GIB = 1024 ** 3
 
@@ -85,6 +85,20 @@ class NvmlBackend:
             for proc in running:
                 used = proc.usedGpuMemory or 0
                 found.append(GpuProcess(proc.pid, index, used / GIB, util.get(proc.pid, 0.0)))
+        return tuple(found)
+
+    def gpu_usage(self) -> tuple[GpuUsage, ...]:
+        """Each healthy GPU's utilisation over NVML's last sample period and its memory used now."""
+        found = []
+        for index, handle in enumerate(self._handles):
+            if index in self._bad:
+                continue
+            try:
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+            except pynvml.NVMLError:
+                continue
+            found.append(GpuUsage(index, float(rates.gpu), used / GIB))
         return tuple(found)
 
     def health_events(self) -> tuple[HealthEvent, ...]:
