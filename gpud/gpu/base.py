@@ -100,6 +100,9 @@ class GpuBackend(Protocol):
     def gpu_usage(self) -> tuple[GpuUsage, ...]:
         """Every healthy GPU's utilisation and memory used, now."""
 
+    def gpu_cpus(self) -> dict[int, tuple[int, ...]]:
+        """The CPUs near each GPU (its NUMA node's), by GPU index; {} where the topology is not known."""
+
     def health_events(self) -> tuple[HealthEvent, ...]:
         """GPUs that became unhealthy since the previous call (each fault reported once)."""
 

@@ -77,6 +77,14 @@ def clear_faults(state_dir: str) -> None:
     _write(state_dir, data)
 
 
+def set_gpu_cpus(state_dir: str, cpus: dict[int, list[int]]) -> None:
+    """Declare the fake GPUs' topology: the CPUs near each GPU, e.g. {0: [0, 1], 1: [2, 3]} (GPUs 0 and 1 on two
+    NUMA nodes). Without it the topology is unknown and tasks are pinned to the least-used CPUs."""
+    data = _read(state_dir)
+    data["gpu_cpus"] = {str(gpu): sorted(set(found)) for gpu, found in cpus.items()}
+    _write(state_dir, data)
+
+
 def set_process_usage(state_dir: str, pid: int, gpu_index: int, memory_gib: float,
                       utilization: float) -> None:
     """Make process ``pid`` appear to use ``memory_gib`` and ``utilization`` percent of a fake GPU."""
@@ -152,6 +160,16 @@ class FakeBackend:
             if 0 <= proc.gpu_index < self.count and _alive(proc.pid):
                 found[(proc.pid, proc.gpu_index)] = proc
         return tuple(found.values())
+
+    def gpu_cpus(self) -> dict[int, tuple[int, ...]]:
+        """The topology declared with :func:`set_gpu_cpus`; {} (unknown) when none was."""
+        found: dict[int, tuple[int, ...]] = {}
+        declared = _read(self.state_dir).get("gpu_cpus")
+        for key, cpus in (declared.items() if isinstance(declared, dict) else ()):
+            if str(key).isdigit() and int(key) < self.count and isinstance(cpus, list) \
+                    and all(isinstance(c, int) and c >= 0 for c in cpus):
+                found[int(key)] = tuple(cpus)
+        return found
 
     def gpu_usage(self) -> tuple[GpuUsage, ...]:
         """Each fake GPU's utilisation (its processes' sum, at most 100) and memory used (their sum)."""
