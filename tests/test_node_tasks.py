@@ -464,3 +464,22 @@ def test_the_task_order_with_the_jobs_environment_is_readable_by_root_alone(tabl
     order = os.path.join(table.layout.task_dir(key), "task.json")
     assert "hf_secret" in open(order).read()
     assert os.stat(order).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("node_wide", [True, False])
+def test_a_supervisor_that_cannot_start_fails_the_task_and_the_table_keeps_working(tmp_path, workdir, node_wide):
+    """A broken interpreter (a supervisor dying at import, say) ends the task; it never stalls the node's checks."""
+    from gpud.node.launch import Launcher
+    layout = Layout(str(tmp_path / "state"))
+    table = TaskTable(layout, Launcher(layout, python=shutil.which("false"), node_wide=node_wide))
+    table.adopt()
+    try:
+        key = TaskKey("29", 0, 0)
+        table.start(key, spec(workdir, [sys.executable, "-c", "pass"]))
+        state = wait_for(lambda: next((s for s in table.refresh() + table.states()
+                                       if s.key == key and s.state == "exited"), None), timeout=10)
+        assert state.reason == "failed to start: the supervisor did not start"
+        assert table.refresh() == [] or all(s.state == "exited" for s in table.states())
+    finally:
+        table.launcher.close()
+        kill_everything(str(tmp_path / "state"))

@@ -251,8 +251,16 @@ class NodeAgent:
         return membership.refusal(self.config.state_dir, answer)
 
     def heartbeat_message(self) -> dict:
-        """The ``heartbeat`` message: GPUs and every known task."""
-        self.tasks.refresh()
+        """The ``heartbeat`` message: GPUs and every known task.
+
+        A failure to re-read the tasks is logged and the heartbeat goes with
+        what was known: a node that stops heartbeating is declared down and
+        its jobs are requeued, which one bad task must never cause.
+        """
+        try:
+            self.tasks.refresh()
+        except Exception:  # noqa: BLE001 - the heartbeat must go out
+            log.exception("checking the tasks failed; the heartbeat carries what was known")
         states = self.tasks.states()
         self.tasks.mark_reported(states)
         return {"type": "heartbeat", "gpus": self.gpus(), "tasks": [state.report() for state in states]}

@@ -26,7 +26,9 @@ _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))
 
 
 def _supervisor_env() -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": _SOURCE_ROOT, "LANG": "C.UTF-8"}
+    # The daemon's own import path comes along: the supervisor imports what the daemon does.
+    path = os.pathsep.join(p for p in (_SOURCE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": path, "LANG": "C.UTF-8"}
     for name in (FREEZER_ENV, CGROUPS_ENV):
         if name in os.environ:
             env[name] = os.environ[name]

@@ -206,6 +206,8 @@ class TaskTable:
         remove_task_cgroup(task_dir)  # its supervisor would have, had it lived
         reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
         lost = state.exited(reason=reason, ended=time.time())
+        # A node-wide supervisor that died before it took the order never made the task's directory.
+        os.makedirs(task_dir, mode=0o711, exist_ok=True)
         write_state(task_dir, lost)
         return lost
 
