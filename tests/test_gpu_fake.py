@@ -47,7 +47,7 @@ def test_unknown_fault_kind_is_refused(tmp_path):
 
 
 def test_process_usage_is_reported_for_live_processes_only(tmp_path):
-    backend = FakeBackend("n1", 2, str(tmp_path))
+    backend = FakeBackend("n1", 2, str(tmp_path), simulate=False)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         set_process_usage(str(tmp_path), child.pid, 1, 12.5, 70.0)
@@ -99,8 +99,8 @@ BUSY_WITH_MEMORY = ("import os, sys, time\n"
                     "time.sleep(60)\n")
 
 
-def on_gpus(uuids: list[str], mode: str) -> subprocess.Popen:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
+def on_gpus(uuids: list[str], mode: str, **extra: str) -> subprocess.Popen:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids), **extra}
     child = subprocess.Popen([sys.executable, "-c", BUSY_WITH_MEMORY, mode], env=env, stdout=subprocess.PIPE)
     assert child.stdout.readline() == b"ready\n"
     return child
@@ -113,10 +113,14 @@ def usage_after(backend: FakeBackend, seconds: float) -> dict:
 
 
 def test_fake_gpus_see_their_processes_load_and_declared_memory(tmp_path):
-    backend = FakeBackend("n1", 3, str(tmp_path), simulate=True)
+    name = f"sim-{os.getpid()}"  # no other test's processes are on this node's GPUs
+    backend = FakeBackend(name, 3, str(tmp_path), simulate=True)
     assert backend.measures == ("utilization", "memory")
-    busy = on_gpus([fake_uuid("n1", 2), fake_uuid("n1", 0)], "busy")
-    idle = on_gpus([fake_uuid("n1", 1), fake_uuid("other-node", 0)], "idle")
+    busy = on_gpus([fake_uuid(name, 2), fake_uuid(name, 0)], "busy")
+    idle = on_gpus([fake_uuid(name, 1), fake_uuid("other-node", 0)], "idle")
+    # A task of another node of that name (its checkpoint directory in another state directory) is not on them.
+    elsewhere = on_gpus([fake_uuid(name, 1)], "idle",
+                        GPUD_CHECKPOINT_DIR=str(tmp_path / "other" / "checkpoints" / "x"))
     try:
         usage = usage_after(backend, 0.5)
         # The busy one: 3 GiB on its first visible GPU (fake GPU 2), 1 GiB on its second (GPU 0), busy on both.
@@ -132,7 +136,7 @@ def test_fake_gpus_see_their_processes_load_and_declared_memory(tmp_path):
         time.sleep(0.3)
         assert all(p.utilization == 0.0 for p in backend.processes() if p.pid == busy.pid)
     finally:
-        for child in (busy, idle):
+        for child in (busy, idle, elsewhere):
             child.kill()
             child.wait()
     assert backend.processes() == ()
@@ -144,7 +148,7 @@ def test_without_the_simulation_fake_gpus_measure_nothing(tmp_path, monkeypatch)
     assert backend.measures == ()
     busy = on_gpus([fake_uuid("n1", 0)], "busy")
     try:
-        assert usage_after(backend, 0.2) == {}
+        assert usage_after(backend, 0.2) == {}  # not even processes of other tests on an "n1"
     finally:
         busy.kill()
         busy.wait()

@@ -130,7 +130,8 @@ class FakeBackend:
         self.simulate = simulating() if simulate is None else simulate
         # Without the simulation it reports only the usage set with set_process_usage: nothing is measured.
         self.measures: tuple[str, ...] = (UTILIZATION, MEMORY) if self.simulate else ()
-        self._scan = ProcessScan([fake_uuid(node_name, i) for i in range(count)]) if self.simulate else None
+        self._scan = (ProcessScan([fake_uuid(node_name, i) for i in range(count)], state_dir) if self.simulate
+                      else None)
 
     def _faults(self) -> dict[int, str]:
         faults = {}

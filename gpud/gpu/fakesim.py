@@ -2,7 +2,9 @@
 
 A process is on a fake GPU when its environment names that GPU's UUID in
 ``CUDA_VISIBLE_DEVICES`` (as the node sets it for every task), the way a
-real process is on the GPUs CUDA lets it see. Its *utilisation* of each of
+real process is on the GPUs CUDA lets it see, unless its
+``GPUD_CHECKPOINT_DIR`` is another node's (fake UUIDs derive from the node
+name, and two test clusters on one host may both have a node "n1"). Its *utilisation* of each of
 its GPUs is its CPU use over the last sampling window (100 = one core
 busy), so a busy loop is a busy GPU job and a sleeping or frozen one an
 idle job. Its *GPU memory* is what it declares, by the stand-ins'
@@ -51,8 +53,11 @@ def _read(path: str) -> bytes | None:
 class ProcessScan:
     """Finds the processes on GPUs with ``uuids`` (index order) and measures their load and declared memory."""
 
-    def __init__(self, uuids: list[str]) -> None:
+    def __init__(self, uuids: list[str], state_dir: str = "") -> None:
         self.index = {uuid: i for i, uuid in enumerate(uuids)}
+        # Fake UUIDs derive from the node's name: a task of another fake node of that name on this host (its
+        # checkpoint directory in another state directory) is not on these GPUs.
+        self.checkpoints = os.path.join(os.path.realpath(state_dir), "checkpoints", "") if state_dir else ""
         self._gpus: dict[int, tuple[int, ...]] = {}  # pid -> the indices of its GPUs (empty: none of ours)
         self._seen_at: dict[int, float] = {}
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (when, CPU seconds): the window's start
@@ -64,11 +69,16 @@ class ProcessScan:
         environ = _read(f"/proc/{pid}/environ")
         if not environ:
             return ()
+        found: tuple[int, ...] = ()
         for entry in environ.split(b"\0"):
             if entry.startswith(b"CUDA_VISIBLE_DEVICES="):
                 names = entry.split(b"=", 1)[1].decode("ascii", "replace").split(",")
-                return tuple(self.index[name] for name in names if name in self.index)
-        return ()
+                found = tuple(self.index[name] for name in names if name in self.index)
+            elif entry.startswith(b"GPUD_CHECKPOINT_DIR=") and self.checkpoints:
+                if not os.path.realpath(entry.split(b"=", 1)[1].decode("utf-8", "replace")).startswith(
+                        self.checkpoints):
+                    return ()
+        return found
 
     def _cpu_s(self, pid: int) -> float | None:
         data = _read(f"/proc/{pid}/stat")
