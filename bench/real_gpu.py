@@ -10,8 +10,10 @@ on 127.0.0.1 with a policy of strict time-slicing and prints:
   (CUDA_VISIBLE_DEVICES, CUDA's device count, opening /dev/nvidia0);
 - time-slicing: matrix products per second of one job alone on a GPU, then
   of two 0.5-GPU jobs sharing it, and each one's part of the alone rate;
-- a memory slice: a job that stays inside `--gpu-memory` completes, one that
-  allocates beyond it is stopped, with the reason gpud gives.
+- a memory slice: a job that stays inside `--gpu-memory` completes; one
+  that allocates beyond it fails (PyTorch's per-process fraction, which gpud
+  sets, refuses the allocation); one that overrides that fraction is stopped
+  by the node's watchdog, with the reason gpud gives.
 
 With --fake-gpus N (no GPU needed) the same run uses fake GPUs and a CPU
 stand-in for the matrix products: it checks the script, not the GPU.
@@ -66,8 +68,10 @@ LOAD = textwrap.dedent('''
             sync()
             done += 20
         print("rate=%.1f" % (done / (time.monotonic() - start)))
-    elif mode.startswith("alloc:"):
+    elif mode.startswith("alloc"):
         gib = float(mode.split(":")[1])
+        if cuda and mode.startswith("alloc-ignoring-hint"):
+            torch.cuda.set_per_process_memory_fraction(1.0)  # a job that overrides gpud's PyTorch hint
         if cuda:
             block = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda")
             block.fill_(1)
@@ -221,7 +225,8 @@ def check(cluster: Cluster) -> dict:
 
     inside = cluster.submit("--gpu-memory", "8G", mode="alloc:4", seconds=8)
     beyond = cluster.submit("--gpu-memory", "8G", mode="alloc:16", seconds=30)
-    for name, job in (("inside_slice", inside), ("beyond_slice", beyond)):
+    ignoring = cluster.submit("--gpu-memory", "8G", mode="alloc-ignoring-hint:16", seconds=30)
+    for name, job in (("inside_slice", inside), ("beyond_slice", beyond), ("beyond_slice_ignoring_hint", ignoring)):
         view = cluster.finish(job)
         figures[name] = {"state": view["state"], "reason": view.get("reason"), "sharing": view.get("sharing"),
                          **cluster.output(job)}

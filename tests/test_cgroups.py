@@ -9,12 +9,13 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import subprocess
 import sys
 import uuid
 
 import pytest
 
-from gpud.node import cgroups, procs
+from gpud.node import cgroups, devfilter, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import Layout, read_state
 from gpud.node.tasks import TaskTable
@@ -183,6 +184,37 @@ def test_a_task_opens_only_its_own_gpu_devices(table, workdir, tmp_path):
     other, own = (workdir / f"gpud-{key.job}.out").read_text().split()
     assert other == errno.errorcode[errno.EPERM]
     assert own in (errno.errorcode[errno.ENXIO], errno.errorcode[errno.ENODEV], "opened")
+
+
+@pytest.mark.skipif(HOST.v2 is None or not devfilter.usable(), reason="no cgroup v2 group, or no eBPF device programs")
+@pytest.mark.parametrize("gpu_minors", [(1,), ()])
+def test_on_cgroup_v2_a_device_program_lets_a_task_open_only_its_own_gpus(tmp_path, gpu_minors):
+    # The pure-v2 path (no devices controller), on this host's v2 group: the same probe as above, the task's
+    # cgroup made as a host without a v1 devices controller makes it.
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    try:
+        for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", cgroups.NVIDIACTL_MINOR)):
+            os.mknod(devices / name, 0o666 | 0o020000, os.makedev(cgroups.NVIDIA_MAJOR, minor))
+    except OSError as exc:
+        pytest.skip(f"cannot make device nodes here: {exc.strerror}")
+    group = cgroups.TaskCgroup(f"devtest-{uuid.uuid4().hex[:8]}",
+                               cgroups.Hierarchies(v2=HOST.v2, device_programs=True))
+    group.create(cgroups.Limits(gpu_minors=gpu_minors))
+    probe = ("import errno, os, sys\nfor path in sys.argv[1:]:\n"
+             "    try:\n        os.close(os.open(path, os.O_RDWR))\n        print('opened')\n"
+             "    except OSError as exc:\n        print(errno.errorcode[exc.errno])\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, *(str(devices / n) for n in ("nvidia0", "nvidia1",
+                                                                                        "nvidiactl", "/dev/null"))],
+                              preexec_fn=lambda: group.enter(os.getpid()), capture_output=True, text=True, timeout=30)
+    finally:
+        group.remove()
+    other, own, control, null = done.stdout.split()
+    denied, no_driver = errno.errorcode[errno.EPERM], (errno.errorcode[errno.ENXIO], errno.errorcode[errno.ENODEV])
+    assert other == denied
+    assert (own in no_driver and control in no_driver) if gpu_minors else (own == control == denied)
+    assert null == "opened", "other devices are left alone"
 
 
 def test_a_job_over_its_mem_fails_out_of_memory_and_shows_what_it_used(tmp_path, monkeypatch):

@@ -18,9 +18,11 @@ Where each part comes from:
   no controllers), a directory for its ``cgroup.kill`` and ``cgroup.freeze``.
 - GPU isolation is the v1 devices controller: every device denied but the
   usual pseudo-devices and the task's own ``/dev/nvidia<minor>`` (plus
-  nvidiactl and the nvidia-uvm and -modeset devices). A pure v2 host has no
-  devices controller (systemd and Slurm attach an eBPF program): there GPU
-  isolation is reported as not enforced.
+  nvidiactl and the nvidia-uvm and -modeset devices). Without it (a pure v2
+  host), an eBPF device program on the task's v2 group allows of the NVIDIA
+  devices only the task's own and the control devices, as systemd's
+  DeviceAllow= and Slurm's cgroup/v2 plugin do (``devfilter``); where the
+  kernel loads no such program, GPU isolation is reported as not enforced.
 
 ``GPUD_CGROUPS=off`` in the daemon's environment runs tasks without cgroups.
 """
@@ -37,6 +39,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
+
+from gpud.node import devfilter
 
 ROOT = "/sys/fs/cgroup"
 GROUP = "gpud"
@@ -63,10 +67,12 @@ class Hierarchies:
     v1: dict[str, str] = field(default_factory=dict)
     v2: str | None = None
     v2_controllers: frozenset[str] = frozenset()
+    device_programs: bool = False  # GPU isolation by an eBPF program on the v2 group (no v1 devices controller)
 
     def enforced(self) -> tuple[str, ...]:
         """Which limits hold (of memory, cpu, cpuset, pids, devices); empty: none, tasks run as without cgroups."""
-        return tuple(name for name in LIMITS if name in self.v1 or name in self.v2_controllers)
+        return tuple(name for name in LIMITS if name in self.v1 or name in self.v2_controllers
+                     or (name == "devices" and self.device_programs))
 
     def tracked(self) -> bool:
         """True when every process of a task can be found (and killed) through its cgroups."""
@@ -92,7 +98,7 @@ def detect(root: str = ROOT) -> Hierarchies:
             enabled = set(_read(os.path.join(base, "cgroup.subtree_control")).split())
         except OSError:
             return Hierarchies()
-        return Hierarchies(v2=base, v2_controllers=frozenset(enabled))
+        return Hierarchies(v2=base, v2_controllers=frozenset(enabled), device_programs=devfilter.usable())
     v1 = {}
     for controller in V1_CONTROLLERS:
         path = os.path.join(root, controller)
@@ -126,7 +132,7 @@ def detect(root: str = ROOT) -> Hierarchies:
         # a task start two cgroup moves of the supervisor and a directory.
         for controller in V1_REPLACED_BY_V2:
             v1.pop(controller, None)
-    return Hierarchies(v1=v1, v2=v2)
+    return Hierarchies(v1=v1, v2=v2, device_programs=v2 is not None and "devices" not in v1 and devfilter.usable())
 
 
 _detected: Hierarchies | None = None
@@ -147,6 +153,8 @@ def limits_report(hierarchies: Hierarchies | None = None) -> dict:
                                         ("cgroup v2", bool(found.v2_controllers))) if present]
     if found.v2 and not found.v2_controllers:
         kinds.append("cgroup v2 (cgroup.kill)")
+    if found.device_programs:
+        kinds.append("eBPF device program")
     return {"enforced": list(found.enforced()), "how": ", ".join(kinds) or "none"}
 
 
@@ -234,6 +242,8 @@ class TaskCgroup:
                 _write(os.path.join(devices, "devices.allow"),
                        *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
                        f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
+        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
+            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
         if self.v2 and self.hierarchies.v2_controllers:
             self._limit_v2(limits)
 
@@ -386,6 +396,17 @@ class TaskCgroup:
             else:
                 gone = False
         return gone
+
+
+def gpu_devices_allowed(gpu_minors: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """For a device program: of the NVIDIA majors, what a task with GPUs ``gpu_minors`` may open.
+
+    Its own GPUs with nvidiactl and nvidia-modeset (and nvidia-uvm whole);
+    a task without GPUs none of them.
+    """
+    if gpu_minors:
+        return {NVIDIA_MAJOR: (*gpu_minors, NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR)}
+    return {NVIDIA_MAJOR: (), **{major: () for major in _uvm_majors()}}
 
 
 def recorded(task_dir: str, file_name: str = "cgroups") -> TaskCgroup | None:
