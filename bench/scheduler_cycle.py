@@ -190,7 +190,7 @@ def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | No
         profile.disable()
     return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
             "evictions": sum(1 for e in plan.evictions if not e.moved),
-            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}, plan
+            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending)}, plan
 
 
 def measure_big(args, pm, prof: dict) -> dict:
@@ -241,7 +241,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
         profile.disable()
     return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
             "evictions": sum(1 for e in plan.evictions if not e.moved),
-            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending_reasons)}
+            "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending)}
 
 
 def measure_contended(args, pm, prof: dict) -> dict:

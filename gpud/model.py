@@ -170,15 +170,99 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
+class OverLevel:
+    """A queue a reclaim took from: over its fair share (``fair``) or only its quota in ``resource``,
+    holding ``held`` against ``level`` (that fair share or quota) before the eviction."""
+
+    kind: str
+    name: str
+    resource: str
+    held: float
+    level: float
+    fair: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """Why tasks were evicted, as data: the rule and what it compared (words are made by readers).
+
+    ``preempt``: job ``for_job`` (``priority``) of ``project`` outranks ``victim`` (``victim_priority``).
+    ``reclaim``: the victim's queues ``over`` their levels; ``project`` of ``for_job`` then holds
+    ``after`` of ``resource`` against its ``fair_share``. ``consolidate``: moved to make room on ``node``.
+    """
+
+    rule: str
+    for_job: str
+    project: str = ""
+    priority: int = 0
+    victim: str = ""
+    victim_priority: int = 0
+    over: tuple[OverLevel, ...] = ()
+    resource: str = ""
+    after: float = 0.0
+    fair_share: float = 0.0
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Eviction:
-    """Stop tasks of a job (or move them, when ``moved``) and why."""
+    """Stop tasks of a job (or move them, when ``moved``) and why (``why``: data, see ``Evicted``)."""
 
     job: str
     tasks: tuple[int, ...]
     rule: str
-    reason: str
+    why: Evicted | None
     for_job: str | None = None
     moved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """One reason a job waits, as data: the rule and the numbers it compared.
+
+    Placement rules: ``no_nodes``, ``constraint`` (``selector``), ``node_size``
+    (one task of ``request`` fits no node), ``shortage`` (``pool`` has ``free``
+    of ``resource`` and the tasks that must start together need ``need``),
+    ``gang`` (``tasks`` tasks of ``request`` at once: ``free`` GPUs free, but
+    only ``nodes_now`` nodes could hold one task now), ``fragmented`` (``free``
+    GPUs free, no node holds one task). Queue rules, of queue ``level``
+    ``name``: ``limit`` (holds ``held`` of its limit ``bound``), ``quota``
+    (its non-preemptible jobs hold ``held`` of quota ``bound``), ``no_over_quota``
+    (holds ``held`` of quota ``bound``, may not go over), ``preempt_share``
+    (preempting cannot keep it within fair share ``bound`` in the resources
+    ``over``: it holds ``held``, the job needs ``need``), ``preempt_over``
+    (preempting would take it to ``held`` of ``resource``, over fair share
+    ``bound``). Others: ``unknown_project`` (``name``), ``not_considered``,
+    ``evicted`` (``evicted``). ``runs``, when set, is how many of the job's
+    ``of_tasks`` tasks run: the rule is then why the others wait.
+    """
+
+    rule: str
+    pool: str = ""
+    level: str = ""
+    name: str = ""
+    resource: str = ""
+    free: float = 0.0
+    need: Resources = ZERO
+    held: Resources = ZERO
+    bound: Resources = ZERO
+    over: tuple[str, ...] = ()
+    tasks: int = 0
+    request: TaskRequest | None = None
+    nodes_now: int = -1
+    selector: tuple[tuple[str, str], ...] = ()
+    evicted: Evicted | None = None
+    runs: int = 0
+    of_tasks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a job waits after a cycle: its ``blocker`` (None: only its queue's standing) and its queue as
+    the cycle left it (``queue``; None for a job outside any queue, or evicted this cycle)."""
+
+    blocker: Blocker | None
+    queue: QueueReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,13 +277,15 @@ class QueueReport:
     fair_share: Resources
     allocated: Resources
     demand: Resources
+    fixed: Resources = ZERO  # what its non-preemptible jobs hold (they run only within quota)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What one scheduling cycle decided: binds, evictions and why each pending job waits."""
+    """What one scheduling cycle decided: binds, evictions and why each pending job waits (``pending``:
+    data, made when read; ``gpud.reasons`` words it)."""
 
     binds: tuple[Bind, ...]
     evictions: tuple[Eviction, ...]
-    pending_reasons: Mapping[str, str]
+    pending: Mapping[str, Waiting]
     queues: tuple[QueueReport, ...]

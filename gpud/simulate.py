@@ -9,6 +9,7 @@ import pluggy
 
 from gpud.core import Scheduler
 from gpud.model import EPS, Eviction, Plan, Snapshot
+from gpud.reasons import eviction_text, waiting_text
 from gpud.scenario import Expectations, Scenario
 
 
@@ -135,7 +136,7 @@ def check(expect: Expectations, sim: Simulation) -> list[str]:
 
 def job_rows(sim: Simulation) -> list[dict]:
     """One dict per job after the last cycle: state, project, nodes, GPUs and why it waits."""
-    reasons = sim.last_plan.pending_reasons
+    reasons = sim.last_plan.pending
     rows = []
     for job in sorted(sim.snapshot.jobs, key=lambda j: (j.seq, j.id)):
         placements = [job.task_placement(i) for i in range(job.tasks)]
@@ -148,7 +149,7 @@ def job_rows(sim: Simulation) -> list[dict]:
             "tasks": job.tasks,
             "nodes": [p.node if p else "" for p in placements],
             "gpu_index": [list(p.gpu_index) if p else [] for p in placements],
-            "reason": reasons[job.id] if job.id in reasons else None,
+            "reason": waiting_text(reasons[job.id]) if job.id in reasons else None,
         })
     return rows
 
@@ -165,4 +166,5 @@ def queue_rows(sim: Simulation) -> list[dict]:
 def eviction_rows(sim: Simulation) -> list[dict]:
     """One dict per eviction or move, in the order the cycles made them."""
     return [{"cycle": cycle, "job": e.job, "tasks": list(e.tasks), "moved": e.moved, "rule": e.rule,
-             "for_job": e.for_job, "reason": e.reason} for cycle, e in sim.evictions]
+             "for_job": e.for_job, "reason": eviction_text(e.why) if e.why is not None else ""}
+            for cycle, e in sim.evictions]

@@ -145,13 +145,16 @@ class LiveCluster:
         return (self.state_dir / "admin.token").read_text().strip()
 
     def start_node(self, name: str, gpus: int = 4, pool: str = "default", labels: dict | None = None,
-                   wait: bool = True) -> Process:
-        """Start a node daemon with ``gpus`` fake GPUs; wait until the controller lists it up."""
+                   wait: bool = True, cpus: float | None = None, memory_gib: float | None = None) -> Process:
+        """Start a node daemon with ``gpus`` fake GPUs (and ``cpus``, ``memory_gib`` when given);
+        wait until the controller lists it up."""
         config = self.root / f"{name}.toml"
         label_lines = "".join(f'{k} = "{v}"\n' for k, v in (labels or {}).items())
+        sizes = "".join(f"{key} = {value}\n" for key, value in (("cpus", cpus), ("memory_gib", memory_gib))
+                        if value is not None)
         config.write_text(f'controller_url = "{self.url}"\ncluster_key_file = "{self.state_dir}/cluster.key"\n'
                           f'state_dir = "{self.root / name}"\nname = "{name}"\npool = "{pool}"\n'
-                          f'gpu_backend = "fake"\nfake_gpus = {gpus}\n[labels]\n{label_lines}')
+                          f'gpu_backend = "fake"\nfake_gpus = {gpus}\n{sizes}[labels]\n{label_lines}')
         process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
         self.nodes[name] = process
         if wait:

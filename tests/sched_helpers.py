@@ -9,6 +9,7 @@ from gpud.model import Eviction
 from gpud.plugins import make_plugin_manager
 from gpud.scenario import Scenario, parse_scenario
 from gpud.simulate import Simulation, simulate
+from gpud.reasons import pending_texts
 
 
 def scenario(text: str, source: str = "<inline>") -> Scenario:
@@ -60,7 +61,7 @@ def gpu_index(sim: Simulation, job_id: str) -> list[tuple[int, ...]]:
 
 def reason(sim: Simulation, job_id: str) -> str:
     """Why a pending job waits, as the last cycle said."""
-    reasons = sim.last_plan.pending_reasons
+    reasons = pending_texts(sim.last_plan)
     assert job_id in reasons, f"{job_id} has no pending reason (running: {sorted(sim.running())})"
     return reasons[job_id]
 

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from sched_helpers import evictions, gpu_index, gpus, job, nodes_of, reason, run
+from gpud.reasons import pending_texts
 
 
 # --- order ----------------------------------------------------------------------------------------
@@ -791,7 +792,7 @@ def test_every_pending_job_has_a_reason_and_running_jobs_none():
         project = "p1"
         gpus = 1
         """)
-    reasons = sim.last_plan.pending_reasons
+    reasons = pending_texts(sim.last_plan)
     assert set(reasons) == sim.pending()
     assert all(reasons[j] for j in reasons)
 
@@ -807,7 +808,7 @@ def test_a_gpu_out_of_service_takes_no_work_and_leaves_the_pool_capacity():
     jobs = tuple(JobSpec(id=f"j{i}", project="p", request=TaskRequest(gpus=1), seq=i) for i in range(3))
     plan = schedule(Snapshot((node,), jobs, 0.0), policy, make_plugin_manager())
     assert sorted(b.placement.gpu_index for b in plan.binds) == [(0,), (3,)]
-    assert "j2" in plan.pending_reasons
+    assert "j2" in pending_texts(plan)
     (queue,) = [q for q in plan.queues if q.name == "p"]
     assert queue.fair_share.gpu == 2.0
 
@@ -822,8 +823,8 @@ def test_a_larger_job_blocked_after_a_smaller_one_states_its_own_need():
     jobs = [JobSpec(id=f"one-{i}", project="a", request=TaskRequest(gpus=1), seq=i) for i in range(3)]
     jobs.append(JobSpec(id="four", project="a", request=TaskRequest(gpus=4), seq=9))
     plan = Scheduler(Snapshot((NodeSpec("n", gpus=2),), tuple(jobs), 0.0), policy, make_plugin_manager()).cycle()
-    assert plan.pending_reasons["one-2"].endswith("has 0 free, the job needs 1")
-    assert plan.pending_reasons["four"].endswith("has 0 free, the job needs 4")
+    assert pending_texts(plan)["one-2"].endswith("has 0 free, the job needs 1")
+    assert pending_texts(plan)["four"].endswith("has 0 free, the job needs 4")
 
 
 def test_every_job_of_a_queue_passed_over_whole_says_why_even_after_the_next_cycle():
@@ -847,10 +848,10 @@ def test_every_job_of_a_queue_passed_over_whole_says_why_even_after_the_next_cyc
     scheduler = Scheduler(Snapshot((NodeSpec("n", gpus=2),), tuple(jobs), 0.0), policy, make_plugin_manager())
     plan = scheduler.cycle()
     assert sorted(b.job for b in plan.binds) == ["small-0", "small-1"]
-    assert set(plan.pending_reasons) == {j.id for j in jobs} - {"small-0", "small-1"}
+    assert set(pending_texts(plan)) == {j.id for j in jobs} - {"small-0", "small-1"}
     scheduler.cycle(10.0)  # the next cycle runs before anyone reads the first plan's reasons
     for job in jobs[2:]:
-        reason = plan.pending_reasons[job.id]
+        reason = pending_texts(plan)[job.id]
         assert reason.startswith("project a: 2/1 GPUs of quota"), reason
         if job.preemptible:
             assert reason.endswith(f"has 0 free, the job needs {job.request.gpus:g}"), reason

@@ -12,6 +12,7 @@ from gpud import hookimpl
 from gpud.core import Scheduler
 from gpud.plugins import make_plugin_manager
 from gpud.simulate import simulate
+from gpud.reasons import eviction_text, pending_texts
 
 
 # --- reclaim --------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def test_reclaim_from_a_queue_over_quota_when_none_is_over_fair_share():
     assert evicted_jobs(sim) == {"x-4"}
     assert nodes_of(sim, "z") == ["n1"]
     (eviction,) = evictions(sim)
-    assert "project p1 4/0 GPUs over quota" in eviction.reason
+    assert "project p1 4/0 GPUs over quota" in eviction_text(eviction.why)
 
 
 def test_reclaim_from_over_quota_queue_only_while_reclaimer_stays_within_its_quota():
@@ -608,7 +609,8 @@ def test_reclaim_across_departments_names_both_levels():
         """)
     assert (gpus(sim, "p1"), gpus(sim, "p2")) == (2, 2)
     first = evictions(sim)[0]
-    assert "department D1" in first.reason and "project p1" in first.reason
+    assert [(o.kind, o.name, o.fair) for o in first.why.over] == [("department", "D1", True), ("project", "p1", True)]
+    assert "department D1" in eviction_text(first.why) and "project p1" in eviction_text(first.why)
 
 
 # --- preemption -----------------------------------------------------------------------------------
@@ -812,7 +814,7 @@ def test_a_refusal_read_after_the_next_cycle_gives_the_numbers_of_its_own_cycle(
     scheduler.finish("low")
     after = scheduler.cycle()
     assert [b.job for b in after.binds] == ["urgent"]
-    assert refused.pending_reasons["urgent"].endswith(
+    assert pending_texts(refused)["urgent"].endswith(
         "preempting lower-priority jobs cannot keep project p1 within its fair share "
         "(it holds 1/1 GPUs, 2/4.5 CPUs; the job needs 1 GPU, 5 CPUs)")
 
@@ -1128,6 +1130,37 @@ def test_elastic_non_preemptible_preemptor_stays_within_quota():
     assert 1 <= job(sim, "inf").running_tasks <= 2
 
 
+def test_an_elastic_job_at_its_minimum_grows_by_preempting_lower_priority_jobs_of_its_project():
+    # The elastic job starts with its one task on the free GPU; its project's training jobs fill the
+    # rest. As a pending job of its priority would, it takes their GPUs for its other tasks.
+    sim = run("""
+        [[policy.projects]]
+        name = "p1"
+        gpu_quota = 4
+        [[nodes]]
+        name = "n1"
+        gpus = 4
+        [[jobs]]
+        name = "e"
+        project = "p1"
+        priority = 75
+        tasks = 3
+        min_tasks = 1
+        gpus = 1
+        submitted = 100
+        [[jobs]]
+        name = "t"
+        count = 3
+        project = "p1"
+        gpus = 1
+        submitted = 0
+        running_on = ["n1"]
+        """)
+    assert job(sim, "e").running_tasks == 3
+    assert sim.preempted == {"t-2", "t-3"}
+    assert {e.for_job for e in evictions(sim, "preempt")} == {"e"}
+
+
 # --- consolidation --------------------------------------------------------------------------------
 
 def test_consolidation_moves_as_few_jobs_as_possible():
@@ -1393,7 +1426,7 @@ def test_min_runtime_can_leave_the_reclaimer_waiting():
 
 def test_reclaim_reason_names_the_rule_the_queue_and_the_numbers():
     sim = run(RECLAIM_OVER_FAIR_SHARE_FIRST)
-    reasons = {e.job: e.reason for e in evictions(sim)}
+    reasons = {e.job: eviction_text(e.why) for e in evictions(sim)}
     assert reasons["x-7"].startswith("reclaim: project p1 7/5 GPUs over fair share")
     assert "for job z-1 of project p3" in reasons["x-7"]
     assert reasons["x-6"].startswith("reclaim: project p1 6/5 GPUs over fair share")
@@ -1424,7 +1457,7 @@ def test_reclaim_reason_names_the_resource_the_queue_is_over_in():
         cpus = 4
         submitted = 100
         """)
-    reasons = {e.job: e.reason for e in evictions(sim, "reclaim")}
+    reasons = {e.job: eviction_text(e.why) for e in evictions(sim, "reclaim")}
     assert reasons == {"x-4": "reclaim: project p1 8/4 CPUs over fair share; for job y of project p2 4/4 CPUs",
                        "x-3": "reclaim: project p1 6/4 CPUs over fair share; for job y of project p2 4/4 CPUs"}
 
@@ -1450,7 +1483,7 @@ def test_preempt_reason_names_both_jobs_and_priorities():
         submitted = 100
         """)
     (eviction,) = evictions(sim)
-    assert eviction.reason == "preempt: job ws (priority 100) of project p1 outranks job t (priority 50)"
+    assert eviction_text(eviction.why) == "preempt: job ws (priority 100) of project p1 outranks job t (priority 50)"
 
 
 # --- stability ------------------------------------------------------------------------------------

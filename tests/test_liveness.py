@@ -1,4 +1,4 @@
-"""Liveness of reclaim over random clusters of every job shape (hypothesis).
+"""Liveness of reclaim and preemption over random clusters of every job shape (hypothesis).
 
 Whenever a project is below its quota and its fair share, its first pending
 job fits within both, and evicting preemptible jobs of projects over their
@@ -9,6 +9,12 @@ taken in victim order while their project (and, across departments, their
 department) is still over its fair share, and over its quota (a queue within
 its quota is never a victim), in a resource the job needs and the victim
 holds; then the job's tasks are placed first-fit on what is free.
+
+Likewise inside a project: when its first pending job (or a running elastic
+job with tasks still to add) stays, with its project and department, within
+the fair share, and evicting the project's lower-priority preemptible jobs
+past the minimum run time would make room, it runs (or grows) within three
+cycles.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from gpud.model import JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskRequest
 from gpud.simulate import apply_plan
 
 from gpud.policy import Department, Policy, Project
+from gpud.reasons import pending_texts
 
 from test_properties import NOW, PM, POOL, TOL, Case, Room, cases, project_alloc
 
@@ -238,6 +245,67 @@ def starving_heads(case: Case, plan: Plan) -> list[JobSpec]:
     return found
 
 
+def room_by_preemption(case: Case, job: JobSpec) -> bool:
+    """Whether evicting every preemptible job of the job's project below its priority, past the minimum
+    run time, leaves room for the job's tasks that must start (an elastic job's next task included)."""
+    policy, snapshot = case.policy, case.snapshot
+    victims = {j.id for j in snapshot.jobs if j.project == job.project and j.is_running and j.preemptible
+               and j.priority < job.priority and j.id != job.id
+               and NOW - (j.started if j.started is not None else j.submitted) >= policy.min_runtime_s}
+    if not victims:
+        return False
+    room = Room(list(snapshot.nodes))
+    for other in snapshot.jobs:
+        if other.id in victims:
+            continue
+        for p in other.placements:
+            if p is not None:
+                for i in p.gpu_index:
+                    room.share[p.node][i] -= p.gpu_share
+                room.cpu[p.node] -= other.request.cpus
+                room.mem[p.node] -= other.request.memory_gib
+    for _ in range(tasks_to_start(job)):
+        if not any(room.take(node, job.request) is not None for node in sorted(room.specs)):
+            return False
+    return True
+
+
+def outranking_heads(case: Case, plan: Plan) -> list[JobSpec]:
+    """The first pending job of each project (a running elastic job with tasks to add included) whose
+    project and department stay within their fair share with it, that a non-preemptible job's quota
+    admits, and for which evicting lower-priority jobs of its own project would make room: preemption
+    serves it (no limit and no over-quota ban in play)."""
+    policy, snapshot = case.policy, case.snapshot
+    shares = {q.name: q.fair_share for q in plan.queues if q.kind == "project"}
+    dept_shares = {q.name: q.fair_share for q in plan.queues if q.kind == "department"}
+    held = project_alloc(snapshot)
+    fixed = project_alloc(snapshot, lambda j: not j.preemptible)
+    dept_held: dict[str, Resources] = defaultdict(Resources)
+    dept_fixed: dict[str, Resources] = defaultdict(Resources)
+    for name in policy.projects:
+        dept_held[policy.projects[name].department] += held[name]
+        dept_fixed[policy.projects[name].department] += fixed[name]
+    found = []
+    for name, project in policy.projects.items():
+        waiting = [j for j in snapshot.jobs if j.project == name and j.running_tasks < j.tasks]
+        if not waiting:
+            continue
+        head = min(waiting, key=lambda j: (-j.priority, j.submitted, j.seq))
+        need = task_need(head, snapshot).scaled(tasks_to_start(head))
+        department = policy.departments[project.department]
+        levels = [(project, held[name], fixed[name], shares[name])]
+        if not department.implicit:
+            levels.append((department, dept_held[department.name], dept_fixed[department.name],
+                           dept_shares[department.name]))
+        if any(level.limit_in(POOL) is not None or not level.over_quota or not fits(amount, need, share)
+               or (not head.preemptible and not fits(kept, need, bound(level.quota_in(POOL)), True))
+               for level, amount, kept, share in levels):
+            continue
+        if room_by_preemption(case, head):
+            found.append(head)
+    return found
+
+
 @LIVENESS
 @given(contended())
 def test_a_starving_project_gets_its_first_job_running_within_three_cycles(case):
@@ -259,11 +327,12 @@ def check_liveness(case: Case) -> None:
     for _ in range(3):
         now = dataclasses.replace(case, snapshot=snapshots[-1])
         plan = schedule(now.snapshot, case.policy, PM)
-        starving.append({job.id: job for job in starving_heads(now, plan)})
+        heads = starving_heads(now, plan) + outranking_heads(now, plan)
+        starving.append({job.id: job for job in heads})
         snapshots.append(apply_plan(now.snapshot, plan))
     first = {job.id: job for job in snapshots[0].jobs}
     last = {job.id: job for job in snapshots[-1].jobs}
     for job_id in set(starving[0]) & set(starving[1]) & set(starving[2]):
         assert last[job_id].running_tasks > first[job_id].running_tasks, (
             f"{job_id} of project {first[job_id].project} gained no task in 3 cycles: "
-            f"{plan.pending_reasons.get(job_id, 'running')}")
+            f"{pending_texts(plan).get(job_id, 'running')}")

@@ -14,6 +14,7 @@ from gpud.policy import Department, Policy, Project, Resources
 from gpud.plugins import make_plugin_manager
 from test_properties import PM, assert_not_overcommitted, cases, run_cycles
 from test_warm_scheduler import books, fresh_state
+from gpud.reasons import pending_texts
 
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,7 +43,7 @@ def test_jobs_of_a_removed_project_keep_their_gpus_and_start_nothing(data):
         assert not [e for e in plan.evictions if e.job in before], "a job of a removed project was stopped"
         for job_id in before:
             if any(p is None for p in before[job_id]):
-                assert "not in the policy" in plan.pending_reasons[job_id]
+                assert "not in the policy" in pending_texts(plan)[job_id]
     assert {job.id: job.placements for job in after.jobs if job.id in before} == before
 
 
@@ -67,7 +68,7 @@ def test_a_running_job_of_a_removed_project_is_not_double_booked():
                     projects={"p1": Project("p1", quota={"default": Resources(gpu=1)}, department="d")})
     plan = schedule(Snapshot((node,), (running, waiting), 10.0), policy, make_plugin_manager())
     assert plan.binds == ()
-    assert "project p1" in plan.pending_reasons["new"] or "GPU" in plan.pending_reasons["new"]
+    assert "project p1" in pending_texts(plan)["new"] or "GPU" in pending_texts(plan)["new"]
 
 
 def test_consolidation_moves_no_job_of_a_removed_project():

@@ -16,6 +16,7 @@ from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
 from test_properties import SETTINGS, cases
+from gpud.reasons import pending_texts
 
 PM = make_plugin_manager()
 
@@ -36,7 +37,7 @@ def full_cluster() -> ClusterState:
 
 
 def evict(state: ClusterState, stmt: Statement, job_id: str) -> None:
-    stmt.evict(state.jobs[job_id], 0, "test", "", None)
+    stmt.evict(state.jobs[job_id], 0, "test", None, None)
 
 
 def searched_without_room() -> tuple[ClusterState, Placer, Statement, JobSpec]:
@@ -93,7 +94,7 @@ def test_the_built_in_strategies_place_as_their_hooks_do(case):
     direct = schedule(case.snapshot, case.policy, make_plugin_manager())
     hooked = schedule(case.snapshot, case.policy, traced(make_plugin_manager()))
     assert direct.binds == hooked.binds and direct.evictions == hooked.evictions
-    assert dict(direct.pending_reasons) == dict(hooked.pending_reasons)
+    assert dict(pending_texts(direct)) == dict(pending_texts(hooked))
 
 
 REVERSED = '''

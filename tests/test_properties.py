@@ -22,6 +22,7 @@ from gpud.model import EPS, JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskPl
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
 from gpud.simulate import apply_plan
+from gpud.reasons import pending_texts
 
 POOL = "default"
 NOW = 1000.0
@@ -255,7 +256,7 @@ def test_every_waiting_job_says_why(case):
     for _, plan, after in run_cycles(case, case.cycles):
         waiting = {job.id for job in after.jobs if job.running_tasks < job.tasks}
         for job_id in waiting:
-            reason = plan.pending_reasons[job_id]
+            reason = pending_texts(plan)[job_id]
             assert reason and "not considered" not in reason, f"{job_id}: {reason!r}"
 
 
@@ -326,7 +327,7 @@ def test_reclaim_never_takes_from_a_queue_at_or_below_its_quota(case):
             quota = Resources(written.gpu, written.cpu or float("inf"), written.memory or float("inf"))
             assert any(held[project].get(r) > quota.get(r) + TOL for r in ("gpu", "cpu", "memory")), (
                 f"reclaim took {eviction.job} from project {project} holding at most {held[project]} "
-                f"of quota {quota}: {eviction.reason}")
+                f"of quota {quota}: {eviction.why}")
 
 
 @SETTINGS
@@ -381,5 +382,5 @@ def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
     for before, plan, _ in run_cycles(case, case.cycles):
         with mock.patch.object(VictimLists, "holdings", lambda self, queue, priority: _EveryNodeHoldsAll()):
             unbounded = schedule(before, case.policy, PM)
-        assert (unbounded.binds, unbounded.evictions, dict(unbounded.pending_reasons)) == (
-            plan.binds, plan.evictions, dict(plan.pending_reasons))
+        assert (unbounded.binds, unbounded.evictions, dict(pending_texts(unbounded))) == (
+            plan.binds, plan.evictions, dict(pending_texts(plan)))

@@ -21,6 +21,7 @@ from gpud.core.state import ClusterState
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Department, NodePool, Policy, Project
 from gpud.plugins import make_plugin_manager
+from gpud.reasons import pending_texts
 from test_properties import PM, SETTINGS, Case, assert_not_overcommitted, cases, requests
 
 from sched_helpers import scenario
@@ -89,7 +90,7 @@ def test_a_plan_read_after_later_cycles_lists_the_jobs_that_waited_then(data):
     # (Reasons of jobs that have finished since are not compared: the plan reads the job itself.)
     case, steps = data
     read_at_once, read_later = Scheduler(case.snapshot, case.policy, PM), Scheduler(case.snapshot, case.policy, PM)
-    seen = [dict(read_at_once.cycle().pending_reasons)]
+    seen = [dict(pending_texts(read_at_once.cycle()))]
     kept = [read_later.cycle()]
     for new, finishing in steps:
         running = [j.id for j in read_at_once.jobs() if j.is_running][:finishing]
@@ -98,10 +99,10 @@ def test_a_plan_read_after_later_cycles_lists_the_jobs_that_waited_then(data):
                 scheduler.finish(job_id)
             for job in new:
                 scheduler.submit(job)
-        seen.append(dict(read_at_once.cycle().pending_reasons))
+        seen.append(dict(pending_texts(read_at_once.cycle())))
         kept.append(read_later.cycle())
     for then, plan in zip(seen, kept):
-        later = plan.pending_reasons
+        later = pending_texts(plan)
         assert sorted(later) == sorted(then) and len(later) == len(then)
         known = read_later.state.jobs
         assert {j: r for j, r in later.items() if j in known} == {j: r for j, r in then.items() if j in known}
@@ -116,7 +117,7 @@ def test_first_warm_cycle_is_the_snapshot_schedule(case):
     cold = schedule(case.snapshot, case.policy, PM)
     assert warm.binds == cold.binds
     assert warm.evictions == cold.evictions
-    assert list(warm.pending_reasons.items()) == list(cold.pending_reasons.items())
+    assert list(pending_texts(warm).items()) == list(pending_texts(cold).items())
 
 
 def test_a_started_job_keeps_every_field_of_its_spec():
@@ -156,11 +157,11 @@ def test_finished_job_frees_its_gpus_for_the_next_cycle():
         """)
     scheduler = Scheduler(sc.snapshot, sc.policy, PM)
     first = scheduler.cycle()
-    assert first.binds == () and "next" in first.pending_reasons
+    assert first.binds == () and "next" in pending_texts(first)
     scheduler.finish("old")
     second = scheduler.cycle()
     assert [(b.job, b.placement.node, b.placement.gpu_index) for b in second.binds] == [("next", "n1", (0, 1))]
-    assert "next" not in second.pending_reasons
+    assert "next" not in pending_texts(second)
     assert scheduler.job("next").is_running
 
 
@@ -238,14 +239,14 @@ def test_a_node_filter_plugin_judges_each_job_on_its_own(tmp_path):
     pm = make_plugin_manager(directory=tmp_path)
     plan = schedule(sc.snapshot, sc.policy, pm)
     assert [b.job for b in plan.binds] == ["e"]
-    assert "p" in plan.pending_reasons
+    assert "p" in pending_texts(plan)
 
 
 
 def same_plan(first, second) -> None:
     assert first.binds == second.binds
     assert first.evictions == second.evictions
-    assert dict(first.pending_reasons) == dict(second.pending_reasons)
+    assert dict(pending_texts(first)) == dict(pending_texts(second))
     assert first.queues == second.queues
 
 

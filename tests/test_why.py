@@ -133,3 +133,26 @@ def test_a_job_held_back_by_its_limit_and_a_full_node_gets_one_condition_for_bot
     parts = answer["would_start"][0]["conditions"]
     assert [c["condition"] for c in parts] == ["level_holds_at_most", "node_frees"]
     assert (parts[0]["gpu"], parts[1]["node"], parts[1]["gpu"]) == (1, "n1", 2)
+
+
+def test_the_scheduler_gives_its_blocker_as_data_and_why_words_it():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 16}]}, [("n1", 4, 64), ("n2", 4, 64), ("n3", 4, 64)])
+    fillers = [submit(cluster, "p", gpus=gpus, priority=100) for gpus in (2, 3, 3)]
+    cycle(cluster)
+    assert all(filler.state != PENDING for filler in fillers)  # 2, 1 and 1 GPUs free
+    wide = submit(cluster, "p", gpus=3, tasks=2)
+    cycle(cluster)
+    answer = explain(wide, cluster)
+    scheduler = next(b for b in answer["blockers"] if b["rule"] == "scheduler")
+    blocker = scheduler["blocker"]
+    assert (blocker["rule"], blocker["resource"], blocker["pool"]) == ("shortage", "gpu", "default")
+    assert (blocker["free"], blocker["need"]["gpu"]) == (4, 6)
+    assert scheduler["queue"]["name"] == "p" and scheduler["queue"]["allocated"]["gpu"] == 8
+    assert scheduler["message"] == answer["reason"] == cluster.reason_of(wide)
+    assert answer["reason"].endswith("waiting for GPUs: pool default has 4 free, the job needs 6")
+    gang = submit(cluster, "p", gpus=2, tasks=2)
+    cycle(cluster)
+    blocker = next(b for b in explain(gang, cluster)["blockers"] if b["rule"] == "scheduler")["blocker"]
+    assert (blocker["rule"], blocker["tasks"], blocker["nodes_holding_a_task_now"]) == ("gang", 2, 1)
+    assert blocker["per_task"]["gpus"] == 2 and "waiting for gang members" in blocker["message"]
+    assert "1 node could hold one now" in blocker["message"]

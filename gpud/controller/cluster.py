@@ -20,8 +20,9 @@ from gpud.controller.orders import purge_order, start_order, stop_order
 from gpud.controller.persist import Persister
 from gpud.jobs import Job, TaskRun, gpus_of, job_uid, new_uid
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
-from gpud.model import Plan, TaskPlacement
+from gpud.model import Eviction, Plan, TaskPlacement, Waiting
 from gpud.policy import Policy
+from gpud.reasons import eviction_text, waiting_text
 from gpud.store import Event
 from gpud.submission import Capacity, Submission
 
@@ -248,6 +249,12 @@ class Cluster(NodeMessages):
         self.wake()
         return True
 
+    def waiting_of(self, job: Job) -> Waiting | None:
+        """Why the last cycle left the job waiting, as the scheduler's data; None when it did not judge it."""
+        if job.id in self.core.in_core and self.last_plan is not None and not self.core.rebuild_needed:
+            return self.last_plan.pending.get(job.id)
+        return None
+
     def reason_of(self, job: Job) -> str:
         """Why the job waits (or how it ended), with numbers where the scheduler gave them.
 
@@ -255,19 +262,22 @@ class Cluster(NodeMessages):
         its 4 tasks; the others wait: ...``.
         """
         if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
-            reason = (self.last_plan.pending_reasons.get(job.id) if self.last_plan is not None else "") or ""
+            waiting = self.last_plan.pending.get(job.id) if self.last_plan is not None else None
             head = f"runs {_placed(job)} of its {job.tasks} tasks"
-            # The cycle that starts the job words it so; later cycles give only why the others wait.
-            return reason if head in reason else f"{head}; the others wait: {reason}" if reason else head
+            if waiting is None:
+                return head
+            # The cycle that starts the job says how many run; later cycles give only why the others wait.
+            if waiting.blocker is not None and waiting.blocker.runs:
+                return waiting_text(waiting)
+            return f"{head}; the others wait: {waiting_text(waiting)}"
         if job.state != PENDING:
             return job.reason
         blocked = self._blocked_reason(job)
         if blocked:
             return blocked
-        if job.id in self.core.in_core and self.last_plan is not None and not self.core.rebuild_needed:
-            reason = self.last_plan.pending_reasons.get(job.id)
-            if reason:
-                return reason
+        waiting = self.waiting_of(job)
+        if waiting is not None:
+            return waiting_text(waiting)
         return job.reason or "waiting for the next scheduling cycle"
 
     # ------------------------------------------------------------------ plans
@@ -288,7 +298,7 @@ class Cluster(NodeMessages):
             for task in eviction.tasks:
                 self._stop_run(job, task, "preempted")
             self._event(verb, f"tasks {','.join(map(str, eviction.tasks))} {verb} ({eviction.rule}): "
-                              f"{eviction.reason}", job=job.id)
+                              f"{_eviction_words(eviction)}", job=job.id)
             if eviction.moved:
                 job.restart_count += 1
             evicted[job.id] = eviction
@@ -296,7 +306,7 @@ class Cluster(NodeMessages):
         for job_id, eviction in evicted.items():
             job = self.jobs[job_id]
             if not any(run.placement is not None for run in job.runs) and not eviction.moved:
-                self._preempted(job, eviction.reason)
+                self._preempted(job, _eviction_words(eviction))
         binds: dict[str, list] = defaultdict(list)
         for bind in plan.binds:
             if bind.job not in skip and bind.job in self.jobs:
@@ -620,3 +630,8 @@ def _dependency_met(kind: str, state: str) -> bool | None:
     if kind == "afternotok":
         return state != COMPLETED
     return True
+
+
+def _eviction_words(eviction: Eviction) -> str:
+    """Why an eviction was made, for people."""
+    return eviction_text(eviction.why) if eviction.why is not None else eviction.rule

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from gpud.controller.cluster import Cluster
 from gpud.jobs import Job
 from gpud.lifecycle import PENDING
-from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, Resources
+from gpud.core.blockers import SHORTAGE
+from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, Blocker, QueueReport, Resources
+from gpud.reasons import blocker_data
 
 OWNER = "owner"
 PROJECT = "project"
@@ -49,11 +51,17 @@ def explain(job: Job, cluster: Cluster) -> dict:
                              f"--depends {dep.kind}:{dep.job}"))
     if blockers:
         return answer
-    if reason and reason != "waiting for the next scheduling cycle":
-        blockers.append(_item("scheduler", reason))
+    waiting = cluster.waiting_of(job)
+    core = waiting.blocker if waiting is not None else None
+    if waiting is not None:
+        # The scheduler's own blocker, as it gave it: the rule and its numbers, and the queue it judged.
+        blockers.append(_item("scheduler", reason, blocker=blocker_data(core) if core is not None else None,
+                              queue=_queue_data(waiting.queue) if waiting.queue is not None else None))
+    elif job.reason:  # what the controller last recorded (a requeue), until a cycle judges the job
+        blockers.append(_item("scheduler", job.reason))
     facts = _Facts.of(job, cluster)
-    never = _queue_facts(job, cluster, facts, blockers, would)
-    never = _node_facts(job, cluster, facts, blockers, would, never) or never
+    never = _queue_facts(job, cluster, facts, blockers, would, core)
+    never = _node_facts(job, cluster, facts, blockers, would, never, core) or never
     answer["never"] = never
     if never:  # no load change starts it: only what a person changes is worth saying
         would[:] = [c for c in would if c["who"] in (OWNER, ADMIN)]
@@ -112,8 +120,21 @@ def _gpus(amount: float) -> str:
     return f"{amount:g} GPU" + ("" if amount == 1 else "s")
 
 
-def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list) -> bool:
-    """The project's and department's rules that hold the job back; True when no change of load can start it."""
+def _queue_data(report: QueueReport) -> dict:
+    """A queue as the scheduler's cycle left it, as data."""
+    return {"kind": report.kind, "name": report.name, "pool": report.pool,
+            **{field: {"gpu": round(amount.gpu, 6), "cpu": round(amount.cpu, 6), "memory": round(amount.memory, 6)}
+               for field, amount in (("allocated", report.allocated), ("quota", report.quota),
+                                     ("fair_share", report.fair_share))}}
+
+
+def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list,
+                 core: Blocker | None) -> bool:
+    """The project's and department's rules that hold the job back; True when no change of load can start it.
+
+    The amounts are the scheduler's: what each queue holds and what its
+    non-preemptible jobs hold (its reports), and, when it found the pool short
+    of GPUs, how many were free (its blocker)."""
     plan = cluster.last_plan
     policy = cluster.policy
     settings = policy.projects.get(job.project)
@@ -161,7 +182,7 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
     if job.priority >= NON_PREEMPTIBLE_PRIORITY and want > EPS:
         for kind, name, level, report in levels:
             bound = level.quota_in(pool).gpu
-            held = _non_preemptible_held(cluster, job, pool, kind, name)
+            held = report.fixed.gpu
             if want > bound + EPS:
                 never = True
                 blockers.append(_item("quota", f"priority {job.priority} jobs run only within quota, and the job "
@@ -186,42 +207,17 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
                                  f"pool {pool} holding at most {bound - want:g} GPUs (they hold {held:g}), or an "
                                  "admin raising its quota", level=kind, name=name, pool=pool, gpu=bound - want))
         return never
-    if not never and not limited and allocated + want > fair + EPS and _free_gpus(cluster, job, pool) + EPS < want:
+    if (not never and not limited and allocated + want > fair + EPS and core is not None
+            and core.rule == SHORTAGE and core.resource == "gpu" and core.free + EPS < want):
         would.append(_if("idle_gpus", CLUSTER, f"{_gpus(want)} idle in pool {pool} (this project is at or over "
                          "its fair share, so it takes only idle GPUs)", pool=pool, gpu=want))
     return never
 
 
-def _non_preemptible_held(cluster: Cluster, job: Job, pool: str, kind: str, name: str) -> float:
-    """GPUs the running non-preemptible jobs of the project (or department) hold in the pool."""
-    policy = cluster.policy
-    held = 0.0
-    for other in cluster.jobs.values():
-        if other.id == job.id or other.priority < NON_PREEMPTIBLE_PRIORITY:
-            continue
-        if (other.pool or policy.default_pool) != pool:
-            continue
-        settings = policy.projects.get(other.project)
-        if kind == "project" and other.project != name:
-            continue
-        if kind == "department" and (settings is None or settings.department != name):
-            continue
-        held += other.gpus_held()
-    return held
-
-
-def _free_gpus(cluster: Cluster, job: Job, pool: str) -> float:
-    """Free GPU share over the pool's schedulable nodes."""
-    used = _used(cluster)
-    total = 0.0
-    for node in cluster.nodes.values():
-        if node.pool == pool and node.spec().schedulable:
-            total += len(node.gpus) - used.get(node.name, Resources()).gpu
-    return total
-
-
-def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list, never: bool) -> bool:
-    """Which nodes could hold a task, now and ever; True when none ever could, or a gang never fits."""
+def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list, never: bool,
+                core: Blocker | None) -> bool:
+    """Which nodes could hold a task, now and ever (after the cycle's binds and evictions, node by node:
+    the scheduler's blocker counts them when it tried); True when none ever could, or a gang never fits."""
     pool = facts.pool
     matching = [n for n in cluster.nodes.values() if n.pool == pool
                 and all(n.labels.get(k) == v or (k == "pool" and v == n.pool) for k, v in job.constraint.items())]

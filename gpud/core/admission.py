@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpud.core.queues import QueueState, format_amount
-from gpud.model import JobSpec, Resources
+from gpud.core.blockers import LIMIT, NO_OVER_QUOTA, QUOTA
+from gpud.core.queues import QueueState
+from gpud.model import Blocker, JobSpec, Resources
 
 
 NON_PREEMPTIBLE_ONLY: Final = 1
 EVERY_JOB: Final = 0
 
 
-def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int] | None:
-    """Why the job's queues may not take ``need`` more, or None when they may.
+def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[Blocker, int] | None:
+    """Why the job's queues may not take ``need`` more (a blocker, as data), or None when they may.
 
     Checked at the project and its department: hard limits for every job;
     quota for non-preemptible jobs (together they run only within quota,
@@ -26,30 +27,12 @@ def refusal(queue: QueueState, job: JobSpec, need: Resources) -> tuple[str, int]
         if level is None or level.implicit:
             continue
         if not level.fits_limit(need):
-            return (f"{level.kind} {level.name} is at its limit of {_amounts(level.limit, need)} "
-                    f"(holds {_held(level, level.limit, need)})"), EVERY_JOB
+            return Blocker(LIMIT, level.pool, level.kind, level.name, need=need, held=level.allocated,
+                           bound=level.limit), EVERY_JOB
         if not job.preemptible and not level.fits_quota_fixed(need):
-            return (f"{level.kind} {level.name} has no quota left for it (non-preemptible jobs hold "
-                    f"{_held(level, level.quota_bound, need, level.fixed)}; they run only within quota)"), \
-                NON_PREEMPTIBLE_ONLY
+            return Blocker(QUOTA, level.pool, level.kind, level.name, need=need, held=level.fixed,
+                           bound=level.quota_bound), NON_PREEMPTIBLE_ONLY
         if not level.settings.over_quota and not level.fits_quota(need):
-            return (f"{level.kind} {level.name} may not go over quota "
-                    f"({_held(level, level.quota_bound, need)})"), EVERY_JOB
+            return Blocker(NO_OVER_QUOTA, level.pool, level.kind, level.name, need=need, held=level.allocated,
+                           bound=level.quota_bound), EVERY_JOB
     return None
-
-
-def _held(queue: QueueState, level: Resources, need: Resources, alloc: Resources | None = None) -> str:
-    alloc = queue.allocated if alloc is None else alloc
-    parts = []
-    for name, unit in (("gpu", "GPUs"), ("cpu", "CPUs"), ("memory", "GiB")):
-        if need.get(name) > 0 and level.get(name) != float("inf"):
-            parts.append(f"{format_amount(alloc.get(name))}/{format_amount(level.get(name))} {unit}")
-    return ", ".join(parts)
-
-
-def _amounts(level: Resources, need: Resources) -> str:
-    parts = []
-    for name, unit in (("gpu", "GPUs"), ("cpu", "CPUs"), ("memory", "GiB")):
-        if need.get(name) > 0 and level.get(name) != float("inf"):
-            parts.append(f"{format_amount(level.get(name))} {unit}")
-    return ", ".join(parts)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
 from gpud.core.order import Skip, serve_in_order
-from gpud.core.placement import FRAGMENTED, IMPOSSIBLE, WAITING, Placer, Shortage, explain_unplaced
+from gpud.core.blockers import SHORTAGE, restated, running
+from gpud.core.placement import FRAGMENTED, WAITING, Placer, explain_unplaced
 from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
-from gpud.core.wording import Text
-from gpud.model import JobSpec
+from gpud.model import Blocker, JobSpec
 
 
 def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
@@ -29,11 +29,11 @@ def gang_tasks(state: ClusterState, job: JobSpec) -> int:
 
 
 def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
-                 queue: QueueState) -> tuple[str, int] | None:
+                 queue: QueueState) -> tuple[Blocker | None, int] | None:
     """Place the job's pending tasks into free resources.
 
-    Returns None when placed; (reason, whom the rule binds) when a queue rule
-    refuses the job; ("", EVERY_JOB) when no room was found.
+    Returns None when placed; (blocker, whom the rule binds) when a queue rule
+    refuses the job; (None, EVERY_JOB) when no room was found.
     """
     pending, minimum = needed_tasks(state, job)
     need = state.need(job, len(pending))
@@ -45,7 +45,7 @@ def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobS
         return refused
     if placer.place(stmt, job, pending, max(minimum, 1)):
         return None
-    return "", EVERY_JOB
+    return None, EVERY_JOB
 
 
 class Blocks:
@@ -61,15 +61,15 @@ class Blocks:
         self.rules: dict[QueueState, FailedShapes] = {}
         self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
 
-    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Text, str] | None:
-        """(reason, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
+    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
+        """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
         number, when known)."""
         found = self.room.find(job, tasks, 0, sid)
         if found is None and queue in self.rules:
             found = self.rules[queue].find(job, tasks, 0 if job.preemptible else 1, sid)
         return found
 
-    def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: str, binds: int) -> None:
+    def refuse(self, job: JobSpec, queue: QueueState, tasks: int, reason: Blocker, binds: int) -> None:
         """Remember a queue rule that refused the job (``binds``: EVERY_JOB or NON_PREEMPTIBLE_ONLY)."""
         rules = self.rules.get(queue) or self.rules.setdefault(queue, FailedShapes(self.state))
         rules.add(job, tasks, reason, "", binds)
@@ -114,8 +114,8 @@ class LateReasons:
         self.room = room
         self.rules = rules
 
-    def of(self, job: JobSpec) -> tuple[QueueState, Text] | None:
-        """(queue, reason) for a job of the queue that has not started; None if no failure covers it."""
+    def of(self, job: JobSpec) -> tuple[QueueState, Blocker | None] | None:
+        """(queue, blocker) for a job of the queue that has not started; None if no failure covers it."""
         state = self.state
         klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
         tasks = max(job.gang_minimum, 1)
@@ -147,15 +147,13 @@ def allocate(state: ClusterState, placer: Placer) -> None:
             if refused is None:
                 started(state, job, queue)
                 return None
-            if refused[0]:
-                found = (refused[0], "")
-                blocks.refuse(job, queue, tasks, refused[0], refused[1])
+            refusing = refused[0]
+            if refusing is not None:
+                found = (refusing, "")
+                blocks.refuse(job, queue, tasks, refusing, refused[1])
             else:
-                detail, kind = explain_unplaced(state, job, tasks)
-                if kind == IMPOSSIBLE:
-                    detail = "cannot run as asked: " + str(detail)
-                found = (detail, kind)
-                blocks.room.add(job, tasks, detail, kind)
+                found = explain_unplaced(state, job, tasks)
+                blocks.room.add(job, tasks, found[0], found[1])
             if found[1] == FRAGMENTED:
                 fragmented.add(job.id)
         reasons[job.id] = (queue, found[0])
@@ -200,11 +198,11 @@ def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
         state.reasons.pop(job.id, None)
         return
     detail, _ = explain_unplaced(state, job, 1)
-    state.reasons[job.id] = (queue, f"runs {job.tasks - left} of its {job.tasks} tasks; the others wait: {detail}")
+    state.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
 
 
-def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Text) -> Text:
-    """A "waiting for GPUs/CPUs" reason learnt from a smaller job, restated with this job's own need."""
-    if isinstance(reason, Shortage):
-        return reason.restated(state.need(job, tasks))
+def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | None) -> Blocker | None:
+    """A shortage of GPUs/CPUs learnt from a smaller job, restated with this job's own need."""
+    if reason is not None and reason.rule == SHORTAGE:
+        return restated(reason, state.need(job, tasks))
     return reason

@@ -15,7 +15,7 @@ from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
-from gpud.model import EPS, JobSpec
+from gpud.model import EPS, Evicted, JobSpec
 
 RULE: Final = "consolidate"
 MAX_NODES_TRIED: Final = 16
@@ -44,7 +44,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
         tasks = pending[:max(minimum, 1)] if minimum else pending[:1]
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
-            failed.add(job, len(tasks), "")
+            failed.add(job, len(tasks), None)
             return hopeless
         hopeless.attempts += 1
         stmt = Statement(state)
@@ -54,7 +54,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
                 stmt.bind(job, task, placement)
             elif not _clear_node_for(state, placer, stmt, lists, job, task, movable, orders):
                 stmt.rollback()
-                failed.add(job, len(tasks), "")
+                failed.add(job, len(tasks), None)
                 return hopeless
         started(state, job, state.project_queue(job))
         return None
@@ -243,8 +243,7 @@ def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec
     moved: list[tuple[JobSpec, int]] = []
     placement = None
     for other, other_task in movable:
-        reason = f"consolidate: moved to make room on node {node.name} for job {job.id}"
-        stmt.evict(other, other_task, RULE, reason, job.id)
+        stmt.evict(other, other_task, RULE, Evicted(RULE, job.id, node=node.name), job.id)
         moved.append((other, other_task))
         placement = placer.fit_on(job, node)
         if placement is not None:

@@ -15,8 +15,8 @@ from gpud.core.reclaim import reclaim
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
-from gpud.core.wording import Text
-from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot
+from gpud.core.blockers import EVICTED, NOT_CONSIDERED
+from gpud.model import Bind, Blocker, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
 from gpud.policy import Policy
 
 
@@ -70,11 +70,12 @@ class Scheduler:
         reclaim(state, placer)
         preempt(state, placer)
         binds, evictions = plan_changes(state)
-        queues = tuple(_report(q) for q in state.queues.values())
+        reports = {q: _report(q) for q in state.queues.values()}
+        queues = tuple(reports.values())
         if last:
-            return Plan(binds, evictions, PendingReasons(state, state.waiting_after()), queues)
+            return Plan(binds, evictions, PendingReasons(state, reports, state.waiting_after()), queues)
         state.commit()
-        return Plan(binds, evictions, PendingReasons(state), queues)
+        return Plan(binds, evictions, PendingReasons(state, reports), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -108,7 +109,7 @@ def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction,
                 binds.append(Bind(job_id, task, after))
             if before is not None:
                 (moved if after is not None else stopped).append(task)
-        rule, reason, for_job = state.evicted_by.get(job_id, ("", "", None))
+        rule, reason, for_job = state.evicted_by.get(job_id, ("", None, None))
         if stopped:
             evictions.append(Eviction(job_id, tuple(stopped), rule, reason, for_job))
         if moved:
@@ -119,40 +120,42 @@ def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction,
 def _report(queue: QueueState) -> QueueReport:
     return QueueReport(queue.name, queue.kind, queue.pool,
                        queue.parent.name if queue.parent else None, queue.quota,
-                       queue.fair_share, queue.allocated, queue.demand)
+                       queue.fair_share, queue.allocated, queue.demand, queue.fixed)
 
 
-class PendingReasons(Mapping[str, str]):
-    """Why each job still waits after a cycle, formatted only when read (there may be 100,000).
+class PendingReasons(Mapping[str, Waiting]):
+    """Why each job still waits after a cycle, as data (``Waiting``), made only when read (there may be 100,000).
 
-    Captured when the plan is built: the cycle's own reasons, each group's
-    shared reason, the evictions, and the queues' numbers at that moment; a
-    group passed over with its whole queue gets its reason when first read.
+    Captured when the plan is built: the cycle's own blockers, each group's
+    shared blocker, the evictions, and the queues' reports at that moment; a
+    group passed over with its whole queue gets its blocker when first read.
     Which jobs wait, and in which group, is read through the backlog as of
     that moment (``Backlog.as_of_now``), not copied.
     """
 
-    def __init__(self, state: ClusterState, waiting: dict[str, Group] | None = None) -> None:
+    def __init__(self, state: ClusterState, reports: dict[QueueState, QueueReport],
+                 waiting: dict[str, Group] | None = None) -> None:
         """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
         # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
         self._reasons = state.reasons
         self._group_reason = state.group_reasons
         self._late = state.late_reasons
-        self._late_found: dict[Group, tuple[QueueState | None, Text] | None] = {}
+        self._late_found: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = state.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self._orphans = state.orphans.copy()
         self._group_of: Mapping[str, Group] = state.backlog.as_of_now() if waiting is None else waiting
-        self._prefix = {queue: queue.describe() for queue in state.queues.values()}
+        self._reports = reports
 
-    def __getitem__(self, job_id: str) -> str:
-        if job_id in self._orphans:
-            return self._orphans[job_id]
+    def __getitem__(self, job_id: str) -> Waiting:
+        orphan = self._orphans.get(job_id)
+        if orphan is not None:
+            return Waiting(orphan)
         group = self._group_of[job_id]
         evicted = self._evicted.get(job_id)
         if evicted is not None:
-            return f"evicted this cycle: {evicted[1]}"
+            return Waiting(Blocker(EVICTED, evicted=evicted[1]))
         found = self._reasons.get(job_id) or self._group_reason.get(group)
         if found is None and group.queue in self._late:
             if group in self._late_found:  # the jobs of a group share their shape, hence their reason
@@ -161,12 +164,9 @@ class PendingReasons(Mapping[str, str]):
                 job = self._jobs.get(job_id)
                 found = self._late_found[group] = self._late[group.queue].of(job) if job is not None else None
         if found is None:
-            return "not considered this cycle"
-        queue, detail = found
-        if queue is None:
-            return str(detail)
-        prefix = self._prefix[queue]
-        return f"{prefix}; {detail}" if detail else prefix
+            return Waiting(Blocker(NOT_CONSIDERED))
+        queue, blocker = found
+        return Waiting(blocker, self._reports[queue] if queue is not None else None)
 
     def __iter__(self) -> Iterator[str]:
         yield from self._group_of

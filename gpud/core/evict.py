@@ -10,12 +10,12 @@ from gpud.core.hooks import first_result, has_implementations
 from gpud.core.nodes import NodeState
 from gpud.core.orders import victim_order_key
 from gpud.core.placement import Placer, largest_fit
-from gpud.core.queues import UNIT, UNITS, QueueState, amount_text, format_amount
+from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
-from gpud.core.wording import Deferred, Text
-from gpud.model import EPS, RESOURCES, JobSpec, Resources, TaskPlacement, TaskRequest
+from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement, TaskRequest
 
-Eligibility = Callable[[Victim], str | None]
+Eligibility = Callable[[Victim], Evicted | None]
 # (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.order's Entry is.
 VictimEntry = tuple
 
@@ -289,24 +289,25 @@ class ShareLimit:
     The levels compared are the queue and its department; what each may
     hold, per resource, is the larger of its fair share and what it holds
     when the limit is made. ``refusal`` says, for people, why the limit
-    stopped the preemptor.
+    stopped the preemptor (a blocker, as data).
     """
 
     def __init__(self, queue: QueueState) -> None:
         # (level, GPUs, CPUs, memory it may hold): plain numbers, made at every preemption tried.
         self.levels = [_may_hold(queue)] if queue.parent is None else [_may_hold(queue), _may_hold(queue.parent)]
         self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str]] | None = None
-        self._over = ""
+        self._over: Blocker | None = None
 
     @property
-    def refusal(self) -> Text:
-        """Why the limit stopped the preemptor, with the numbers (worded when read); "" when it did not."""
-        if self._over:
+    def refusal(self) -> Blocker | None:
+        """Why the limit stopped the preemptor, with the numbers; None when it did not."""
+        if self._over is not None:
             return self._over
         if self._refused is None:
-            return ""
+            return None
         level, held, need, over = self._refused
-        return Deferred(_beyond_share, level.kind, level.name, level.fair_share, held, need, over)
+        return Blocker(PREEMPT_SHARE, level.pool, level.kind, level.name, need=need,
+                       held=Resources(held[0], held[1], held[2]), bound=level.fair_share, over=tuple(over))
 
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
@@ -322,7 +323,7 @@ class ShareLimit:
             if over_mem > mem:
                 mem = over_mem
             if self._refused is None and (over_gpu > EPS or over_cpu > EPS or over_mem > EPS):
-                # The numbers of the first excess found; the words are made only if someone reads them.
+                # The numbers of the first excess found; the blocker is made only if someone asks why.
                 over = [r for r, amount in zip(RESOURCES, (over_gpu, over_cpu, over_mem)) if amount > EPS]
                 self._refused = (level, (level.alloc_gpu, level.alloc_cpu, level.alloc_mem), need, over)
         return gpu, cpu, mem
@@ -330,11 +331,11 @@ class ShareLimit:
     def refuse(self) -> bool:
         """Record, when a level holds more than it may, that this stopped the preemptor; True if so."""
         self._over = self.over()
-        return bool(self._over)
+        return self._over is not None
 
     def holds(self) -> bool:
         """True when no level holds more than it may."""
-        return not self.over()
+        return self.over() is None
 
     def admits(self, gpu: float, cpu: float, mem: float) -> bool:
         """True when every level would still hold no more than it may after taking this much more."""
@@ -344,30 +345,19 @@ class ShareLimit:
                 return False
         return True
 
-    def over(self) -> str:
-        """Which level holds more than it may, in which resource, with the numbers; "" when none does."""
+    def over(self) -> Blocker | None:
+        """Which level holds more than it may, in which resource, with the numbers; None when none does."""
         for level, allowed_gpu, allowed_cpu, allowed_mem in self.levels:
             if (level.alloc_gpu <= allowed_gpu + EPS and level.alloc_cpu <= allowed_cpu + EPS
                     and level.alloc_mem <= allowed_mem + EPS):
-                continue  # the common case, told without building the words
+                continue  # the common case, told without building the blocker
             held = level.allocated
             resource = next((r for r, allowed in zip(RESOURCES, (allowed_gpu, allowed_cpu, allowed_mem))
                              if held.get(r) > allowed + EPS), None)
             if resource is not None:
-                return (f"preempting lower-priority jobs would take {level.kind} {level.name} to "
-                        f"{amount_text(held.get(resource), level.fair_share, resource)}, over its fair share")
-        return ""
-
-
-def _beyond_share(kind: str, name: str, fair_share: Resources, held: tuple[float, float, float],
-                  need: Resources, over: list[str]) -> str:
-    """Why a level's fair share stopped a preemptor: what the level held and what the job needed, in the
-    resources it would have gone over in."""
-    amounts = dict(zip(RESOURCES, held))
-    holds = ", ".join(amount_text(amounts[r], fair_share, r) for r in over)
-    needs = ", ".join(f"{format_amount(need.get(r))} {UNIT[r] if need.get(r) == 1 else UNITS[r]}" for r in over)
-    return (f"preempting lower-priority jobs cannot keep {kind} {name} within "
-            f"its fair share (it holds {holds}; the job needs {needs})")
+                return Blocker(PREEMPT_OVER, level.pool, level.kind, level.name, resource=resource, held=held,
+                               bound=level.fair_share)
+        return None
 
 
 class _NodeRoom:

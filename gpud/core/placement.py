@@ -7,10 +7,9 @@ from typing import Final, Iterable, Iterator
 from gpud.core.hooks import first_result, has_implementations, strategy_function
 from gpud.core.nodes import NodeState
 from gpud.core.strategies import binpack_candidates, binpack_gpu_order, spread_candidates, spread_gpu_order
-from gpud.core.queues import format_amount
+from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
 from gpud.core.state import ClusterState, Statement
-from gpud.core.wording import Deferred, Text
-from gpud.model import EPS, JobSpec, Resources, TaskPlacement
+from gpud.model import EPS, Blocker, JobSpec, TaskPlacement
 from gpud.policy import NodePool
 
 
@@ -191,31 +190,8 @@ WAITING: Final = "waiting"
 FRAGMENTED: Final = "fragmented"
 
 
-class Shortage(Deferred):
-    """A pool short of free GPUs or CPUs for a job, as numbers: the resource, where, how much is free
-    and how much the job needs; worded when read."""
-
-    __slots__ = ("resource", "where", "free", "need")
-
-    def __init__(self, resource: str, where: str, free: float, need: float) -> None:
-        super().__init__(_shortage_words, resource, where, free, need)
-        self.resource = resource
-        self.where = where
-        self.free = free
-        self.need = need
-
-    def restated(self, need: Resources) -> Shortage:
-        """The same shortage for a job needing ``need`` (a job of the same shape, more or fewer tasks)."""
-        return Shortage(self.resource, self.where, self.free, need.get(self.resource))
-
-
-def _shortage_words(resource: str, where: str, free: float, need: float) -> str:
-    return (f"waiting for {'GPUs' if resource == 'gpu' else 'CPUs'}: {where} has "
-            f"{format_amount(max(free, 0.0))} free, the job needs {format_amount(need)}")
-
-
-def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Text, str]:
-    """Why ``tasks`` tasks of ``job`` found no room, and what kind of wait it is.
+def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Blocker, str]:
+    """Why ``tasks`` tasks of ``job`` found no room (a blocker, as data), and what kind of wait it is.
 
     The kind is IMPOSSIBLE for jobs no amount of free capacity would place
     (no such nodes, a task larger than any node), WAITING when the pool lacks
@@ -224,39 +200,27 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Tex
     pool = state.pool_of(job)
     index = state.indexes.get(pool)
     if index is None or not index.nodes:
-        return f"no schedulable nodes in pool {pool}", IMPOSSIBLE
+        return Blocker(NO_NODES, pool), IMPOSSIBLE
     selector = job.node_selector
+    wanted = tuple(sorted(selector.items())) if selector else ()
     matching = [n for n in index.nodes if n.matches(selector)] if selector else index.nodes
     if not matching:
-        wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        return f"no node in pool {pool} matches constraint {wanted}", IMPOSSIBLE
+        return Blocker(CONSTRAINT, pool, selector=wanted), IMPOSSIBLE
     if not any(largest_fit(n, job) for n in matching):
-        return f"no node in pool {pool} is large enough for one task ({_describe(job)})", IMPOSSIBLE
+        return Blocker(NODE_SIZE, pool, tasks=tasks, request=job.request, selector=wanted), IMPOSSIBLE
     if matching is index.nodes:
         free_gpu, free_cpu = index.free_gpu, index.free_cpu
     else:
         free_gpu = sum(sum(n.free_share) for n in matching)
         free_cpu = sum(n.free_cpu for n in matching)
     need = state.need(job, tasks)
-    where = f"pool {pool}" + (" on matching nodes" if selector else "")
     if need.gpu > free_gpu + EPS:
-        return Shortage("gpu", where, free_gpu, need.gpu), WAITING
+        return Blocker(SHORTAGE, pool, resource="gpu", free=free_gpu, need=need, selector=wanted), WAITING
     if need.cpu > free_cpu + EPS:
-        return Shortage("cpu", where, free_cpu, need.cpu), WAITING
-    if tasks > 1:
-        return (f"waiting for gang members: {where} has {format_amount(free_gpu)} GPUs free, but not "
-                f"{tasks} tasks of {_describe(job)} at once"), FRAGMENTED
-    return f"fragmented: {where} has {format_amount(free_gpu)} GPUs free, but no node holds {_describe(job)}", FRAGMENTED
-
-
-def _describe(job: JobSpec) -> str:
-    r = job.request
-    if r.gpu_memory_gib is not None:
-        gpu = f"{format_amount(r.gpu_memory_gib)} GiB of one GPU"
-    elif r.is_shared:
-        gpu = f"{format_amount(r.gpus)} of a GPU"
-    elif r.gpus:
-        gpu = f"{format_amount(r.gpus)} GPUs"
-    else:
-        gpu = "no GPU"
-    return f"{gpu}, {format_amount(r.cpus)} CPUs, {format_amount(r.memory_gib)} GiB"
+        return Blocker(SHORTAGE, pool, resource="cpu", free=free_cpu, need=need, selector=wanted), WAITING
+    # Free capacity is there, but scattered: how many nodes could hold one task now (few: asked once per shape).
+    request = job.request
+    holders = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
+                  and n.pick_gpus(request, range(n.gpus)) is not None)
+    return Blocker(GANG if tasks > 1 else FRAGMENTED_RULE, pool, free=free_gpu, need=need, tasks=tasks,
+                   request=request, nodes_now=holders, selector=wanted), FRAGMENTED

@@ -15,7 +15,7 @@ from gpud.core.orders import job_order_key
 from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, JobSpec
+from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec
 
 RULE: Final = "preempt"
 
@@ -44,8 +44,18 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     hopeless = _Hopeless(state, failed, over_quota, short)
 
     def visit(job: JobSpec) -> Skip | None:
+        # An elastic job running at least its minimum grows one task at a time, each preempting as a
+        # job of one task would, while its queue stays within its fair share (as in reclaim).
+        while True:
+            waiting = state.pending_count(job.id)
+            skip = attempt(job)
+            left = state.pending_count(job.id)
+            if skip is not None or not left or left == waiting or needed_tasks(state, job)[1] > 0:
+                return skip
+
+    def attempt(job: JobSpec) -> Skip | None:
         pending, minimum = needed_tasks(state, job)
-        if not pending or (minimum == 0 and len(pending) < job.tasks):
+        if not pending:
             return None
         queue = state.project_queue(job)
         if hopeless.holds(job, queue):
@@ -55,12 +65,11 @@ def preempt(state: ClusterState, placer: Placer) -> None:
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         candidates = lists.running_below(queue, job.priority)
         if not candidates:  # whatever its size: no job of this priority or lower has a victim
-            shapes.add(job, 1, "", own=-job.priority, binding=())
+            shapes.add(job, 1, None, own=-job.priority, binding=())
             return hopeless
 
-        def eligible(victim: Victim) -> str | None:
-            return (f"preempt: job {job.id} (priority {job.priority}) of project {queue.name} "
-                    f"outranks job {victim.job.id} (priority {victim.job.priority})")
+        def eligible(victim: Victim) -> Evicted | None:
+            return Evicted(RULE, job.id, queue.name, job.priority, victim.job.id, victim.job.priority)
 
         refused = refusal(queue, job, need)
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
@@ -68,7 +77,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             # A non-preemptible job as large in a resource its queue has no quota left of is refused too.
             for resource in {r: None for level in (queue, queue.parent) if level is not None
                              for r in level.fixed_excess(need)} or [None]:
-                quota_shapes.add(job, tasks, "", binding=None if resource is None else (resource,))
+                quota_shapes.add(job, tasks, None, binding=None if resource is None else (resource,))
             return hopeless
 
         def ready() -> bool:
@@ -88,7 +97,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             started(state, job, queue)
             return None
         refused_by_limit = limit.refusal
-        if refused_by_limit:
+        if refused_by_limit is not None:
             state.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, own=-job.priority)
         if queue not in bounded:
@@ -149,7 +158,7 @@ class _Hopeless(Skip):
             if known is not None and known[0] == (queue.parent or queue).changes:
                 found = known[1].find(job, tasks, -job.priority, sid)
         if found is not None:
-            if found[0]:
+            if found[0] is not None:
                 state.reasons[job.id] = (queue, found[0])
             return True
         refused = self.over_quota.get(queue)

@@ -12,9 +12,9 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.placement import Placer
-from gpud.core.queues import QueueState, amount_text
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, RESOURCES, JobSpec, Resources
+from gpud.model import EPS, RESOURCES, Evicted, JobSpec, OverLevel, Resources
 
 RULE: Final = "reclaim"
 
@@ -157,7 +157,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
         if not queue.fits_fair_share(need):  # so would any job as large in a resource it goes over in
             for resource in queue.excess(queue.fair_share, need):
-                shapes.add(job, tasks, "", binding=(resource,))
+                shapes.add(job, tasks, None, binding=(resource,))
             return hopeless
         if refusal(queue, job, need):
             return None
@@ -168,10 +168,10 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         strict = True
         passed_over = False  # a victim refused only because its queue is over only its quota
 
-        def eligible(victim: Victim) -> str | None:
+        def eligible(victim: Victim) -> Evicted | None:
             return rule_for(victim.queue, _taken(held, victim.job)) if victim.queue is not None else None
 
-        def rule_for(victim_queue: QueueState, taken: Resources) -> str | None:
+        def rule_for(victim_queue: QueueState, taken: Resources) -> Evicted | None:
             nonlocal passed_over
             coming = need_now()
             found = _levels(queue, victim_queue, taken, coming)
@@ -181,15 +181,16 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                 passed_over = True
                 return None
             why = []
+            resource = "gpu"
             for theirs, over_fair in found:
                 bound = theirs.fair_share if over_fair else theirs.quota_bound
                 resource = _over_in(theirs, bound, taken)
-                amounts = amount_text(theirs.allocated.get(resource),
-                                      theirs.fair_share if over_fair else theirs.quota, resource)
-                why.append(f"{theirs.kind} {theirs.name} {amounts} over {'fair share' if over_fair else 'quota'}")
+                level = theirs.fair_share if over_fair else theirs.quota
+                why.append(OverLevel(theirs.kind, theirs.name, resource, theirs.allocated.get(resource),
+                                     level.get(resource), over_fair))
             after = queue.allocated.get(resource) + coming.get(resource)
-            return (f"reclaim: {'; '.join(why)}; for job {job.id} of project {queue.name} "
-                    f"{amount_text(after, queue.fair_share, resource)}")
+            return Evicted(RULE, job.id, queue.name, over=tuple(why), resource=resource, after=after,
+                           fair_share=queue.fair_share.get(resource))
 
         # What a victim gives back is part of ``held``: a queue over its level in none of ``held``
         # has no victim for the job. Of the others, only victims holding a resource their queue is
@@ -207,7 +208,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
                                           [q for q in over_share if _levels(queue, q, held, need, seen) is not None],
                                           [q for q in over_quota if _levels(queue, q, held, need, seen) is not None])
         if not known[1] and not known[2] and placer.find(job) is None:
-            shapes.add(job, tasks, "")  # no queue may give back, and there is no room without: as make_room finds
+            shapes.add(job, tasks, None)  # no queue may give back, and there is no room without: as make_room finds
             return hopeless
         judged_at: dict[tuple, tuple[int, bool]] = {}
         held_gpu, held_cpu, held_mem = held.gpu > EPS, held.cpu > EPS, held.memory > EPS
@@ -241,7 +242,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
             if make_room(state, placer, job, judged(queued, may_go), RULE, eligible, lists):
                 started(state, job, queue)
                 return None
-        shapes.add(job, tasks, "")
+        shapes.add(job, tasks, None)
         return hopeless
 
     def fits(queue: QueueState, group: Group) -> bool:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpud.core.wording import Text
-from gpud.model import JobSpec
+from gpud.model import Blocker, JobSpec
 
 if TYPE_CHECKING:
     from gpud.core.backlog import Group
@@ -53,7 +52,7 @@ class Failure:
 
     __slots__ = ("size", "cpu", "mem", "tasks", "own", "why")
 
-    def __init__(self, dims: Dims, why: tuple[Text, str]) -> None:
+    def __init__(self, dims: Dims, why: tuple[Blocker | None, str]) -> None:
         self.size: float = dims[0]
         self.cpu: float = dims[1]
         self.mem: float = dims[2]
@@ -143,7 +142,7 @@ class FailedShapes:
         self._answers: list[list[_Answer] | None] = []
         self._version = 0
 
-    def add(self, job: JobSpec, tasks: int, detail: Text, kind: str = "", own: int = 0,
+    def add(self, job: JobSpec, tasks: int, detail: Blocker | None, kind: str = "", own: int = 0,
             binding: tuple[str, ...] | None = None) -> None:
         """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
 
@@ -186,7 +185,7 @@ class FailedShapes:
         classes = self._index.classes
         return {classes[klass]: list(failed) for klass, failed in self._frontier.items()}
 
-    def find(self, job: JobSpec, tasks: int, own: int = 0, sid: int = -1) -> tuple[Text, str] | None:
+    def find(self, job: JobSpec, tasks: int, own: int = 0, sid: int = -1) -> tuple[Blocker | None, str] | None:
         """(reason, kind) of a failed request this one is at least as large as, or None.
 
         ``sid``, when known (``ShapeIndex.of_group``), is the number of the job's shape.
@@ -220,7 +219,7 @@ class FailedShapes:
         return None
 
 
-def first_covering(frontier: dict[tuple, list[Failure]], group: tuple, dims: Dims) -> tuple[Text, str] | None:
+def first_covering(frontier: dict[tuple, list[Failure]], group: tuple, dims: Dims) -> tuple[Blocker | None, str] | None:
     """(reason, kind) of the first failure in a ``FailedShapes.frozen`` copy that ``dims`` is at least as large as."""
     size, cpu, mem, tasks, own = dims
     for failed in frontier.get(group, ()):

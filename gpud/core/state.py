@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import pluggy
 
 from gpud.core.backlog import Backlog, Group, shape_of
+from gpud.core.blockers import UNKNOWN_PROJECT
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
-from gpud.core.wording import Text
-from gpud.model import ZERO, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Policy
 
 if TYPE_CHECKING:
@@ -94,10 +94,10 @@ class ClusterState:
         self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
         self.covers = QueueCovers(self)
         self.backlog = Backlog(first_result(self.hook.gpud_job_order_key, pm), self.job_specific_plugins)
-        self.orphans: dict[str, str] = {}
-        self.evicted_by: dict[str, tuple[str, str, str | None]] = {}
-        self.reasons: dict[str, tuple[QueueState | None, Text]] = {}
-        self.group_reasons: dict[Group, tuple[QueueState | None, Text]] = {}  # shared by a group's jobs
+        self.orphans: dict[str, Blocker] = {}
+        self.evicted_by: dict[str, tuple[str, Evicted | None, str | None]] = {}
+        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
+        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, LateReasons] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
@@ -153,7 +153,7 @@ class ClusterState:
             else:
                 queue = in_default[job.project] = queues.get((job.project, default_pool))
             if queue is None:
-                self.orphans[job_id] = f"project {job.project} is not in the policy"
+                self.orphans[job_id] = Blocker(UNKNOWN_PROJECT, name=job.project)
                 # Its running tasks run on (a policy reload does not stop them): their GPUs stay theirs.
                 for task, placement in enumerate(job.placements):
                     if placement is not None and placement.node in nodes:
@@ -453,7 +453,7 @@ class Statement:
         self.state._bind(job, task, placement)
         self._undo.append(("bind", job, task))
 
-    def evict(self, job: JobSpec, task: int, rule: str, reason: str, for_job: str | None) -> TaskPlacement:
+    def evict(self, job: JobSpec, task: int, rule: str, reason: Evicted | None, for_job: str | None) -> TaskPlacement:
         """Remove task ``task`` of ``job`` from its node, recording why; returns where it was."""
         placement = self.state._unbind(job, task)
         self._undo.append(("evict", job, task, placement, self.state.evicted_by.get(job.id)))

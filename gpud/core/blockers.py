@@ -1,0 +1,36 @@
+"""The rules a blocker names, and blockers made from others: a cycle makes thousands, few are read."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpud.model import Blocker, Resources
+
+NO_NODES: Final = "no_nodes"
+CONSTRAINT: Final = "constraint"
+NODE_SIZE: Final = "node_size"
+SHORTAGE: Final = "shortage"
+GANG: Final = "gang"
+FRAGMENTED_RULE: Final = "fragmented"
+LIMIT: Final = "limit"
+QUOTA: Final = "quota"
+NO_OVER_QUOTA: Final = "no_over_quota"
+PREEMPT_SHARE: Final = "preempt_share"
+PREEMPT_OVER: Final = "preempt_over"
+UNKNOWN_PROJECT: Final = "unknown_project"
+NOT_CONSIDERED: Final = "not_considered"
+EVICTED: Final = "evicted"
+
+
+def restated(blocker: Blocker, need: Resources) -> Blocker:
+    """The same blocker for a job needing ``need`` (a job of the same shape, more or fewer tasks)."""
+    b = blocker
+    return Blocker(b.rule, b.pool, b.level, b.name, b.resource, b.free, need, b.held, b.bound, b.over, b.tasks,
+                   b.request, b.nodes_now, b.selector, b.evicted, b.runs, b.of_tasks)
+
+
+def running(blocker: Blocker, runs: int, of_tasks: int) -> Blocker:
+    """The blocker of a job that runs ``runs`` of its ``of_tasks`` tasks: why the others wait."""
+    b = blocker
+    return Blocker(b.rule, b.pool, b.level, b.name, b.resource, b.free, b.need, b.held, b.bound, b.over, b.tasks,
+                   b.request, b.nodes_now, b.selector, b.evicted, runs, of_tasks)
