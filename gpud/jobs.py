@@ -94,6 +94,9 @@ class Job:
     run_seconds: float = 0.0     # time run in incarnations that have ended (before a requeue, or at the end)
     max_rss_bytes: int | None = None  # the largest peak memory of any of its tasks (sacct's MaxRSS)
     cpu_s: float | None = None  # CPU time of all its tasks' processes (sacct's TotalCPU)
+    gpu_util_sum: float = 0.0    # its GPUs' utilisation samples (percent) added up, for their mean
+    gpu_util_samples: int = 0
+    gpu_memory_peak_gib: float | None = None  # the most GPU memory one of its GPUs held for it
 
     def __post_init__(self) -> None:
         if not self.runs:

@@ -143,6 +143,9 @@ class Policy:
     cpu_placement: str = "binpack"
     gpu_placement: str | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    usage_half_life_s: float = 7 * 86400.0  # decayed usage halves in this time; 0: it never decays
+    usage_reset: str = "none"               # none | daily | weekly | monthly: usage starts over at each
+    usage_charge_interval_s: float = 30.0   # how often running jobs are charged (and at most what a crash loses)
 
     def pool(self, name: str) -> NodePool:
         """The settings of pool ``name``; pools the policy does not list use the top-level placement."""

@@ -6,6 +6,7 @@ import math
 import os
 from typing import Any
 
+from gpud.accounting.decay import RESETS
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
@@ -25,7 +26,7 @@ class _AnyName(frozenset):
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
-               "time_slicing")
+               "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
@@ -122,7 +123,20 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         cpu_placement=cpu_placement,
         gpu_placement=gpu_placement,
         time_slicing=_time_slicing(top),
+        **_usage_settings(top),
     )
+
+
+def _usage_settings(top: Table) -> dict:
+    reset = top.string("usage_reset", "none")
+    if reset not in RESETS:
+        raise top.error("usage_reset", f"unknown reset period {quote(reset)}{suggestion(reset, RESETS)}: "
+                                       f"expected one of {choices(RESETS)}")
+    interval = top.seconds("usage_charge_interval", 30.0)
+    if not 0.1 <= interval <= 3600:
+        raise top.error("usage_charge_interval", f"must be 0.1 s to an hour, not {interval:g} s")
+    return {"usage_half_life_s": top.seconds("usage_half_life", 7 * 86400.0), "usage_reset": reset,
+            "usage_charge_interval_s": interval}
 
 
 def _time_slicing(top: Table) -> TimeSlicing:

@@ -709,11 +709,11 @@ TEMPLATES = ["/api/v1/jobs/{}", "/api/v1/jobs/{}/why", "/api/v1/jobs/{}/logs", "
              "/api/v1/jobs/{}/hold", "/api/v1/jobs/{}/release", "/api/v1/jobs/{}/{}", "/api/v1/nodes/{}/drain",
              "/api/v1/nodes/{}/resume", "/api/v1/{}", "/api/v1/{}/{}", "/{}", "/api/v1/jobs", "/api/v1/jobs/batch",
              "/api/v1/history", "/api/v1/nodes", "/api/v1/projects", "/api/v1/policy/reload", "/api/v1/tokens",
-             "/api/v1/state", "/api/v1/whoami", "/api/v1/node/connect", "/metrics", "/healthz"]
+             "/api/v1/state", "/api/v1/whoami", "/api/v1/node/connect", "/metrics", "/healthz", "/api/v1/usage", "/api/v1/report"]
 paths = st.builds(lambda template, fill: template.format(*(urllib.parse.quote(p, safe="") for p in fill)),
                   st.sampled_from(TEMPLATES), st.lists(ids, min_size=2, max_size=2))
 queries = st.dictionaries(st.sampled_from(["state", "all", "user", "project", "since", "limit", "offset",
-                                           "task", "stream", "follow"]),
+                                           "task", "stream", "follow", "by", "until", "pool"]),
                           st.one_of(st.text(max_size=6), st.sampled_from(["1", "-1", "nan", "inf", "err", "RUNNING",
                                                                           "1e999", "99999999999999999999"])),
                           max_size=3)

@@ -12,7 +12,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, interactive, metrics_view, openapi, tokens_api
+from gpud.controller import api, interactive, metrics_view, openapi, tokens_api, usage_api
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -102,6 +102,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     app.router.add_get(openapi.PATH, describe)
     api.add_routes(app)
     tokens_api.add_routes(app)
+    usage_api.add_routes(app)
     app.cleanup_ctx.append(_running)
     interactive.add_routes(app)
     return app
@@ -111,7 +112,8 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
     ctrl = app[CONTROLLER]
     await ctrl.open()
     loops = [asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"),
-             asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch")]
+             asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch"),
+             asyncio.create_task(ctrl.charger.loop(), name="gpud-charging")]
     ctrl.kick.set()
     yield
     for task in loops:

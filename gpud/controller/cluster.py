@@ -63,6 +63,8 @@ class Cluster(NodeMessages):
         # Requeued jobs that may not run before a time (their silent node's lease and grace period), and that node.
         self.fenced: dict[str, tuple[float, str]] = {}
         self.wake: Callable[[], None] = lambda: None
+        # Told when a task stops holding its placement, and when (usage is charged up to there).
+        self.run_ended: Callable[[Job, TaskRun, float], None] = lambda job, run, end: None
         self._largest: Capacity | None = None
         self._deferred: set[str] | None = None  # arrays to refill once a change of many jobs is done  # the largest node's resources, until a node changes
 
@@ -477,6 +479,7 @@ class Cluster(NodeMessages):
     def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:
         if run.placement is not None and run.since is not None:
             end = self.clock() if until is None else until
+            self.run_ended(job, run, end)
             job.gpu_seconds += max(0.0, end - run.since) * gpus_of(run.placement)
             run.since = None
 

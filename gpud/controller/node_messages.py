@@ -162,6 +162,7 @@ class NodeMessages:
             self._order(name, ack)
             return True
         if not exited:
+            _add_gpu_sample(job, report)
             if run.state != "running" or run.pid != report.get("pid"):
                 run.state, run.pid = "running", report.get("pid")
                 self.unsent[name].pop(key, None)
@@ -298,6 +299,16 @@ def _add_usage(job: Job | None, report: dict) -> None:
         job.max_rss_bytes = max(job.max_rss_bytes or 0, rss)
     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
         job.cpu_s = (job.cpu_s or 0.0) + float(cpu)
+
+
+def _add_gpu_sample(job: Job, report: dict) -> None:
+    """Add a running task's GPU sample (mean utilisation of its GPUs, most memory on one) to its job."""
+    util, memory = report.get("gpu_util"), report.get("gpu_memory_gib")
+    if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 <= util <= 100:
+        job.gpu_util_sum += float(util)
+        job.gpu_util_samples += 1
+    if isinstance(memory, (int, float)) and not isinstance(memory, bool) and 0 <= memory < 1e6:
+        job.gpu_memory_peak_gib = max(job.gpu_memory_peak_gib or 0.0, float(memory))
 
 
 def _exit_text(run: TaskRun) -> str:

@@ -223,6 +223,33 @@ PATHS: dict[str, Any] = {
     "/api/v1/projects": {"get": _op("each queue's quota, fair share and use", _answer("200", "queues", {
         "type": "object", "required": ["queues"],
         "properties": {"queues": {"type": "array", "items": _ref("Queue")}}}))},
+    "/api/v1/usage": {"get": _op("decayed usage and standing of each department, project and user (as sshare)",
+                                 _answer("200", "rows", {
+        "type": "object", "required": ["rows", "half_life_s", "reset", "charged_at"],
+        "properties": {"rows": {"type": "array", "items": {
+            "type": "object", "required": ["level", "pool", "name", "gpu_hours", "cpu_hours", "memory_gib_hours",
+                                           "entitlement_share", "usage_share", "standing"],
+            "properties": {"level": {"enum": ["department", "project", "user"]}, "pool": STR, "name": STR,
+                           "department": STR, "project": _nullable(STR), "user": _nullable(STR),
+                           "quota": _nullable(NUM), "fair_share": _nullable(NUM), "gpu_hours": NUM,
+                           "cpu_hours": NUM, "memory_gib_hours": NUM, "entitlement_share": NUM,
+                           "usage_share": NUM, "standing": _nullable(NUM)}}},
+                       "half_life_s": NUM, "reset": STR, "charged_at": NUM}}),
+        params=[_query("pool", STR, "only this node pool"), _query("project", STR, "only this project"),
+                _query("user", STR, "only this user")])},
+    "/api/v1/report": {"get": _op("GPU-hours, CPU-hours, jobs, waits and GPU efficiency by group (as sreport)",
+                                  _answer("200", "rows", {
+        "type": "object", "required": ["by", "since", "until", "rows"],
+        "properties": {"by": STR, "since": NUM, "until": _nullable(NUM), "rows": {"type": "array", "items": {
+            "type": "object", "required": ["gpu_hours", "cpu_hours", "jobs", "mean_wait_s", "p95_wait_s",
+                                           "gpu_utilization", "gpu_memory_peak_gib"],
+            "properties": {"gpu_hours": NUM, "cpu_hours": NUM, "jobs": INT, "mean_wait_s": _nullable(NUM),
+                           "p95_wait_s": _nullable(NUM), "gpu_utilization": _nullable(NUM),
+                           "gpu_memory_peak_gib": _nullable(NUM)}}}}}),
+        params=[_query("by", {"enum": ["user", "project", "department", "node"]}, "how to group (user)"),
+                _query("since", NUM, "jobs that ended at or after this Unix time (30 days ago)"),
+                _query("until", NUM, "and before this one (no end: running jobs count too)"),
+                _query("user", STR, "only this user's jobs"), _query("project", STR, "only this project's")])},
     "/api/v1/policy/reload": {"post": _op("admin: read the policy file again", _answer("200", "in use", {
         "type": "object", "required": ["ok"], "properties": {"ok": BOOL, "projects": INT, "departments": INT}}))},
     "/api/v1/tokens": {"post": _op("admin: a new token for a user", _answer("201", "the token, shown once", {

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpud import jsontext
+from gpud.accounting.charger import Charger
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
@@ -31,6 +32,7 @@ from gpud.policy import Policy
 from gpud.policy_file import ANY_PLACEMENT, check_placements, parse_policy, require_projects
 from gpud.tomlcheck import read_toml
 from gpud.store.base import TokenRecord
+from gpud.store.usage import UsageStore
 from gpud.waits import wait_event
 
 log = logging.getLogger("gpud.controller")
@@ -82,6 +84,20 @@ class Controller:
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
+        self.usage_store = UsageStore(self.store.path, synchronous=config.synchronous.upper())
+        self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
+                               self._pool_of)
+        self.cluster.run_ended = self.charger.run_ended
+
+    def _placed_jobs(self) -> list[Job]:
+        """The jobs holding a placement on some node now."""
+        jobs = self.cluster.jobs
+        ids = {job_id for wanted in self.cluster.wanted.values() for job_id, _ in wanted.values()}
+        return [jobs[job_id] for job_id in ids if job_id in jobs]
+
+    def _pool_of(self, node: str) -> str:
+        record = self.cluster.nodes.get(node)
+        return record.pool if record is not None else self.policy.default_pool
 
     async def open(self) -> None:
         """Read the store back, the cluster key and the tokens; write the first admin token if there is none."""
@@ -110,6 +126,7 @@ class Controller:
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
+        await loop.run_in_executor(self.store_executor, self.charger.load)
         self.cluster.restore(jobs, nodes, next_seq)
         gc.freeze()  # the jobs read back live long: see api.commit_new
         await self.persist.flush()
@@ -130,11 +147,16 @@ class Controller:
                                                          now - ANSWERS_KEPT_S)
 
     async def close(self) -> None:
-        """Flush what is left and release the store."""
+        """Charge and flush what is left and release the store."""
         try:
+            try:
+                await self.charger.charge()
+            except Exception as exc:  # noqa: BLE001 - a failed last charge must not keep the jobs unwritten
+                log.error("the last usage charge failed: %s", exc)
             await self.persist.flush()
         finally:
             self.cluster.job_events.close()
+            self.store_executor.submit(self.usage_store.close).result()
             self.store_executor.submit(self.store.close).result()
             self.store_executor.shutdown()
             self.files.close()

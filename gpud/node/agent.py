@@ -13,6 +13,7 @@ import psutil
 
 import gpud
 from gpud.gpu import GpuBackend
+from gpud.gpu.base import MEMORY, UTILIZATION
 from gpud.node import cgroups, lease, membership
 from gpud.node.config import NodeConfig
 from gpud.node.link import Connector, ControllerLink
@@ -21,7 +22,7 @@ from gpud.node.pty_session import Interactive
 from gpud.node.slicemgr import SliceManager, thaw_tasks
 from gpud.node.slicerun import UsageMonitor
 from gpud.node.spec import SpecError, TaskKey
-from gpud.node.taskstate import STARTING, Layout, TaskState
+from gpud.node.taskstate import RUNNING, STARTING, Layout, TaskState
 from gpud.node.tasks import TaskTable
 from gpud.waits import wait_event
 
@@ -263,7 +264,29 @@ class NodeAgent:
             log.exception("checking the tasks failed; the heartbeat carries what was known")
         states = self.tasks.states()
         self.tasks.mark_reported(states)
-        return {"type": "heartbeat", "gpus": self.gpus(), "tasks": [state.report() for state in states]}
+        return {"type": "heartbeat", "gpus": self.gpus(), "tasks": self._with_gpu_samples(states)}
+
+    def _with_gpu_samples(self, states: list[TaskState]) -> list[dict]:
+        """The task reports, each running GPU task's with what the backend measures of its GPUs now:
+        ``gpu_util`` (mean percent over its GPUs) and ``gpu_memory_gib`` (the most on one of them)."""
+        reports = [state.report() for state in states]
+        measures: tuple[str, ...] | None = None
+        for state, report in zip(states, reports):
+            spec = self.slices.spec_of(state) if state.state == RUNNING and state.pid else None
+            if spec is None or not spec.gpu_indices:
+                continue
+            if measures is None:
+                self.usage.poll()
+                # A backend that measures nothing (the fake) reports the use it was told of: sample that.
+                measures = tuple(getattr(self.backend, "measures", ())) or (
+                    (UTILIZATION, MEMORY) if self.usage.memory_gib else ())
+            if UTILIZATION in measures:
+                report["gpu_util"] = round(sum(self.usage.utilization_of(state.pid, g) for g in spec.gpu_indices)
+                                           / len(spec.gpu_indices), 2)
+            if MEMORY in measures:
+                report["gpu_memory_gib"] = round(max(self.usage.memory_of(state.pid, g)
+                                                     for g in spec.gpu_indices), 4)
+        return reports
 
     def lease_renewed(self, expires: float | None, lease_s: float, grace_s: float) -> None:
         """Record the lease the controller granted, for the supervisors to enforce (None: no lease)."""

@@ -52,6 +52,7 @@ class UsageMonitor:
         self._polled = 0.0
         self.last_busy: dict[tuple[int, int], float] = {}
         self.memory_gib: dict[tuple[int, int], float] = {}
+        self.utilization: dict[tuple[int, int], float] = {}
 
     def poll(self, force: bool = False) -> None:
         """Ask the backend now unless it was asked less than ``min_interval_s`` ago."""
@@ -65,12 +66,14 @@ class UsageMonitor:
             except Exception:  # noqa: BLE001 - a failing backend must not stop slicing
                 log.exception("reading GPU processes failed")
                 return
-            memory = {}
+            memory, utilization = {}, {}
             for p in processes:
                 memory[(p.pid, p.gpu_index)] = p.memory_gib
+                utilization[(p.pid, p.gpu_index)] = p.utilization
                 if p.utilization >= IDLE_UTIL:
                     self.last_busy[(p.pid, p.gpu_index)] = now
             self.memory_gib = memory
+            self.utilization = utilization
 
     def busy_since(self, pgid: int, gpu: int, since: float) -> bool:
         """True when a process of session ``pgid`` was seen busy on ``gpu`` after monotonic time ``since``."""
@@ -83,6 +86,14 @@ class UsageMonitor:
         with self._lock:
             items = list(self.memory_gib.items())
         return sum(m for (pid, g), m in items if g == gpu and _session(pid) == pgid)
+
+
+    def utilization_of(self, pgid: int, gpu: int) -> float:
+        """The utilisation (percent, at most 100) the processes of session ``pgid`` had on ``gpu`` at the last
+        poll."""
+        with self._lock:
+            items = list(self.utilization.items())
+        return min(100.0, sum(u for (pid, g), u in items if g == gpu and _session(pid) == pgid))
 
 
 def _session(pid: int) -> int | None:
