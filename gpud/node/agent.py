@@ -277,7 +277,7 @@ class NodeAgent:
                 continue
             if measures is None:
                 self.usage.poll()
-                # A backend that measures nothing (the fake) reports the use it was told of: sample that.
+                # A backend that measures nothing (fake GPUs with GPUD_FAKE_GPU_SIMULATE=0) reports the use it was told of.
                 measures = tuple(getattr(self.backend, "measures", ())) or (
                     (UTILIZATION, MEMORY) if self.usage.memory_gib else ())
             if UTILIZATION in measures:
