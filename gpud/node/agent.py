@@ -277,7 +277,8 @@ class NodeAgent:
                 continue
             if measures is None:
                 self.usage.poll()
-                # A backend that measures nothing (fake GPUs with GPUD_FAKE_GPU_SIMULATE=0) reports the use it was told of.
+                # A backend that measures nothing (fake GPUs with GPUD_FAKE_GPU_SIMULATE=0) reports the use it
+                # was told of: sample that.
                 measures = tuple(getattr(self.backend, "measures", ())) or (
                     (UTILIZATION, MEMORY) if self.usage.memory_gib else ())
             if UTILIZATION in measures:
