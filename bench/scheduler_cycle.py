@@ -4,7 +4,11 @@ big: 1,000 nodes x 8 GPUs, 100 projects, 6,000 running tasks, 100,000 pending jo
 cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core.Scheduler`, as the
 controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
-    python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile]
+    python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile] [--hash]
+
+With --hash, each workload's plans (binds, evictions and every pending reason, cycle by cycle) are
+hashed, so that two versions of the core can be shown to decide alike: run it with each on
+PYTHONPATH (PYTHONPATH=OTHER_CHECKOUT python bench/scheduler_cycle.py --hash) and compare.
 """
 
 from __future__ import annotations
@@ -177,6 +181,20 @@ def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
     return Snapshot(specs, tuple(jobs), NOW), Policy(departments=departments, projects=projects)
 
 
+def plan_digest(plan) -> str:
+    """A hash of what a plan decides: its binds, its evictions and why each job still waits."""
+    pending = getattr(plan, "pending_reasons", None)
+    if pending is None:  # a core that keeps the reasons as data names them so
+        pending = plan.pending
+    text = repr((plan.binds, plan.evictions, sorted(pending.items())))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plans_digest(cycles: list[dict]) -> str:
+    """One hash of the plans of several cycles, in order."""
+    return hashlib.sha256("".join(c["plan"] for c in cycles).encode()).hexdigest()[:16]
+
+
 def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | None = None):
     """(figures, plan) of one schedule() call after a gc.collect(): wall and CPU seconds, and what
     the plan did (binds, evictions that stop tasks, moves, jobs left pending); profiled when asked."""
@@ -202,6 +220,8 @@ def measure_big(args, pm, prof: dict) -> dict:
            "running_tasks": sum(j.running_tasks for j in snapshot.jobs), "build_s": time.perf_counter() - t0}
     fresh = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     out["fresh"] = [figures for figures, _ in fresh]
+    if args.hash:
+        out["fresh"][-1]["plan"] = plan_digest(fresh[-1][1])
     if prof:
         timed(snapshot, policy, pm, prof["fresh"])
     scheduler = Scheduler(snapshot, policy, pm)
@@ -209,16 +229,22 @@ def measure_big(args, pm, prof: dict) -> dict:
     rng, out["steady"] = random.Random(args.seed + 7), []
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
         profiled = bool(prof) and cycle == args.warmup + args.repeat
-        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None)
+        plans: list = []
+        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None, plans)
         if not profiled:
             out["steady"].append({**figures, "warmup": cycle < args.warmup})
+            if args.hash:
+                out["steady"][-1]["plan"] = plan_digest(plans[0])
+    if args.hash:
+        out["plan_hash"] = plans_digest(out["fresh"][-1:] + out["steady"])
     return out
 
 
 def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
-               profile: cProfile.Profile | None = None) -> dict:
+               profile: cProfile.Profile | None = None, plans: list | None = None) -> dict:
     """Figures of one warm cycle: ``count`` completions and ``count`` submissions handed to the
-    running scheduler, then its cycle 10 s later; the time covers both."""
+    running scheduler, then its cycle 10 s later; the time covers both. The plan is added to
+    ``plans`` when given."""
     jobs = scheduler.jobs()
     running = [j.id for j in jobs if j.is_running]
     done = rng.sample(running, min(count, len(running)))
@@ -239,6 +265,8 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profile is not None:
         profile.disable()
+    if plans is not None:
+        plans.append(plan)
     return {"seconds": elapsed, "cpu_s": cpu, "binds": len(plan.binds),
             "evictions": sum(1 for e in plan.evictions if not e.moved),
             "moves": sum(1 for e in plan.evictions if e.moved), "pending": len(plan.pending)}
@@ -250,6 +278,9 @@ def measure_contended(args, pm, prof: dict) -> dict:
     out = {"nodes": len(snapshot.nodes), "projects": len(policy.projects), "jobs": len(snapshot.jobs)}
     cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     plan, out["cycles"] = cycles[-1][1], [figures for figures, _ in cycles]
+    if args.hash:
+        out["cycles"][-1]["plan"] = plan_digest(plan)
+        out["plan_hash"] = plans_digest(out["cycles"][-1:])
     if prof:
         timed(snapshot, policy, pm, prof["reclaim"])
     starved = [q for q in plan.queues if q.kind == "project" and q.name.startswith("starved")]
@@ -320,6 +351,9 @@ def report(out: dict) -> str:
                        f"evictions {con['cycles'][0]['evictions']}; the starved projects hold "
                        f"{con['starved_gpus_after']:g} of their {con['starved_fair_share']:g} GPUs of fair share")
     lines += summary
+    hashes = [f"{name} {out[name]['plan_hash']}" for name in ("big", "contended") if "plan_hash" in out.get(name, {})]
+    if hashes:
+        lines.append("\n  plan hashes (binds, evictions, pending reasons): " + ", ".join(hashes))
     for name, text in out.get("profiles", {}).items():
         lines.append(f"\n=== cProfile, one {name} cycle (schedule() only), by cumulative time ===\n{text}")
     return "\n".join(lines)
@@ -339,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=("big", "contended"), help="run one workload only")
     parser.add_argument("--profile", action="store_true", help="profile one extra cycle of each kind")
     parser.add_argument("--profile-dir", help="with --profile, also dump <kind>.prof pstats files here")
+    parser.add_argument("--hash", action="store_true", help="hash each workload's plans (binds, evictions, "
+                        "pending reasons) to compare two versions of the core")
     args = parser.parse_args(argv)
     out = run(args)
     print(json.dumps(out, indent=2) if args.json else report(out))

@@ -6,11 +6,14 @@ import asyncio
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpud.cli.projects_cmd import projects_table
 from gpud.cli.queue_cmd import history_table, queue_table
 from gpud.waits import wait_event
+
+if TYPE_CHECKING:
+    import aiohttp
 
 WATCH_S = 0.5
 DEMO_PROJECTS = ("alice-lab", "bob-lab")
@@ -25,7 +28,7 @@ class Api:
     def __init__(self, url: str, token_file: str) -> None:
         self.url = url
         self.token_file = token_file
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "Api":
         import aiohttp
@@ -35,10 +38,12 @@ class Api:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        assert self._session is not None
         await self._session.close()
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
         """The JSON answer of ``METHOD /api/v1/PATH``; RuntimeError with the controller's message on an error."""
+        assert self._session is not None, "Api is used inside ``async with``"
         async with self._session.request(method, f"{self.url}/api/v1/{path}", json=body) as answer:
             payload = await answer.json(content_type=None)
             if answer.status >= 400:
@@ -160,6 +165,7 @@ async def run(api: Api, options: Any, stop: asyncio.Event, out: TextIO = sys.std
     while not stop.is_set():
         active = await watcher.poll() if watcher is not None else 1
         if options.exit_when_idle and active == 0:
+            assert watcher is not None  # exit_when_idle makes one
             return _summary(watcher, out)
         await wait_event(stop, WATCH_S)
     print("gpud up: stopping; running jobs keep running and the next gpud up picks them up", file=out, flush=True)

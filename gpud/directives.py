@@ -70,7 +70,9 @@ def parse_directives(parser: argparse.ArgumentParser, directives: list[Directive
     def refuse(message: str):
         raise _Refused(message)
 
-    parser.error = refuse  # argparse reports every problem through error(); make it raise, not exit
+    # argparse reports every problem through error(); make it raise, not exit (mypy refuses any method
+    # assignment, which is the point here).
+    parser.error = refuse  # type: ignore[method-assign]
     try:
         for directive in directives:
             try:
@@ -78,5 +80,5 @@ def parse_directives(parser: argparse.ArgumentParser, directives: list[Directive
             except _Refused as exc:
                 raise DirectiveError(f"{source}, line {directive.line}: {exc}") from None
     finally:
-        parser.error = original_error
+        parser.error = original_error  # type: ignore[method-assign]
     return namespace

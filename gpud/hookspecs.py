@@ -5,6 +5,11 @@ and never do I/O inside the scheduling core. A hook marked *first result*
 stops at the first plugin that returns something other than None; plugins
 registered later are asked first, so a third-party plugin overrides a
 built-in one by answering the same question.
+
+Every function a plugin marks with ``gpud.hookimpl`` must be one of these
+hooks, with argument names taken from its spec: gpud refuses, when the
+plugins load, a plugin with an implementation no spec declares (a misspelt
+hook would otherwise never be called).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ hookspec = pluggy.HookspecMarker("gpud")
 def gpud_placement_strategies() -> Iterable[str]:
     """Name the placement strategies this plugin implements.
 
-    Called once when the policy is checked. Returns an iterable of names
-    (e.g. ``["binpack"]``); the policy may use any name some plugin returns.
+    Called when the plugins and the policy are loaded (controller start,
+    policy reload, ``gpud check-config``, ``gpuctl simulate``), to check the
+    policy's strategy names. Returns an iterable of names (e.g.
+    ``["binpack"]``); the policy may use any name some plugin returns.
     Results of all plugins are combined.
     """
 
@@ -38,13 +45,17 @@ def gpud_node_candidates(strategy: str, request: TaskRequest,
                          index: NodeIndex) -> Iterator[NodeState] | None:
     """Order the nodes one task could go to, best first.
 
-    Called for every task the scheduler places. ``strategy`` is the pool's
-    strategy name (for GPU tasks the pool's ``placement``, for CPU-only tasks
-    its ``cpu_placement``); ``request`` is the task's request; ``index`` is the
-    pool's index of nodes by free capacity. Return an iterator of candidate
-    nodes (lazily: the scheduler stops at the first that fits), or None when
-    the strategy is not this plugin's. The scheduler still checks that the
-    task fits each candidate. First result.
+    Called when the scheduler searches a pool for one task's node, during
+    allocation, reclaim, preemption and consolidation; not when the pool's
+    free totals already show no room, nor (without ``gpud_filter_node``
+    plugins) for a request that found no room until something is released.
+    ``strategy`` is the pool's strategy name (for GPU tasks the pool's
+    ``placement``, for CPU-only tasks its ``cpu_placement``); ``request`` is
+    the task's request; ``index`` is the pool's index of nodes by free
+    capacity. Return an iterator of candidate nodes (lazily: the scheduler
+    stops at the first that fits), or None when the strategy is not this
+    plugin's. The scheduler still checks the node selector, the filters and
+    that the task fits each candidate. First result.
     """
 
 
@@ -52,11 +63,13 @@ def gpud_node_candidates(strategy: str, request: TaskRequest,
 def gpud_gpu_order(strategy: str, request: TaskRequest, node: NodeState) -> list[int] | None:
     """Order the GPUs of one node for a task, best first.
 
-    Called once a node is chosen for a GPU task. ``strategy`` is the pool's
-    ``gpu_placement``. Return GPU indices in order of preference (the scheduler
-    takes the first ones that have room), or None when the strategy is not
-    this plugin's; when no plugin answers, the lowest free indices are taken.
-    First result.
+    Called for each candidate node of a GPU task that passed the other
+    checks, until one has room (the GPUs decide whether the node fits), and
+    for a node consolidation is clearing. ``strategy`` is the pool's
+    ``gpu_placement``. Return GPU indices in order of preference (the
+    scheduler takes the first ones that have room; an index left out is not
+    used), or None when the strategy is not this plugin's; when no plugin
+    answers, the lowest free indices are taken. First result.
     """
 
 
@@ -65,9 +78,14 @@ def gpud_filter_node(job: JobSpec, node: NodeState) -> str | None:
     """Veto a node for a job.
 
     Called for each candidate node the scheduler examines for a job's task,
-    after its own checks (pool, labels, free capacity) passed. Return a short
-    reason (e.g. ``"node is draining"``) to refuse the node, or None to accept
-    it. Results of all plugins are combined: any reason refuses the node.
+    after its own checks of the pool, the node selector and the free CPUs
+    and memory passed, before the GPUs are chosen; and for a node reclaim,
+    preemption or consolidation made room on, before the task goes there. Return a short reason
+    (e.g. ``"node is draining"``) to refuse the node, or None to accept it.
+    Results of all plugins are combined: any reason refuses the node. While
+    any plugin implements it, the scheduler tries pending jobs one by one
+    instead of a whole group of alike jobs at once, which is slower on long
+    queues.
     """
 
 
@@ -77,8 +95,14 @@ def gpud_filter_node(job: JobSpec, node: NodeState) -> str | None:
 def gpud_job_order_key(job: JobSpec) -> Any:
     """Give the sort key of a pending job inside its queue (smaller runs first).
 
-    Called once per pending job per cycle. The built-in key is higher
-    priority first, then earlier submission. First result.
+    Called when a job joins the pending backlog (on submission, when the
+    scheduler builds its state, when the job is requeued or evicted), when
+    it leaves it, and for each job consolidation considers in a cycle. The key is kept
+    while the job waits and never asked for again, so it must be a pure
+    function of the job: the same job gives an equal key every time, and
+    nothing else (the clock, the cluster, the queue) may change it. The
+    built-in key is higher priority first, then earlier submission.
+    First result.
     """
 
 
@@ -86,11 +110,14 @@ def gpud_job_order_key(job: JobSpec) -> Any:
 def gpud_queue_order_key(queue: QueueState, job: JobSpec, need: Any) -> Any:
     """Give the sort key of a queue (a project or department in one pool) whose next job is ``job``.
 
-    Called whenever a queue's next job or allocation changes during
-    allocation. ``need`` is the job's total pending request (a
-    ``gpud.model.Resources``). The queue with the smallest key is served
-    first, at each level of the hierarchy (departments, then projects).
-    First result.
+    Called while allocation, reclaim, preemption and consolidation walk the
+    pending jobs: for each queue when the walk begins, and again for a
+    queue (and its department) after each of its jobs is served.
+    ``queue`` is a project queue, or a department queue with the next job
+    of its first project; ``need`` is what the job's waiting tasks ask for
+    in all (a ``gpud.model.Resources``). The queue with the smallest key is
+    served first, at each level of the hierarchy (departments, then
+    projects). First result.
     """
 
 
@@ -98,9 +125,14 @@ def gpud_queue_order_key(queue: QueueState, job: JobSpec, need: Any) -> Any:
 def gpud_victim_order_key(victim: Victim) -> Any:
     """Give the sort key of a running job that may be evicted (smaller goes first).
 
-    Called when reclaim, preemption or consolidation lists candidate victims.
-    The built-in key is lowest priority first, then most recently started.
-    First result.
+    Called when reclaim or preemption lists a queue's evictable jobs: once
+    per queue and action, and the list is kept for the cycle's later
+    actions while nothing of the queue is placed or released, so the key
+    must not change within a cycle. Consolidation, which moves jobs rather
+    than stops them, moves the tasks holding the most GPUs first and asks
+    this key (for one task of the job) only between tasks that hold as
+    many, and between nodes cleared by as many moves. The built-in key is
+    lowest priority first, then most recently started. First result.
     """
 
 
@@ -111,9 +143,13 @@ def gpud_can_evict(victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
     """Veto the eviction of a running job.
 
     Called for each candidate victim after the scheduler's own rules allowed
-    it. ``rule`` is ``"reclaim"``, ``"preempt"`` or ``"consolidate"``. Return
-    a short reason to protect the victim, or None to allow the eviction.
-    Results of all plugins are combined: any reason protects the victim.
+    it (preemptible, ran the minimum run time); consolidation asks for each
+    task it might move, with a victim of that one task. ``rule`` is
+    ``"reclaim"``, ``"preempt"`` or ``"consolidate"``. Return a short reason
+    to protect the victim, or None to allow the eviction. Results of all
+    plugins are combined: any reason protects the victim. While any plugin
+    implements it, the scheduler tries pending jobs one by one instead of a
+    whole group of alike jobs at once.
     """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import os
@@ -41,7 +42,10 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     ``*.py`` files of ``directory``. A name in ``disable`` (a plugin's short
     name such as ``"spread"`` or its full module name) is not registered;
     a name that matches no built-in and no entry point is a ConfigError.
-    Setting the environment variable GPUD_TRACE_HOOKS prints every hook call.
+    A plugin whose marked function names no hook of ``gpud.hookspecs`` (a
+    misspelt hook), or whose arguments are not the hook's, is a ConfigError
+    naming the plugin and the function. Setting the environment variable
+    GPUD_TRACE_HOOKS prints every hook call.
     """
     pm = pluggy.PluginManager("gpud")
     pm.add_hookspecs(hookspecs)
@@ -56,13 +60,20 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     if load_entry_points:
         for name in blocked:
             pm.set_blocked(name)
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        try:
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        except pluggy.PluginValidationError as exc:
+            raise _invalid(pm, exc) from exc
         known.update(ep_name for ep_name, _ in _entry_point_names())
     if directory is not None:
         for module in load_directory(directory):
             known.add(module.__name__)
             if module.__name__ not in blocked:
-                pm.register(module, name=module.__name__)
+                try:
+                    pm.register(module, name=module.__name__)
+                except pluggy.PluginValidationError as exc:
+                    raise _invalid(pm, exc) from exc
+    check_hooks(pm)
     unknown = sorted(blocked - known)
     if unknown:
         raise ConfigError("policy", "plugins.disable",
@@ -73,6 +84,45 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
         pm.enable_tracing()
         setattr(pm, TRACING, True)
     return pm
+
+
+def check_hooks(pm: pluggy.PluginManager) -> None:
+    """Refuse a registered plugin that implements a hook ``gpud.hookspecs`` does not declare.
+
+    pluggy's ``check_pending`` finds such an implementation (usually a
+    misspelt hook name, which would otherwise never be called); the
+    ConfigError names the plugin, its file, the function and the nearest
+    hook name.
+    """
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        for name, caller in vars(pm.hook).items():
+            if name.startswith("_") or caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if not impl.optionalhook:
+                    nearest = difflib.get_close_matches(name, _hook_names(), n=1)
+                    hint = f" (did you mean {nearest[0]!r}?)" if nearest else ""
+                    raise ConfigError(_source(impl.plugin), "",
+                                      f"plugin {impl.plugin_name!r} implements {name!r}, which is no gpud "
+                                      f"hook{hint}; the hooks are listed in docs/plugins.md") from exc
+        raise _invalid(pm, exc) from exc
+
+
+def _invalid(pm: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> ConfigError:
+    """A ConfigError for a plugin pluggy refused (an unknown hook, or arguments the hook does not have)."""
+    name = pm.get_name(exc.plugin) or getattr(exc.plugin, "__name__", repr(exc.plugin))
+    return ConfigError(_source(exc.plugin), "", f"plugin {name!r} is not a valid gpud plugin: {exc}")
+
+
+def _source(plugin: object) -> str:
+    """The file a plugin module was loaded from, or its name when it has none."""
+    return str(getattr(plugin, "__file__", None) or getattr(plugin, "__name__", repr(plugin)))
+
+
+def _hook_names() -> list[str]:
+    return [name for name in vars(hookspecs) if name.startswith("gpud_")]
 
 
 def _entry_point_names() -> list[tuple[str, str]]:
@@ -88,6 +138,7 @@ def load_directory(directory: str | os.PathLike) -> list:
     modules = []
     for path in sorted(folder.glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"gpud_site_{path.stem}", path)
+        assert spec is not None and spec.loader is not None  # a *.py path always has both
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

@@ -87,11 +87,11 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
     pools = _node_pools(top, known_placements, placement, cpu_placement)
     known_pools = (frozenset(pools) | {default_pool}) if pools else None
     priority_classes = _priority_classes(top)
-    departments = {}
+    departments: dict[str, Department] = {}
     for index, raw in top.tables("departments", MAX_QUEUES):
         table = top.named("departments", index, raw, DEPARTMENT_KEYS, departments)
         departments[table.data["name"]] = Department(**_queue_settings(table, default_pool, known_pools))
-    projects = {}
+    projects: dict[str, Project] = {}
     for index, raw in top.tables("projects", MAX_QUEUES):
         table = top.named("projects", index, raw, PROJECT_KEYS, projects)
         department = table.string("department", DEFAULT_DEPARTMENT)

@@ -126,11 +126,11 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
         emit(line, "--pool", first)
     if "dependency" in seen:
         _dependency(seen["dependency"], ignored, emit)
-    name = seen["job-name"][1] if "job-name" in seen else job_name
+    title = seen["job-name"][1] if "job-name" in seen else job_name
     for stream in ("output", "error"):
         if stream in seen:
             line, value, written = seen[stream]
-            pattern, unknown = slurm_pattern(value, name, user)
+            pattern, unknown = slurm_pattern(value, title, user)
             if unknown:
                 ignored.append(Ignored(line, written, "pattern", " ".join(unknown)))
             emit(line, f"--{stream}", pattern)

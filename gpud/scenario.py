@@ -189,7 +189,7 @@ def _job(table: Table, policy: Policy, nodes: Mapping[str, NodeSpec]) -> _Job:
             raise table.error("running_on", f"{running} of {tasks} tasks run, fewer than the gang minimum "
                                             f"({minimum}): a gang runs at least its minimum or not at all")
         job.started = submitted if started is None else started
-        for node_name in dict.fromkeys(n for n in job.nodes if n is not None):
+        for node_name in dict.fromkeys(n for n in job.nodes or () if n is not None):
             _check_fits(table, job, nodes[node_name])
     job.explicit = _gpu_index(table, request, job.nodes, nodes)
     return job
@@ -304,8 +304,8 @@ def _place(jobs: list[_Job], nodes: Mapping[str, NodeSpec]) -> None:
     """Give every running task its GPUs: given indices first, then whole GPUs, then shares of one GPU."""
     used = {name: [0.0] * node.gpus for name, node in nodes.items()}
     host = {name: [0.0, 0.0] for name in nodes}
-    whole: list[tuple[_Job, int]] = []
-    shared: list[tuple[_Job, int, float]] = []
+    whole: list[tuple[_Job, int, str]] = []
+    shared: list[tuple[_Job, int, float, str]] = []
     for job in jobs:
         for k, name in enumerate(job.nodes or ()):
             if name is None:
@@ -317,6 +317,7 @@ def _place(jobs: list[_Job], nodes: Mapping[str, NodeSpec]) -> None:
                 job.placements[k] = TaskPlacement(name, (), 0.0)
             elif job.explicit is not None:
                 indices = job.explicit[k]
+                assert indices is not None  # given for each running task
                 for i in indices:
                     used[name][i] += share
                     if used[name][i] > 1.0 + SHARE_TOLERANCE:
@@ -324,11 +325,10 @@ def _place(jobs: list[_Job], nodes: Mapping[str, NodeSpec]) -> None:
                                                      f"share of 1 (the tasks on it add up to {used[name][i]:g})")
                 job.placements[k] = TaskPlacement(name, indices, share)
             elif job.request.is_shared:
-                shared.append((job, k, share))
+                shared.append((job, k, share, name))
             else:
-                whole.append((job, k))
-    for job, k in whole:
-        name = job.nodes[k]
+                whole.append((job, k, name))
+    for job, k, name in whole:
         want = job.request.whole_gpus
         free = [i for i, u in enumerate(used[name]) if u <= SHARE_TOLERANCE][:want]
         if len(free) < want:
@@ -337,8 +337,7 @@ def _place(jobs: list[_Job], nodes: Mapping[str, NodeSpec]) -> None:
         for i in free:
             used[name][i] = 1.0
         job.placements[k] = TaskPlacement(name, tuple(free), 1.0)
-    for job, k, share in shared:
-        name = job.nodes[k]
+    for job, k, share, name in shared:
         gpus = used[name]
         fits = [i for i, u in enumerate(gpus) if u + share <= 1.0 + SHARE_TOLERANCE]
         if not fits:

@@ -102,35 +102,35 @@ def _queue_total(plan: Plan, name: str, attribute: str) -> float | None:
 def check(expect: Expectations, sim: Simulation) -> list[str]:
     """Every expectation that does not hold, each saying what was expected and what happened."""
     failures = []
-    for label, wanted, actual in (("running", expect.running, sim.running()),
-                                  ("pending", expect.pending, sim.pending()),
-                                  ("preempted", expect.preempted, sim.preempted)):
-        if wanted is not None and set(wanted) != actual:
-            failures.append(f"{label}: expected {_names(wanted)}, got {_names(actual)}")
+    for label, wanted, found in (("running", expect.running, sim.running()),
+                                 ("pending", expect.pending, sim.pending()),
+                                 ("preempted", expect.preempted, sim.preempted)):
+        if wanted is not None and set(wanted) != found:
+            failures.append(f"{label}: expected {_names(wanted)}, got {_names(found)}")
     jobs = {job.id: job for job in sim.snapshot.jobs}
     for job_id, nodes in (expect.placement or {}).items():
-        actual = tuple(p.node if p else "" for p in (jobs[job_id].task_placement(i)
-                                                    for i in range(jobs[job_id].tasks)))
-        if tuple(nodes) != actual:
-            failures.append(f"placement of {job_id}: expected {list(nodes)}, got {list(actual)}")
+        nodes_now = tuple(p.node if p else "" for p in (jobs[job_id].task_placement(i)
+                                                       for i in range(jobs[job_id].tasks)))
+        if tuple(nodes) != nodes_now:
+            failures.append(f"placement of {job_id}: expected {list(nodes)}, got {list(nodes_now)}")
     for job_id, indices in (expect.gpu_index or {}).items():
-        actual = tuple(tuple(p.gpu_index) if p else () for p in (jobs[job_id].task_placement(i)
-                                                                  for i in range(jobs[job_id].tasks)))
-        if tuple(tuple(i) for i in indices) != actual:
+        gpus_now = tuple(tuple(p.gpu_index) if p else () for p in (jobs[job_id].task_placement(i)
+                                                                    for i in range(jobs[job_id].tasks)))
+        if tuple(tuple(i) for i in indices) != gpus_now:
             failures.append(f"gpu_index of {job_id}: expected {[list(i) for i in indices]}, "
-                            f"got {[list(i) for i in actual]}")
+                            f"got {[list(i) for i in gpus_now]}")
     for job_id, count in (expect.running_tasks or {}).items():
-        actual = jobs[job_id].running_tasks
-        if actual != count:
-            failures.append(f"running_tasks of {job_id}: expected {count}, got {actual}")
+        tasks_now = jobs[job_id].running_tasks
+        if tasks_now != count:
+            failures.append(f"running_tasks of {job_id}: expected {count}, got {tasks_now}")
     for name, gpus in (expect.project_gpus or {}).items():
-        actual = _queue_total(sim.last_plan, name, "allocated") or 0.0
-        if abs(actual - gpus) > 1e-6:
-            failures.append(f"project_gpus of {name}: expected {gpus:g}, got {actual:g}")
+        allocated = _queue_total(sim.last_plan, name, "allocated") or 0.0
+        if abs(allocated - gpus) > 1e-6:
+            failures.append(f"project_gpus of {name}: expected {gpus:g}, got {allocated:g}")
     for name, share in (expect.fair_share or {}).items():
-        actual = _queue_total(sim.last_plan, name, "fair_share") or 0.0
-        if abs(actual - share) > 0.01 + EPS:
-            failures.append(f"fair_share of {name}: expected {share:g}, got {actual:.4f}")
+        fair = _queue_total(sim.last_plan, name, "fair_share") or 0.0
+        if abs(fair - share) > 0.01 + EPS:
+            failures.append(f"fair_share of {name}: expected {share:g}, got {fair:.4f}")
     return failures
 
 

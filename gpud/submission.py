@@ -72,6 +72,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
         raise SubmitError(f"unknown field {unknown[0]!r}{suggestion(unknown[0], JOB_FIELDS)}", unknown[0])
     r = _Reader(payload)
     project = r.string("project", required=True)
+    assert project is not None  # required
     if project not in policy.projects:
         raise SubmitError(f"unknown project {project!r}{suggestion(project, policy.projects)}; the policy "
                           f"has {', '.join(sorted(policy.projects)) or 'no projects'}", "project")
@@ -83,6 +84,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     command, script = (None, None) if interactive and "command" not in payload and "script" not in payload \
         else _command(r)
     workdir = r.string("workdir", required=True)
+    assert workdir is not None  # required
     if not workdir.startswith("/"):
         raise SubmitError(f"workdir must be an absolute path, not {workdir!r}", "workdir")
     job = Job(id="", user=user, project=project, workdir=workdir, command=command, script=script,

@@ -51,3 +51,11 @@ def test_no_hook_is_documented_that_does_not_exist() -> None:
     names = {hook.__name__ for hook in hooks()}
     documented = set(re.findall(r"^### `(gpud_\w+)\(", DOC.read_text(), flags=re.M))
     assert documented <= names, f"documented but not in hookspecs.py: {sorted(documented - names)}"
+
+
+def test_every_hook_section_quotes_its_docstring() -> None:
+    text = DOC.read_text()
+    stale = [hook.__name__ for hook in hooks() if section(hook) not in text]
+    assert not stale, ("docs/plugins.md quotes a hook's docstring that gpud/hookspecs.py has since changed: "
+                       + ", ".join(stale) + "; paste each section again:\n\n"
+                       + "\n".join(section(h) for h in hooks() if h.__name__ in stale))

@@ -73,7 +73,7 @@ def _weight(policy: Policy, kind: str, name: str, pool: str) -> float:
 def _row(policy: Policy, level: str, pool: str, name: str, department: str, project: str | None, user: str | None,
          amounts: Mapping[UsageKey, Amount], fair_shares: Mapping[tuple[str, str, str], float],
          weights: Mapping[str, float], usage: Mapping[str, float]) -> dict:
-    key = name if level != "user" else user
+    key = name if level != "user" else user or ""  # no user: no weight, no usage
     if not any(weights.values()):  # nobody has a quota here: over-quota weights, else equal shares
         weights = {k: _over_quota_weight(policy, level, k) for k in weights}
     total_weight, total_usage = sum(weights.values()), sum(usage.values())

@@ -35,7 +35,7 @@ def _columns() -> int:
     except (KeyError, ValueError):
         pass
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]  # None: caught
     except (AttributeError, ValueError, OSError):
         return 80
 

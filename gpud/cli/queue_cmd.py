@@ -129,7 +129,7 @@ def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:
 
 
 def _counts(members: list[dict]) -> dict[str, int]:
-    counts: dict[str, int] = {}
+    counts: dict = {}  # by the answer's state as it is (typing is not imported: gpuctl starts faster)
     for job in members:
         counts[job.get("state")] = counts.get(job.get("state"), 0) + 1
     return counts

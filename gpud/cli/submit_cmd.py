@@ -276,7 +276,7 @@ def _read_script(path: str) -> str:
 
 def _submit_batch(jobs: list[dict], parsable: bool, path: str, places: list[str]) -> int:
     from gpud.cli.common import client
-    from gpud.client import ClientError
+    from gpud.client import ApiError, ClientError
     api = client()
     ids: list[str] = []
     for start in range(0, len(jobs), MAX_BATCH):
@@ -287,9 +287,9 @@ def _submit_batch(jobs: list[dict], parsable: bool, path: str, places: list[str]
                 _print_ids(ids, parsable)
                 print(f"gpuctl submit: the {len(ids)} jobs before {path}, {places[start]} were submitted; "
                       f"it and the jobs after it were not", file=sys.stderr)
-            index = getattr(exc, "index", None)
-            if isinstance(index, int) and 0 <= start + index < len(places):
-                field = f", field {exc.field!r}" if getattr(exc, "field", None) else ""
+            index = exc.index if isinstance(exc, ApiError) else None
+            if isinstance(exc, ApiError) and index is not None and 0 <= start + index < len(places):
+                field = f", field {exc.field!r}" if exc.field else ""
                 exc.args = (f"{path}, {places[start + index]}: {exc.message} (HTTP {exc.status}{field})",)
             raise
         ids.extend(str(i) for i in answer.get("ids", []))
@@ -359,7 +359,7 @@ def _positive_int(text: str) -> int:
     value = _number(text, integer=True)
     if value < 1:
         raise ValueError(f"must be at least 1 (got {text})")
-    return value
+    return int(value)
 
 
 @_checked
@@ -403,7 +403,7 @@ def _array(text: str) -> str:
 
 @_checked
 def _depends(text: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for part in text.split(","):
         kind, _, ids = part.partition(":")
         if kind not in DEPENDENCY_KINDS or not ids or not all(ids.split(":")):

@@ -60,28 +60,29 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                                    max_msg_size=1 << 22) as ws:
             with _raw(stdin_fd) as is_tty:
                 reading = stdin_fd is not None
+                in_fd = -1 if stdin_fd is None else stdin_fd  # read only while ``reading``
                 def read_input() -> None:
                     try:
-                        data = os.read(stdin_fd, READ_CHUNK)
+                        data = os.read(in_fd, READ_CHUNK)
                     except OSError:
                         data = b""
                     if not data:
-                        loop.remove_reader(stdin_fd)  # type: ignore[arg-type]
+                        loop.remove_reader(in_fd)
                         outgoing.put_nowait(EOF_KEY)  # a pipe that ends: end of input on the job's terminal too
                         return
                     outgoing.put_nowait(data)
 
                 def resized() -> None:
-                    now = window_size(stdin_fd)
+                    now = window_size(in_fd)
                     if now is not None:
                         outgoing.put_nowait({"type": "resize", "rows": now[0], "cols": now[1]})
 
                 if reading:
                     try:
-                        loop.add_reader(stdin_fd, read_input)
+                        loop.add_reader(in_fd, read_input)
                     except PermissionError:  # a regular file or /dev/null: no polling, it is all there
                         reading = False
-                        outgoing.put_nowait(_read_file(stdin_fd) + EOF_KEY)
+                        outgoing.put_nowait(_read_file(in_fd) + EOF_KEY)
                 if is_tty:
                     loop.add_signal_handler(signal.SIGWINCH, resized)
                 sender = asyncio.create_task(_send(ws, outgoing))
@@ -98,7 +99,7 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await sender
                     if reading:
-                        loop.remove_reader(stdin_fd)
+                        loop.remove_reader(in_fd)
                     if is_tty:
                         loop.remove_signal_handler(signal.SIGWINCH)
     return last

@@ -118,7 +118,7 @@ def usage_table(rows: list[dict]) -> str:
     """Departments, their projects indented under them, and each project's users under it."""
     lines = []
     for row in rows:
-        indent = {"department": "", "project": "  ", "user": "    "}.get(row.get("level"), "")
+        indent = {"department": "", "project": "  ", "user": "    "}.get(row.get("level") or "", "")
         label = row.get("user") if row.get("level") == "user" else row.get("name")
         lines.append([row.get("pool"), indent + str(label), row.get("level"), _num(row.get("quota")),
                       _num(row.get("fair_share")), _hours(row.get("gpu_hours")), _hours(row.get("cpu_hours")),

@@ -105,7 +105,7 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
                                          policy=ctrl.policy, capacity=cap))
             submissions[-1].job.allow_root = principal.allow_root
         except SubmitError as exc:
-            extra = {"field": exc.field} if exc.field else {}
+            extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
             if len(payloads) > 1:
                 extra["index"] = index
             raise ApiError(exc.status, str(exc), **extra) from None

@@ -7,6 +7,7 @@ import hmac
 import os
 import secrets
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from gpud.store.base import TokenRecord
 
@@ -87,7 +88,7 @@ def _bearer(header: str | None) -> str | None:
     return value.strip()
 
 
-def read_or_create_secret(path: str, make: callable) -> tuple[str, bool]:
+def read_or_create_secret(path: str, make: Callable[[], str]) -> tuple[str, bool]:
     """The secret in ``path`` (stripped), or a new one written there with mode 0600; True when created."""
     try:
         with open(path, encoding="utf-8") as f:

@@ -44,7 +44,7 @@ class Cluster(NodeMessages):
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
-        self.array_queued: dict[str, int] = defaultdict(int)  # each array's elements in the scheduler
+        self.array_queued: dict[str | None, int] = defaultdict(int)  # each array's elements in the scheduler
         self.staged: dict[str, Job] = {}     # submitted, not yet durable: see stage()
         self.staged_changed: set[str] = set()
         # How the last jobs ended, for submits that looked their dependencies up before they ended.
@@ -585,6 +585,7 @@ class Cluster(NodeMessages):
             job_id, task = self.wanted[name][key]
             job = self.jobs[job_id]
             run = job.runs[task]
+            assert run.placement is not None  # a wanted task is placed
             if busy.intersection(run.placement.gpu_index):
                 continue
             del unsent[key]

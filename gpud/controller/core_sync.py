@@ -50,6 +50,7 @@ class CoreSync:
     def rebuild(self, policy: Policy | None = None, pm: pluggy.PluginManager | None = None) -> None:
         """Start over at the next cycle (nodes or policy changed); the running cycle's plan is void."""
         if policy is not None:
+            assert pm is not None, "a new policy comes with its plugins"
             self.policy, self.pm = policy, pm
         self.rebuild_needed = True
 
@@ -64,6 +65,7 @@ class CoreSync:
                 if op == "finish":
                     self.scheduler.finish(job_id)
                 else:
+                    assert spec is not None  # an "add" carries its spec
                     self.scheduler.finish(job_id)
                     self.scheduler.submit(spec)
         self.ops.clear()

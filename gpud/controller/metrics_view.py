@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from gpud.controller.nodes import DOWN
 from gpud.lifecycle import STATES
@@ -23,18 +23,19 @@ def render(ctrl: Controller) -> str:
     lines += metric("gpud_jobs_finished_total", "counter", "Jobs ended since the controller started, by state.",
                     [({"state": s}, cluster.finished_by_state.get(s, 0)) for s in STATES
                      if s not in ("PENDING", "RUNNING")])
-    allocated = Counter()
+    allocated = cast("dict[tuple[str, str], float]", Counter())  # GPUs, some of them fractions
     for job in cluster.jobs.values():
         pool = job.pool or ctrl.policy.default_pool
         allocated[(job.project, pool)] += job.gpus_held()
     lines += metric("gpud_gpus_allocated", "gauge", "GPUs allocated by project and pool.",
                     [({"project": p, "pool": pool}, v) for (p, pool), v in sorted(allocated.items())])
-    total, unhealthy = Counter(), Counter()
+    total: Counter[str] = Counter()
+    unhealthy: Counter[str] = Counter()
     for node in cluster.nodes.values():
         if node.state != DOWN:
             total[node.pool] += len(node.gpus)
             unhealthy[node.pool] += sum(1 for g in node.gpus if not g.healthy)
-    used = Counter()
+    used = cast("dict[str, float]", Counter())
     for (project, pool), value in allocated.items():
         used[pool] += value
     lines += metric("gpud_gpus_idle", "gauge", "GPUs not allocated, by pool (nodes not down).",

@@ -133,7 +133,8 @@ class NodeMessages:
         except (KeyError, TypeError, ValueError):
             log.warning("node %s sent a malformed task report: %r", name, report)
             return False
-        uid = report.get("job_uid") if isinstance(report.get("job_uid"), str) else ""
+        reported_uid = report.get("job_uid")
+        uid = reported_uid if isinstance(reported_uid, str) else ""
         key = self._report_key(report)
         node = self.nodes[name]
         exited = state == "exited"

@@ -20,6 +20,7 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
     policy's ``slicing`` mode is strict or fair, its compute share.
     """
     placement = run.placement
+    assert placement is not None, "a start order is for a placed task"
     first = next((r.placement for r in job.runs if r.placement is not None), placement)
     master = nodes.get(first.node)
     local_rank = sum(1 for r in job.runs[:task] if r.placement is not None and r.placement.node == placement.node)

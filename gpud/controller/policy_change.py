@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from gpud.jobs import Job
 from gpud.lifecycle import PENDING, RUNNING
@@ -16,7 +17,7 @@ def removed_projects(old: Policy, new: Policy, jobs: Iterable[Job]) -> list[dict
     theirs), pending ones wait, with the reason "project P is not in the
     policy", until the project comes back or they are cancelled.
     """
-    gone = {name: {"project": name, "running": 0, "pending": 0} for name in old.projects if name not in new.projects}
+    gone: dict[str, dict[str, Any]] = {name: {"project": name, "running": 0, "pending": 0} for name in old.projects if name not in new.projects}
     for job in jobs:
         entry = gone.get(job.project)
         if entry is not None and job.state in (RUNNING, PENDING):

@@ -80,7 +80,7 @@ class Controller:
         self.last_cycle_s = 1.0          # the first cycle may be a big one: give it the thread
         self.last_cycle_work_s = 1.0     # the same, with preparing it and applying its plan
         self.started = time.time()
-        self.auth: Auth | None = None
+        self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
@@ -222,9 +222,9 @@ class Controller:
         self.last_cycle_s = time.perf_counter() - began
         self.cycle_seconds.observe(self.last_cycle_s)
         self.cycles += 1
-        plan, skip = cluster.core.finished(plan)
-        if plan is not None:
-            cluster.apply_plan(plan, skip)
+        carried, skip = cluster.core.finished(plan)
+        if carried is not None:
+            cluster.apply_plan(carried, skip)
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began

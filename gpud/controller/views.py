@@ -16,7 +16,7 @@ CONFIDENTIAL = ("command", "script", "env", "workdir", "output", "error")
 def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
              slicing: TimeSlicing | None = None) -> dict:
     """The API's job object: what was asked, where it runs, how it ended, and how its GPU share is kept."""
-    placements = []
+    placements: list[dict[str, object] | None] = []
     for run in job.runs:
         p = run.placement
         if p is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gpud.controller.cluster import Cluster
 from gpud.jobs import Job
@@ -29,7 +30,7 @@ CLUSTER = "cluster"
 def explain(job: Job, cluster: Cluster) -> dict:
     """The job's state, its blockers and what would let it start, as data (see the module)."""
     reason = cluster.reason_of(job)
-    answer = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
+    answer: dict[str, Any] = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
               "would_start": []}
     if job.state != PENDING:
         return answer
@@ -146,7 +147,7 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
     if project is None:
         return False
     department = policy.departments.get(settings.department)
-    levels = [("project", job.project, settings, project)]
+    levels: list[tuple[str, str, Any, Any]] = [("project", job.project, settings, project)]
     if department is not None and not department.implicit:
         report = reports.get(("department", department.name))
         if report is not None:

@@ -6,6 +6,7 @@ from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.blockers import SHORTAGE, restated, running
+from gpud.core.passed_over import PassedOver
 from gpud.core.placement import FRAGMENTED, WAITING, Placer, explain_unplaced
 from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
@@ -101,7 +102,7 @@ class Blocks:
         return LateReasons(self.state, queue, self.room.frozen(), rules.frozen() if rules is not None else {})
 
 
-class LateReasons:
+class LateReasons(PassedOver):
     """The reasons of jobs passed over with their whole queue, from a copy of the failures at that moment.
 
     Read after the cycle, perhaps while the next one runs: it reads the

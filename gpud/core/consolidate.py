@@ -10,7 +10,7 @@ from gpud.core.backlog import Backlog, Group
 from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
-from gpud.core.nodes import NodeState
+from gpud.core.nodes import FreeOrder, NodeState
 from gpud.core.order import Skip, serve_in_order
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
@@ -191,25 +191,6 @@ def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tu
             and (other.gpus if other.gpu_memory_gib is None else other.gpu_share_on(node.gpu_memory_gib)) <= gpu + EPS):
         return True  # it might go back beside the job's task (the cheaper question first)
     return placer.find(first) is not None
-
-
-class FreeOrder:
-    """A pool's nodes sorted most free GPU share first (pool order among equals), kept from cycle to cycle.
-
-    Sums are worked out again only for nodes changed since (their
-    ``version``), and only once something in the cluster was placed or
-    released (``ClusterState.changes``, which counts every change of a node,
-    between cycles too).
-    """
-
-    __slots__ = ("nodes", "sums", "versions", "ordered", "changes")
-
-    def __init__(self, nodes: list[NodeState], changes: int) -> None:
-        self.nodes = nodes
-        self.sums = [(-sum(n.free_share), i, n) for i, n in enumerate(nodes)]
-        self.versions = [n.version for n in nodes]
-        self.ordered = sorted(self.sums)
-        self.changes = changes
 
 
 def _most_free_first(state: ClusterState, pool: str, orders: dict[str, FreeOrder]) -> Iterator[NodeState]:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from gpud.core.backlog import Group
+from gpud.core.backlog import Backlog, Group
 from gpud.core.queues import QueueState
 from gpud.core.shapes import Dims, at_least, failure_dims, shape_key
+from gpud.model import JobSpec
 
-if TYPE_CHECKING:
-    from gpud.core.state import ClusterState
+
+class StateView(Protocol):
+    """What the covers read of the scheduler's state (``gpud.core.state.ClusterState``), named here
+    so that this module does not import the state's."""
+
+    backlog: Backlog
+    job_specific_plugins: bool
+
+    def pool_of(self, job: JobSpec) -> str:
+        """The node pool a job runs in."""
 
 
 class _Cover:
@@ -38,7 +47,7 @@ class QueueCovers:
     groups is emptied.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: StateView) -> None:
         self.state = state
         self._covers: dict[QueueState, _Cover] = {}
         self._by_shape: dict[tuple, tuple[tuple, Dims]] = {}  # a group's shape: its class and dimensions

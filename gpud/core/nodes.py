@@ -243,3 +243,22 @@ class NodeIndex:
                 for node, i in row[c]:
                     if node.free_share[i] >= share - EPS:
                         yield node, i
+
+
+class FreeOrder:
+    """A pool's nodes sorted most free GPU share first (pool order among equals), kept from cycle to cycle.
+
+    Sums are worked out again only for nodes changed since (their
+    ``version``), and only once something in the cluster was placed or
+    released (``ClusterState.changes``, which counts every change of a node,
+    between cycles too).
+    """
+
+    __slots__ = ("nodes", "sums", "versions", "ordered", "changes")
+
+    def __init__(self, nodes: list[NodeState], changes: int) -> None:
+        self.nodes = nodes
+        self.sums = [(-sum(n.free_share), i, n) for i, n in enumerate(nodes)]
+        self.versions = [n.version for n in nodes]
+        self.ordered = sorted(self.sums)
+        self.changes = changes

@@ -14,8 +14,8 @@ from gpud.core.hooks import NATIVE
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
-if TYPE_CHECKING:  # the state's module reads the job order through the backlog's
-    from gpud.core.state import Victim
+if TYPE_CHECKING:
+    from gpud.core.victim import Victim
 
 __all__ = ["NATIVE", "job_order_key", "queue_order_key", "victim_order_key"]
 

@@ -135,8 +135,12 @@ class Placer:
         return node.pick_gpus(request, order)
 
     def fit_on(self, job: JobSpec, node: NodeState) -> TaskPlacement | None:
-        """A placement for one task of ``job`` on this very node (GPUs in the pool's order), or None."""
+        """A placement for one task of ``job`` on this very node (GPUs in the pool's order), or None
+        (as well where a filter plugin refuses the node)."""
         if not node.holds_host_resources(job.request):
+            return None
+        # A node the filter plugins refuse stays refused when eviction made room on it.
+        if self._filter is not None and any(self._filter(job=job, node=node)):
             return None
         return self._pick(job, node, self._pool(node.pool).gpu_placement)
 

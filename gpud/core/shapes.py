@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gpud.model import Blocker, JobSpec
 
 if TYPE_CHECKING:
     from gpud.core.backlog import Group
-    from gpud.core.state import ClusterState
+
+
+class StateView(Protocol):
+    """What the shape memory reads of the scheduler's state (``gpud.core.state.ClusterState``),
+    named here so that this module does not import the state's."""
+
+    job_specific_plugins: bool
+    shapes: ShapeIndex
+
+    def pool_of(self, job: JobSpec) -> str:
+        """The node pool a job runs in."""
 
 
 Dims = tuple[float, float, float, int, int]  # (size, CPUs, memory, tasks, the caller's own dimension)
@@ -83,7 +93,7 @@ class _Answer:
 class ShapeIndex:
     """Each job's shape (``shape_key``) worked out once per job and numbered, and each class numbered."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: StateView) -> None:
         self.state = state
         self._of_job: dict[str, int] = {}
         self._ids: dict[tuple, int] = {}
@@ -133,7 +143,7 @@ class FailedShapes:
     that job only.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: StateView) -> None:
         self.state = state
         self._index: ShapeIndex = state.shapes
         self._frontier: dict[int, list[Failure]] = {}  # by class number

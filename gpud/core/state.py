@@ -1,9 +1,9 @@
-"""The scheduler's state: nodes, queues, placements and the backlog, changed only through statements."""
+"""The scheduler's state: nodes, queues, placements and the backlog, kept from one cycle to the next."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import pluggy
 
@@ -11,39 +11,14 @@ from gpud.core.backlog import Backlog, Group, shape_of
 from gpud.core.blockers import UNKNOWN_PROJECT
 from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
-from gpud.core.nodes import NodeIndex, NodeState, node_kind
+from gpud.core.nodes import FreeOrder, NodeIndex, NodeState, node_kind
+from gpud.core.passed_over import PassedOver
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
+from gpud.core.victim import Victim
 from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Policy
 
-if TYPE_CHECKING:
-    from gpud.core.allocate import LateReasons
-    from gpud.core.consolidate import FreeOrder
-
-
-class Victim:
-    """A running job as a candidate for eviction: the job, its queue (None for a project the policy
-    no longer has) and its running tasks."""
-
-    __slots__ = ("job", "queue", "tasks", "started")
-
-    def __init__(self, job: JobSpec, queue: QueueState | None, tasks: list[int], now: float) -> None:
-        self.job = job
-        self.queue = queue
-        self.tasks = tasks
-        if not job.is_running:
-            self.started = now
-        else:
-            self.started = job.started if job.started is not None else job.submitted
-
-    @property
-    def placed_this_cycle(self) -> bool:
-        """True for a job the running cycle placed: it has not started, so nothing is lost by undoing it."""
-        return not self.job.is_running
-
-    def __repr__(self) -> str:
-        return f"Victim({self.job.id}, tasks={self.tasks})"
 
 
 class ClusterState:
@@ -99,7 +74,7 @@ class ClusterState:
         self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
         self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
-        self.late_reasons: dict[QueueState, LateReasons] = {}
+        self.late_reasons: dict[QueueState, PassedOver] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
         self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
         self.free_orders: dict[str, FreeOrder] = {}  # by pool, for consolidation: kept from cycle to cycle

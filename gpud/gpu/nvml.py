@@ -19,7 +19,7 @@ def _text(value: str | bytes) -> str:
 class NvmlBackend:
     """The host's NVIDIA GPUs as NVML sees them; lost GPUs and uncorrectable ECC errors make a GPU unhealthy."""
 
-    measures = (UTILIZATION, MEMORY)
+    measures: tuple[str, ...] = (UTILIZATION, MEMORY)
 
     def __init__(self) -> None:
         try:

@@ -209,6 +209,7 @@ class NodeAgent:
                 continue
             m = spec.memory_slice
             slices[state.key] = Slice(m["limit_mib"], m["tolerance"], m["grace_s"], m["enforce"])
+            assert state.pid is not None  # a spec is looked up only for a task with a pid
             pids[state.key] = (state.pid, spec.gpu_indices[0])
         if not slices:
             return
@@ -275,6 +276,7 @@ class NodeAgent:
             spec = self.slices.spec_of(state) if state.state == RUNNING and state.pid else None
             if spec is None or not spec.gpu_indices:
                 continue
+            assert state.pid is not None  # a spec is looked up only for a running task with a pid
             if measures is None:
                 self.usage.poll()
                 # A backend that measures nothing (fake GPUs with GPUD_FAKE_GPU_SIMULATE=0) reports the use it

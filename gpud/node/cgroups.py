@@ -248,6 +248,7 @@ class TaskCgroup:
             self._limit_v2(limits)
 
     def _limit_v2(self, limits: Limits) -> None:
+        assert self.v2 is not None  # called for a cgroup v2 only
         controllers = self.hierarchies.v2_controllers
         if "memory" in controllers and limits.memory_bytes:
             _write(os.path.join(self.v2, "memory.max"), str(limits.memory_bytes))

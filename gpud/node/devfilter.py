@@ -54,7 +54,7 @@ class _AttachAttr(ctypes.Structure):
                 ("attach_type", ctypes.c_uint32), ("attach_flags", ctypes.c_uint32), ("pad", ctypes.c_uint8 * 112)]
 
 
-def program(allowed: Mapping[int, tuple[int, ...]]) -> list[tuple[int, int, int, int, int | str]]:
+def program(allowed: Mapping[int, tuple[int, ...]]) -> list[tuple[int, int, int, int, int]]:
     """The program's instructions as (code, dst, src, off, imm); ``off`` may be a label: "allow" or "deny".
 
     r1 points at ``struct bpf_cgroup_dev_ctx {u32 access_type; u32 major; u32 minor;}``;

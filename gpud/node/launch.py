@@ -105,6 +105,7 @@ class Launcher:
                     [self.python, "-m", "gpud.node.supervisor", "--feed", self.layout.tasks_dir], cwd="/",
                     env=_supervisor_env(), stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
                     close_fds=True)
+            assert server.stdin is not None  # stdin=PIPE
             try:
                 # Room for a burst of a few hundred orders, so handing them over never waits for the supervisor.
                 fcntl.fcntl(server.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
@@ -115,10 +116,13 @@ class Launcher:
     def _send(self, message: dict) -> bool:
         """Write one line to the node-wide supervisor; False (and the pipe closed) when it cannot be written."""
         line = jsontext.dumps(message) + "\n"
+        pipe = self._server.stdin if self._server is not None else None
         try:
-            self._server.stdin.write(line.encode("utf-8", "surrogateescape"))
-            self._server.stdin.flush()
-        except (OSError, AttributeError):
+            if pipe is None:
+                raise OSError("the supervisor was closed")
+            pipe.write(line.encode("utf-8", "surrogateescape"))
+            pipe.flush()
+        except OSError:
             self.close()
             return False
         return True
@@ -126,7 +130,7 @@ class Launcher:
     def close(self) -> None:
         """Stop handing tasks over: the supervisor finishes the tasks it has, then exits."""
         server, self._server = self._server, None
-        if server is not None:
+        if server is not None and server.stdin is not None:
             try:
                 server.stdin.close()
             except OSError:

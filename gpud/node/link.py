@@ -7,7 +7,7 @@ import contextlib
 import logging
 import random
 import time
-from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol, TypeGuard
 
 import aiohttp
 
@@ -224,5 +224,5 @@ class ControllerLink:
             await self.send({**self.owner.heartbeat_message(), "seq": self._seq})
 
 
-def _positive(value: object) -> bool:
+def _positive(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

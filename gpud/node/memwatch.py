@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 log = logging.getLogger(__name__)
 MIB_PER_GIB = 1024.0
@@ -14,7 +14,7 @@ MIB_PER_GIB = 1024.0
 class Verdict:
     """What to do about one task: ``"warn"`` or ``"stop"``, and the words to say."""
 
-    key: object
+    key: Any  # the caller's key of the task, given back as it was
     action: str
     message: str
 
@@ -46,7 +46,7 @@ class MemoryWatch:
         self._over_since: dict[object, float] = {}
         self._stopped: set[object] = set()
 
-    def check(self, used_mib: Mapping[object, float], slices: Mapping[object, Slice], now: float) -> list[Verdict]:
+    def check(self, used_mib: Mapping[Any, float], slices: Mapping[Any, Slice], now: float) -> list[Verdict]:
         """The verdicts for this poll: ``used_mib`` is what each task holds, ``slices`` its slice."""
         verdicts = []
         for key in [k for k in self._over_since if k not in slices]:

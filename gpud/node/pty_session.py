@@ -322,6 +322,7 @@ class Interactive:
             return {"type": "pty_started", "session": ident, "pid": self.sessions[ident].process.pid}
         try:
             state = await self._running(message)
+            assert state.pid is not None  # a running task has its pid
             context = task_context(state.pid)
         except (ValueError, OSError) as exc:
             return {"type": "pty_exit", "session": ident, "code": None, "error": str(exc)}

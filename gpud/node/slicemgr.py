@@ -76,6 +76,7 @@ class SliceManager:
 
     def _slice(self, gpu: int, members: list[tuple[TaskState, TaskSpec]]) -> None:
         newest = max(members, key=lambda m: (m[0].started or 0.0, m[0].key))[1].time_slicing
+        assert newest is not None  # update() hands over time-sliced tasks only
         mode, lease_s, precision = newest["mode"], newest["lease_ms"] / 1000.0, newest["precision"]
         slicer = self.slicers.get(gpu)
         if slicer is not None and not slicer.is_alive():
@@ -95,6 +96,7 @@ class SliceManager:
     def _member(self, state: TaskState, spec: TaskSpec) -> Member:
         task_dir = self.layout.task_dir(state.key)
         slicing = spec.time_slicing
+        assert slicing is not None and state.pid is not None  # a running, time-sliced task
         return Member(state.key.dirname, task_dir, state.pid, freezer_for(task_dir, state.pid),
                       slicing["request"], slicing["limit"], spec.project)
 

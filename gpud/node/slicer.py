@@ -169,7 +169,8 @@ def build_plan(targets: Mapping[str, float], lease_s: float, precision: float) -
     one lease of the whole plan: it is never frozen.
     """
     plan_s = lease_s / precision
-    seconds = {key: share * plan_s for key, share in targets.items() if share * plan_s > EPS}
+    seconds: dict[str | None, float] = {key: share * plan_s for key, share in targets.items()
+                                        if share * plan_s > EPS}
     idle = plan_s - sum(seconds.values())
     if idle > lease_s * 0.05:
         seconds[None] = idle

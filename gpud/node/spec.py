@@ -7,7 +7,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 DEFAULT_OUTPUT = "gpud-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,6 +63,7 @@ class TaskKey:
         for name, value in (("task", task), ("attempt", attempt)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"{name} must be a non-negative integer (got {value!r})")
+        assert isinstance(task, int) and isinstance(attempt, int)  # checked just above
         spec = order.get("spec")
         uid = order.get("job_uid") or (spec.get("job_uid") if isinstance(spec, dict) else None) or ""
         if uid != "" and not is_job_uid(uid):
@@ -118,7 +119,7 @@ class TaskSpec:
     @property
     def sliced(self) -> bool:
         """True when the task shares its GPU under strict or fair time-slicing."""
-        return bool(self.time_slicing) and self.time_slicing["mode"] in ("strict", "fair")
+        return bool(self.time_slicing and self.time_slicing["mode"] in ("strict", "fair"))
 
     def to_json(self) -> dict:
         """The spec as JSON, readable back with :func:`parse_spec`."""
@@ -241,7 +242,7 @@ def parse_spec(raw: Any) -> TaskSpec:
         restart_count=_int(raw, "restart_count", 0), job_uid=uid, master_addr=raw.get("master_addr"),
         master_port=_int(raw, "master_port", None), rank=_int(raw, "rank", 0),
         local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
-        project=raw.get("project") if isinstance(raw.get("project"), str) else "",
+        project=raw["project"] if isinstance(raw.get("project"), str) else "",
         time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw), near_cpus=_cpu_list(raw),
         pids_max=_int(raw, "pids_max", None) or None)
 
@@ -254,7 +255,7 @@ def _cpu_list(raw: Mapping) -> tuple[int, ...]:
     return tuple(sorted(set(value)))
 
 
-def is_job_uid(value: object) -> bool:
+def is_job_uid(value: object) -> TypeGuard[str]:
     """True for a job uid as the controller makes them (hex digits, so it is a safe file name)."""
     return isinstance(value, str) and _JOB_UID.match(value) is not None
 

@@ -426,6 +426,8 @@ class Notifier:
     def flush(self) -> None:
         """Send the tasks noted so far."""
         names, self._noted = [key.dirname for key in self._noted], {}
+        if self.path is None:  # nothing was noted
+            return
         for first in range(0, len(names), POKE_NAMES):
             try:
                 self._sock.sendto("\n".join(names[first:first + POKE_NAMES]).encode(), self.path)
@@ -503,6 +505,7 @@ class Supervisor:
             self._terminate = True
 
     def _read_feed(self) -> None:
+        assert self.feed is not None  # read only while it is open
         try:
             data = os.read(self.feed, 1 << 16)
         except BlockingIOError:
@@ -516,7 +519,8 @@ class Supervisor:
             try:
                 message = jsontext.loads(line)
                 if "stop" in message:
-                    run = self.runs.get(TaskKey.from_dirname(os.path.basename(message["stop"])))
+                    stopped = TaskKey.from_dirname(os.path.basename(message["stop"]))
+                    run = self.runs.get(stopped) if stopped is not None else None
                     if run is not None and run.leader_status is None:
                         run.look_at_stop_request()
                 elif "forget" in message:
@@ -537,11 +541,11 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            run = self.by_pid.pop(pid, None)
-            if run is not None:
-                run.leader_status, run.leader_exited = status, time.time()
-                if run.proc is not None:
-                    run.proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits for it again
+            leader = self.by_pid.pop(pid, None)
+            if leader is not None:
+                leader.leader_status, leader.leader_exited = status, time.time()
+                if leader.proc is not None:
+                    leader.proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits for it again
 
     def _strays(self) -> dict[TaskKey | None, list[int]]:
         """Our children that lead no task (orphans of the tasks), by the task they came from (None: unknown)."""

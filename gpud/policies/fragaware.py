@@ -286,6 +286,7 @@ class FragAware:
             if plain:
                 raised = raised_by.get(id(sig))
                 if raised is None:
+                    assert shape is not None  # plain
                     raised = raised_by[id(sig)] = self.delta(strategy, sig, shape, scarcity)[0]
             else:
                 raised = self.delta(strategy, sig, shape_of(request, None, node.gpu_memory_gib), scarcity)[0]

@@ -97,7 +97,7 @@ def run_fill(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], strategy: str,
                 break
             del state.jobs[job.id], state.placements[job.id]
             state.shapes.forget(job.id)  # the next model's job takes the same id with another selector
-        if placement is not None:
+        if placement is not None and job is not None:  # a placement is found for a job
             stmt.bind(job, 0, placement)
             result.placed_pods += 1
         else:

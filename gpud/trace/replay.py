@@ -83,14 +83,16 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
     events: list[tuple[float, int, int, str, int]] = []
     jobs: dict[str, _Job] = {}
     for seq, pod in enumerate(sorted(runnable, key=lambda p: (p.created, p.name))):
+        assert pod.duration is not None  # runnable pods only
         jobs[pod.name] = _Job(pod, project_of(pod), pod.created, pod.duration)
         heapq.heappush(events, (pod.created, ARRIVE, seq, pod.name, 0))
     result.jobs = len(jobs)
     start = events[0][0] if events else 0.0
-    end = max((p.created + p.duration for p in runnable), default=start)
+    end = max((p.created + p.duration for p in runnable if p.duration is not None), default=start)
     recent_from = max(start, end - RECENT_S)
     scheduler = Scheduler(Snapshot(tuple(nodes), (), start), policy, pm)
-    last_t, allocated, per_project = start, 0.0, {}
+    last_t, allocated = start, 0.0
+    per_project: dict[str, tuple[float, float]] = {}
     gpu_time = recent_time = 0.0
     deviation: dict[str, float] = {}
     next_sample = start
@@ -131,7 +133,8 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], policy: Policy, 
     result.never_started = len(jobs) - len(waits)
     result.wait_s = summary(waits)
     result.jct_s = summary(jcts)
-    result.production_wait_s = summary([j.pod.scheduled - j.pod.created for j in jobs.values()])
+    result.production_wait_s = summary([j.pod.scheduled - j.pod.created for j in jobs.values()
+                                         if j.pod.scheduled is not None])  # all of them: each ran
     quotas = {name: settings.quota_in(policy.default_pool).gpu for name, settings in policy.projects.items()}
     result.fairness = {name: {"quota_gpus": quotas.get(name, 0.0), "mad_gpus": dev / total}
                        for name, dev in sorted(deviation.items())}

@@ -1,0 +1,106 @@
+"""A node a ``gpud_filter_node`` plugin refuses gets none of the job's tasks, however the scheduler makes room."""
+
+from __future__ import annotations
+
+from sched_helpers import evictions, nodes_of, scenario
+from gpud import hookimpl
+from gpud.plugins import make_plugin_manager
+from gpud.simulate import simulate
+
+
+class Maintenance:
+    """Keeps jobs named ws* off nodes labelled maintenance=yes."""
+
+    @hookimpl
+    def gpud_filter_node(self, job, node):
+        if job.id.startswith("ws") and node.labels.get("maintenance") == "yes":
+            return "node is under maintenance"
+        return None
+
+
+NODES = """
+    [[policy.projects]]
+    name = "p1"
+    gpu_quota = 8
+    [[nodes]]
+    name = "n1"
+    gpus = 4
+    labels = { maintenance = "yes" }
+    [[nodes]]
+    name = "n2"
+    gpus = 4
+    """
+
+
+def simulate_with_filter(text: str, with_filter: bool = True):
+    sc = scenario(text)
+    pm = make_plugin_manager(load_entry_points=False)
+    if with_filter:
+        pm.register(Maintenance(), name="maintenance")
+    return simulate(sc, pm)
+
+
+PREEMPTION = NODES + """
+    [[jobs]]
+    name = "old"
+    count = 2
+    project = "p1"
+    gpus = 2
+    submitted = 0
+    running_on = ["n2"]
+    [[jobs]]
+    name = "new"
+    count = 2
+    project = "p1"
+    gpus = 2
+    submitted = 50
+    running_on = ["n1"]
+    [[jobs]]
+    name = "ws"
+    project = "p1"
+    priority = "build"
+    gpus = 2
+    submitted = 100
+    """
+
+
+def test_preemption_never_puts_the_job_on_a_node_the_filter_refuses() -> None:
+    sim = simulate_with_filter(PREEMPTION)
+    assert "n1" not in nodes_of(sim, "ws")
+    assert not any(e.job.startswith("new") for e in evictions(sim))
+
+
+def test_without_the_filter_preemption_takes_the_refused_node() -> None:
+    # Guards the test above: the most recent victims run on n1, so only the filter keeps ws off it.
+    sim = simulate_with_filter(PREEMPTION, with_filter=False)
+    assert nodes_of(sim, "ws") == ["n1"]
+
+
+CONSOLIDATION = NODES + """
+    [[jobs]]
+    name = "a"
+    count = 3
+    project = "p1"
+    gpus = 1
+    running_on = ["n2"]
+    [[jobs]]
+    name = "b"
+    project = "p1"
+    gpus = 1
+    running_on = ["n1"]
+    [[jobs]]
+    name = "ws"
+    project = "p1"
+    gpus = 4
+    submitted = 100
+    """
+
+
+def test_consolidation_never_clears_a_node_the_filter_refuses_for_the_job() -> None:
+    sim = simulate_with_filter(CONSOLIDATION)
+    assert "n1" not in nodes_of(sim, "ws")
+
+
+def test_without_the_filter_consolidation_clears_the_refused_node() -> None:
+    sim = simulate_with_filter(CONSOLIDATION, with_filter=False)
+    assert nodes_of(sim, "ws") == ["n1"]
