@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Callable
 
-from gpud.node import cgroups, procs
+from gpud.node import cgroups, freezer, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
 from gpud.node.tasks import TaskTable
@@ -65,6 +65,10 @@ def kill_everything(state_dir: str) -> None:
     for pid in _supervisors_under(tasks_dir):
         _kill(pid)
     for name in os.listdir(tasks_dir):
+        group = freezer.task_cgroup(os.path.join(tasks_dir, name))
+        if group is not None:  # a frozen process does not die of SIGKILL until it is thawed
+            freezer.CgroupFreezer(group).thaw()
+    for name in os.listdir(tasks_dir):
         state = read_state(os.path.join(tasks_dir, name))
         if state is None:
             continue
@@ -77,6 +81,12 @@ def kill_everything(state_dir: str) -> None:
         if group is not None:
             group.kill()
             group.remove()
+    deadline = time.monotonic() + 5
+    for name in os.listdir(tasks_dir):
+        task_dir = os.path.join(tasks_dir, name)
+        while freezer.task_cgroup(task_dir) and time.monotonic() < deadline:
+            freezer.remove_task_cgroup(task_dir)  # once its killed processes are gone
+            time.sleep(0.02)
 
 
 def _supervisors_under(tasks_dir: str) -> list[int]:

@@ -237,6 +237,8 @@ def test_a_job_over_its_mem_fails_out_of_memory_and_shows_what_it_used(tmp_path,
         assert 150 * MIB < job["max_rss_bytes"] <= 200 * MIB and job["cpu_s"] > 0.05
         text = show_text(job, job["ended"])
         assert "MaxRSS:" in text and "TotalCPU:" in text and "Limits:      memory, cpu" in text, text
+        if os.access("/sys/fs/cgroup/pids/cgroup.procs", os.W_OK):  # a v1 pids hierarchy: the task is counted
+            assert "pids" in text.split("Limits:")[1].splitlines()[0], text
         # The node without cgroups says so, and so does a job that runs there.
         nodes = {n["name"]: n for n in cluster.api("GET", "/api/v1/nodes")[1]["nodes"]}
         assert nodes["bare"]["limits"]["enforced"] == []
@@ -248,3 +250,41 @@ def test_a_job_over_its_mem_fails_out_of_memory_and_shows_what_it_used(tmp_path,
         assert "Limits:      not enforced" in show_text(running_job, running_job["started"])
     finally:
         cluster.close()
+
+
+@pytest.mark.skipif("cpuset" not in HOST.enforced() or len(os.sched_getaffinity(0)) < 2,
+                    reason="the host has no writable cpuset cgroup or a single CPU")
+def test_a_task_is_pinned_near_its_gpus_when_the_topology_is_known(table, workdir):
+    far, near = sorted(os.sched_getaffinity(0))[0], sorted(os.sched_getaffinity(0))[-1]
+    show = "import os\nprint(sorted(os.sched_getaffinity(0)))\n"
+    # The least-used CPU would be the first one; its GPU's CPU is the last one.
+    key = TaskKey(f"n{os.getpid()}", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", show], cpus=1.0, gpu_indices=[1], near_cpus=[near]))
+    assert run_to_end(table, key).exit_code == 0
+    assert (workdir / f"gpud-{key.job}.out").read_text().split("\n")[0] == str([near])
+    key = TaskKey(f"f{os.getpid()}", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", show], cpus=1.0))
+    assert run_to_end(table, key).exit_code == 0
+    assert (workdir / f"gpud-{key.job}.out").read_text().split("\n")[0] == str([far])
+
+
+@pytest.mark.skipif(not os.access("/sys/fs/cgroup/pids/cgroup.procs", os.W_OK) and "pids" not in HOST.enforced(),
+                    reason="the host has no writable pids cgroup")
+def test_a_task_is_counted_in_its_pids_cgroup_and_capped_when_its_spec_says(table, workdir):
+    assert "pids" in cgroups.limits_report(HOST)["enforced"]
+    # It starts 6 sleepers and says how many it could start, and what its pids group counted.
+    probe = ("import os, subprocess, sys, time\nstarted = []\n"
+             "for _ in range(6):\n"
+             "    try:\n        started.append(subprocess.Popen(['sleep', '30']))\n"
+             "    except OSError:\n        pass\n"
+             "group = [line.split(':')[2] for line in open('/proc/self/cgroup').read().splitlines()"
+             " if line.split(':')[1] == 'pids'][0]\n"
+             "print(len(started), open('/sys/fs/cgroup/pids' + group + '/pids.current').read().strip(), group)\n"
+             "for p in started: p.kill()\n")
+    for job, pids_max, started in (("p", None, 6), ("q", 4, 3)):
+        key = TaskKey(f"{job}{os.getpid()}", 0, 0)
+        table.start(key, spec(workdir, [sys.executable, "-c", probe], pids_max=pids_max))
+        assert run_to_end(table, key).exit_code == 0
+        count, current, group = (workdir / f"gpud-{key.job}.out").read_text().split()
+        assert group.endswith(cgroups.cgroup_name(table.layout.tasks_dir, key.dirname))
+        assert (int(count), int(current)) == (started, started + 1), (job, count, current)

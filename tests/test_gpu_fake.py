@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_unknown_fault_kind_is_refused(tmp_path):
 
 
 def test_process_usage_is_reported_for_live_processes_only(tmp_path):
-    backend = FakeBackend("n1", 2, str(tmp_path))
+    backend = FakeBackend("n1", 2, str(tmp_path), simulate=False)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         set_process_usage(str(tmp_path), child.pid, 1, 12.5, 70.0)
@@ -85,3 +87,68 @@ def test_only_the_nvml_module_imports_pynvml():
                     if any(n.split(".")[0] == "pynvml" for n in names):
                         importers.append(os.path.relpath(path, root))
     assert importers == [os.path.join("gpu", "nvml.py")]
+
+
+BUSY_WITH_MEMORY = ("import os, sys, time\n"
+                    "from gpud.gpu.fakesim import hold_gpu_memory\n"
+                    "fd = hold_gpu_memory(3 << 30)\n"
+                    "other = hold_gpu_memory(1 << 30, ordinal=1)\n"
+                    "print('ready', flush=True)\n"
+                    "if sys.argv[1] == 'busy':\n"
+                    "    while True: pass\n"
+                    "time.sleep(60)\n")
+
+
+def on_gpus(uuids: list[str], mode: str, **extra: str) -> subprocess.Popen:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids), **extra}
+    child = subprocess.Popen([sys.executable, "-c", BUSY_WITH_MEMORY, mode], env=env, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"ready\n"
+    return child
+
+
+def usage_after(backend: FakeBackend, seconds: float) -> dict:
+    backend.processes()
+    time.sleep(seconds)
+    return {(p.pid, p.gpu_index): (round(p.memory_gib, 2), p.utilization) for p in backend.processes()}
+
+
+def test_fake_gpus_see_their_processes_load_and_declared_memory(tmp_path):
+    name = f"sim-{os.getpid()}"  # no other test's processes are on this node's GPUs
+    backend = FakeBackend(name, 3, str(tmp_path), simulate=True)
+    assert backend.measures == ("utilization", "memory")
+    busy = on_gpus([fake_uuid(name, 2), fake_uuid(name, 0)], "busy")
+    idle = on_gpus([fake_uuid(name, 1), fake_uuid("other-node", 0)], "idle")
+    # A task of another node of that name (its checkpoint directory in another state directory) is not on them.
+    elsewhere = on_gpus([fake_uuid(name, 1)], "idle",
+                        GPUD_CHECKPOINT_DIR=str(tmp_path / "other" / "checkpoints" / "x"))
+    try:
+        usage = usage_after(backend, 0.5)
+        # The busy one: 3 GiB on its first visible GPU (fake GPU 2), 1 GiB on its second (GPU 0), busy on both.
+        assert {k: v[0] for k, v in usage.items()} == {(busy.pid, 2): 3.0, (busy.pid, 0): 1.0, (idle.pid, 1): 3.0}
+        assert usage[(busy.pid, 2)][1] > 30 and usage[(busy.pid, 0)][1] > 30, usage
+        assert usage[(idle.pid, 1)][1] < 1.0, usage
+        by_gpu = {u.gpu_index: u for u in backend.gpu_usage()}
+        assert [round(by_gpu[i].memory_used_gib, 2) for i in range(3)] == [1.0, 3.0, 3.0]
+        assert by_gpu[1].utilization < 1.0 <= by_gpu[2].utilization <= 100.0
+        os.kill(busy.pid, signal.SIGSTOP)  # a frozen job is an idle GPU
+        time.sleep(0.1)
+        backend.processes()
+        time.sleep(0.3)
+        assert all(p.utilization == 0.0 for p in backend.processes() if p.pid == busy.pid)
+    finally:
+        for child in (busy, idle, elsewhere):
+            child.kill()
+            child.wait()
+    assert backend.processes() == ()
+
+
+def test_without_the_simulation_fake_gpus_measure_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUD_FAKE_GPU_SIMULATE", "0")
+    backend = FakeBackend("n1", 1, str(tmp_path))
+    assert backend.measures == ()
+    busy = on_gpus([fake_uuid("n1", 0)], "busy")
+    try:
+        assert usage_after(backend, 0.2) == {}  # not even processes of other tests on an "n1"
+    finally:
+        busy.kill()
+        busy.wait()

@@ -12,7 +12,8 @@ import sys
 import pytest
 from aiohttp import web
 
-from gpud.gpu.fake import FakeBackend, fake_uuid, inject_fault
+from gpud.gpu.fake import FakeBackend, fake_uuid, inject_fault, set_gpu_cpus
+from gpud.node import cgroups
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.spec import TaskKey
@@ -365,3 +366,53 @@ def test_daemon_that_cannot_make_its_run_dir_says_which_and_exits(tmp_path):
     assert result.returncode == 1
     assert f"cannot use {blocker / 'run'}" in result.stderr and "--run-dir" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_two_jobs_given_one_id_are_two_tasks_each_stopped_and_acknowledged_by_uid(agent, controller, workdir):
+    """A controller restored from a backup may give job id 7 again: the node keys tasks by the job uid too."""
+    await controller.next("register")
+    old_uid, new_uid = "a" * 32, "b" * 32
+    old = spec(workdir, [sys.executable, "-c", "import time; time.sleep(300)"], job_uid=old_uid, output="old.out")
+    new = spec(workdir, [sys.executable, "-c", "print('new job 7')"], job_uid=new_uid, output="new.out")
+    await controller.send({"type": "start", "job": "7", "task": 0, "attempt": 0, "spec": old})
+    first = await controller.next("task", lambda m: m.get("job_uid") == old_uid and m["state"] == "running")
+    await controller.send({"type": "start", "job": "7", "task": 0, "attempt": 0, "spec": new})
+    done = await controller.next("task", lambda m: m.get("job_uid") == new_uid and m["state"] == "exited")
+    assert done["exit_code"] == 0 and (workdir / "new.out").read_text() == "new job 7\n"
+    assert alive(first["pid"]), "the new job's exit stopped or replaced the old one's task"
+    await controller.send({"type": "stop", "job": "7", "task": 0, "attempt": 0, "job_uid": old_uid,
+                           "reason": "not wanted", "grace_s": 0.3})
+    stopped = await controller.next("task", lambda m: m.get("job_uid") == old_uid and m["state"] == "exited")
+    assert stopped["reason"] == "stopped"
+    names = sorted(os.listdir(agent.layout.tasks_dir))
+    assert names == [f"7.0.0@{old_uid}", f"7.0.0@{new_uid}"]
+    await controller.send({"type": "ack", "job": "7", "task": 0, "attempt": 0, "job_uid": new_uid})
+    heartbeat = await controller.next("heartbeat", lambda m: len(m["tasks"]) == 1)
+    assert heartbeat["tasks"][0]["job_uid"] == old_uid
+
+
+async def test_orders_without_a_uid_from_an_older_controller_still_reach_the_task(agent, controller, workdir):
+    await controller.next("register")
+    trap = [sys.executable, "-c", "import time; time.sleep(300)"]
+    await controller.send({"type": "start", "job": "8", "task": 0, "attempt": 0,
+                           "spec": spec(workdir, trap, job_uid="c" * 32)})
+    await controller.next("task", lambda m: m["job"] == "8" and m["state"] == "running")
+    await controller.send({"type": "stop", "job": "8", "task": 0, "attempt": 0, "reason": "cancelled", "grace_s": 0.3})
+    stopped = await controller.next("task", lambda m: m["job"] == "8" and m["state"] == "exited")
+    assert stopped["reason"] == "stopped"
+    await controller.send({"type": "ack", "job": "8", "task": 0, "attempt": 0})
+    await controller.next("heartbeat", lambda m: m["tasks"] == [])
+
+
+@pytest.mark.skipif("cpuset" not in cgroups.detect().enforced() or len(os.sched_getaffinity(0)) < 2,
+                    reason="the host has no writable cpuset cgroup or a single CPU")
+async def test_a_task_is_pinned_to_the_cpus_the_fake_gpus_declare_near_its_gpu(agent, controller, workdir, state_dir):
+    near = sorted(os.sched_getaffinity(0))[-1]
+    set_gpu_cpus(str(state_dir), {0: [0], 1: [near]})
+    await controller.next("register")
+    show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    await controller.send({"type": "start", "job": "9", "task": 0, "attempt": 0,
+                           "spec": spec(workdir, show, cpus=1.0, gpu_uuids=[fake_uuid("n1", 1)], gpu_indices=[1])})
+    exited = await controller.next("task", task_report("9", "exited"))
+    assert exited["exit_code"] == 0
+    assert (workdir / "gpud-9.out").read_text() == f"[{near}]\n"

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gpud import hookimpl
-from gpud.gpu.fake import FakeBackend, set_process_usage
+from gpud.gpu.fake import FakeBackend, fake_uuid
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
@@ -196,26 +196,42 @@ async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state
         stop_daemon(daemon)
 
 
+def holding(workdir, first_gib: float, then_gib: float) -> list[str]:
+    """A task that holds ``first_gib`` of fake GPU memory, then ``then_gib`` once the file ``grow`` appears."""
+    return [sys.executable, "-c",
+            "import os, time\n"
+            "fd = os.memfd_create('fake-gpu-mem')  # what fake GPUs count as the process's GPU memory\n"
+            f"os.ftruncate(fd, int({first_gib} * 2**30))\n"
+            f"while not os.path.exists({str(workdir / 'grow')!r}): time.sleep(0.02)\n"
+            f"os.ftruncate(fd, int({then_gib} * 2**30))\n"
+            "while True: pass\n"]
+
+
+def on_fake_gpu(index: int) -> list[str]:
+    return [fake_uuid("n1", index)]
+
+
 async def test_a_task_over_its_memory_slice_is_warned_then_stopped(agent, controller, workdir, state_dir):
     await controller.next("register")
-    the_spec = spec(workdir, SPIN, gpu_indices=[0], gpu_share=0.25,
-                    memory_slice={"limit_mib": 1024, "fraction": 0.25, "tolerance": 0.1, "grace_s": 0.3})
+    the_spec = spec(workdir, holding(workdir, 1.05, 2.0), gpu_indices=[0], gpu_uuids=on_fake_gpu(0),
+                    gpu_share=0.25, memory_slice={"limit_mib": 1024, "fraction": 0.25, "tolerance": 0.1,
+                                                  "grace_s": 0.3})
     a = await start(controller, "78", the_spec)
-    set_process_usage(str(state_dir), a["pid"], 0, 1.05, 90.0)  # within the tolerance
-    time.sleep(0.5)
-    await wait_until(lambda: True)
+    await wait_until(lambda: any(p.memory_gib > 1 for p in agent.backend.processes() if p.pid == a["pid"]))
+    await asyncio.sleep(1.0)  # past the grace, within the tolerance
     assert proc_state(a["pid"]) in "RS"
-    set_process_usage(str(state_dir), a["pid"], 0, 2.0, 90.0)
+    (workdir / "grow").write_text("")
     exited = await report_of(controller, "78", "exited", timeout=10)
     assert exited["reason"].startswith("gpu memory: used 2.0 GiB, over its slice of 1.0 GiB")
 
 
 async def test_an_advisory_memory_slice_only_warns(agent, controller, workdir, state_dir, caplog):
     await controller.next("register")
-    the_spec = spec(workdir, SPIN, gpu_indices=[0], gpu_share=0.25,
-                    memory_slice={"limit_mib": 1024, "fraction": 0.25, "grace_s": 0.2, "enforce": False})
+    (workdir / "grow").write_text("")
+    the_spec = spec(workdir, holding(workdir, 3.0, 3.0), gpu_indices=[0], gpu_uuids=on_fake_gpu(0),
+                    gpu_share=0.25, memory_slice={"limit_mib": 1024, "fraction": 0.25, "grace_s": 0.2,
+                                                  "enforce": False})
     a = await start(controller, "79", the_spec)
-    set_process_usage(str(state_dir), a["pid"], 0, 3.0, 90.0)
     await wait_until(lambda: "not enforced" in caplog.text, timeout=5)
     assert proc_state(a["pid"]) in "RS"
 

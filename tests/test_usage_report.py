@@ -24,7 +24,16 @@ def cluster(tmp_path_factory):
     live = LiveCluster(tmp_path_factory.mktemp("usage-report"), policy=USAGE_POLICY, heartbeat_s=0.2)
     try:
         live.start_controller()
-        live.start_node("n1", gpus=4)
+        # The fake GPUs report exactly the usage the tests set, not what they would measure of the job's processes.
+        before = os.environ.get("GPUD_FAKE_GPU_SIMULATE")
+        os.environ["GPUD_FAKE_GPU_SIMULATE"] = "0"
+        try:
+            live.start_node("n1", gpus=4)
+        finally:
+            if before is None:
+                del os.environ["GPUD_FAKE_GPU_SIMULATE"]
+            else:
+                os.environ["GPUD_FAKE_GPU_SIMULATE"] = before
         yield live
     finally:
         live.close()

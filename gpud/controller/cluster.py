@@ -18,7 +18,7 @@ from gpud.controller.node_messages import NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
 from gpud.controller.orders import purge_order, start_order, stop_order
 from gpud.controller.persist import Persister
-from gpud.jobs import Job, TaskRun, gpus_of, new_uid
+from gpud.jobs import Job, TaskRun, gpus_of, job_uid, new_uid
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
 from gpud.model import Eviction, Plan, TaskPlacement, Waiting
 from gpud.policy import Policy
@@ -472,7 +472,8 @@ class Cluster(NodeMessages):
                 and run.state != "exited"):
             node.stopping[key] = list(placement.gpu_index)
             self.persist.node(node.name, node.to_json)
-            self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s))
+            self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s,
+                                              job_uid(job)))
         job.runs[task] = TaskRun()
 
     def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Callable
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from gpud.controller.nodes import NodeRecord, gpus_from_report
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
 
+_JOB_UID = re.compile(r"^[0-9a-f]{16,64}$")  # as gpud.jobs makes them
 log = logging.getLogger("gpud.controller")
 MAX_MESSAGE = 64 * 1024 * 1024
 LOCAL_CLOSE_WAIT_S = 5.0  # how long a closing in-process node waits for the controller side to finish
@@ -129,7 +131,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                                   "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
-                    ctrl.cluster.register(node, tasks)
+                    ctrl.cluster.register(node, tasks, checkpoints=_checkpoints(message))
                 elif name is None:
                     raise ValueError("register first")
                 elif kind == "heartbeat":
@@ -161,3 +163,11 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]
             ctrl.cluster.disconnected(name)
+
+
+def _checkpoints(message: dict) -> list[str]:
+    """The job uids whose checkpoint directories a registering node holds (entries that are not uids are left out)."""
+    found = message.get("checkpoints")
+    if not isinstance(found, list):
+        return []
+    return [uid for uid in found if isinstance(uid, str) and _JOB_UID.match(uid)]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 
 from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
-from gpud.controller.orders import stop_order
-from gpud.jobs import Job, TaskRun
+from gpud.controller.orders import ack_order, stop_order
+from gpud.jobs import Job, TaskRun, job_uid
 from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
 from gpud.node.lease import FENCED_REASON
 
@@ -28,8 +28,14 @@ NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "super
 class NodeMessages:
     """What the cluster does when nodes speak (or fall silent); see the module docstring."""
 
-    def register(self, node: NodeRecord, tasks: list[dict]) -> None:
-        """A node (re)registered with its inventory and its tasks: reconcile both ways."""
+    def register(self, node: NodeRecord, tasks: list[dict], checkpoints: list[str] | None = None) -> None:
+        """A node (re)registered with its inventory and its tasks: reconcile both ways.
+
+        ``checkpoints`` are the job uids of the checkpoint directories the
+        node holds: each one of a job this controller does not have (ended,
+        or never its own) is purged, so a purge sent while the node was away,
+        or lost with a node daemon's restart, is sent again.
+        """
         now = self.clock()
         known = self.nodes.get(node.name)
         if known is not None:
@@ -47,6 +53,11 @@ class NodeMessages:
         self._event("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
         self.persist.node(node.name, node.to_json)
         self.reconcile(node.name, tasks, fresh=True)
+        if checkpoints:
+            live = {job_uid(job) for job in self.jobs.values()}
+            for uid in checkpoints:
+                if uid not in live:
+                    self._order(node.name, {"type": "purge", "job": "", "job_uid": uid})
         self.wake()
 
     def heartbeat(self, name: str, gpus: list | None, tasks: list[dict]) -> None:
@@ -72,8 +83,13 @@ class NodeMessages:
         now = self.clock()
         reported = set()
         for report in tasks:
-            reported.add(incarnation_key(str(report.get("job")), int(report.get("task", -1)),
-                                         int(report.get("attempt", -1))))
+            key = self._report_key(report)
+            reported.add(key)
+            if fresh and key in node.stopping and report.get("state") != "exited":
+                # The stop may have gone out while the node was away: a node that registers hears it again.
+                self._order(name, stop_order(str(report.get("job")), int(report.get("task", -1)),
+                                             int(report.get("attempt", -1)), "stopped", self.policy.grace_period_s,
+                                             str(report.get("job_uid") or "")))
             self.task_report(name, report)
         for key in [k for k in node.stopping if k not in reported]:
             del node.stopping[key]
@@ -88,6 +104,19 @@ class NodeMessages:
             elif fresh or now - self.sent_at.get(key, 0.0) > RESEND_START_AFTER_S:
                 self.unsent[name][key] = now
         self._send_starts(name)
+
+    def _report_key(self, report: dict) -> str:
+        """The incarnation key of a reported task; a task of another job given the same id (its job uid
+        differs, e.g. after a restore from a backup) gets a key of its own, so it is never taken for this one."""
+        job_id = str(report.get("job"))
+        uid = report.get("job_uid")
+        job = self.jobs.get(job_id)
+        if isinstance(uid, str) and uid and job is not None and uid != job_uid(job):
+            job_id = f"{job_id}@{uid}"
+        try:
+            return incarnation_key(job_id, int(report.get("task", -1)), int(report.get("attempt", -1)))
+        except (TypeError, ValueError):
+            return incarnation_key(job_id, -1, -1)
 
     def task_report(self, name: str, report: dict) -> bool:
         """One task's state from its node: running, or exited with its code.
@@ -104,29 +133,34 @@ class NodeMessages:
         except (KeyError, TypeError, ValueError):
             log.warning("node %s sent a malformed task report: %r", name, report)
             return False
-        key = incarnation_key(job_id, task, attempt)
+        reported_uid = report.get("job_uid")
+        uid = reported_uid if isinstance(reported_uid, str) else ""
+        key = self._report_key(report)
         node = self.nodes[name]
         exited = state == "exited"
+        job = self.jobs.get(job_id)
+        if job is not None and uid and uid != job_uid(job):
+            job = None  # another job that had this id: not ours to account, to be stopped
         if exited:
-            _add_usage(self.jobs.get(job_id), report)
+            _add_usage(job, report)
+        ack = ack_order(job_id, task, attempt, uid)
         if key in node.stopping:
             if exited:
                 del node.stopping[key]
                 self.persist.node(name, node.to_json)
-                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+                self._order(name, ack)
                 self._send_starts(name)
             return exited
-        job = self.jobs.get(job_id)
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
         if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
             if exited:
-                self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+                self._order(name, ack)
             else:
                 node.stopping[key] = []
-                self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s))
+                self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
             return True
         if run.state == "exited":
-            self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+            self._order(name, ack)
             return True
         if not exited:
             _add_gpu_sample(job, report)
@@ -140,7 +174,7 @@ class NodeMessages:
         run.reason = str(report.get("reason") or "")
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
-        self._order(name, {"type": "ack", "job": job_id, "task": task, "attempt": attempt})
+        self._order(name, ack)
         self._task_exited(job, task, run, self._exit_time(report.get("ended"), run))
         return True
 

@@ -70,10 +70,24 @@ def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) ->
     return out
 
 
-def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float) -> dict:
-    """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``."""
-    return {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
-            "grace_s": grace_s}
+def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "") -> dict:
+    """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``.
+
+    ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node.
+    """
+    order = {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
+             "grace_s": grace_s}
+    if job_uid:
+        order["job_uid"] = job_uid
+    return order
+
+
+def ack_order(job_id: str, task: int, attempt: int, job_uid: str = "") -> dict:
+    """An ``ack`` message: the controller has recorded the task's exit, the node may forget it."""
+    order: dict = {"type": "ack", "job": job_id, "task": task, "attempt": attempt}
+    if job_uid:
+        order["job_uid"] = job_uid
+    return order
 
 
 def purge_order(job: Job) -> dict:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpud.gpu.base import GpuBackend, GpuInfo, GpuProcess, HealthEvent, NoGpuError
+from gpud.gpu.base import GpuBackend, GpuInfo, GpuProcess, GpuUsage, HealthEvent, NoGpuError
 
 BACKENDS = ("nvml", "fake")
 
-__all__ = ["BACKENDS", "GpuBackend", "GpuInfo", "GpuProcess", "HealthEvent", "NoGpuError", "make_backend"]
+__all__ = ["BACKENDS", "GpuBackend", "GpuInfo", "GpuProcess", "GpuUsage", "HealthEvent", "NoGpuError", "make_backend"]
 
 
 def make_backend(kind: str, *, node_name: str, state_dir: str, fake_gpus: int = 0) -> GpuBackend:

@@ -1,4 +1,20 @@
-"""The GPU backend interface and the values it returns."""
+"""The GPU backend interface and the values it returns.
+
+Reading GPU use (for slicing, memory policing, idle detection, accounting):
+
+- :meth:`GpuBackend.processes` gives each process on each GPU with its GPU
+  memory (GiB) and its utilisation (0-100) since the previous call;
+- :meth:`GpuBackend.gpu_usage` gives each GPU as a whole: its utilisation
+  (0-100) and the memory used on it (GiB);
+- :attr:`GpuBackend.measures` says which of those figures are measured
+  (NVML: both; fake GPUs: both, simulated from their processes' CPU use and
+  declared memory, see :mod:`gpud.gpu.fakesim`; a figure not measured
+  reads 0).
+
+Both calls are cheap enough to make every few seconds from the node
+daemon's event loop thread or any other one; a sampler that wants a job's
+figures keeps the GPUs of the job's placement and sums or takes the peak.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +55,20 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """One GPU's use now: utilisation (0-100) and memory used (GiB)."""
+
+    gpu_index: int
+    utilization: float
+    memory_used_gib: float
+
+    def to_json(self) -> dict:
+        """The usage as a JSON object."""
+        return {"gpu": self.gpu_index, "utilization": round(self.utilization, 1),
+                "memory_used_gib": round(self.memory_used_gib, 3)}
+
+
+@dataclass(frozen=True, slots=True)
 class HealthEvent:
     """A GPU that went bad: ``kind`` is "lost" or "ecc_uncorrectable"."""
 
@@ -66,6 +96,12 @@ class GpuBackend(Protocol):
 
     def processes(self) -> tuple[GpuProcess, ...]:
         """Every process using a GPU now, with its memory and utilisation."""
+
+    def gpu_usage(self) -> tuple[GpuUsage, ...]:
+        """Every healthy GPU's utilisation and memory used, now."""
+
+    def gpu_cpus(self) -> dict[int, tuple[int, ...]]:
+        """The CPUs near each GPU (its NUMA node's), by GPU index; {} where the topology is not known."""
 
     def health_events(self) -> tuple[HealthEvent, ...]:
         """GPUs that became unhealthy since the previous call (each fault reported once)."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pynvml
 
-from gpud.gpu.base import MEMORY, UTILIZATION, GpuInfo, GpuProcess, HealthEvent, NoGpuError
+from gpud.gpu.base import MEMORY, UTILIZATION, GpuInfo, GpuProcess, GpuUsage, HealthEvent, NoGpuError
 
 GIB = 1024 ** 3
 
@@ -39,6 +40,21 @@ class NvmlBackend:
         self._bad: dict[int, str] = {}
         self._reported: set[tuple[int, str]] = set()
         self._util_since = 0
+        self._cpus = self._affinity()
+
+    def _affinity(self) -> dict[int, tuple[int, ...]]:
+        """Each GPU's ideal CPUs as NVML reports them (a bit mask in 64-bit words), read once."""
+        words = max(1, -(-(os.cpu_count() or 1) // 64))
+        found: dict[int, tuple[int, ...]] = {}
+        for index, handle in enumerate(self._handles):
+            try:
+                mask = pynvml.nvmlDeviceGetCpuAffinity(handle, words)
+            except pynvml.NVMLError:
+                continue
+            cpus = tuple(w * 64 + bit for w, word in enumerate(mask) for bit in range(64) if int(word) >> bit & 1)
+            if cpus:
+                found[index] = cpus
+        return found
 
     @staticmethod
     def _describe(index: int, handle) -> GpuInfo:
@@ -85,6 +101,24 @@ class NvmlBackend:
             for proc in running:
                 used = proc.usedGpuMemory or 0
                 found.append(GpuProcess(proc.pid, index, used / GIB, util.get(proc.pid, 0.0)))
+        return tuple(found)
+
+    def gpu_cpus(self) -> dict[int, tuple[int, ...]]:
+        """The CPUs NVML names as each GPU's ideal affinity (its NUMA node's)."""
+        return dict(self._cpus)
+
+    def gpu_usage(self) -> tuple[GpuUsage, ...]:
+        """Each healthy GPU's utilisation over NVML's last sample period and its memory used now."""
+        found = []
+        for index, handle in enumerate(self._handles):
+            if index in self._bad:
+                continue
+            try:
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+            except pynvml.NVMLError:
+                continue
+            found.append(GpuUsage(index, float(rates.gpu), used / GIB))
         return tuple(found)
 
     def health_events(self) -> tuple[HealthEvent, ...]:

@@ -167,6 +167,19 @@ class NodeAgent:
         self.slices.update(states)
         self._watch_memory(states)
 
+    def _near_cpus(self, spec: Any) -> Any:
+        """The spec, with the CPUs near its GPUs (``near_cpus``) where the backend knows the topology."""
+        indices = spec.get("gpu_indices") if isinstance(spec, dict) else None
+        if not indices or not isinstance(indices, list):
+            return spec
+        try:
+            topology = self.backend.gpu_cpus()
+        except Exception:  # noqa: BLE001 - without the topology the task is pinned to the least-used CPUs
+            log.exception("reading the GPUs' CPU affinity failed")
+            return spec
+        near = sorted({cpu for index in indices if isinstance(index, int) for cpu in topology.get(index, ())})
+        return {**spec, "near_cpus": near} if near else spec
+
     def _with_slice_env(self, spec: Any) -> Any:
         """The spec, with the variables plugins give to enforce its memory slice (gpud_memory_slice_env)."""
         pm = self.slices.pm
@@ -232,7 +245,7 @@ class NodeAgent:
         return {"type": "register", "node": self.config.name, "pool": self.config.pool,
                 "labels": dict(self.config.labels), **self.resources(), "gpus": self.gpus(),
                 "tasks": [state.report() for state in self._register_snapshot], "version": gpud.__version__,
-                "cluster_id": membership.remembered(self.config.state_dir),
+                "cluster_id": membership.remembered(self.config.state_dir), "checkpoints": self.tasks.checkpoints(),
                 "limits": {**cgroups.limits_report(), "gpu_measures": list(getattr(self.backend, "measures", ()))}}
 
     def check_controller(self, answer: dict) -> str | None:
@@ -266,7 +279,8 @@ class NodeAgent:
             assert state.pid is not None  # a spec is looked up only for a running task with a pid
             if measures is None:
                 self.usage.poll()
-                # A backend that measures nothing (the fake) reports the use it was told of: sample that.
+                # A backend that measures nothing (fake GPUs with GPUD_FAKE_GPU_SIMULATE=0) reports the use it
+                # was told of: sample that.
                 measures = tuple(getattr(self.backend, "measures", ())) or (
                     (UTILIZATION, MEMORY) if self.usage.memory_gib else ())
             if UTILIZATION in measures:
@@ -319,16 +333,17 @@ class NodeAgent:
                 log.warning("not starting task %s: this node's lease has run out", key.dirname)
                 return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
-            if self.tasks.start(key, self._with_slice_env(spec)) is not None:
+            if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
                 self.poke(key)
         elif kind == "stop":
+            key = self.tasks.resolve(key)
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
             grace = message.get("grace_s")
             grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
             self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
             self.poke(key)
         else:
-            self.tasks.ack(key)
+            self.tasks.ack(self.tasks.resolve(key))
         return None
 
 

@@ -47,7 +47,9 @@ GROUP = "gpud"
 CGROUPS_ENV = "GPUD_CGROUPS"
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
-V1_REPLACED_BY_V2 = ("cpuacct", "pids", "freezer")
+# The hybrid v2 group tracks, kills and times every process; the v1 pids group is kept: it counts (and may cap)
+# the task's processes, which nothing in a controller-less v2 group does.
+V1_REPLACED_BY_V2 = ("cpuacct", "freezer")
 SETTLE_PASSES = 50
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
@@ -187,6 +189,7 @@ class Limits:
     cpus: float | None = None
     cpuset: str | None = None
     gpu_minors: tuple[int, ...] | None = None  # None: no device isolation (a CPU-only task gets ())
+    pids_max: int | None = None  # None: processes counted, not capped
 
 
 def cgroup_name(tasks_dir: str, dirname: str) -> str:
@@ -227,6 +230,8 @@ class TaskCgroup:
             _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
         if "cpuset" in self.v1 and limits.cpuset:
             _write(os.path.join(self.v1["cpuset"], "cpuset.cpus"), limits.cpuset)
+        if "pids" in self.v1 and limits.pids_max:
+            _write(os.path.join(self.v1["pids"], "pids.max"), str(limits.pids_max))
         devices = self.v1.get("devices")
         if devices and limits.gpu_minors is not None:
             # A new group starts with its parent's list (the usual devices, every GPU): take the GPUs away,
@@ -255,6 +260,8 @@ class TaskCgroup:
             _write(os.path.join(self.v2, "cpu.max"), f"{max(1000, int(limits.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}")
         if "cpuset" in controllers and limits.cpuset:
             _write(os.path.join(self.v2, "cpuset.cpus"), limits.cpuset)
+        if "pids" in controllers and limits.pids_max:
+            _write(os.path.join(self.v2, "pids.max"), str(limits.pids_max))
 
     def spawn_paths(self) -> list[str]:
         """The cgroups the supervisor steps into to fork the task: the v2 group alone when there is one (it
@@ -507,8 +514,9 @@ def parse_cpus(text: str) -> list[int]:
 class Confiner:
     """The supervisor's side of task cgroups: each task's limits, the CPUs it is pinned to, where the supervisor lives.
 
-    CPUs are handed out least-used first, ``ceil(cpus)`` of them per task,
-    from the CPUs the node's group may use.
+    CPUs are handed out ``ceil(cpus)`` per task from the CPUs the node's
+    group may use: those near the task's GPUs first (where the topology is
+    known), least-used first among them, then the least-used others.
     """
 
     def __init__(self, hierarchies: Hierarchies | None = None) -> None:
@@ -534,12 +542,14 @@ class Confiner:
             self._worker.shutdown(wait=True)
             self._worker = None
 
-    def pick_cpus(self, cpus: float) -> list[int]:
-        """The CPUs for a task of ``cpus`` CPUs (the least used ones); [] when CPUs are not pinned here."""
+    def pick_cpus(self, cpus: float, near: tuple[int, ...] = ()) -> list[int]:
+        """The CPUs for a task of ``cpus`` CPUs: of ``near`` (its GPUs' CPUs) first, least used first; [] when
+        CPUs are not pinned here."""
         if not self.cpu_use or cpus <= 0:
             return []
         count = min(len(self.cpu_use), max(1, -int(-cpus // 1)))
-        chosen = sorted(sorted(self.cpu_use), key=lambda cpu: self.cpu_use[cpu])[:count]
+        close = set(near)
+        chosen = sorted(self.cpu_use, key=lambda cpu: (cpu not in close, self.cpu_use[cpu], cpu))[:count]
         for cpu in chosen:
             self.cpu_use[cpu] += 1
         return sorted(chosen)

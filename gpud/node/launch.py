@@ -72,8 +72,8 @@ class Launcher:
             pass
         if not self._hand_over(key, task_dir, order):
             shutil.rmtree(task_dir, ignore_errors=True)
-            os.makedirs(task_dir, mode=0o711)
-            os.chmod(task_dir, 0o711)
+            os.makedirs(task_dir, mode=0o700)
+            os.chmod(task_dir, 0o700)
             write_json(os.path.join(task_dir, ORDER_FILE), order)
             write_state(task_dir, TaskState(key, started=time.time()))
             with open(os.path.join(task_dir, "supervisor.log"), "ab") as log:
@@ -151,7 +151,7 @@ class Launcher:
                      stop_signal: str | None = None) -> bool:
         """Ask the task's supervisor to stop the task; False when no supervisor is alive to do it."""
         task_dir = self.layout.task_dir(state.key)
-        os.makedirs(task_dir, mode=0o711, exist_ok=True)
+        os.makedirs(task_dir, mode=0o700, exist_ok=True)
         write_json(os.path.join(task_dir, STOP_FILE),
                    {"reason": reason, "grace_s": grace_s, "signal": stop_signal}, mode=0o644)
         if self._server is not None and self._handed.get(state.key) is self._server and self._server.poll() is None:

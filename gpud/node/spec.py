@@ -21,29 +21,42 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True, slots=True, order=True)
 class TaskKey:
-    """Which task: the job id, the task's index in the job and the attempt (the job's restart count)."""
+    """Which task: the job id, the task's index in the job, the attempt (the job's restart count) and the job uid.
+
+    The uid (empty from a controller that sends none) tells apart two jobs
+    given the same id, e.g. by a controller restored from a backup: their
+    tasks have different directories and reports.
+    """
 
     job: str
     task: int
     attempt: int
+    uid: str = ""
 
     @property
     def dirname(self) -> str:
         """The name of this task's directory under the node's ``tasks`` directory."""
-        return f"{self.job}.{self.task}.{self.attempt}"
+        base = f"{self.job}.{self.task}.{self.attempt}"
+        return f"{base}@{self.uid}" if self.uid else base
 
     @classmethod
     def from_dirname(cls, name: str) -> TaskKey | None:
         """The key a task directory name stands for, or None when the name is not one."""
+        name, at, uid = name.partition("@")
+        if at and not is_job_uid(uid):
+            return None
         job, _, rest = name.rpartition(".")
         job, _, task = job.rpartition(".")
         if not (_JOB_ID.match(job) and task.isdigit() and rest.isdigit()):
             return None
-        return cls(job, int(task), int(rest))
+        return cls(job, int(task), int(rest), uid)
 
     @classmethod
     def from_order(cls, order: Mapping[str, Any]) -> TaskKey:
-        """The key of a start/stop/ack order; a job id that is not a safe file name is refused."""
+        """The key of a start/stop/ack order; a job id that is not a safe file name is refused.
+
+        The uid is the order's ``job_uid``, else its spec's (a start order); "" when neither has one.
+        """
         job, task, attempt = order.get("job"), order.get("task"), order.get("attempt", 0)
         if not isinstance(job, str) or not _JOB_ID.match(job):
             raise SpecError(f"job must be an id of letters, digits, '_', '-' and '.' (got {job!r})")
@@ -51,11 +64,22 @@ class TaskKey:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"{name} must be a non-negative integer (got {value!r})")
         assert isinstance(task, int) and isinstance(attempt, int)  # checked just above
-        return cls(job, task, attempt)
+        spec = order.get("spec")
+        uid = order.get("job_uid") or (spec.get("job_uid") if isinstance(spec, dict) else None) or ""
+        if uid != "" and not is_job_uid(uid):
+            raise SpecError(f"job_uid must be 16 to 64 lowercase hex digits (got {uid!r})")
+        return cls(job, task, attempt, uid)
 
     def to_json(self) -> dict:
-        """The key as the fields of a protocol message."""
-        return {"job": self.job, "task": self.task, "attempt": self.attempt}
+        """The key as the fields of a protocol message (``job_uid`` only when it has one)."""
+        fields: dict = {"job": self.job, "task": self.task, "attempt": self.attempt}
+        if self.uid:
+            fields["job_uid"] = self.uid
+        return fields
+
+    def same_task(self, other: TaskKey) -> bool:
+        """True when ``other`` names the same job id, task and attempt, whatever the uids."""
+        return (self.job, self.task, self.attempt) == (other.job, other.task, other.attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +113,8 @@ class TaskSpec:
     project: str = ""
     time_slicing: Mapping[str, Any] | None = None
     memory_slice: Mapping[str, Any] | None = None
+    near_cpus: tuple[int, ...] = ()  # the CPUs near the task's GPUs, where the node knows them; pinned there first
+    pids_max: int | None = None  # the most processes (threads included) the task may have at once; None: no limit
 
     @property
     def sliced(self) -> bool:
@@ -101,6 +127,7 @@ class TaskSpec:
         data["command"] = list(self.command) if self.command is not None else None
         data["env"] = dict(self.env)
         data["gpu_uuids"], data["gpu_indices"] = list(self.gpu_uuids), list(self.gpu_indices)
+        data["near_cpus"] = list(self.near_cpus)
         for name in ("time_slicing", "memory_slice"):
             data[name] = dict(data[name]) if data[name] is not None else None
         return data
@@ -216,7 +243,16 @@ def parse_spec(raw: Any) -> TaskSpec:
         master_port=_int(raw, "master_port", None), rank=_int(raw, "rank", 0),
         local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
         project=raw["project"] if isinstance(raw.get("project"), str) else "",
-        time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw))
+        time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw), near_cpus=_cpu_list(raw),
+        pids_max=_int(raw, "pids_max", None) or None)
+
+
+def _cpu_list(raw: Mapping) -> tuple[int, ...]:
+    value = raw.get("near_cpus") or []
+    if not isinstance(value, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                              for c in value):
+        raise SpecError("near_cpus must be a list of CPU numbers")
+    return tuple(sorted(set(value)))
 
 
 def is_job_uid(value: object) -> TypeGuard[str]:

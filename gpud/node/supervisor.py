@@ -148,22 +148,29 @@ class TaskRun:
         try:
             write_state(self.task_dir, state)
         except FileNotFoundError:  # someone deleted the task's directory: the state is still worth keeping
-            _make_dir(self.task_dir, 0o711)
+            _make_dir(self.task_dir, 0o700)
             write_state(self.task_dir, state)
         self.notify(self.key)
 
     # -- starting ----------------------------------------------------------
 
-    def _argv(self, who: RunAs) -> list[str]:
+    def _argv(self, who: RunAs) -> tuple[list[str], int | None]:
+        """The task's command line, and the open script it names (None for a command).
+
+        The task directory is root's alone (0700): the job's user runs its
+        script through an open descriptor (/dev/fd/N), never by its path.
+        """
         if self.spec.command is not None:
-            return list(self.spec.command)
+            return list(self.spec.command), None
         path = os.path.join(self.task_dir, "script")
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.spec.script or "")
         os.chmod(path, 0o500)
         if who.switch:
             os.chown(path, who.uid, who.gid)
-        return [path] if (self.spec.script or "").startswith("#!") else ["/bin/sh", path]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        shown = f"/dev/fd/{fd}"
+        return ([shown] if (self.spec.script or "").startswith("#!") else ["/bin/sh", shown]), fd
 
     def _open_outputs(self, who: RunAs) -> tuple[int, int]:
         out_path = expand_path(self.spec.output, self.spec.workdir, self.key)
@@ -214,14 +221,19 @@ class TaskRun:
             raise StartError(f"user {who.name!r} is uid 0 on this node, and jobs run as root only for a token "
                              f"created with --allow-root")
         self._prepare_checkpoint_dir(who)
-        argv = self._argv(who)
-        out, err = self._open_outputs(who)
+        argv, script_fd = self._argv(who)
+        try:
+            out, err = self._open_outputs(who)
+        except StartError:
+            if script_fd is not None:
+                os.close(script_fd)
+            raise
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
         self._confine()
         try:
             proc = subprocess.Popen(
                 argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, close_fds=True,
+                start_new_session=True, close_fds=True, pass_fds=() if script_fd is None else (script_fd,),
                 user=who.uid if who.switch else None, group=who.gid if who.switch else None,
                 extra_groups=list(who.groups) if who.switch else None)
         except OSError as exc:
@@ -233,6 +245,8 @@ class TaskRun:
             os.close(out)
             if err != out:
                 os.close(err)
+            if script_fd is not None:
+                os.close(script_fd)
         if self.cgroup is not None and self.confiner is not None:
             self.confiner.later(self.cgroup.settle)
         self.proc = proc
@@ -248,7 +262,7 @@ class TaskRun:
         """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
         if self.confiner is None or not self.confiner.hierarchies.tracked():
             return
-        self.pinned = self.confiner.pick_cpus(self.spec.cpus)
+        self.pinned = self.confiner.pick_cpus(self.spec.cpus, self.spec.near_cpus)
         # Pinned to exactly as many CPUs as it asked for, a task needs no CPU quota on top.
         exact = bool(self.pinned) and len(self.pinned) == self.spec.cpus
         self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
@@ -256,7 +270,7 @@ class TaskRun:
         self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
         limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
                                 cpuset=",".join(map(str, self.pinned)) or None,
-                                gpu_minors=tuple(self.spec.gpu_indices))
+                                gpu_minors=tuple(self.spec.gpu_indices), pids_max=self.spec.pids_max)
         try:
             with open(os.path.join(self.task_dir, CGROUPS_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(f"{path}\n" for path in self.cgroup.paths()))
@@ -452,7 +466,7 @@ class Supervisor:
         recorded knows the supervisor will still see it.
         """
         try:
-            _make_dir(task_dir, 0o711)
+            _make_dir(task_dir, 0o700)
             run = TaskRun(task_dir, order, self.owner, self.notify, self.confiner)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError, OSError) as exc:
             print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
@@ -557,7 +571,7 @@ class Supervisor:
             key = TaskKey(marks["GPUD_JOB_ID"], int(marks["GPUD_TASK_INDEX"]), int(marks["GPUD_RESTART_COUNT"]))
         except (KeyError, ValueError):
             return None
-        return key if key in self.runs else None
+        return next((known for known in self.runs if known.same_task(key)), None)
 
     def _step(self, now: float) -> float:
         """One pass over the tasks; returns when the next pass is due."""

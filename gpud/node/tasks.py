@@ -45,6 +45,16 @@ class TaskTable:
             self._states[key] = self._check(self._states[key])
         return sorted(self._states.values(), key=lambda s: s.key)
 
+    def resolve(self, key: TaskKey) -> TaskKey:
+        """The key of the known task an order names: itself, or, where one side has no job uid (an older
+        controller, or a task started by one), the task with the same job id, task and attempt."""
+        if key in self._states:
+            return key
+        for known in self._states:
+            if known.same_task(key) and (not key.uid or not known.uid):
+                return known
+        return key
+
     def get(self, key: TaskKey) -> TaskState | None:
         """The task's latest known state, or None when the node does not know it."""
         return self._states.get(key)
@@ -80,7 +90,7 @@ class TaskTable:
     def _failed(self, key: TaskKey, message: str) -> TaskState:
         state = TaskState(key).exited(reason=f"failed to start: {message}", ended=time.time())
         task_dir = self.layout.task_dir(key)
-        os.makedirs(task_dir, mode=0o711, exist_ok=True)
+        os.makedirs(task_dir, mode=0o700, exist_ok=True)
         write_state(task_dir, state)
         self._states[key] = state
         return state
@@ -115,18 +125,27 @@ class TaskTable:
         False (and nothing deleted) when the order names no job uid.
         """
         uid, job = order.get("job_uid"), order.get("job")
-        if not is_job_uid(uid) or not isinstance(job, str):
+        if not is_job_uid(uid):
             return False
+        job = job if isinstance(job, str) else ""
         self._purges[uid] = job
         self._run_purges()
         return True
 
+    def checkpoints(self) -> list[str]:
+        """The job uids of the checkpoint directories on this node (the controller says which jobs are gone)."""
+        try:
+            names = os.listdir(self.layout.checkpoints_dir)
+        except OSError:
+            return []
+        return sorted(name for name in names if is_job_uid(name) and name not in self._purges)
+
     def _run_purges(self) -> None:
         if not self._purges:
             return
-        live = {key.job for key, state in self._states.items() if state.state != EXITED}
+        live = {key.uid or key.job for key, state in self._states.items() if state.state != EXITED}
         for uid, job in list(self._purges.items()):
-            if job not in live:
+            if uid not in live and (not job or job not in live):
                 del self._purges[uid]
                 self.launcher.delete(self.layout.checkpoint_dir(uid))
 

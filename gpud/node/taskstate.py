@@ -92,12 +92,17 @@ class Layout:
         return os.path.join(self.checkpoints_dir, job_uid)
 
     def create(self) -> None:
-        """Make the state and run directories and their sub-directories; jobs' users may traverse but not list them."""
-        os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
-        os.makedirs(self.run_root, mode=0o755, exist_ok=True)
-        for sub in (self.tasks_dir, self.checkpoints_dir):
-            os.makedirs(sub, exist_ok=True)
-            os.chmod(sub, 0o711)
+        """Make the state and run directories and their sub-directories, with the modes docs/admin-guide.md explains.
+
+        The tasks directory (orders, environments, scripts) is root's alone
+        (0700). Jobs' users may only traverse (0711, never list) what leads to
+        their checkpoint directory (state dir, ``checkpoints``) and to the
+        interactive exit files (run dir); existing directories get these modes too.
+        """
+        for path, mode in ((self.state_dir, 0o711), (self.run_root, 0o711), (self.tasks_dir, 0o700),
+                           (self.checkpoints_dir, 0o711)):
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +137,7 @@ class TaskState:
         if not isinstance(data, dict):
             return None
         try:
-            key = TaskKey(str(data["job"]), int(data["task"]), int(data["attempt"]))
+            key = TaskKey(str(data["job"]), int(data["task"]), int(data["attempt"]), str(data.get("job_uid") or ""))
             if data["state"] not in (STARTING, RUNNING, EXITED):
                 return None
             return cls(key, data["state"], data.get("supervisor_pid"), data.get("supervisor_start"),
