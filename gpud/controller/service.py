@@ -208,7 +208,8 @@ class Controller:
         now = time.time()
         scheduler = cluster.core.prepare(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now)
+            lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now,
+            usage=self.charger.decayed_usage())
         began = time.perf_counter()
         try:
             if self.last_cycle_s < INLINE_CYCLE_S:
