@@ -13,7 +13,9 @@ on 127.0.0.1 with a policy of strict time-slicing and prints:
 - a memory slice: a job that stays inside `--gpu-memory` completes; one
   that allocates beyond it fails (PyTorch's per-process fraction, which gpud
   sets, refuses the allocation); one that overrides that fraction is stopped
-  by the node's watchdog, with the reason gpud gives.
+  by the node's watchdog, with the reason gpud gives;
+- accounting: `gpuctl report --by project`, with the GPU utilisation and
+  peak memory the node sampled through NVML while the jobs ran.
 
 With --fake-gpus N (no GPU needed) the same run uses fake GPUs and a CPU
 stand-in for the matrix products: it checks the script, not the GPU.
@@ -230,6 +232,7 @@ def check(cluster: Cluster) -> dict:
         view = cluster.finish(job)
         figures[name] = {"state": view["state"], "reason": view.get("reason"), "sharing": view.get("sharing"),
                          **cluster.output(job)}
+    figures["report"] = json.loads(cluster.ctl("report", "--by", "project", "--json"))
     return figures
 
 
