@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import re
 import time
 
 from gpud.cli import render
 from gpud.cli.common import UsageError, add_verb, client, print_json
-from gpud.cli.units import parse_duration
+from gpud.cli.units import parse_when
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 SHORT_STATES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
                 "TO": "TIMEOUT", "PR": "PREEMPTED", "NF": "NODE_FAIL"}
 NAME_WIDTH = 24
-_DATE = r"^\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?$"
 
 QUEUE_DESCRIPTION = """\
 List jobs, as squeue does: pending and running jobs of every user by default,
@@ -60,7 +58,7 @@ def add_parsers(subparsers) -> None:
     history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
                        examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
     _add_filters(history)
-    history.add_argument("-S", "--since", type=_since, metavar="WHEN", help="only jobs that ended since then")
+    history.add_argument("-S", "--since", type=parse_when, metavar="WHEN", help="only jobs that ended since then")
     history.add_argument("-l", "--limit", type=int, metavar="N", help="at most N jobs")
 
 
@@ -199,17 +197,3 @@ def _states(text: str) -> list[str]:
     return states
 
 
-def _since(text: str) -> float:
-    """A Unix time from a time ago (2h, 1d) or a local date and time (2024-05-01 14:00)."""
-    text = text.strip()
-    if re.match(_DATE, text):
-        from datetime import datetime
-        try:
-            return datetime.fromisoformat(text).timestamp()
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"bad date {text!r}: {exc}") from None
-    try:
-        return round(time.time() - parse_duration(text), 3)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"bad time {text!r}: use a time ago (2h, 1d, 90m) or a date (2024-05-01, '2024-05-01 14:00')") from None

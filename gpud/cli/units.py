@@ -129,3 +129,27 @@ def parse_array(text: str) -> tuple[int, int | None]:
     if limit == 0:
         raise ValueError(f"bad array {text!r}: the limit after % must be at least 1")
     return count, limit
+
+
+_DATE = r"^\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?$"
+
+
+def parse_when(text: str) -> float:
+    """A Unix time from a local date (2026-11-01, '2026-11-01 14:00') or a time ago (2h, 7d, 90m).
+
+    Raises argparse.ArgumentTypeError naming what is wrong, for use as an argparse ``type``.
+    """
+    import argparse
+    import time
+    text = text.strip()
+    if re.match(_DATE, text):
+        from datetime import datetime
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"bad date {text!r}: {exc}") from None
+    try:
+        return round(time.time() - parse_duration(text), 3)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad time {text!r}: use a date (2026-11-01, '2026-11-01 14:00') or a time ago (2h, 7d, 90m)") from None

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import re
-import time
 
 from gpud.cli import render
 from gpud.cli.common import add_verb, client, print_json
-from gpud.cli.units import format_duration, format_number, parse_duration
+from gpud.cli.units import format_duration, format_number, parse_when
 
 GROUPINGS = ("user", "project", "department", "node")
-_DATE = r"^\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?$"
 
 USAGE_DESCRIPTION = """\
 Show, per node pool, each department, the projects inside it and the users
@@ -74,8 +71,8 @@ def add_parsers(subparsers) -> None:
                       description=REPORT_DESCRIPTION, examples=REPORT_EXAMPLES, func=run_report, json_flag=True)
     report.add_argument("--by", type=_grouping, default="user", metavar="GROUP",
                         help=f"group by {', '.join(GROUPINGS)} (user)")
-    report.add_argument("-S", "--since", type=when, metavar="WHEN", help="jobs that ended since then (30 days ago)")
-    report.add_argument("-E", "--until", type=when, metavar="WHEN", help="and before then (now)")
+    report.add_argument("-S", "--since", type=parse_when, metavar="WHEN", help="jobs that ended since then (30 days ago)")
+    report.add_argument("-E", "--until", type=parse_when, metavar="WHEN", help="and before then (now)")
     report.add_argument("-p", "--project", help="only this project's jobs")
     report.add_argument("-u", "--user", help="only this user's jobs")
     report.add_argument("--csv", action="store_true", help="print comma-separated values with a header row")
@@ -85,22 +82,6 @@ def _grouping(text: str) -> str:
     if text not in GROUPINGS:
         raise argparse.ArgumentTypeError(f"cannot group by {text!r}: use one of {', '.join(GROUPINGS)}")
     return text
-
-
-def when(text: str) -> float:
-    """A Unix time from a local date (2026-11-01, '2026-11-01 14:00') or a time ago (2h, 7d)."""
-    text = text.strip()
-    if re.match(_DATE, text):
-        from datetime import datetime
-        try:
-            return datetime.fromisoformat(text).timestamp()
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"bad date {text!r}: {exc}") from None
-    try:
-        return round(time.time() - parse_duration(text), 3)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"bad time {text!r}: use a date (2026-11-01, '2026-11-01 14:00') or a time ago (2h, 7d)") from None
 
 
 def run_usage(args: argparse.Namespace) -> int:
