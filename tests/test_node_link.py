@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from gpud.gpu.fake import FakeBackend, fake_uuid, inject_fault, set_gpu_cpus
 from gpud.node import cgroups
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
+from gpud.node.link import ControllerLink
 from gpud.node.spec import TaskKey
 from node_helpers import alive, kill_everything, spec, wait_for
 
@@ -416,3 +418,28 @@ async def test_a_task_is_pinned_to_the_cpus_the_fake_gpus_declare_near_its_gpu(a
     exited = await controller.next("task", task_report("9", "exited"))
     assert exited["exit_code"] == 0
     assert (workdir / "gpud-9.out").read_text() == f"[{near}]\n"
+
+
+async def test_the_link_stops_even_when_a_connect_swallows_the_cancel():
+    # As Python 3.11's asyncio.wait_for does when a cancel races the connect's own failure.
+    attempts = 0
+
+    @contextlib.asynccontextmanager
+    async def swallowing_connect():
+        nonlocal attempts
+        attempts += 1
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            pass
+        raise OSError("refused")
+        yield  # pragma: no cover - never connects
+
+    link = ControllerLink("ws://127.0.0.1:1/never", "key", owner=None, reconnect_max_s=0.05,
+                          connect=swallowing_connect)
+    running = asyncio.create_task(link.run())
+    while attempts < 2:
+        await asyncio.sleep(0.01)
+    running.cancel()
+    done, _ = await asyncio.wait({running}, timeout=5)
+    assert running in done and running.cancelled(), "the link kept reconnecting after it was cancelled"

@@ -106,6 +106,10 @@ class ControllerLink:
                 finally:
                     self.connected.clear()
                     self._ws = None
+                if _cancel_requested():
+                    # Python 3.11's asyncio.wait_for swallows a cancel that races the connect's own outcome:
+                    # without this the loop would reconnect forever and a stopping daemon would never stop.
+                    raise asyncio.CancelledError
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, self.reconnect_max_s)
 
@@ -222,6 +226,12 @@ class ControllerLink:
             if len(self._sent_at) > KEPT_HEARTBEATS:
                 del self._sent_at[next(iter(self._sent_at))]
             await self.send({**self.owner.heartbeat_message(), "seq": self._seq})
+
+
+def _cancel_requested() -> bool:
+    """True when the running task was asked to stop, even if a library swallowed the CancelledError."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _positive(value: object) -> TypeGuard[float]:
