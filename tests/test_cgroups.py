@@ -113,6 +113,44 @@ def test_stopping_a_task_kills_every_process_that_left_its_process_group(table, 
     assert _task_cgroups(table) == [], "the task's cgroups are removed"
 
 
+# Blocks its stop signal, a real-time one: each sending of it is queued, so the count of those queued is how many
+# times it was sent. The leader starts a child that leaves its process group; each writes what it heard once told.
+COUNT_STOP_SIGNALS = """import os, signal, subprocess, sys, time
+name = sys.argv[1]
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
+if name == "leader":
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], "escaped"], start_new_session=True)
+open("ready-" + name, "w").close()
+while not os.path.exists("go"):
+    time.sleep(0.02)
+heard = 0
+while signal.sigtimedwait([signal.SIGRTMIN], 0) is not None:
+    heard += 1
+open("heard-" + name, "w").write(str(heard))
+while name == "leader" and not os.path.exists("heard-escaped"):
+    time.sleep(0.02)
+"""
+
+
+def test_every_process_of_a_stopped_task_hears_its_stop_signal_once(table, workdir):
+    # A second stop signal may cut a job's handler short: many take it to mean "quit now, skip the checkpoint".
+    key = TaskKey(f"s{os.getpid()}", 0, 0)
+    table.start(key, spec(workdir, [sys.executable, "-c", COUNT_STOP_SIGNALS, "leader", COUNT_STOP_SIGNALS],
+                          stop_signal="RTMIN"))
+    running(table, key)
+    wait_for(lambda: (workdir / "ready-leader").exists() and (workdir / "ready-escaped").exists())
+    table.stop(key, "cancelled", grace_s=30)
+    # A start order behind the stop in the supervisor's feed: once it has run, every stop signal has been sent.
+    marker = TaskKey(f"s{os.getpid()}", 1, 0)
+    table.start(marker, spec(workdir, ["true"]))
+    assert run_to_end(table, marker).exit_code == 0
+    (workdir / "go").write_text("")
+    state = run_to_end(table, key)
+    assert (state.exit_code, state.reason) == (0, "stopped")
+    assert (workdir / "heard-leader").read_text() == "1", "the task's process group heard it once"
+    assert (workdir / "heard-escaped").read_text() == "1", "a process that left the group heard it once too"
+
+
 def test_a_killed_supervisors_task_is_killed_whole_through_its_cgroups(table, workdir):
     key = TaskKey(f"k{os.getpid()}", 0, 0)
     marker = _start_escapers(table, workdir, key)

@@ -323,11 +323,14 @@ class TaskCgroup:
                 pass
         return sorted(found)
 
-    def signal(self, sig: int) -> int:
-        """Send ``sig`` to every process in the task's cgroups; returns how many were signalled."""
+    def signal(self, sig: int, *, besides_group: int | None = None) -> int:
+        """Send ``sig`` to every process in the task's cgroups, but those in process group ``besides_group``
+        (already signalled through it, they must not hear it twice); returns how many were signalled."""
         count = 0
         for pid in self.pids():
             try:
+                if besides_group is not None and os.getpgid(pid) == besides_group:
+                    continue
                 os.kill(pid, sig)
                 count += 1
             except OSError:

@@ -307,7 +307,9 @@ class TaskRun:
                 self._thaw()
             procs.signal_group(self.pid, sig)
             if self.cgroup is not None:
-                self.cgroup.signal(sig)  # what left the process group hears it too
+                # What left the process group hears it too; what is in it heard it once already. A second
+                # stop signal may cut a job's handler short (many take it to mean "quit now, skip saving").
+                self.cgroup.signal(sig, besides_group=self.pid)
         self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
 
     def fence(self, grace_s: float) -> None:
