@@ -129,8 +129,9 @@ async def test_two_tasks_sharing_a_gpu_take_turns_and_a_frozen_one_stops_on_term
     exited = await report_of(controller, "70", "exited", timeout=10)
     assert exited["exit_code"] == 7  # it handled SIGTERM: it was thawed first, not killed after the grace
     await wait_until(lambda: [m.key for m in agent.slices.slicers[0].members()] == ["71.0.0"])
-    assert proc_state(b["pid"]) in "RS"  # alone with 50 % in strict mode it is still sliced...
-    assert seen_states(b["pid"], 0.5) & set(FROZEN)  # ...frozen half of each plan
+    # Alone with 50 % in strict mode it is still sliced: it runs half of each plan, and is frozen the other half.
+    states = seen_states(b["pid"], 1.0)
+    assert states & {"R", "S"} and states & set(FROZEN), states
 
 
 async def test_a_lone_fair_task_is_never_frozen(agent, controller, workdir):
