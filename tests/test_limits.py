@@ -15,8 +15,9 @@ from collections import defaultdict
 import pytest
 from hypothesis import given, strategies as st
 
-from gpud.core import schedule
+from gpud.core import Scheduler, schedule
 from gpud.errors import ConfigError
+from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
 from gpud.policy import Limits, Policy
 from gpud.policy_file import parse_policy
 from gpud.simulate import apply_plan
@@ -97,6 +98,31 @@ def test_a_cycle_never_takes_anyone_past_a_limit(drawn):
         cap = _limit(policy, key, "gpus")
         if cap is not None:
             assert held <= max(cap, gpus_before.get(key, 0.0)) + 1e-9, (key, held, cap)
+
+
+@SETTINGS
+@given(limited())
+def test_a_cycle_changes_a_job_only_where_it_runs(drawn):
+    """The scheduler kept between cycles knows each job, user included, as it was submitted: a cycle
+    changes only its placements and start time (the limits and the user order read the rest)."""
+    policy, snapshot = drawn
+    scheduler = Scheduler(snapshot, policy, PM)
+    scheduler.cycle()
+    for job in snapshot.jobs:
+        known = scheduler.job(job.id)
+        assert known == dataclasses.replace(job, placements=known.placements, started=known.started)
+
+
+def test_a_users_next_job_starts_once_the_running_one_finishes():
+    policy = parse_policy({"projects": [{"name": "p", "gpu_quota": 4, "user_running_jobs": 1}]}, "x")
+    scheduler = Scheduler(Snapshot(nodes=(NodeSpec("n1", gpus=4, cpus=32, memory_gib=128.0),), jobs=(), now=0.0),
+                          policy, PM)
+    for n in (1, 2):
+        scheduler.submit(JobSpec(f"j{n}", "p", TaskRequest(gpus=1), submitted=float(n), seq=n, user="alice"))
+    assert [bind.job for bind in scheduler.cycle(1.0).binds] == ["j1"]
+    assert scheduler.cycle(2.0).pending["j2"].blocker.rule == "running_jobs"
+    scheduler.finish("j1")
+    assert [bind.job for bind in scheduler.cycle(3.0).binds] == ["j2"]
 
 
 def test_why_names_a_users_running_and_gpu_limits_as_data():
