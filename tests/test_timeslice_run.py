@@ -254,6 +254,35 @@ def test_a_task_being_stopped_is_left_thawed(standin, tmp_path):
         slicer.close()
 
 
+class StoppedWhileFreezing(SignalFreezer):
+    """A task's freezer whose supervisor starts to stop the task (marks it, thaws it) just as the slicer, having
+    found it not stopping, freezes it: the two are different processes, nothing orders them."""
+
+    def __init__(self, pgid: int, task_dir: str) -> None:
+        super().__init__(pgid)
+        self.task_dir = task_dir
+
+    def freeze(self) -> None:
+        failsafe.mark_stopping(self.task_dir)
+        self.thaw()
+        super().freeze()
+
+
+def test_a_task_its_supervisor_begins_to_stop_as_it_is_frozen_is_thawed_by_that_switch(standin, tmp_path):
+    # Its stop signal is already sent: frozen until the next switch, the task would spend its grace period frozen.
+    procs = [standin(), standin()]
+    slicer = GpuSlicer(0, "strict", 0.05, 0.1)
+    slicer.set_members([Member("0", str(tmp_path), procs[0].pid, StoppedWhileFreezing(procs[0].pid, str(tmp_path)),
+                               0.5, 0.5),
+                        Member("1", "/nonexistent", procs[1].pid, SignalFreezer(procs[1].pid), 0.5, 0.5)])
+    try:
+        slicer._switch("1")  # the plan's switch to task 1, run here rather than on the slicer's thread
+        assert [m.key for m in slicer.members()] == ["1"]
+        assert wait_state(procs[0].pid, "RS", timeout=1.0) in "RS"
+    finally:
+        slicer.close()
+
+
 def test_the_heartbeat_goes_silent_when_the_slicer_stops(tmp_path, standin):
     path = failsafe.heartbeat_path(str(tmp_path))
     assert failsafe.silent(path)

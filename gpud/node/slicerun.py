@@ -227,13 +227,16 @@ class GpuSlicer(threading.Thread):
                 if member.stopping():
                     del self._members[key]
                     member.freezer.thaw()
-            members = dict(self._members)
-            for key, member in members.items():
-                if key != holder:
+                elif key != holder:
                     member.freezer.freeze()
-            if holder in members:
-                members[holder].freezer.thaw()
-            return list(members)
+                    # Looked at again: a supervisor marks its task stopping before it thaws it and sends the stop
+                    # signal, so a freeze that came after that thaw is seen here and undone at once.
+                    if member.stopping():
+                        del self._members[key]
+                        member.freezer.thaw()
+            if holder in self._members:
+                self._members[holder].freezer.thaw()
+            return list(self._members)
 
     def _run(self, plan: Plan, shares: dict[str, float]) -> PlanRecord | None:
         """Carry out one plan; None when the members changed (the plan was cut short)."""
