@@ -39,7 +39,9 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     """Return a plugin manager with every enabled plugin registered.
 
     Load order: the built-in policies, the ``gpud`` entry-point group, then the
-    ``*.py`` files of ``directory``. A name in ``disable`` (a plugin's short
+    ``*.py`` files of ``directory``. A built-in module is registered as its
+    ``PLUGIN`` object where it has one (a policy object the core calls
+    directly, gpud.core.policy_set), else as itself. A name in ``disable`` (a plugin's short
     name such as ``"spread"`` or its full module name) is not registered;
     a name that matches no built-in and no entry point is a ConfigError.
     A plugin whose marked function names no hook of ``gpud.hookspecs`` (a
@@ -56,7 +58,8 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
         if module_name in blocked or short_name(module_name) in blocked:
             pm.set_blocked(short_name(module_name))
             continue
-        pm.register(importlib.import_module(module_name), name=short_name(module_name))
+        module = importlib.import_module(module_name)
+        pm.register(getattr(module, "PLUGIN", module), name=short_name(module_name))
     if load_entry_points:
         for name in blocked:
             pm.set_blocked(name)

@@ -89,8 +89,8 @@ def traced(pm):
 @SETTINGS
 @given(cases())
 def test_the_built_in_strategies_place_as_their_hooks_do(case):
-    # Bin-pack and spread are run as core functions when they alone answer: the plan must be the one
-    # the hooks give when called through pluggy.
+    # The core calls the built-in policy objects' methods itself: the plan must be the one their hooks
+    # give when called through pluggy.
     direct = schedule(case.snapshot, case.policy, make_plugin_manager())
     hooked = schedule(case.snapshot, case.policy, traced(make_plugin_manager()))
     assert direct.binds == hooked.binds and direct.evictions == hooked.evictions
