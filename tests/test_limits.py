@@ -15,8 +15,9 @@ from collections import defaultdict
 import pytest
 from hypothesis import given, strategies as st
 
-from gpud.core import schedule
+from gpud.core import Scheduler, schedule
 from gpud.errors import ConfigError
+from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
 from gpud.policy import Limits, Policy
 from gpud.policy_file import parse_policy
 from gpud.simulate import apply_plan
@@ -99,6 +100,31 @@ def test_a_cycle_never_takes_anyone_past_a_limit(drawn):
             assert held <= max(cap, gpus_before.get(key, 0.0)) + 1e-9, (key, held, cap)
 
 
+@SETTINGS
+@given(limited())
+def test_a_cycle_changes_a_job_only_where_it_runs(drawn):
+    """The scheduler kept between cycles knows each job, user included, as it was submitted: a cycle
+    changes only its placements and start time (the limits and the user order read the rest)."""
+    policy, snapshot = drawn
+    scheduler = Scheduler(snapshot, policy, PM)
+    scheduler.cycle()
+    for job in snapshot.jobs:
+        known = scheduler.job(job.id)
+        assert known == dataclasses.replace(job, placements=known.placements, started=known.started)
+
+
+def test_a_users_next_job_starts_once_the_running_one_finishes():
+    policy = parse_policy({"projects": [{"name": "p", "gpu_quota": 4, "user_running_jobs": 1}]}, "x")
+    scheduler = Scheduler(Snapshot(nodes=(NodeSpec("n1", gpus=4, cpus=32, memory_gib=128.0),), jobs=(), now=0.0),
+                          policy, PM)
+    for n in (1, 2):
+        scheduler.submit(JobSpec(f"j{n}", "p", TaskRequest(gpus=1), submitted=float(n), seq=n, user="alice"))
+    assert [bind.job for bind in scheduler.cycle(1.0).binds] == ["j1"]
+    assert scheduler.cycle(2.0).pending["j2"].blocker.rule == "running_jobs"
+    scheduler.finish("j1")
+    assert [bind.job for bind in scheduler.cycle(3.0).binds] == ["j2"]
+
+
 def test_why_names_a_users_running_and_gpu_limits_as_data():
     cluster = make_cluster({"limits": {"user_gpus": 3},
                             "projects": [{"name": "p", "gpu_quota": 8, "user_running_jobs": 1}]},
@@ -179,3 +205,20 @@ def test_a_submit_past_a_pending_limit_is_refused_naming_it(live):
     status, body = _post(live, live.bob, array="0-5")
     assert status == 429 and "pending jobs" in body["error"]
     assert live.controller is not None and live.controller.alive()
+
+
+def test_a_live_controller_starts_a_users_jobs_one_after_another(tmp_path):
+    """The controller's scheduler is kept between cycles: under user_running_jobs = 1 a user's jobs
+    run one at a time, each starting once the one before has finished."""
+    cluster = LiveCluster(tmp_path, policy='[[projects]]\nname = "alpha"\ngpu_quota = 4\nuser_running_jobs = 1\n')
+    try:
+        cluster.start_controller()
+        cluster.start_node("n1", gpus=4)
+        user = cluster.token_for("nobody")  # an account every node has
+        ids = [cluster.submit(token=user, command=["sleep", "0.5"], gpus=1, workdir="/tmp", output="/dev/null")
+               for _ in range(3)]
+        jobs = [cluster.wait_state(job_id, "COMPLETED") for job_id in ids]
+        for before, after in zip(jobs, jobs[1:]):
+            assert after["started"] >= before["ended"], (before, after)
+    finally:
+        cluster.close()

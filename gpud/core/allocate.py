@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
@@ -13,6 +15,9 @@ from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
 from gpud.model import Blocker, JobSpec
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 
 def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
@@ -209,3 +214,14 @@ def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | No
     if reason is not None and reason.rule == SHORTAGE:
         return restated(reason, state.need(job, tasks))
     return reason
+
+
+class Allocate:
+    """The allocate action: bind every pending job that fits into free resources, most deprived queue first."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def run(self) -> None:
+        """Run the action once over the session's state."""
+        allocate(self.session.state, self.session.placer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Final, Iterator
+from typing import Final, Iterator, TYPE_CHECKING
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
@@ -15,6 +15,9 @@ from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
 from gpud.model import EPS, Evicted, JobSpec
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 RULE: Final = "consolidate"
 MAX_NODES_TRIED: Final = 16
@@ -244,3 +247,14 @@ def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec
             return None
         stmt.bind(other, other_task, found)
     return len(moved)
+
+
+class Consolidate:
+    """The consolidate action: move running tasks to make room for a pending job that fits nowhere only because free resources are scattered."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def run(self) -> None:
+        """Run the action once over the session's state."""
+        consolidate(self.session.state, self.session.placer)

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Final, Iterator, Mapping, Protocol
 
 import pluggy
 
-from gpud.core.allocate import allocate
+from gpud.core.allocate import Allocate
 from gpud.core.backlog import Group
 from gpud.core.collector import CollectorPaused
-from gpud.core.consolidate import consolidate
-from gpud.core.preempt import preempt
-from gpud.core.reclaim import reclaim
-from gpud.core.placement import Placer
+from gpud.core.consolidate import Consolidate
+from gpud.core.preempt import Preempt
+from gpud.core.reclaim import Reclaim
 from gpud.core.queues import QueueState
+from gpud.core.session import Session
 from gpud.core.state import ClusterState
 from gpud.core.blockers import EVICTED, NOT_CONSIDERED
 from gpud.model import Bind, Blocker, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
 from gpud.policy import Policy
+
+
+class Action(Protocol):
+    """A step of the cycle: made with the cycle's session, then run once."""
+
+    def __init__(self, session: Session) -> None: ...
+
+    def run(self) -> None: ...
+
+
+# The cycle's steps, in order: free room first, then moves that make room, then evictions across
+# projects (reclaim) and inside one (preempt). A new step is a module with an Action, listed here.
+ACTIONS: Final[tuple[type[Action], ...]] = (Allocate, Consolidate, Reclaim, Preempt)
 
 
 class Scheduler:
@@ -68,11 +81,9 @@ class Scheduler:
         """A cycle; the ``last`` one leaves the state as the actions left it, for no cycle comes after."""
         state = self.state
         state.begin_cycle(now)
-        placer = Placer(state)
-        allocate(state, placer)
-        consolidate(state, placer)
-        reclaim(state, placer)
-        preempt(state, placer)
+        session = Session(state)
+        for action in ACTIONS:
+            action(session).run()
         binds, evictions = plan_changes(state)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())

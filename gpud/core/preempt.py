@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Final
+from typing import Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -15,6 +15,9 @@ from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 RULE: Final = "preempt"
 
@@ -194,3 +197,14 @@ def _bounded(queue: QueueState) -> bool:
         if level is not None and not level.implicit and (level.limit != UNLIMITED or not level.settings.over_quota):
             return True
     return False
+
+
+class Preempt:
+    """The preempt action: inside a project, stop lower-priority jobs for higher-priority ones."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def run(self) -> None:
+        """Run the action once over the session's state."""
+        preempt(self.session.state, self.session.placer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Final
+from typing import Final, TYPE_CHECKING
 
 from gpud.core.admission import refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -15,6 +15,9 @@ from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, Evicted, JobSpec, OverLevel, Resources
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 RULE: Final = "reclaim"
 
@@ -298,3 +301,14 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
              or q.alloc_cpu < q.fair_share.cpu - EPS or q.alloc_mem < q.fair_share.memory - EPS)
              and some_job_fits(q)]
     serve_in_order(state, state.backlog, visit, admit, queues=below, drop=blocked)
+
+
+class Reclaim:
+    """The reclaim action: take back, from queues over their fair share, what queues below theirs are owed."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def run(self) -> None:
+        """Run the action once over the session's state."""
+        reclaim(self.session.state, self.session.placer)

@@ -1,0 +1,66 @@
+"""Answers kept while what they were worked out from stands still: the core's one memo mechanism.
+
+An answer is stored with its *stamp*: the value of every counter it read
+from, at the moment it was worked out. It is given back only while the
+stamp is unchanged; the first change of one of those counters makes it
+stale, and it is worked out again.
+
+The invalidation rule: a counter counts one kind of change, it is bumped in
+exactly one place (the method that makes that change), and an answer is
+stamped with every counter whose change could alter it.
+
+| counter                          | counts                                   | bumped in                      |
+| -------------------------------- | ---------------------------------------- | ------------------------------ |
+| ``ClusterState.changes``         | every bind and release in the cluster    | ``ClusterState._bind/_unbind`` |
+| ``ClusterState.releases``        | releases only (free room grows)          | ``ClusterState._unbind``       |
+| ``QueueState.changes``           | binds and releases of the queue's jobs   | ``QueueState.charge``          |
+|                                  | and of its children's                    |                                |
+| ``NodeState.version``            | binds and releases on the node           | ``NodeState.take/give_back``   |
+| ``Backlog.shape_versions[queue]``| the queue's groups made or emptied       | ``Backlog``                    |
+| ``FailedShapes.version``         | a failure to place remembered            | ``FailedShapes.add``           |
+
+So an answer about one queue's allocation (the order of its victims) is
+stamped with that queue's ``changes``; one about where a request finds no
+room, with ``releases`` (room only shrinks between releases); one about a
+node's movable tasks, with the node's ``version``. A new path that changes
+the state does it through ``Statement`` (gpud.core.state), which goes
+through the methods above: no counter is bumped by hand anywhere else.
+
+Only answers that are not None are kept; a caller whose answer may be None
+stores it wrapped (a tuple).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Hashable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Memo(Generic[K, V]):
+    """Answers by key, each kept with the stamp it was worked out under."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[K, tuple[object, V]] = {}
+
+    def get(self, key: K, stamp: object) -> V | None:
+        """The answer for ``key`` if it was stored under ``stamp`` (compared by ==), else None."""
+        known = self._kept.get(key)
+        if known is None or known[0] != stamp:
+            return None
+        return known[1]
+
+    def put(self, key: K, stamp: object, answer: V) -> V:
+        """Keep ``answer`` for ``key`` under ``stamp`` (replacing any older one); returns it."""
+        self._kept[key] = (stamp, answer)
+        return answer
+
+    def forget(self) -> None:
+        """Drop every answer."""
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
