@@ -8,12 +8,11 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
 from gpud import hookspecs
-from gpud.core.hooks import TRACING
 from gpud.errors import ConfigError
 
 BUILTIN_PLUGINS = (
@@ -27,6 +26,21 @@ BUILTIN_PLUGINS = (
 )
 ENTRY_POINT_GROUP = "gpud"
 TRACE_ENV = "GPUD_TRACE_HOOKS"
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's plugin manager, which says whether its hook calls are monitored (traced)."""
+
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        # Once True, the scheduler calls every hook through pluggy (gpud.core.hooks.traced), so the
+        # monitor sees each call; it stays True after the monitor is removed, which only costs speed.
+        self.monitored = False
+
+    def add_hookcall_monitoring(self, before: Callable[..., Any], after: Callable[..., Any]) -> Callable[[], None]:
+        """pluggy's, and from now on every hook call goes through pluggy."""
+        self.monitored = True
+        return super().add_hookcall_monitoring(before, after)
 
 
 def short_name(module_name: str) -> str:
@@ -49,7 +63,7 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     naming the plugin and the function. Setting the environment variable
     GPUD_TRACE_HOOKS prints every hook call.
     """
-    pm = pluggy.PluginManager("gpud")
+    pm = PluginManager("gpud")
     pm.add_hookspecs(hookspecs)
     blocked = set(disable)
     known = set()
@@ -85,7 +99,6 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     if os.environ.get(TRACE_ENV):
         pm.trace.root.setwriter(lambda msg: sys.stderr.write(msg))
         pm.enable_tracing()
-        setattr(pm, TRACING, True)
     return pm
 
 

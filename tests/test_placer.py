@@ -9,7 +9,6 @@ from __future__ import annotations
 from hypothesis import given
 
 from gpud.core import schedule
-from gpud.core.hooks import TRACING
 from gpud.core.placement import Placer
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
@@ -81,8 +80,8 @@ def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
 # --- the built-in strategies, called by the core itself ------------------------------------------
 
 def traced(pm):
-    """The same plugins, with every hook called through pluggy as when hook tracing is on."""
-    setattr(pm, TRACING, True)
+    """The same plugins with hook calls traced (to no writer): every hook is called through pluggy."""
+    pm.enable_tracing()
     return pm
 
 

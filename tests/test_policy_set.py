@@ -341,3 +341,15 @@ def test_hook_tracing_sees_every_call_the_core_makes_and_the_plan_stays(monkeypa
         calls = sum(1 for line in lines if line.lstrip().startswith(f"{hook} [hook]"))
         assert direct[name].calls > 0, name
         assert calls == through_pluggy[name].calls == direct[name].calls, name
+
+
+def test_hook_tracing_turned_on_by_hand_is_seen_as_well():
+    pm = make_plugin_manager(load_entry_points=False)
+    lines: list[str] = []
+    pm.trace.root.setwriter(lines.append)
+    pm.enable_tracing()
+    job = JobSpec("j1", "p1", TaskRequest(1), priority=75, submitted=3.0, seq=7)
+    policies = PolicySet(pm)
+    assert policies.job_order.key(job) == (-75, 3.0, 7, "j1")
+    assert sum(1 for line in lines if line.lstrip().startswith("gpud_job_order_key [hook]")) == 1
+    assert policies.job_order.priority_first  # the built-in alone gives every key, through pluggy too

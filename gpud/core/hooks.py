@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-TRACING = "gpud_tracing"  # set on a plugin manager whose hook calls are traced: every call goes through pluggy
-
 
 def traced(pm: Any) -> bool:
-    """True when ``pm``'s hook calls are traced (gpud.plugins, GPUD_TRACE_HOOKS): every hook is then to
-    be called through pluggy, for the trace to see it."""
-    return bool(getattr(pm, TRACING, False))
+    """True when ``pm``'s hook calls are monitored (``gpud.plugins.PluginManager.monitored``: hook
+    tracing, GPUD_TRACE_HOOKS): every hook is then to be called through pluggy, for the monitor to see it."""
+    return bool(getattr(pm, "monitored", False))
 
 
 def has_implementations(caller: Any) -> bool:

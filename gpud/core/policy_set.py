@@ -17,7 +17,7 @@ registered first, as pluggy calls them):
   it takes, before the policy object; its None falls through to the next
   implementation, as in pluggy's first-result call;
 - when the hook has a wrapper, or hook calls are traced
-  (``gpud.core.hooks.traced``), every call goes through pluggy.
+  (``gpud.core.hooks.traced``), every call of the hook goes through pluggy.
 
 So a built-in costs the core a method call, and a plugin of one's own
 costs its own calls. What a policy object declares (``JobOrder.priority_first``)
