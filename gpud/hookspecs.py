@@ -6,6 +6,12 @@ stops at the first plugin that returns something other than None; plugins
 registered later are asked first, so a third-party plugin overrides a
 built-in one by answering the same question.
 
+The scheduler reads the implementations of the order and placement hooks
+once, when it builds its state (gpud.core.policy_set): a plugin that is an
+object of the core's policy class for the hook (the built-ins are) is
+called through its method (``key``, ``candidates``, ``gpu_order``) rather
+than its hook, and a strategy object only for the strategies it names.
+
 Every function a plugin marks with ``gpud.hookimpl`` must be one of these
 hooks, with argument names taken from its spec: gpud refuses, when the
 plugins load, a plugin with an implementation no spec declares (a misspelt
@@ -55,7 +61,9 @@ def gpud_node_candidates(strategy: str, request: TaskRequest,
     capacity. Return an iterator of candidate nodes (lazily: the scheduler
     stops at the first that fits), or None when the strategy is not this
     plugin's. The scheduler still checks the node selector, the filters and
-    that the task fits each candidate. First result.
+    that the task fits each candidate. A strategy object
+    (``gpud.core.strategies.Strategy``) is asked through its ``candidates``,
+    and only for the names in its ``names``. First result.
     """
 
 
@@ -69,7 +77,9 @@ def gpud_gpu_order(strategy: str, request: TaskRequest, node: NodeState) -> list
     ``gpu_placement``. Return GPU indices in order of preference (the
     scheduler takes the first ones that have room; an index left out is not
     used), or None when the strategy is not this plugin's; when no plugin
-    answers, the lowest free indices are taken. First result.
+    answers, the lowest free indices are taken. A strategy object is asked
+    through its ``gpu_order``, and only for the names in its ``names``.
+    First result.
     """
 
 
@@ -101,7 +111,10 @@ def gpud_job_order_key(job: JobSpec) -> Any:
     while the job waits and never asked for again, so it must be a pure
     function of the job: the same job gives an equal key every time, and
     nothing else (the clock, the cluster, the queue) may change it. The
-    built-in key is higher priority first, then earlier submission.
+    built-in key is higher priority first, then earlier submission. The
+    per-user order inside a project is kept only for a job order that
+    declares its keys start with minus the priority
+    (``gpud.core.orders.JobOrder.priority_first``), as the built-in does.
     First result.
     """
 

@@ -8,12 +8,11 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
 from gpud import hookspecs
-from gpud.core.hooks import TRACING
 from gpud.errors import ConfigError
 
 BUILTIN_PLUGINS = (
@@ -29,6 +28,21 @@ ENTRY_POINT_GROUP = "gpud"
 TRACE_ENV = "GPUD_TRACE_HOOKS"
 
 
+class PluginManager(pluggy.PluginManager):
+    """pluggy's plugin manager, which says whether its hook calls are monitored (traced)."""
+
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        # Once True, the scheduler calls every hook through pluggy (gpud.core.hooks.traced), so the
+        # monitor sees each call; it stays True after the monitor is removed, which only costs speed.
+        self.monitored = False
+
+    def add_hookcall_monitoring(self, before: Callable[..., Any], after: Callable[..., Any]) -> Callable[[], None]:
+        """pluggy's, and from now on every hook call goes through pluggy."""
+        self.monitored = True
+        return super().add_hookcall_monitoring(before, after)
+
+
 def short_name(module_name: str) -> str:
     """The name a policy file uses for a plugin module: its last dotted part."""
     return module_name.rsplit(".", 1)[-1]
@@ -39,7 +53,9 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     """Return a plugin manager with every enabled plugin registered.
 
     Load order: the built-in policies, the ``gpud`` entry-point group, then the
-    ``*.py`` files of ``directory``. A name in ``disable`` (a plugin's short
+    ``*.py`` files of ``directory``. A built-in module is registered as its
+    ``PLUGIN`` object where it has one (a policy object the core calls
+    directly, gpud.core.policy_set), else as itself. A name in ``disable`` (a plugin's short
     name such as ``"spread"`` or its full module name) is not registered;
     a name that matches no built-in and no entry point is a ConfigError.
     A plugin whose marked function names no hook of ``gpud.hookspecs`` (a
@@ -47,7 +63,7 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     naming the plugin and the function. Setting the environment variable
     GPUD_TRACE_HOOKS prints every hook call.
     """
-    pm = pluggy.PluginManager("gpud")
+    pm = PluginManager("gpud")
     pm.add_hookspecs(hookspecs)
     blocked = set(disable)
     known = set()
@@ -56,7 +72,8 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
         if module_name in blocked or short_name(module_name) in blocked:
             pm.set_blocked(short_name(module_name))
             continue
-        pm.register(importlib.import_module(module_name), name=short_name(module_name))
+        module = importlib.import_module(module_name)
+        pm.register(getattr(module, "PLUGIN", module), name=short_name(module_name))
     if load_entry_points:
         for name in blocked:
             pm.set_blocked(name)
@@ -82,7 +99,6 @@ def make_plugin_manager(disable: Iterable[str] = (), directory: str | os.PathLik
     if os.environ.get(TRACE_ENV):
         pm.trace.root.setwriter(lambda msg: sys.stderr.write(msg))
         pm.enable_tracing()
-        setattr(pm, TRACING, True)
     return pm
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gpud.core.placement import Placer
 from gpud.core.state import ClusterState, Statement
-from gpud.core.strategies import binpack_candidates
+from gpud.core.strategies import BinPack
 from gpud.model import EPS, JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.trace.fill import fill_policy
@@ -119,7 +119,7 @@ def test_bin_pack_offers_every_node_that_holds_the_task_least_left_free_first(st
     index = state.indexes["default"]
     largest = (max(n.gpus for n in index.nodes), max(n.spec.cpus for n in index.nodes),
                max(n.spec.memory_gib for n in index.nodes))
-    offered = list(binpack_candidates(request, index))
+    offered = list(BinPack().candidates("binpack", request, index))
     holders = {n.name for n in index.nodes if holds(n, request)}
     assert {n.name for n in offered if holds(n, request)} == holders
     assert len(offered) == len({n.name for n in offered})

@@ -9,7 +9,6 @@ from __future__ import annotations
 from hypothesis import given
 
 from gpud.core import schedule
-from gpud.core.hooks import TRACING
 from gpud.core.placement import Placer
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
@@ -81,16 +80,16 @@ def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
 # --- the built-in strategies, called by the core itself ------------------------------------------
 
 def traced(pm):
-    """The same plugins, with every hook called through pluggy as when hook tracing is on."""
-    setattr(pm, TRACING, True)
+    """The same plugins with hook calls traced (to no writer): every hook is called through pluggy."""
+    pm.enable_tracing()
     return pm
 
 
 @SETTINGS
 @given(cases())
 def test_the_built_in_strategies_place_as_their_hooks_do(case):
-    # Bin-pack and spread are run as core functions when they alone answer: the plan must be the one
-    # the hooks give when called through pluggy.
+    # The core calls the built-in policy objects' methods itself: the plan must be the one their hooks
+    # give when called through pluggy.
     direct = schedule(case.snapshot, case.policy, make_plugin_manager())
     hooked = schedule(case.snapshot, case.policy, traced(make_plugin_manager()))
     assert direct.binds == hooked.binds and direct.evictions == hooked.evictions

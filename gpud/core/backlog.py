@@ -10,9 +10,9 @@ by one.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Final, Iterable, Iterator, Mapping
+from typing import Any, Final, Iterable, Iterator, Mapping
 
-from gpud.core.orders import job_order_key
+from gpud.core.orders import JobOrder
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
@@ -134,11 +134,11 @@ class GroupsAsOf(Mapping[str, Group]):
 class Backlog:
     """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
 
-    def __init__(self, job_key: Callable[..., Any], one_per_group: bool = False, by_user: bool = False) -> None:
-        """``one_per_group`` puts every job in a group of its own, for plugins that judge job by job;
-        ``by_user`` keeps each group to one user's jobs and counts each queue's users (``users``)."""
-        self._job_key = job_key
-        self._native = job_key is job_order_key  # then called as the core function it is, by position
+    def __init__(self, order: JobOrder, one_per_group: bool = False, by_user: bool = False) -> None:
+        """Groups sorted by ``order``'s keys; ``one_per_group`` puts every job in a group of its own, for
+        plugins that judge job by job; ``by_user`` keeps each group to one user's jobs and counts each
+        queue's users (``users``)."""
+        self._order = order
         self._alone = one_per_group
         self.by_user = by_user
         # Per queue, how many groups each user has: the user order matters only where two users wait.
@@ -159,9 +159,9 @@ class Backlog:
         self._since: _Changes | None = None  # what changed since the last ``as_of_now``, if ever asked
 
     @property
-    def job_key(self) -> Callable[..., Any]:
-        """The job-order key the groups are sorted by."""
-        return self._job_key
+    def order(self) -> JobOrder:
+        """The job order the groups are sorted by."""
+        return self._order
 
     def __len__(self) -> int:
         return len(self.group_of)
@@ -228,7 +228,7 @@ class Backlog:
         group = groups.get(shape)
         if group is None:
             group = self._group(groups, queue, shape, job.user)
-        key = job_order_key(job) if self._native else self._job_key(job=job)
+        key = self._order.key(job)
         at = bisect.bisect_right(group.keys, key)
         if at == 0 and group.jobs:
             self._head_out(group)
@@ -241,7 +241,7 @@ class Backlog:
 
     def extend(self, entries: Iterable[tuple[JobSpec, QueueState, bool]]) -> None:
         """Add many pending jobs at once, as (job, queue, partly running): one sort per group."""
-        group_of, job_key, alone, native = self.group_of, self._job_key, self._alone, self._native
+        group_of, job_order, alone = self.group_of, self._order, self._alone
         by_user = self.by_user
         by_queue = self.by_queue
         last_queue: QueueState | None = None
@@ -258,7 +258,7 @@ class Backlog:
             group = groups.get(shape)
             if group is None:
                 group = self._group(groups, queue, shape, job.user, listed=False)  # the queue is read whole again
-            group.keys.append(job_order_key(job) if native else job_key(job=job))
+            group.keys.append(job_order.key(job))
             group.jobs.append(job)
             self._note(job.id)
             group_of[job.id] = group
@@ -291,7 +291,7 @@ class Backlog:
         if group is None:
             return
         jobs = group.jobs
-        at = bisect.bisect_left(group.keys, job_order_key(job) if self._native else self._job_key(job=job))
+        at = bisect.bisect_left(group.keys, self._order.key(job))
         while at < len(jobs) and jobs[at].id != job_id:
             at += 1
         if at == len(jobs):  # a key that changed since the job came in: looked for one by one

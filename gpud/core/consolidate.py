@@ -7,7 +7,6 @@ from typing import Final, Iterator, TYPE_CHECKING
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
-from gpud.core.hooks import first_result
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
@@ -69,7 +68,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
 
     if not state.fragmented:
         return
-    blocked = Backlog(first_result(state.hook.gpud_job_order_key, state.pm), state.job_specific_plugins)
+    blocked = Backlog(state.policies.job_order, state.job_specific_plugins)
     for job_id in state.fragmented:
         job = state.jobs[job_id]
         blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)

@@ -6,9 +6,8 @@ import heapq
 from typing import Callable, Iterable, Iterator, Mapping
 
 from gpud.core.allocate import needed_tasks
-from gpud.core.hooks import first_result, has_implementations
+from gpud.core.hooks import has_implementations
 from gpud.core.nodes import NodeState
-from gpud.core.orders import victim_order_key
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
@@ -30,7 +29,7 @@ class VictimLists:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._key = first_result(state.hook.gpud_victim_order_key, state.pm)
+        self._order = state.policies.victim_order
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
         self.vetoes = self._veto is not None
         self._lists: dict[QueueState, list[VictimEntry]] = {}
@@ -46,9 +45,7 @@ class VictimLists:
     def key_of(self, job: JobSpec, tasks: list[int]) -> tuple:
         """Where a running job stands in the victim order (the victim-order plugin's key): smaller goes first."""
         victim = Victim(job, self.state.queue_of(job), tasks, self.state.now)
-        if self._key is victim_order_key:
-            return victim_order_key(victim)
-        found: tuple = self._key(victim=victim)
+        found: tuple = self._order.key(victim)
         return found
 
     def too_young(self, job: JobSpec) -> bool:
@@ -73,10 +70,8 @@ class VictimLists:
             else:
                 victims = [v for v in state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
                 # (key, n) pairs are unique, so the victims themselves are never compared.
-                if self._key is victim_order_key:  # the core function itself, called by position
-                    found = sorted([(victim_order_key(v), i, v) for i, v in enumerate(victims)])
-                else:
-                    found = sorted([(self._key(victim=v), i, v) for i, v in enumerate(victims)])
+                order = self._order
+                found = sorted([(order.key(v), i, v) for i, v in enumerate(victims)])
                 state.victim_orders[queue] = (queue.changes, found)
             self._lists[queue] = found
             self._cursor[queue] = 0

@@ -8,8 +8,6 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
-from gpud.core.hooks import first_result
-from gpud.core.orders import queue_order_key
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec
@@ -101,8 +99,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
     are all passed over at once, and no reason is recorded for them here
     (``drop`` records them its own way).
     """
-    queue_key = first_result(state.hook.gpud_queue_order_key, state.pm)
-    native_order = queue_key is queue_order_key  # then called as the core function it is, by position
+    queue_order = state.policies.queue_order
     tiebreak = itertools.count(backlog.groups_made)
     placements = state.placements
     # Every job of a backlog waits for some task when the cycle begins: only one placed or evicted since
@@ -224,9 +221,7 @@ def serve_in_order(state: ClusterState, backlog: Backlog, visit: Callable[[JobSp
             need = state.need(job, state.pending_count(job.id))
         else:  # every task waits, as when the cycle began; the group keeps what one task needs
             need = state.group_need(group) if job.tasks == 1 else state.need(job, job.tasks)
-        if native_order:  # one flat tuple: a heap compares it field by field, not tuple within tuple
-            return queue_order_key(queue, job, need) + (next(tiebreak), queue)
-        return (queue_key(queue=queue, job=job, need=need), next(tiebreak), queue)
+        return queue_order.entry(queue, job, need, next(tiebreak))
 
     cursors: dict[QueueState, _QueueCursor] = {}
     chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues

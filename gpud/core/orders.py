@@ -1,37 +1,104 @@
-"""The built-in orders of jobs, queues and victims, as the core runs them.
+"""The orders of jobs, queues and victims: the classes the core calls, and the built-in orders.
 
-The plugins in gpud.policies (job_order, queue_order, victim_order) answer
-their hooks with these functions, and name them as ``NATIVE``: when such a
-plugin is the hook's only implementation, the core calls the function
-itself, which the compiled core (GPUD_COMPILE) runs compiled.
+An order is an object whose ``key`` method answers its hook
+(``gpud_job_order_key``, ``gpud_queue_order_key``, ``gpud_victim_order_key``).
+The plugins of gpud.policies (job_order, queue_order, victim_order) are
+objects of the built-in classes below, with hook methods that answer with
+``key``: the core, which reads the plugins once (gpud.core.policy_set),
+calls ``key`` itself, and with a compiled core (GPUD_COMPILE) the built-in
+orders run compiled. A plugin of one's own may be such an object too; its
+hook method must answer as its ``key`` does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpud.core.hooks import NATIVE
+from mypy_extensions import mypyc_attr
+
 from gpud.core.queues import QueueState
 from gpud.model import JobSpec, Resources
 
 if TYPE_CHECKING:
     from gpud.core.victim import Victim
 
-__all__ = ["NATIVE", "job_order_key", "queue_order_key", "victim_order_key"]
+__all__ = ["JobOrder", "PriorityJobOrder", "QueueOrder", "FairQueueOrder", "VictimOrder", "PriorityVictimOrder"]
 
 
-def job_order_key(job: JobSpec) -> tuple:
-    """Higher priority first, then earlier submission (then the order of submission and the id)."""
-    return (-job.priority, job.submitted, job.seq, job.id)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class JobOrder:
+    """The order of the pending jobs inside a queue: smaller ``key`` first."""
+
+    @property
+    def priority_first(self) -> bool:
+        """True when every key starts with minus the job's priority: the jobs of one priority are
+        together, higher priorities first (the user order and preemption's admission rely on it)."""
+        return False
+
+    def key(self, job: JobSpec) -> Any:
+        """The job's sort key, a pure function of the job (it is kept while the job waits)."""
+        raise NotImplementedError
 
 
-def queue_order_key(queue: QueueState, job: JobSpec, need: Resources) -> tuple:
-    """The most deprived queue first: below its fair share before over it, within quota before over
-    it, higher over-quota priority, smaller dominant share with the job, declared earlier."""
-    return (not queue.fits_fair_share(need), not queue.fits_quota(need),
-            -queue.over_quota_priority, queue.dominant_share(need), queue.declared)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class PriorityJobOrder(JobOrder):
+    """The built-in job order: higher priority first, then earlier submission."""
+
+    @property
+    def priority_first(self) -> bool:
+        """True: the key starts with minus the priority."""
+        return True
+
+    def key(self, job: JobSpec) -> Any:
+        """Higher priority first, then earlier submission (then the order of submission and the id)."""
+        return (-job.priority, job.submitted, job.seq, job.id)
 
 
-def victim_order_key(victim: Victim) -> tuple:
-    """Lowest priority first, then the most recently started (least work lost)."""
-    return (victim.job.priority, -victim.started, -victim.job.seq, victim.job.id)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class QueueOrder:
+    """The order of the queues at one level (departments, or one department's projects): smaller
+    ``key`` first."""
+
+    def key(self, queue: QueueState, job: JobSpec, need: Resources) -> Any:
+        """The queue's sort key when its next job is ``job``, whose waiting tasks ask for ``need``."""
+        raise NotImplementedError
+
+    def entry(self, queue: QueueState, job: JobSpec, need: Resources, tiebreak: int) -> tuple:
+        """The queue's entry in a heap of queues: its key, then ``tiebreak``, then the queue, which
+        is last in every entry."""
+        return (self.key(queue, job, need), tiebreak, queue)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class FairQueueOrder(QueueOrder):
+    """The built-in queue order: the most deprived queue first."""
+
+    def key(self, queue: QueueState, job: JobSpec, need: Resources) -> Any:
+        """The most deprived queue first: below its fair share before over it, within quota before over
+        it, higher over-quota priority, smaller dominant share with the job, declared earlier."""
+        return (not queue.fits_fair_share(need), not queue.fits_quota(need),
+                -queue.over_quota_priority, queue.dominant_share(need), queue.declared)
+
+    def entry(self, queue: QueueState, job: JobSpec, need: Resources, tiebreak: int) -> tuple:
+        """As ``QueueOrder.entry``, as one flat tuple: the keys are all of one length, and a heap then
+        compares the entries field by field rather than tuple within tuple."""
+        key: tuple = self.key(queue, job, need)
+        return key + (tiebreak, queue)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class VictimOrder:
+    """The order in which a queue's running jobs are evicted: smaller ``key`` first."""
+
+    def key(self, victim: Victim) -> Any:
+        """The victim's sort key; it must not change within a cycle."""
+        raise NotImplementedError
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class PriorityVictimOrder(VictimOrder):
+    """The built-in victim order: lowest priority first, then the most recently started."""
+
+    def key(self, victim: Victim) -> Any:
+        """Lowest priority first, then the most recently started (least work lost)."""
+        return (victim.job.priority, -victim.started, -victim.job.seq, victim.job.id)

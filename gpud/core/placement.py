@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final, Iterable, Iterator
+from typing import Final
 
-from gpud.core.hooks import first_result, has_implementations, strategy_function
+from gpud.core.hooks import has_implementations
 from gpud.core.nodes import NodeState
-from gpud.core.strategies import binpack_candidates, binpack_gpu_order, spread_candidates, spread_gpu_order
 from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, Blocker, JobSpec, TaskPlacement
@@ -19,11 +18,7 @@ class Placer:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         hook = state.hook
-        self._candidates = first_result(hook.gpud_node_candidates, state.pm)
-        self._gpu_order = first_result(hook.gpud_gpu_order, state.pm)
-        # By strategy: the core function that alone answers the hook (gpud.core.strategies), or None.
-        self._native_candidates: dict[str, object] = {}
-        self._native_gpu_order: dict[str, object] = {}
+        self._policies = state.policies
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
         self._no_room: dict[int, int] = {}  # by shape number (``ShapeIndex``): the releases when it found none
         self._pools: dict[str, NodePool] = {}
@@ -87,17 +82,7 @@ class Placer:
             return None
         settings = self._pool(pool)
         strategy = settings.placement if request.uses_gpu else settings.cpu_placement
-        native = self._native_candidates.get(strategy, False)
-        if native is False:
-            native = self._native_candidates[strategy] = strategy_function(
-                self.state.hook.gpud_node_candidates, self.state.pm, strategy)
-        # The built-in strategies are called as the core functions they are.
-        if native is binpack_candidates:
-            candidates: Iterator[NodeState] | None = binpack_candidates(request, index)
-        elif native is spread_candidates:
-            candidates = spread_candidates(request, index)
-        else:
-            candidates = self._candidates(strategy=strategy, request=request, index=index)
+        candidates = self._policies.strategy(strategy).candidates(strategy, request, index)
         if candidates is None:
             return None
         selector = job.node_selector
@@ -119,17 +104,7 @@ class Placer:
         request = job.request
         if not request.uses_gpu:
             return node.pick_gpus(request, [])
-        native = self._native_gpu_order.get(gpu_strategy, False)
-        if native is False:
-            native = self._native_gpu_order[gpu_strategy] = strategy_function(
-                self.state.hook.gpud_gpu_order, self.state.pm, gpu_strategy)
-        order: Iterable[int] | None
-        if native is binpack_gpu_order:  # as for the candidates
-            order = binpack_gpu_order(request, node)
-        elif native is spread_gpu_order:
-            order = spread_gpu_order(request, node)
-        else:
-            order = self._gpu_order(strategy=gpu_strategy, request=request, node=node)
+        order = self._policies.strategy(gpu_strategy).gpu_order(gpu_strategy, request, node)
         if order is None:  # no plugin orders GPUs for this strategy: lowest index first
             order = range(node.gpus)
         return node.pick_gpus(request, order)

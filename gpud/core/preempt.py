@@ -11,7 +11,6 @@ from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
-from gpud.core.orders import job_order_key
 from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
@@ -135,7 +134,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             if floor < NON_PREEMPTIBLE_PRIORITY:
                 lowest[queue] = floor
 
-    priority_first = state.backlog.job_key is job_order_key
+    priority_first = state.backlog.order.priority_first
 
     def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
         floor = lowest[queue]

@@ -10,11 +10,14 @@ class Session:
     """The cycle's shared context, handed to each action in turn (gpud.core.cycle.ACTIONS).
 
     ``state`` is the cluster as the actions leave it so far: every change
-    goes through a ``Statement`` on it. ``placer`` finds room for tasks with
-    the pools' placement strategies. What one action learns that a later one
+    goes through a ``Statement`` on it. ``policies`` are the orders and
+    placement strategies the plugins give (gpud.core.policy_set), read once
+    with the state. ``placer`` finds room for tasks with the pools'
+    placement strategies. What one action learns that a later one
     reads lives here, not in the state, and is dropped with the session.
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.policies = state.policies
         self.placer = Placer(state)

@@ -11,12 +11,11 @@ import pluggy
 from gpud.core.backlog import Backlog, Group, shape_of
 from gpud.core.blockers import UNKNOWN_PROJECT
 from gpud.core.cover import QueueCovers
-from gpud.core.hooks import first_result
 from gpud.core.history import entry_penalty
 from gpud.core.limits import LimitBook
 from gpud.core.nodes import FreeOrder, NodeIndex, NodeState, node_kind
-from gpud.core.orders import job_order_key
 from gpud.core.passed_over import PassedOver
+from gpud.core.policy_set import PolicySet
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
@@ -73,10 +72,10 @@ class ClusterState:
         self._gang_needs: dict[tuple[str, int], tuple[Resources, Resources]] = {}  # ``need`` of several tasks
         self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
         self.covers = QueueCovers(self)
-        job_key = first_result(self.hook.gpud_job_order_key, pm)
-        # The user order needs the built-in job order's key (priority first) and one user per group.
-        self.user_order = policy.fair_share.user_order and job_key is job_order_key
-        self.backlog = Backlog(job_key, self.job_specific_plugins, self.user_order)
+        self.policies = PolicySet(pm)
+        # The user order needs a job order whose keys put priority first, and one user per group.
+        self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
+        self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order)
         # GPUs each user holds in each queue, kept while the user order is on (gpud.core.order).
         self.user_gpus: dict[tuple[QueueState, str], float] = {}
         # The users' and projects' holdings against the policy's limits, when it sets any.

@@ -14,7 +14,10 @@ not spent on small ones while other nodes can take them.
 
 The profile is the workload's: a ``FragAware(profile)`` instance registered
 after the built-ins answers in their place (the trace replay registers one
-built from the trace); the module's own answers use ``DEFAULT_PROFILE``.
+built from the trace); the module's own plugin (``PLUGIN``) uses
+``DEFAULT_PROFILE``. A ``FragAware`` is a placement strategy object
+(gpud.core.strategies.Strategy): the core calls its ``candidates`` and
+``gpu_order`` itself, and passes it by for other strategies.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from itertools import chain
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from gpud import hookimpl
-from gpud.core.hooks import ANSWERS
 from gpud.core.nodes import NodeIndex, NodeState
+from gpud.core.strategies import Strategy
 from gpud.model import EPS, TaskRequest
 from gpud.policies.binpack import smallest_share
 
@@ -74,7 +77,7 @@ DEFAULT_PROFILE: tuple[tuple[Shape, float], ...] = (
 Signature = tuple[tuple[int, ...], int, int, int]
 
 
-class FragAware:
+class FragAware(Strategy):
     """The placement strategies ``fragaware`` and ``fgd`` for one profile of typical requests.
 
     Scores are memoised by node signature (free GPU slivers, CPU, memory), so a
@@ -82,6 +85,7 @@ class FragAware:
     """
 
     def __init__(self, profile: Iterable[tuple[Shape, float]] = DEFAULT_PROFILE) -> None:
+        super().__init__(NAMES)
         shapes = [(s, float(w)) for s, w in profile if w > 0 and (s.num_gpu or s.gpu_milli)]
         total = sum(w for _, w in shapes) or 1.0
         self.profile = tuple((s, w / total) for s, w in shapes)
@@ -316,23 +320,19 @@ class FragAware:
 
     @hookimpl
     def gpud_placement_strategies(self):
-        return list(NAMES)
+        return list(self.names)
 
     @hookimpl
     def gpud_node_candidates(self, strategy, request, index):
-        if strategy not in NAMES:
+        if strategy not in self.names:
             return None
         return self.candidates(strategy, request, index)
 
     @hookimpl
     def gpud_gpu_order(self, strategy, request, node):
-        if strategy not in NAMES:
+        if strategy not in self.names:
             return None
         return self.gpu_order(strategy, request, node)
-
-    # Other strategies pass these by without asking (gpud.core.hooks.strategy_function).
-    setattr(gpud_node_candidates, ANSWERS, NAMES)
-    setattr(gpud_gpu_order, ANSWERS, NAMES)
 
 
 def _could_host(node: NodeState, shape: Shape) -> bool:
@@ -366,27 +366,4 @@ def profile_of(shapes: Sequence[Shape], coverage: float = 1.0) -> tuple[tuple[Sh
     return tuple(out)
 
 
-_DEFAULT = FragAware()
-
-
-@hookimpl
-def gpud_placement_strategies():
-    return list(NAMES)
-
-
-@hookimpl
-def gpud_node_candidates(strategy, request, index):
-    if strategy not in NAMES:
-        return None
-    return _DEFAULT.candidates(strategy, request, index)
-
-
-@hookimpl
-def gpud_gpu_order(strategy, request, node):
-    if strategy not in NAMES:
-        return None
-    return _DEFAULT.gpu_order(strategy, request, node)
-
-
-for _hook in (gpud_node_candidates, gpud_gpu_order):  # as for the methods of FragAware
-    setattr(_hook, ANSWERS, NAMES)
+PLUGIN = FragAware()

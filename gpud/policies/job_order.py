@@ -1,12 +1,15 @@
 """Job order inside a queue: higher priority first, then earlier submission."""
 
 from gpud import hookimpl
-from gpud.core.orders import NATIVE, job_order_key
+from gpud.core.orders import PriorityJobOrder
 
 
-@hookimpl
-def gpud_job_order_key(job):
-    return job_order_key(job)
+class JobOrderPlugin(PriorityJobOrder):
+    """The built-in job order (``PriorityJobOrder``); the core calls its ``key`` itself."""
+
+    @hookimpl
+    def gpud_job_order_key(self, job):
+        return self.key(job)
 
 
-setattr(gpud_job_order_key, NATIVE, job_order_key)  # the core may call it directly (gpud.core.hooks.first_result)
+PLUGIN = JobOrderPlugin()

@@ -6,12 +6,15 @@ the job; declared earlier in the policy.
 """
 
 from gpud import hookimpl
-from gpud.core.orders import NATIVE, queue_order_key
+from gpud.core.orders import FairQueueOrder
 
 
-@hookimpl
-def gpud_queue_order_key(queue, job, need):
-    return queue_order_key(queue, job, need)
+class QueueOrderPlugin(FairQueueOrder):
+    """The built-in queue order (``FairQueueOrder``); the core calls its ``key`` itself."""
+
+    @hookimpl
+    def gpud_queue_order_key(self, queue, job, need):
+        return self.key(queue, job, need)
 
 
-setattr(gpud_queue_order_key, NATIVE, queue_order_key)  # the core may call it directly (gpud.core.hooks.first_result)
+PLUGIN = QueueOrderPlugin()

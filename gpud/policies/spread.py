@@ -3,31 +3,29 @@
 from __future__ import annotations
 
 from gpud import hookimpl
-from gpud.core.strategies import ANSWERS, NATIVE, spread_candidates, spread_gpu_order
+from gpud.core.strategies import Spread
 
 NAME = "spread"
 
 
-@hookimpl
-def gpud_placement_strategies():
-    return [NAME]
+class SpreadPlugin(Spread):
+    """The built-in ``spread`` strategy (``Spread``); the core calls its methods itself."""
+
+    @hookimpl
+    def gpud_placement_strategies(self):
+        return list(self.names)
+
+    @hookimpl
+    def gpud_node_candidates(self, strategy, request, index):
+        if strategy not in self.names:
+            return None
+        return self.candidates(strategy, request, index)
+
+    @hookimpl
+    def gpud_gpu_order(self, strategy, request, node):
+        if strategy not in self.names:
+            return None
+        return self.gpu_order(strategy, request, node)
 
 
-@hookimpl
-def gpud_node_candidates(strategy, request, index):
-    if strategy != NAME:
-        return None
-    return spread_candidates(request, index)
-
-
-@hookimpl
-def gpud_gpu_order(strategy, request, node):
-    if strategy != NAME:
-        return None
-    return spread_gpu_order(request, node)
-
-
-# The core may call these itself for this strategy (gpud.core.hooks.strategy_function).
-for _hook, _native in ((gpud_node_candidates, spread_candidates), (gpud_gpu_order, spread_gpu_order)):
-    setattr(_hook, ANSWERS, (NAME,))
-    setattr(_hook, NATIVE, _native)
+PLUGIN = SpreadPlugin()

@@ -1,12 +1,15 @@
 """Victim order: lowest priority first, then the most recently started (least work lost)."""
 
 from gpud import hookimpl
-from gpud.core.orders import NATIVE, victim_order_key
+from gpud.core.orders import PriorityVictimOrder
 
 
-@hookimpl
-def gpud_victim_order_key(victim):
-    return victim_order_key(victim)
+class VictimOrderPlugin(PriorityVictimOrder):
+    """The built-in victim order (``PriorityVictimOrder``); the core calls its ``key`` itself."""
+
+    @hookimpl
+    def gpud_victim_order_key(self, victim):
+        return self.key(victim)
 
 
-setattr(gpud_victim_order_key, NATIVE, victim_order_key)  # the core may call it directly (gpud.core.hooks.first_result)
+PLUGIN = VictimOrderPlugin()

@@ -68,7 +68,7 @@ def gpud_node_candidates(strategy, request, index):
     """Nodes as bin-pack orders them."""
     if strategy != NAME:
         return None
-    return binpack.gpud_node_candidates(binpack.NAME, request, index)
+    return binpack.PLUGIN.candidates(binpack.NAME, request, index)
 
 
 @hookimpl
@@ -78,5 +78,5 @@ def gpud_gpu_order(strategy, request, node):
         return None
     label = node.labels.get(LABEL)
     if request.is_shared or not label:
-        return binpack.gpud_gpu_order(binpack.NAME, request, node)
+        return binpack.PLUGIN.gpu_order(binpack.NAME, request, node)
     return gpu_order(parse_groups(label, node.gpus), node.free_share, request.whole_gpus)
