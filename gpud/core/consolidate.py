@@ -12,6 +12,7 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
 from gpud.core.order import Skip, serve_in_order
+from gpud.core.memo import Memo
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
@@ -25,14 +26,14 @@ MAX_NODES_TRIED: Final = 16
 MAX_JOBS_PER_CYCLE: Final = 32
 
 
-def consolidate(state: ClusterState, placer: Placer) -> None:
+def consolidate(state: ClusterState, placer: Placer, victim_orders: Memo[QueueState, list[tuple]]) -> None:
     """For pending jobs that would fit in the pool's free capacity, clear a node by moving others.
 
     A move happens only if every moved job is placed again in the same
     cycle; among the nodes that could be cleared, the one needing the
     fewest moves wins.
     """
-    lists = VictimLists(state)
+    lists = VictimLists(state, victim_orders)
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
     orders = state.free_orders  # by pool (_most_free_first), kept from cycle to cycle
     failed = FailedShapes(state)
@@ -258,4 +259,4 @@ class Consolidate:
 
     def run(self) -> None:
         """Run the action once over the session's state."""
-        consolidate(self.session.state, self.session.placer)
+        consolidate(self.session.state, self.session.placer, self.session.victim_orders)

@@ -12,6 +12,7 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.orders import job_order_key
+from gpud.core.memo import Memo
 from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 RULE: Final = "preempt"
 
 
-def preempt(state: ClusterState, placer: Placer) -> None:
+def preempt(state: ClusterState, placer: Placer, orders: Memo[QueueState, list[tuple]]) -> None:
     """Let each pending job evict preemptible jobs of lower priority in its own queue.
 
     Priority means nothing across projects. A non-preemptible preemptor must
@@ -36,7 +37,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     reclaim the preemptor at the next cycle, the victims would take their
     room back the cycle after, and so on.
     """
-    lists = VictimLists(state)
+    lists = VictimLists(state, orders)
     failed: dict[QueueState, FailedShapes] = {}
     over_quota: dict[QueueState, FailedShapes] = {}
     # Jobs no node's victims could make room for, remembered by the one resource they fell short of;
@@ -208,4 +209,4 @@ class Preempt:
 
     def run(self) -> None:
         """Run the action once over the session's state."""
-        preempt(self.session.state, self.session.placer)
+        preempt(self.session.state, self.session.placer, self.session.victim_orders)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from gpud.core.memo import Memo
 from gpud.core.placement import Placer
+from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState
 
 
@@ -18,3 +20,6 @@ class Session:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.placer = Placer(state)
+        # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
+        # stamped with the queue's ``changes``.
+        self.victim_orders: Memo[QueueState, list[tuple]] = Memo()

@@ -91,8 +91,6 @@ class ClusterState:
         self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, PassedOver] = {}
-        # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
-        self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
         self.free_orders: dict[str, FreeOrder] = {}  # by pool, for consolidation: kept from cycle to cycle
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
@@ -193,7 +191,6 @@ class ClusterState:
         self.reasons = {}
         self.group_reasons = {}
         self.late_reasons = {}
-        self.victim_orders = {}
         self.evicted_by = {}
         self.touched = set()
         self.fragmented = set()
