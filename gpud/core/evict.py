@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import first_result, has_implementations
@@ -13,8 +13,11 @@ from gpud.core.orders import victim_order_key
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
-from gpud.core.state import ClusterState, Statement, Victim
+from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement, TaskRequest
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 Eligibility = Callable[[Victim], Evicted | None]
 # (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.order's Entry is.
@@ -549,7 +552,7 @@ def _always() -> bool:
     return True
 
 
-def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
+def make_room(session: Session, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
               ready: Callable[[], bool] = _always, limit: ShareLimit | None = None,
               held: Callable[[], Mapping[str, tuple[float, float, float]]] | None = None) -> bool:
@@ -571,22 +574,22 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     cannot free the excess are passed over. If the job does not fit,
     nothing changes.
     """
-    return _RoomMaking(state, placer, job, rule, eligible, lists, limit).run(candidates, ready, held)
+    return _RoomMaking(session, job, rule, eligible, lists, limit).run(candidates, ready, held)
 
 
 class _RoomMaking:
     """One call of ``make_room``: its statement, the tasks it evicted and the victims the rule refused."""
 
-    def __init__(self, state: ClusterState, placer: Placer, job: JobSpec, rule: str, eligible: Eligibility,
-                 lists: VictimLists, limit: ShareLimit | None) -> None:
-        self.state = state
-        self.placer = placer
+    def __init__(self, session: Session, job: JobSpec, rule: str, eligible: Eligibility, lists: VictimLists,
+                 limit: ShareLimit | None) -> None:
+        self.state = session.state
+        self.placer = session.placer
         self.job = job
         self.rule = rule
         self.eligible = eligible
         self.lists = lists
         self.limit = limit
-        self.stmt = Statement(state)
+        self.stmt = session.statement()
         self.evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
         # Victims the rule refused once: as victims go and the job's tasks come, no rule grows laxer.
         self.refused: set[str] = set()

@@ -105,6 +105,7 @@ class Reclaim:
     """
 
     def __init__(self, session: Session) -> None:
+        self.session = session
         state = self.state = session.state
         self.placer = session.placer
         self.lists = VictimLists(state, session.victim_orders)
@@ -172,13 +173,12 @@ class Reclaim:
         lists = self.lists
         if over_share:
             candidates = judged(lists.of_queues(over_share), claim.may_go)
-            if make_room(self.state, self.placer, claim.job, candidates, RULE, claim.eligible, lists):
+            if make_room(self.session, claim.job, candidates, RULE, claim.eligible, lists):
                 return True
         if over_quota or claim.passed_over or not over_share:
             claim.strict = False
             queued = itertools.chain(lists.of_queues(over_share), lists.of_queues(over_quota))
-            return make_room(self.state, self.placer, claim.job, judged(queued, claim.may_go), RULE, claim.eligible,
-                             lists)
+            return make_room(self.session, claim.job, judged(queued, claim.may_go), RULE, claim.eligible, lists)
         return False
 
     def givers(self, claim: _Claim) -> tuple[list[QueueState], list[QueueState]]:

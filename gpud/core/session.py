@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpud.core.memo import Memo
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
-from gpud.core.state import ClusterState
+from gpud.core.state import ClusterState, EvictedBy, Statement
 
 
 class Session:
@@ -23,3 +23,9 @@ class Session:
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
         # stamped with the queue's ``changes``.
         self.victim_orders: Memo[QueueState, list[tuple]] = Memo()
+        # Each job the cycle evicted: the eviction rule, its reason, the job it made room for.
+        self.evicted_by: EvictedBy = {}
+
+    def statement(self) -> Statement:
+        """A new statement on the state, recording its evictions in ``evicted_by``."""
+        return Statement(self.state, self.evicted_by)
