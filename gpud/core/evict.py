@@ -451,12 +451,7 @@ def _cheapest_node(state: ClusterState, placer: Placer, job: JobSpec, ordered: I
     what the victims hold by node, then passes over nodes where they cannot.
     A node a filter plugin refuses the job (``Placer.allows``) is never chosen.
     """
-    choice = _NodeChoice(state, placer, job, usable, must, holdings)
-    for victim in ordered:
-        room = choice.room_without(victim)
-        if room is not None:
-            return room
-    return None
+    return _NodeChoice(state, placer, job, usable, must, holdings).first_room(ordered)
 
 
 class _NodeChoice:
@@ -473,44 +468,49 @@ class _NodeChoice:
         self.rooms: dict[str, _NodeRoom | None] = {}  # None: a node that cannot be cleared for the job
         self.wants: dict[float, float | None] = {}  # ``wanted_share`` by the GPUs' memory
         request = job.request
+        # The request's numbers, read once: its properties are worked out at every read.
         self.cpus, self.mem = request.cpus - EPS, request.memory_gib - EPS
+        self.uses_gpu, self.shared, self.whole = request.uses_gpu, request.is_shared, request.whole_gpus
         self.must = must
         self.must_gpu, self.must_cpu, self.must_mem = (
             (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0))
         self.holdings = holdings if must is not None else None
 
-    def room_without(self, victim: Victim) -> _NodeRoom | None:
-        """Count the victim's tasks as gone from the nodes they sit on; the first of those nodes that
-        would then hold the task, or None."""
-        rooms = self.rooms
-        for placement in self.state.placements[victim.job.id]:
-            if placement is None:
-                continue
-            name = placement.node
-            room = rooms[name] if name in rooms else self._open(name)
-            if room is None:
-                continue
-            room.free(victim, placement)
-            if self._holds_task(room):
-                return room
+    def first_room(self, ordered: Iterable[Victim]) -> _NodeRoom | None:
+        """Count the victims' tasks as gone, one victim after the other, from the nodes they sit on; the
+        first node that would then hold the task, or None."""
+        rooms, placements = self.rooms, self.state.placements
+        for victim in ordered:
+            for placement in placements[victim.job.id]:
+                if placement is None:
+                    continue
+                name = placement.node
+                room = rooms[name] if name in rooms else self._open(name)
+                if room is None:
+                    continue
+                room.free(victim, placement)
+                if self._holds_task(room):
+                    return room
         return None
 
     def _open(self, name: str) -> _NodeRoom | None:
         """The room of a node seen for the first time: None when clearing it could not serve the job."""
         node = self.state.nodes[name]
+        could_hold = self.usable.get(node.kind)
+        if could_hold is None:
+            could_hold = self._could_hold(node)
         room = None
-        if self._could_hold(node) and self._victims_hold_enough(name) and self.placer.allows(self.job, node):
-            room = _NodeRoom(node, self._wanted_share(node))
+        if (could_hold and (self.holdings is None or self._victims_hold_enough(name))
+                and (not self.placer.filters or self.placer.allows(self.job, node))):
+            room = _NodeRoom(node, self._wanted_share(node) if self.shared else None)
         self.rooms[name] = room
         return room
 
     def _could_hold(self, node: NodeState) -> bool:
-        """Whether the node, were it empty, could hold a task of the job: asked once per node kind."""
-        fits = self.usable.get(node.kind)
-        if fits is None:
-            job = self.job
-            fits = self.usable[node.kind] = (node.pool == self.pool and node.spec.schedulable
-                                             and largest_fit(node, job) and node.matches(job.node_selector))
+        """Whether the node, were it empty, could hold a task of the job: kept by node kind (``usable``)."""
+        job = self.job
+        fits = self.usable[node.kind] = (node.pool == self.pool and node.spec.schedulable
+                                         and largest_fit(node, job) and node.matches(job.node_selector))
         return fits
 
     def _victims_hold_enough(self, name: str) -> bool:
@@ -521,13 +521,10 @@ class _NodeChoice:
         return most[0] >= self.must_gpu - EPS and most[1] >= self.must_cpu - EPS and most[2] >= self.must_mem - EPS
 
     def _wanted_share(self, node: NodeState) -> float | None:
-        """The share of one of the node's GPUs a shared task takes (``wanted_share``); None when not shared."""
-        request = self.job.request
-        if not request.is_shared:
-            return None
+        """The share of one of the node's GPUs a shared task of the job takes (``wanted_share``)."""
         size = node.gpu_memory_gib
         if size not in self.wants:
-            self.wants[size] = wanted_share(request, size)
+            self.wants[size] = wanted_share(self.job.request, size)
         return self.wants[size]
 
     def _holds_task(self, room: _NodeRoom) -> bool:
@@ -537,12 +534,11 @@ class _NodeChoice:
         if self.must is not None and (room.freed_gpu < self.must_gpu or room.freed_cpu < self.must_cpu
                                       or room.freed_mem < self.must_mem):
             return False
-        request = self.job.request
-        if not request.uses_gpu:
+        if not self.uses_gpu:
             return True
-        if request.is_shared:
+        if self.shared:
             return room.want is not None and max(room.share) >= room.want
-        return room.whole >= request.whole_gpus
+        return room.whole >= self.whole
 
 
 _NOTHING = (0.0, 0.0, 0.0)

@@ -25,6 +25,7 @@ class Placer:
         self._native_candidates: dict[str, object] = {}
         self._native_gpu_order: dict[str, object] = {}
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
+        self.filters = self._filter is not None  # whether filter plugins may refuse a node (``allows``)
         self._no_room: dict[int, int] = {}  # by shape number (``ShapeIndex``): the releases when it found none
         self._pools: dict[str, NodePool] = {}
 
