@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sched_helpers import evictions, nodes_of, scenario
+from test_properties import SETTINGS, cases
 from gpud import hookimpl
+from gpud.core import schedule
 from gpud.plugins import make_plugin_manager
-from gpud.simulate import simulate
+from gpud.simulate import apply_plan, simulate
 
 
 class Maintenance:
@@ -160,3 +165,31 @@ def test_without_the_filter_reclaim_takes_the_cheapest_node() -> None:
     sim = simulate_with_filter(RECLAIM, with_filter=False)
     assert nodes_of(sim, "ws") == ["n1"]
     assert {(e.job, e.rule) for e in evictions(sim)} == {("new-2", "reclaim")}
+
+
+class RefuseNodes:
+    """Refuses the even-numbered jobs of tests/test_properties.py's cases the nodes in ``refused``."""
+
+    def __init__(self, refused: frozenset[str]) -> None:
+        self.refused = refused
+
+    @hookimpl
+    def gpud_filter_node(self, job, node):
+        if int(job.id[1:]) % 2 == 0 and node.name in self.refused:
+            return "refused by the test"
+        return None
+
+
+@SETTINGS
+@given(cases(), st.data())
+def test_no_action_binds_a_task_where_a_filter_plugin_refuses_it(case, data):
+    # Allocation, consolidation, reclaim and preemption alike: every bind of every cycle goes to a
+    # node the filter plugins allow for the job (what ran there before the cycle may stay).
+    refused = frozenset(data.draw(st.sets(st.sampled_from(sorted(n.name for n in case.snapshot.nodes)))))
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(RefuseNodes(refused), name="refuse")
+    snapshot = case.snapshot
+    for _ in range(case.cycles):
+        plan = schedule(snapshot, case.policy, pm)
+        assert not [b for b in plan.binds if int(b.job[1:]) % 2 == 0 and b.placement.node in refused]
+        snapshot = apply_plan(snapshot, plan)
