@@ -276,8 +276,7 @@ def sorted_heads(state: ClusterState) -> dict:
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
     shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
-    group's shape number, each job's need per task and for several tasks, each running job as a victim,
-    each pool's nodes in order of free GPU share."""
+    group's shape number, each job's need per task and for several tasks, each running job as a victim."""
     state.shapes = ShapeIndex(state)
     for groups in state.backlog.by_queue.values():
         for group in groups.values():
@@ -286,7 +285,6 @@ def forget_memories(state: ClusterState) -> None:
     state._task_needs = {}
     state._gang_needs = {}
     state._victims = {}
-    state.free_orders = {}
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)
     state.backlog.heads = sorted_heads(state)
@@ -326,10 +324,9 @@ def test_what_a_warm_scheduler_remembers_never_changes_a_plan(data, step, draw):
 
 
 def test_consolidation_sees_nodes_in_their_order_of_free_share_after_a_job_finished():
-    # The pool's nodes in order of free GPU share are kept from cycle to cycle: a node a finished job
-    # left emptier must come first in the next cycle, though nothing was placed since.
-    from gpud.core.consolidate import _most_free_first, consolidate
-    from gpud.core.placement import Placer
+    # A node a finished job left emptier must come first in the next cycle, though nothing was placed since.
+    from gpud.core.consolidate import Consolidate
+    from gpud.core.session import Session
 
     nodes = (NodeSpec("n1", gpus=4), NodeSpec("n2", gpus=4))
     jobs = (JobSpec("a", "p1", TaskRequest(1), started=0.0, placements=(TaskPlacement("n1", (0,)),)),
@@ -338,8 +335,9 @@ def test_consolidation_sees_nodes_in_their_order_of_free_share_after_a_job_finis
     scheduler = Scheduler(Snapshot(nodes, jobs, 10.0), policy, PM)
     scheduler.cycle()
     state = scheduler.state
-    assert [n.name for n in _most_free_first(state, "default", state.free_orders)] == ["n1", "n2"]
+    assert [n.name for n in Consolidate(Session(state)).most_free_first("default")] == ["n1", "n2"]
     scheduler.finish("b")  # n2 is now all free, n1 still runs "a"
     state.begin_cycle(20.0)
-    consolidate(state, Placer(state))
-    assert [n.name for n in _most_free_first(state, "default", state.free_orders)] == ["n2", "n1"]
+    action = Consolidate(Session(state))
+    action.run()
+    assert [n.name for n in action.most_free_first("default")] == ["n2", "n1"]

@@ -7,6 +7,7 @@ from typing import Final, Iterator, TYPE_CHECKING
 
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
+from gpud.core.memo import Memo
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
@@ -23,56 +24,197 @@ RULE: Final = "consolidate"
 MAX_NODES_TRIED: Final = 16
 MAX_JOBS_PER_CYCLE: Final = 32
 
+# A running task that may move: its job and the task's index.
+Movable = tuple[JobSpec, int]
 
-def consolidate(state: ClusterState, placer: Placer) -> None:
-    """For pending jobs that would fit in the pool's free capacity, clear a node by moving others.
 
-    A move happens only if every moved job is placed again in the same
-    cycle; among the nodes that could be cleared, the one needing the
-    fewest moves wins.
+class Consolidate:
+    """The consolidate action: move running tasks to make room for a pending job that fits nowhere
+    only because free resources are scattered.
+
+    For pending jobs that would fit in the pool's free capacity, a node is
+    cleared by moving others. A move happens only if every moved job is
+    placed again in the same cycle; among the nodes that could be cleared,
+    the one needing the fewest moves wins.
     """
-    lists = VictimLists(state)
-    movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
-    orders = state.free_orders  # by pool (_most_free_first), kept from cycle to cycle
-    failed = FailedShapes(state)
-    hopeless = _Hopeless(state, failed)
 
-    def visit(job: JobSpec) -> Skip | None:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        state = self.state = session.state
+        self.placer = session.placer
+        self.lists = VictimLists(state, session.victim_orders)
+        self.failed = FailedShapes(state)
+        self.hopeless = _Hopeless(state, self.failed)
+        # Each node's movable tasks for any job, stamped with the node's ``version`` (without veto plugins).
+        self._movable: Memo[str, list[Movable]] = Memo()
+        self.free_orders: dict[str, FreeOrder] = {}  # by pool: the nodes by free GPU share (``most_free_first``)
+
+    def run(self) -> None:
+        """Serve the jobs allocation found fragmented, in queue order."""
+        state = self.state
+        if not state.fragmented:
+            return
+        blocked = Backlog(state.policies.job_order, state.job_specific_plugins)
+        for job_id in state.fragmented:
+            job = state.jobs[job_id]
+            blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
+        serve_in_order(state, blocked, self.visit)
+
+    def visit(self, job: JobSpec) -> Skip | None:
+        """Place the job's next tasks (its gang minimum, else one), each on free room or on a node
+        cleared for it; all or none. The Skip when that fails."""
+        state, hopeless = self.state, self.hopeless
         pending, minimum = needed_tasks(state, job)
-        if not pending or not job.request.uses_gpu or hopeless.holds(job, state.project_queue(job)):
+        queue = state.project_queue(job)
+        if not pending or not job.request.uses_gpu or hopeless.holds(job, queue):
             return hopeless
         if minimum == 0 and len(pending) < job.tasks:
             return None
         tasks = pending[:max(minimum, 1)] if minimum else pending[:1]
-        book = state.project_queue(job).book
-        limited = book.refusal(job, state.need(job, len(tasks)).gpu, state.pool_of(job)) if book is not None else None
+        need = state.need(job, len(tasks))
+        book = queue.book
+        limited = book.refusal(job, need.gpu, state.pool_of(job)) if book is not None else None
         if limited is not None:  # a limit reached since allocation found it fragmented: it waits for that now
-            state.reasons[job.id] = (state.project_queue(job), limited[0])
+            state.reasons[job.id] = (queue, limited[0])
             return None
         index = state.indexes.get(state.pool_of(job))
-        if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
-            failed.add(job, len(tasks), None)
+        if index is None or index.free_gpu + EPS < need.gpu:
+            self.failed.add(job, len(tasks), None)
             return hopeless
         hopeless.attempts += 1
-        stmt = Statement(state)
+        stmt = self.session.statement()
         for task in tasks:
-            placement = placer.find(job)
+            placement = self.placer.find(job)
             if placement is not None:
                 stmt.bind(job, task, placement)
-            elif not _clear_node_for(state, placer, stmt, lists, job, task, movable, orders):
+            elif not self.clear_node_for(stmt, job, task):
                 stmt.rollback()
-                failed.add(job, len(tasks), None)
+                self.failed.add(job, len(tasks), None)
                 return hopeless
-        started(state, job, state.project_queue(job))
+        started(state, job, queue)
         return None
 
-    if not state.fragmented:
-        return
-    blocked = Backlog(state.policies.job_order, state.job_specific_plugins)
-    for job_id in state.fragmented:
-        job = state.jobs[job_id]
-        blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
-    serve_in_order(state, blocked, visit)
+    def clear_node_for(self, stmt: Statement, job: JobSpec, task: int) -> bool:
+        """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success.
+
+        Among nodes cleared by as many moves, the one whose moved tasks come
+        first in the victim order wins (lowest priority, most recently started).
+        """
+        placer, lists = self.placer, self.lists
+        best: tuple[int, list[tuple], NodeState] | None = None
+        tried = 0
+        for node in self.most_free_first(self.state.pool_of(job)):
+            if tried >= MAX_NODES_TRIED:
+                break
+            if not (largest_fit(node, job) and node.matches(job.node_selector)):
+                continue
+            movable = self.movable(job, node)
+            if not movable:
+                continue
+            tried += 1
+            if not _might_clear(placer, job, node, movable):
+                continue
+            mark = stmt.checkpoint()
+            moves = self.try_node(stmt, job, task, node, movable)
+            stmt.rollback(mark)
+            if moves is not None and (best is None or moves <= best[0]):
+                keys = sorted([lists.key_of(other, [other_task]) for other, other_task in movable[:moves]],
+                              reverse=True)
+                if best is None or moves < best[0] or keys < best[1]:
+                    best = (moves, keys, node)
+        if best is None:
+            return False
+        return self.try_node(stmt, job, task, best[2], self.movable(job, best[2])) is not None
+
+    def movable(self, job: JobSpec, node: NodeState) -> list[Movable]:
+        """The tasks on ``node`` that may move for ``job``, the largest GPU holders first.
+
+        Without veto plugins the answer is the same for every job (but its
+        own tasks) until the node changes: it is kept, stamped with the node's version.
+        """
+        if self.lists.vetoes:
+            return self._movable_tasks(job, node, job.id)
+        found = self._movable.get(node.name, node.version)
+        if found is None:
+            found = self._movable.put(node.name, node.version, self._movable_tasks(job, node, ""))
+        return [item for item in found if item[0].id != job.id]
+
+    def _movable_tasks(self, job: JobSpec, node: NodeState, exclude: str) -> list[Movable]:
+        """The preemptible tasks on ``node`` no rule protects from moving for ``job``, but those of job ``exclude``."""
+        state, lists = self.state, self.lists
+        found = []
+        for job_id, task in list(node.tasks):
+            other = state.jobs[job_id]
+            if not other.preemptible or other.id == exclude or other.id in state.orphans:
+                continue  # a job of a project gone from the policy runs on where it is until it ends
+            if not lists.vetoes:
+                if not lists.too_young(other):
+                    found.append((other, task))
+            elif lists.protected(Victim(other, state.queue_of(other), [task], state.now), job, RULE) is None:
+                found.append((other, task))
+        # The largest GPU holders first (fewest moves); among equals, the victim order's first.
+        found.sort(key=lambda item: (-(node.tasks[(item[0].id, item[1])].gpu_share
+                                       * len(node.tasks[(item[0].id, item[1])].gpu_index)),
+                                     lists.key_of(item[0], [item[1]])))
+        return found
+
+    def most_free_first(self, pool: str) -> Iterator[NodeState]:
+        """The pool's nodes, most free GPU share first, in pool order among equals, as they stand when asked.
+
+        The order is made once per cycle, then only the nodes changed since
+        (their ``version``) move, once something was placed or released
+        (``ClusterState.changes``). Kept from one cycle to the next, it
+        saved 0.7 ms of a 95 ms warm cycle of bench/scheduler_cycle.py's big
+        cluster: not worth a cache the state must carry.
+        """
+        state = self.state
+        nodes = state.indexes[pool].nodes
+        known = self.free_orders.get(pool)
+        if known is None or known.nodes is not nodes:
+            known = self.free_orders[pool] = FreeOrder(nodes, state.changes)
+        elif known.changes != state.changes:
+            known.changes = state.changes
+            sums, versions = known.sums, known.versions
+            ordered: list[tuple[float, int, NodeState]] | None = None
+            for i, node in enumerate(nodes):
+                if node.version != versions[i]:
+                    versions[i] = node.version
+                    if ordered is None:  # a new list: an iteration of the old one may still be under way
+                        ordered = list(known.ordered)
+                    # The entries are unique (the index is in them): each changed one moves to its new place.
+                    del ordered[bisect.bisect_left(ordered, sums[i])]
+                    sums[i] = (-sum(node.free_share), i, node)
+                    bisect.insort(ordered, sums[i])
+            if ordered is not None:
+                known.ordered = ordered
+        for entry in known.ordered:  # a list made anew whenever it changes: callers may move tasks meanwhile
+            yield entry[2]
+
+    def try_node(self, stmt: Statement, job: JobSpec, task: int, node: NodeState,
+                 movable: list[Movable]) -> int | None:
+        """Move tasks off ``node``, in order, until task ``task`` of ``job`` fits there, then place each
+        moved task elsewhere; how many moved, or None (nothing changed) when that does not work out."""
+        placer = self.placer
+        mark = stmt.checkpoint()
+        moved: list[Movable] = []
+        placement = None
+        for other, other_task in movable:
+            stmt.evict(other, other_task, RULE, Evicted(RULE, job.id, node=node.name), job.id)
+            moved.append((other, other_task))
+            placement = placer.fit_on(job, node)
+            if placement is not None:
+                break
+        if placement is None:
+            stmt.rollback(mark)
+            return None
+        stmt.bind(job, task, placement)
+        for other, other_task in moved:
+            found = placer.find(other)
+            if found is None:
+                stmt.rollback(mark)
+                return None
+            stmt.bind(other, other_task, found)
+        return len(moved)
 
 
 class _Hopeless(Skip):
@@ -91,74 +233,7 @@ class _Hopeless(Skip):
                                     state.shapes.of_group(group) if group is not None else -1) is not None)
 
 
-def _movable(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState,
-             kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]]) -> list[tuple[JobSpec, int]]:
-    """The tasks on ``node`` that may move for ``job``, the largest GPU holders first.
-
-    Without veto plugins the answer is the same for every job (but its own
-    tasks) until the node changes: it is kept in ``kept``, by node.
-    """
-    if not lists.vetoes:
-        known = kept.get(node.name)
-        if known is None or known[0] != node.version:
-            known = kept[node.name] = (node.version, _movable_tasks(state, lists, job, node, ""))
-        return [item for item in known[1] if item[0].id != job.id]
-    return _movable_tasks(state, lists, job, node, job.id)
-
-
-def _movable_tasks(state: ClusterState, lists: VictimLists, job: JobSpec, node: NodeState,
-                   exclude: str) -> list[tuple[JobSpec, int]]:
-    found = []
-    for job_id, task in list(node.tasks):
-        other = state.jobs[job_id]
-        if not other.preemptible or other.id == exclude or other.id in state.orphans:
-            continue  # a job of a project gone from the policy runs on where it is until it ends
-        if not lists.vetoes:
-            if not lists.too_young(other):
-                found.append((other, task))
-        elif lists.protected(Victim(other, state.queue_of(other), [task], state.now), job, RULE) is None:
-            found.append((other, task))
-    # The largest GPU holders first (fewest moves); among equals, the victim order's first.
-    found.sort(key=lambda item: (-(node.tasks[(item[0].id, item[1])].gpu_share
-                                   * len(node.tasks[(item[0].id, item[1])].gpu_index)),
-                                 lists.key_of(item[0], [item[1]])))
-    return found
-
-
-def _clear_node_for(state: ClusterState, placer: Placer, stmt: Statement, lists: VictimLists,
-                    job: JobSpec, task: int, kept: dict[str, tuple[int, list[tuple[JobSpec, int]]]],
-                    orders: dict[str, FreeOrder]) -> bool:
-    """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success.
-
-    Among nodes cleared by as many moves, the one whose moved tasks come
-    first in the victim order wins (lowest priority, most recently started).
-    """
-    best: tuple[int, list[tuple], NodeState] | None = None
-    tried = 0
-    for node in _most_free_first(state, state.pool_of(job), orders):
-        if tried >= MAX_NODES_TRIED:
-            break
-        if not (largest_fit(node, job) and node.matches(job.node_selector)):
-            continue
-        movable = _movable(state, lists, job, node, kept)
-        if not movable:
-            continue
-        tried += 1
-        if not _might_clear(placer, job, node, movable):
-            continue
-        mark = stmt.checkpoint()
-        moves = _try_node(state, placer, stmt, job, task, node, movable)
-        stmt.rollback(mark)
-        if moves is not None and (best is None or moves <= best[0]):
-            keys = sorted([lists.key_of(other, [other_task]) for other, other_task in movable[:moves]], reverse=True)
-            if best is None or moves < best[0] or keys < best[1]:
-                best = (moves, keys, node)
-    if best is None:
-        return False
-    return _try_node(state, placer, stmt, job, task, best[2], _movable(state, lists, job, best[2], kept)) is not None
-
-
-def _cleared(node: NodeState, movable: list[tuple[JobSpec, int]]) -> tuple[list[float], float, float]:
+def _cleared(node: NodeState, movable: list[Movable]) -> tuple[list[float], float, float]:
     """The node's free share of each GPU, free CPUs and memory were every movable task gone (nothing is changed)."""
     share, cpu, mem = list(node.free_share), node.free_cpu, node.free_mem
     out_of_service = node.spec.out_of_service
@@ -172,7 +247,7 @@ def _cleared(node: NodeState, movable: list[tuple[JobSpec, int]]) -> tuple[list[
     return share, cpu, mem
 
 
-def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tuple[JobSpec, int]]) -> bool:
+def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[Movable]) -> bool:
     """False when moving tasks off ``node`` cannot make room there for one task of ``job``; True promises nothing.
 
     Told without moving anything (so without undoing it): either the task
@@ -198,63 +273,3 @@ def _might_clear(placer: Placer, job: JobSpec, node: NodeState, movable: list[tu
             and (other.gpus if other.gpu_memory_gib is None else other.gpu_share_on(node.gpu_memory_gib)) <= gpu + EPS):
         return True  # it might go back beside the job's task (the cheaper question first)
     return placer.find(first) is not None
-
-
-def _most_free_first(state: ClusterState, pool: str, orders: dict[str, FreeOrder]) -> Iterator[NodeState]:
-    """The pool's nodes, most free GPU share first, in pool order among equals, as they stand when asked."""
-    nodes = state.indexes[pool].nodes
-    known = orders.get(pool)
-    if known is None or known.nodes is not nodes:
-        known = orders[pool] = FreeOrder(nodes, state.changes)
-    elif known.changes != state.changes:
-        known.changes = state.changes
-        sums, versions = known.sums, known.versions
-        ordered: list[tuple[float, int, NodeState]] | None = None
-        for i, node in enumerate(nodes):
-            if node.version != versions[i]:
-                versions[i] = node.version
-                if ordered is None:  # a new list: an iteration of the old one may still be under way
-                    ordered = list(known.ordered)
-                # The entries are unique (the index is in them): each changed one moves to its new place.
-                del ordered[bisect.bisect_left(ordered, sums[i])]
-                sums[i] = (-sum(node.free_share), i, node)
-                bisect.insort(ordered, sums[i])
-        if ordered is not None:
-            known.ordered = ordered
-    for entry in known.ordered:  # a list made anew whenever it changes: callers may move tasks meanwhile
-        yield entry[2]
-
-
-def _try_node(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec, task: int,
-              node: NodeState, movable: list[tuple[JobSpec, int]]) -> int | None:
-    mark = stmt.checkpoint()
-    moved: list[tuple[JobSpec, int]] = []
-    placement = None
-    for other, other_task in movable:
-        stmt.evict(other, other_task, RULE, Evicted(RULE, job.id, node=node.name), job.id)
-        moved.append((other, other_task))
-        placement = placer.fit_on(job, node)
-        if placement is not None:
-            break
-    if placement is None:
-        stmt.rollback(mark)
-        return None
-    stmt.bind(job, task, placement)
-    for other, other_task in moved:
-        found = placer.find(other)
-        if found is None:
-            stmt.rollback(mark)
-            return None
-        stmt.bind(other, other_task, found)
-    return len(moved)
-
-
-class Consolidate:
-    """The consolidate action: move running tasks to make room for a pending job that fits nowhere only because free resources are scattered."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def run(self) -> None:
-        """Run the action once over the session's state."""
-        consolidate(self.session.state, self.session.placer)

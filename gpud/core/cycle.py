@@ -14,7 +14,7 @@ from gpud.core.preempt import Preempt
 from gpud.core.reclaim import Reclaim
 from gpud.core.queues import QueueState
 from gpud.core.session import Session
-from gpud.core.state import ClusterState
+from gpud.core.state import ClusterState, EvictedBy
 from gpud.core.blockers import EVICTED, NOT_CONSIDERED
 from gpud.model import Bind, Blocker, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
 from gpud.policy import Policy
@@ -84,13 +84,14 @@ class Scheduler:
         session = Session(state)
         for action in ACTIONS:
             action(session).run()
-        binds, evictions = plan_changes(state)
+        binds, evictions = plan_changes(state, session.evicted_by)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
         if last:
-            return Plan(binds, evictions, PendingReasons(state, reports, state.waiting_after()), queues)
+            return Plan(binds, evictions, PendingReasons(state, session.evicted_by, reports, state.waiting_after()),
+                        queues)
         state.commit()
-        return Plan(binds, evictions, PendingReasons(state, reports), queues)
+        return Plan(binds, evictions, PendingReasons(state, session.evicted_by, reports), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -103,11 +104,11 @@ def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Pl
         return Scheduler(snapshot, policy, pm)._run(None, last=True)
 
 
-def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:
+def plan_changes(state: ClusterState, evicted_by: EvictedBy) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:
     """The difference between the last baseline and the state after the actions, as binds and evictions.
 
     A task put back on the very GPUs it had has not moved and appears in
-    neither list.
+    neither list; ``evicted_by`` gives each eviction's rule and reason.
     """
     binds: list[Bind] = []
     evictions: list[Eviction] = []
@@ -124,7 +125,7 @@ def plan_changes(state: ClusterState) -> tuple[tuple[Bind, ...], tuple[Eviction,
                 binds.append(Bind(job_id, task, after))
             if before is not None:
                 (moved if after is not None else stopped).append(task)
-        rule, reason, for_job = state.evicted_by.get(job_id, ("", None, None))
+        rule, reason, for_job = evicted_by.get(job_id, ("", None, None))
         if stopped:
             evictions.append(Eviction(job_id, tuple(stopped), rule, reason, for_job))
         if moved:
@@ -148,16 +149,17 @@ class PendingReasons(Mapping[str, Waiting]):
     that moment (``Backlog.as_of_now``), not copied.
     """
 
-    def __init__(self, state: ClusterState, reports: dict[QueueState, QueueReport],
+    def __init__(self, state: ClusterState, evicted_by: EvictedBy, reports: dict[QueueState, QueueReport],
                  waiting: dict[str, Group] | None = None) -> None:
-        """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
+        """``evicted_by``: the cycle's evictions (``Session.evicted_by``); ``waiting``: each waiting job's
+        group, when not the backlog's (``ClusterState.waiting_after``)."""
         # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
         self._reasons = state.reasons
         self._group_reason = state.group_reasons
         self._late = state.late_reasons
         self._late_found: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
-        self._evicted = state.evicted_by
+        self._evicted = evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self._orphans = state.orphans.copy()
         self._group_of: Mapping[str, Group] = state.backlog.as_of_now() if waiting is None else waiting

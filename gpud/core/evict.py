@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import has_implementations
+from gpud.core.memo import Memo
 from gpud.core.nodes import NodeState
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
-from gpud.core.state import ClusterState, Statement, Victim
+from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement, TaskRequest
+
+if TYPE_CHECKING:
+    from gpud.core.session import Session
 
 Eligibility = Callable[[Victim], Evicted | None]
 # (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.order's Entry is.
 VictimEntry = tuple
+# GPUs, CPUs and memory the victims of a queue below a priority hold, by node (``VictimLists.holdings``).
+Holdings = dict[str, tuple[float, float, float]]
 
 
 class VictimLists:
@@ -25,20 +31,24 @@ class VictimLists:
     Jobs too young to be victims (minimum run time) are left out when a
     list is built; a cursor per queue moves past the jobs already evicted at
     its front, so walking a list again costs only what is still there.
+    ``orders`` keeps each queue's sorted list for the cycle's next action,
+    stamped with the queue's ``changes`` (gpud.core.memo).
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, orders: Memo[QueueState, list[VictimEntry]]) -> None:
         self.state = state
         self._order = state.policies.victim_order
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
         self.vetoes = self._veto is not None
-        self._lists: dict[QueueState, list[VictimEntry]] = {}
+        self._orders = orders
+        self._lists: dict[QueueState, list[VictimEntry]] = {}  # this action's list of each queue
         self._cursor: dict[QueueState, int] = {}
-        self._usable: dict[int, dict[int, bool]] = {}
-        self._below: dict[tuple[QueueState, int], tuple[int, list[Victim]]] = {}
-        self._flat: dict[QueueState, tuple[list[VictimEntry], list[tuple[int, str, Victim]]]] = {}
-        self._held: dict[tuple[QueueState, int], tuple[int, dict[str, tuple[float, float, float]]]] = {}
-        self._most: dict[tuple[QueueState, int], tuple[dict, tuple[float, float, float]]] = {}  # by ``holdings``
+        # (priority, job id, victim) of each entry of ``_lists``, made once per list.
+        self._flat: dict[QueueState, list[tuple[int, str, Victim]]] = {}
+        self._usable: dict[int, dict[int, bool]] = {}  # by shape number: by node kind, whether a task fits
+        self._below: Memo[tuple[QueueState, int], list[Victim]] = Memo()  # stamp: the queue's changes
+        self._held: Memo[tuple[QueueState, int], Holdings] = Memo()  # stamp: the queue's gains
+        self._most: Memo[tuple[QueueState, int], tuple[float, float, float]] = Memo()  # stamp: the queue's gains
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
 
@@ -63,19 +73,19 @@ class VictimLists:
         """
         found = self._lists.get(queue)
         if found is None:
-            state = self.state
-            kept = state.victim_orders.get(queue)
-            if kept is not None and kept[0] == queue.changes:
-                found = kept[1]
-            else:
-                victims = [v for v in state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
-                # (key, n) pairs are unique, so the victims themselves are never compared.
-                order = self._order
-                found = sorted([(order.key(v), i, v) for i, v in enumerate(victims)])
-                state.victim_orders[queue] = (queue.changes, found)
+            found = self._orders.get(queue, queue.changes)
+            if found is None:
+                found = self._orders.put(queue, queue.changes, self._sorted(queue))
             self._lists[queue] = found
             self._cursor[queue] = 0
         return found
+
+    def _sorted(self, queue: QueueState) -> list[VictimEntry]:
+        """The queue's running preemptible jobs old enough to be victims, as sorted (key, n, victim) entries."""
+        victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
+        # (key, n) pairs are unique, so the victims themselves are never compared.
+        order = self._order
+        return sorted([(order.key(v), i, v) for i, v in enumerate(victims)])
 
     def _start(self, queue: QueueState) -> tuple[list[VictimEntry], int]:
         """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front.
@@ -108,18 +118,16 @@ class VictimLists:
         The list is kept, and given again, until a task of the queue is placed or released.
         """
         key = (queue, priority)
-        known = self._below.get(key)
-        if known is not None and known[0] == queue.changes:
-            return known[1]
+        found = self._below.get(key, queue.changes)
+        if found is not None:
+            return found
         entries, i = self._start(queue)
         placements, touched = self.state.placements, self.state.touched
         flat = self._flat.get(queue)
-        if flat is None or flat[0] is not entries:  # (priority, job id, victim) of each entry, made once per list
-            flat = self._flat[queue] = (entries, [(v.job.priority, v.job.id, v) for v in map(_victim, entries)])
-        found = [victim for below, job_id, victim in flat[1][i:]
-                 if below < priority and (job_id not in touched or any(placements[job_id]))]
-        self._below[key] = (queue.changes, found)
-        return found
+        if flat is None:
+            flat = self._flat[queue] = [(v.job.priority, v.job.id, v) for v in map(_victim, entries)]
+        return self._below.put(key, queue.changes, [victim for below, job_id, victim in flat[i:] if below < priority
+                                                    and (job_id not in touched or any(placements[job_id]))])
 
     def may_free_on_one_node(self, queue: QueueState, priority: int, gpu: float, cpu: float, mem: float) -> bool:
         """False when no node holds, in victims of ``queue`` below ``priority``, this many GPUs, CPUs and
@@ -133,7 +141,7 @@ class VictimLists:
                 return True
         return False
 
-    def holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
+    def holdings(self, queue: QueueState, priority: int) -> Holdings:
         """At least what the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node.
 
         Summed up once, and used for the rest of the action as long as no
@@ -141,31 +149,25 @@ class VictimLists:
         from what the victims hold, and a rollback or a victim put back on
         its own GPUs gives back no more than they held.
         """
-        known = self._held.get((queue, priority))
         gains = self._gains.get(queue, 0)
-        if known is None or known[0] != gains:
-            known = self._held[(queue, priority)] = (gains, self._sum_holdings(queue, priority))
-        return known[1]
+        found = self._held.get((queue, priority), gains)
+        if found is None:
+            found = self._held.put((queue, priority), gains, self._sum_holdings(queue, priority))
+        return found
 
     def most_held(self, queue: QueueState, priority: int) -> tuple[float, float, float]:
         """The most GPUs, CPUs and memory the victims of ``queue`` below ``priority`` hold on any one
         node, each resource on its own, as ``holdings`` sums them up."""
-        held = self.holdings(queue, priority)
-        known = self._most.get((queue, priority))
-        if known is not None and known[0] is held:
-            return known[1]
+        gains = self._gains.get(queue, 0)
+        found = self._most.get((queue, priority), gains)
+        if found is not None:
+            return found
         gpu = cpu = mem = 0.0
-        for held_gpu, held_cpu, held_mem in held.values():
-            if held_gpu > gpu:
-                gpu = held_gpu
-            if held_cpu > cpu:
-                cpu = held_cpu
-            if held_mem > mem:
-                mem = held_mem
-        self._most[(queue, priority)] = (held, (gpu, cpu, mem))
-        return gpu, cpu, mem
+        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).values():
+            gpu, cpu, mem = max(gpu, held_gpu), max(cpu, held_cpu), max(mem, held_mem)
+        return self._most.put((queue, priority), gains, (gpu, cpu, mem))
 
-    def _sum_holdings(self, queue: QueueState, priority: int) -> dict[str, tuple[float, float, float]]:
+    def _sum_holdings(self, queue: QueueState, priority: int) -> Holdings:
         """What the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node."""
         held: dict[str, list[float]] = {}
         placements = self.state.placements
@@ -182,7 +184,11 @@ class VictimLists:
         return {node: (g, c, m) for node, (g, c, m) in held.items()}
 
     def gained(self, queue: QueueState | None) -> None:
-        """Note that a job that may be among the queue's victims was placed where it did not run."""
+        """Note that a job that may be among the queue's victims was placed where it did not run.
+
+        The one place the queue's gains are counted: ``holdings`` and
+        ``most_held`` are stamped with that count.
+        """
         if queue is not None:
             self._gains[queue] = self._gains.get(queue, 0) + 1
 
@@ -191,8 +197,12 @@ class VictimLists:
         return _merged([self._running(q) for q in queues])
 
     def usable_nodes(self, job: JobSpec) -> dict[int, bool]:
-        """A memo, shared by jobs of the same shape (request, pool and selector: ``ShapeIndex``), of
-        the kinds of node (``NodeState.kind``) that could hold one task."""
+        """Whether one task of the job could ever fit on a node, by node kind (``NodeState.kind``),
+        shared by the jobs of its shape number (``ShapeIndex``), filled in by the caller.
+
+        Nodes of one kind answer alike for every job of one shape number:
+        neither changes while the cluster runs, so nothing makes it stale.
+        """
         return self._usable.setdefault(self.state.shapes.of(job), {})
 
     def protected(self, victim: Victim, preemptor: JobSpec, rule: str) -> str | None:
@@ -377,6 +387,36 @@ class _NodeRoom:
         self.want = want
         self.freed_gpu = self.freed_cpu = self.freed_mem = 0.0
 
+    def free(self, victim: Victim, placement: TaskPlacement) -> None:
+        """Count the victim's task at ``placement`` (on this node) as gone."""
+        gpu_index = placement.gpu_index
+        if gpu_index:
+            gpu_share = placement.gpu_share
+            share = self.share
+            if not self.copied:
+                share = self.share = list(share)
+                self.copied = True
+            for i in gpu_index:
+                before = share[i]
+                after = before + gpu_share
+                if after >= _FULL:
+                    after = 1.0
+                    if before < _FULL:
+                        self.whole += 1
+                share[i] = after
+            self.freed_gpu += gpu_share * len(gpu_index)
+        request = victim.job.request
+        self.cpu += request.cpus
+        self.mem += request.memory_gib
+        self.freed_cpu += request.cpus
+        self.freed_mem += request.memory_gib
+        victims = self.victims
+        if not victims or victims[-1] is not victim:
+            victims.append(victim)
+
+
+_FULL = 1.0 - EPS  # a GPU's share at least this free is a whole free GPU
+
 
 def _may_hold(level: QueueState) -> tuple[QueueState, float, float, float]:
     """(level, GPUs, CPUs, memory): the larger of its fair share and what it holds now, in each resource."""
@@ -393,7 +433,7 @@ def wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
     return request.gpu_share_on(gpu_memory_gib) - EPS
 
 
-def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
+def _cheapest_node(state: ClusterState, placer: Placer, job: JobSpec, ordered: Iterable[Victim],
                    usable: dict[int, bool], must: tuple[float, float, float] | None = None,
                    holdings: Mapping[str, tuple[float, float, float]] | None = None) -> _NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
@@ -401,96 +441,112 @@ def _cheapest_node(state: ClusterState, job: JobSpec, ordered: Iterable[Victim],
     Victims are added in victim order, each to the nodes its tasks sit on;
     the first node that would fit is the one whose needed victims come
     earliest in that order (lowest priority, most recently started).
-    ``usable`` remembers, by kind of node, whether the node could hold a task
+    ``usable`` remembers, by node kind, whether the node could hold a task
     of the job at all. With ``must``, the victims' tasks on the node must
     also hold at least that many GPUs, CPUs and memory; ``holdings``, at least
     what the victims hold by node, then passes over nodes where they cannot.
+    A node a filter plugin refuses the job (``Placer.allows``) is never chosen.
     """
-    pool = state.pool_of(job)
-    rooms: dict[str, _NodeRoom | None] = {}
-    placements = state.placements
-    nodes = state.nodes
-    request = job.request
-    cpus, mem = request.cpus - EPS, request.memory_gib - EPS
-    uses_gpu, shared, whole = request.uses_gpu, request.is_shared, request.whole_gpus
-    must_gpu, must_cpu, must_mem = (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0)
-    if must is None:
-        holdings = None
-    nothing = (0.0, 0.0, 0.0)
-    full = 1.0 - EPS
-    wants: dict[float, float | None] = {}
-    for victim in ordered:
-        vjob = victim.job
-        vrequest = vjob.request
-        vcpus, vmem = vrequest.cpus, vrequest.memory_gib
-        for placement in placements[vjob.id]:
-            if placement is None:
-                continue
-            name = placement.node
-            if name in rooms:
-                room = rooms[name]
+    return _NodeChoice(state, placer, job, usable, must, holdings).first_room(ordered)
+
+
+class _NodeChoice:
+    """The search of ``_cheapest_node``: what each node would have free without the victims seen so far."""
+
+    def __init__(self, state: ClusterState, placer: Placer, job: JobSpec, usable: dict[int, bool],
+                 must: tuple[float, float, float] | None,
+                 holdings: Mapping[str, tuple[float, float, float]] | None) -> None:
+        self.state = state
+        self.placer = placer
+        self.job = job
+        self.pool = state.pool_of(job)
+        self.usable = usable
+        self.rooms: dict[str, _NodeRoom | None] = {}  # None: a node that cannot be cleared for the job
+        self.wants: dict[float, float | None] = {}  # ``wanted_share`` by the GPUs' memory
+        request = job.request
+        # The request's numbers, read once: its properties are worked out at every read.
+        self.cpus, self.mem = request.cpus - EPS, request.memory_gib - EPS
+        self.uses_gpu, self.shared, self.whole = request.uses_gpu, request.is_shared, request.whole_gpus
+        self.must = must
+        self.must_gpu, self.must_cpu, self.must_mem = (
+            (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0))
+        self.holdings = holdings if must is not None else None
+
+    def first_room(self, ordered: Iterable[Victim]) -> _NodeRoom | None:
+        """Count the victims' tasks as gone, one victim after the other, from the nodes they sit on; the
+        first node that would then hold the task, or None."""
+        rooms, placements = self.rooms, self.state.placements
+        for victim in ordered:
+            for placement in placements[victim.job.id]:
+                if placement is None:
+                    continue
+                name = placement.node
+                room = rooms[name] if name in rooms else self._open(name)
                 if room is None:
                     continue
-            else:
-                node = nodes[name]
-                fits = usable.get(node.kind)
-                if fits is None:
-                    fits = usable[node.kind] = (node.pool == pool and node.spec.schedulable
-                                                and largest_fit(node, job) and node.matches(job.node_selector))
-                if fits and holdings is not None:
-                    most = holdings.get(name, nothing)  # sums may round apart from the room's: one more EPS
-                    fits = most[0] >= must_gpu - EPS and most[1] >= must_cpu - EPS and most[2] >= must_mem - EPS
-                if not fits:
-                    rooms[name] = None
-                    continue
-                want = None
-                if shared:
-                    size = node.gpu_memory_gib
-                    if size not in wants:
-                        wants[size] = wanted_share(request, size)
-                    want = wants[size]
-                room = rooms[name] = _NodeRoom(node, want)
-            gpu_index = placement.gpu_index
-            if gpu_index:
-                gpu_share = placement.gpu_share
-                share = room.share
-                if not room.copied:
-                    share = room.share = list(share)
-                    room.copied = True
-                for i in gpu_index:
-                    before = share[i]
-                    after = before + gpu_share
-                    if after >= full:
-                        after = 1.0
-                        if before < full:
-                            room.whole += 1
-                    share[i] = after
-                room.freed_gpu += gpu_share * len(gpu_index)
-            room.cpu += vcpus
-            room.mem += vmem
-            room.freed_cpu += vcpus
-            room.freed_mem += vmem
-            held = room.victims
-            if not held or held[-1] is not victim:
-                held.append(victim)
-            if cpus > room.cpu or mem > room.mem:
-                continue
-            if must is not None and (room.freed_gpu < must_gpu or room.freed_cpu < must_cpu
-                                     or room.freed_mem < must_mem):
-                continue
-            if not uses_gpu:
-                return room
-            if shared:
-                if room.want is not None and max(room.share) >= room.want:
+                room.free(victim, placement)
+                if self._holds_task(room):
                     return room
-            elif room.whole >= whole:
-                return room
-    return None
+        return None
+
+    def _open(self, name: str) -> _NodeRoom | None:
+        """The room of a node seen for the first time: None when clearing it could not serve the job."""
+        node = self.state.nodes[name]
+        could_hold = self.usable.get(node.kind)
+        if could_hold is None:
+            could_hold = self._could_hold(node)
+        room = None
+        if (could_hold and (self.holdings is None or self._victims_hold_enough(name))
+                and (not self.placer.filters or self.placer.allows(self.job, node))):
+            room = _NodeRoom(node, self._wanted_share(node) if self.shared else None)
+        self.rooms[name] = room
+        return room
+
+    def _could_hold(self, node: NodeState) -> bool:
+        """Whether the node, were it empty, could hold a task of the job: kept by node kind (``usable``)."""
+        job = self.job
+        fits = self.usable[node.kind] = (node.pool == self.pool and node.spec.schedulable
+                                         and largest_fit(node, job) and node.matches(job.node_selector))
+        return fits
+
+    def _victims_hold_enough(self, name: str) -> bool:
+        """False when the victims on the node hold less than ``must`` (as ``holdings`` sums them up)."""
+        if self.holdings is None:
+            return True
+        most = self.holdings.get(name, _NOTHING)  # sums may round apart from the room's: one more EPS
+        return most[0] >= self.must_gpu - EPS and most[1] >= self.must_cpu - EPS and most[2] >= self.must_mem - EPS
+
+    def _wanted_share(self, node: NodeState) -> float | None:
+        """The share of one of the node's GPUs a shared task of the job takes (``wanted_share``)."""
+        size = node.gpu_memory_gib
+        if size not in self.wants:
+            self.wants[size] = wanted_share(self.job.request, size)
+        return self.wants[size]
+
+    def _holds_task(self, room: _NodeRoom) -> bool:
+        """Whether the room would hold one task of the job, its victims freeing at least ``must``."""
+        if self.cpus > room.cpu or self.mem > room.mem:
+            return False
+        if self.must is not None and (room.freed_gpu < self.must_gpu or room.freed_cpu < self.must_cpu
+                                      or room.freed_mem < self.must_mem):
+            return False
+        if not self.uses_gpu:
+            return True
+        if self.shared:
+            return room.want is not None and max(room.share) >= room.want
+        return room.whole >= self.whole
 
 
-def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Iterable[Victim],
+_NOTHING = (0.0, 0.0, 0.0)
+
+
+def _always() -> bool:
+    return True
+
+
+def make_room(session: Session, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
-              ready: Callable[[], bool] = lambda: True, limit: ShareLimit | None = None,
+              ready: Callable[[], bool] = _always, limit: ShareLimit | None = None,
               held: Callable[[], Mapping[str, tuple[float, float, float]]] | None = None) -> bool:
     """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
@@ -510,95 +566,144 @@ def make_room(state: ClusterState, placer: Placer, job: JobSpec, candidates: Ite
     cannot free the excess are passed over. If the job does not fit,
     nothing changes.
     """
-    stmt = Statement(state)
-    if job.id in state.touched:  # placed or evicted earlier in the cycle: it may be among the victims
-        lists.gained(state.queue_of(job))
-    # Summed before the first eviction: sums made after it could be smaller than what a rollback gives back.
-    holdings = held() if held is not None and limit is not None else None
-    pending, minimum = needed_tasks(state, job)
-    wanted = pending[:max(minimum, 1)]
-    ordered: Iterable[Victim]
-    if lists.vetoes:
-        ordered = Lazy(judged(candidates, lambda v: lists.protected(v, job, rule) is None))
-    else:  # read several times: an iterator is kept as far as it was read
-        ordered = candidates if isinstance(candidates, list) else Lazy(candidates)
-    evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
-    # Victims the rule refused once: as victims go and the job's tasks come, no rule grows laxer.
-    refused: set[str] = set()
+    return _RoomMaking(session, job, rule, eligible, lists, limit).run(candidates, ready, held)
 
-    def evict(victim: Victim, node: str | None) -> bool:
-        reason = eligible(victim)
-        if reason is None:
-            refused.add(victim.job.id)
-            return False
-        for task in tasks_to_evict(state, victim, node):
-            evicted.append((victim.job, task, stmt.evict(victim.job, task, rule, reason, job.id)))
+
+class _RoomMaking:
+    """One call of ``make_room``: its statement, the tasks it evicted and the victims the rule refused."""
+
+    def __init__(self, session: Session, job: JobSpec, rule: str, eligible: Eligibility, lists: VictimLists,
+                 limit: ShareLimit | None) -> None:
+        self.state = session.state
+        self.placer = session.placer
+        self.job = job
+        self.rule = rule
+        self.eligible = eligible
+        self.lists = lists
+        self.limit = limit
+        self.stmt = session.statement()
+        self.evicted: list[tuple[JobSpec, int, TaskPlacement]] = []
+        # Victims the rule refused once: as victims go and the job's tasks come, no rule grows laxer.
+        self.refused: set[str] = set()
+        self.ordered: Iterable[Victim] = ()
+
+    def run(self, candidates: Iterable[Victim], ready: Callable[[], bool],
+            held: Callable[[], Mapping[str, tuple[float, float, float]]] | None) -> bool:
+        """Make room for the job's tasks (its minimum, at least one) and settle the victims; True when done."""
+        state, job, lists, limit = self.state, self.job, self.lists, self.limit
+        if job.id in state.touched:  # placed or evicted earlier in the cycle: it may be among the victims
+            lists.gained(state.queue_of(job))
+        # Summed before the first eviction: sums made after it could be smaller than what a rollback gives back.
+        holdings = held() if held is not None and limit is not None else None
+        pending, minimum = needed_tasks(state, job)
+        self.ordered = self._unprotected(candidates)
+        if not self._evict_until(ready):
+            return self._give_up()
+        task_need = state.task_need(job)
+        for task in pending[:max(minimum, 1)]:
+            placement = self._place_task(task_need, holdings)
+            if placement is None:
+                return self._give_up()
+            self.stmt.bind(job, task, placement)
+        self._settle_victims()
+        if limit is not None and limit.refuse():
+            return self._give_up()
         return True
 
-    for victim in ordered:
-        if ready():
-            break
-        if state.running_tasks(victim.job.id):
-            evict(victim, None)
-    else:  # the victims ran out before the job was ready: asked once more after the last
-        if not ready():
-            stmt.rollback()
+    def _give_up(self) -> bool:
+        """Undo every change of this call; False."""
+        self.stmt.rollback()
+        return False
+
+    def _unprotected(self, candidates: Iterable[Victim]) -> Iterable[Victim]:
+        """The candidates no rule protects, as a list that may be read many times."""
+        if self.lists.vetoes:
+            return Lazy(judged(candidates, self._may_evict))
+        # Read several times: an iterator is kept as far as it was read.
+        return candidates if isinstance(candidates, list) else Lazy(candidates)
+
+    def _may_evict(self, victim: Victim) -> bool:
+        return self.lists.protected(victim, self.job, self.rule) is None
+
+    def _evict(self, victim: Victim, node: str | None) -> bool:
+        """Evict the victim's tasks on ``node`` (``tasks_to_evict``) if the rule lets it go; True if it did."""
+        reason = self.eligible(victim)
+        if reason is None:
+            self.refused.add(victim.job.id)
             return False
-    task_need = state.task_need(job)
-    for task in wanted:
+        job, stmt = self.job, self.stmt
+        for task in tasks_to_evict(self.state, victim, node):
+            self.evicted.append((victim.job, task, stmt.evict(victim.job, task, self.rule, reason, job.id)))
+        return True
+
+    def _evict_until(self, ready: Callable[[], bool]) -> bool:
+        """Evict victims in order until ``ready`` says the job's queue may take it; False if they run out first."""
+        running_tasks = self.state.running_tasks
+        for victim in self.ordered:
+            if ready():
+                return True
+            if running_tasks(victim.job.id):
+                self._evict(victim, None)
+        return ready()  # the victims ran out: asked once more after the last
+
+    def _place_task(self, task_need: Resources,
+                    holdings: Mapping[str, tuple[float, float, float]] | None) -> TaskPlacement | None:
+        """A placement for one task: free room as it is, else on the node cleared by evicting the fewest
+        victims, earliest in the order; None when no node can be cleared."""
+        limit = self.limit
         must = limit.must_free(task_need) if limit is not None else None
         if must is not None and max(must) <= EPS:
             must = None
-        placement = placer.find(job) if must is None else None
+        placement = self.placer.find(self.job) if must is None else None
         while placement is None:
             # The node whose victims come first; were one of them refused when its turn came (its
             # queue no longer over its level), the node is chosen again without it.
-            choice = ordered if not refused else _without(ordered, refused)
-            room = _cheapest_node(state, job, choice, lists.usable_nodes(job), must, holdings)
+            refused = self.refused
+            choice = self.ordered if not refused else _without(self.ordered, refused)
+            room = _cheapest_node(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
+                                  must, holdings)
             if room is None:
-                stmt.rollback()
-                return False
+                return None
             before = len(refused)
-            name = room.node.name
-            for victim in room.victims:
-                evict(victim, name)
-            placement = placer.fit_on(job, room.node)
-            if placement is None:
-                # An elastic victim gave only its tasks above its minimum; where that is not enough,
-                # the rest of it goes too (below its minimum, the whole job).
-                placements = state.placements
-                for victim in room.victims:
-                    if any(p is not None and p.node == name for p in placements[victim.job.id]):
-                        evict(victim, name)
-                placement = placer.fit_on(job, room.node)
+            placement = self._clear(room)
             if placement is None and len(refused) == before:
-                stmt.rollback()
-                return False
-        stmt.bind(job, task, placement)
-    _settle_victims(state, placer, stmt, evicted, limit, lists)
-    if limit is not None and limit.refuse():
-        stmt.rollback()
-        return False
-    return True
+                return None
+        return placement
 
+    def _clear(self, room: _NodeRoom) -> TaskPlacement | None:
+        """Evict the room's victims from its node, then place one task of the job there, or None."""
+        name = room.node.name
+        for victim in room.victims:
+            self._evict(victim, name)
+        placement = self.placer.fit_on(self.job, room.node)
+        if placement is None:
+            # An elastic victim gave only its tasks above its minimum; where that is not enough,
+            # the rest of it goes too (below its minimum, the whole job).
+            placements = self.state.placements
+            for victim in room.victims:
+                if any(p is not None and p.node == name for p in placements[victim.job.id]):
+                    self._evict(victim, name)
+            placement = self.placer.fit_on(self.job, room.node)
+        return placement
 
-def _settle_victims(state: ClusterState, placer: Placer, stmt: Statement,
-                    evicted: list[tuple[JobSpec, int, TaskPlacement]], limit: ShareLimit | None,
-                    lists: VictimLists) -> None:
-    by_job: dict[str, tuple[JobSpec, list[tuple[int, TaskPlacement]]]] = {}
-    for vjob, task, placement in evicted:
-        by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
-    for vjob, tasks in by_job.values():
-        request = vjob.request
-        if limit is not None and not limit.admits(request.gpus if request.gpu_memory_gib is None else 0.0,
-                                                  request.cpus, request.memory_gib):
-            continue  # even one task back would take the queue over its limit: it would be undone
-        mark = stmt.checkpoint()
-        lost = [task for task, placement in tasks if not placer.restore(stmt, vjob, task, placement)]
-        if lost:
-            lists.gained(state.queue_of(vjob))
+    def _settle_victims(self) -> None:
+        """Put each evicted job's tasks back on their very GPUs where they are still free, else elsewhere
+        (moved); a job left below its gang minimum, or taking the queue over the limit, is stopped whole."""
+        state, placer, stmt, limit = self.state, self.placer, self.stmt, self.limit
+        by_job: dict[str, tuple[JobSpec, list[tuple[int, TaskPlacement]]]] = {}
+        for vjob, task, placement in self.evicted:
+            by_job.setdefault(vjob.id, (vjob, []))[1].append((task, placement))
+        for vjob, tasks in by_job.values():
+            request = vjob.request
+            if limit is not None and not limit.admits(request.gpus if request.gpu_memory_gib is None else 0.0,
+                                                      request.cpus, request.memory_gib):
+                continue  # even one task back would take the queue over its limit: it would be undone
+            mark = stmt.checkpoint()
+            lost = [task for task, placement in tasks if not placer.restore(stmt, vjob, task, placement)]
+            if lost:
+                self.lists.gained(state.queue_of(vjob))
+                running = len(state.running_tasks(vjob.id))
+                placer.place(stmt, vjob, lost, max(0, vjob.gang_minimum - running))
             running = len(state.running_tasks(vjob.id))
-            placer.place(stmt, vjob, lost, max(0, vjob.gang_minimum - running))
-        running = len(state.running_tasks(vjob.id))
-        if 0 < running < vjob.gang_minimum or (limit is not None and not limit.holds()):
-            stmt.rollback(mark)
+            if 0 < running < vjob.gang_minimum or (limit is not None and not limit.holds()):
+                stmt.rollback(mark)

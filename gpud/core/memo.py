@@ -18,13 +18,16 @@ stamped with every counter whose change could alter it.
 | ``NodeState.version``            | binds and releases on the node           | ``NodeState.take/give_back``   |
 | ``Backlog.shape_versions[queue]``| the queue's groups made or emptied       | ``Backlog``                    |
 | ``FailedShapes.version``         | a failure to place remembered            | ``FailedShapes.add``           |
+| ``VictimLists`` gains of a queue | its victims placed anew in one action    | ``VictimLists.gained``         |
 
 So an answer about one queue's allocation (the order of its victims) is
 stamped with that queue's ``changes``; one about where a request finds no
 room, with ``releases`` (room only shrinks between releases); one about a
-node's movable tasks, with the node's ``version``. A new path that changes
-the state does it through ``Statement`` (gpud.core.state), which goes
-through the methods above: no counter is bumped by hand anywhere else.
+node's movable tasks, with the node's ``version``; one about what a
+queue's victims hold by node, with the queue's gains (between two, what
+they hold only shrinks). A new path that changes the state does it
+through ``Statement`` (gpud.core.state), which goes through the methods
+above: no counter is bumped by hand anywhere else.
 
 Only answers that are not None are kept; a caller whose answer may be None
 stores it wrapped (a tuple).

@@ -20,6 +20,7 @@ class Placer:
         hook = state.hook
         self._policies = state.policies
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
+        self.filters = self._filter is not None  # whether filter plugins may refuse a node (``allows``)
         self._no_room: dict[int, int] = {}  # by shape number (``ShapeIndex``): the releases when it found none
         self._pools: dict[str, NodePool] = {}
 
@@ -115,9 +116,13 @@ class Placer:
         if not node.holds_host_resources(job.request):
             return None
         # A node the filter plugins refuse stays refused when eviction made room on it.
-        if self._filter is not None and any(self._filter(job=job, node=node)):
+        if not self.allows(job, node):
             return None
         return self._pick(job, node, self._pool(node.pool).gpu_placement)
+
+    def allows(self, job: JobSpec, node: NodeState) -> bool:
+        """False when a filter plugin (``gpud_filter_node``) refuses the node for the job."""
+        return self._filter is None or not any(self._filter(job=job, node=node))
 
     def place(self, stmt: Statement, job: JobSpec, tasks: list[int], minimum: int,
               exclude: frozenset[str] = frozenset()) -> int:

@@ -9,12 +9,12 @@ from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import ShareLimit, VictimLists, make_room
+from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
+from gpud.core.memo import Memo
 from gpud.core.order import Entry, Skip, serve_in_order
-from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec
+from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
 
 if TYPE_CHECKING:
     from gpud.core.session import Session
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 RULE: Final = "preempt"
 
 
-def preempt(state: ClusterState, placer: Placer) -> None:
-    """Let each pending job evict preemptible jobs of lower priority in its own queue.
+class Preempt:
+    """The preempt action: inside a project, stop lower-priority jobs for higher-priority ones.
 
     Priority means nothing across projects. A non-preemptible preemptor must
     fit its quota with the other non-preemptible jobs; evictions may also
@@ -35,121 +35,166 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     reclaim the preemptor at the next cycle, the victims would take their
     room back the cycle after, and so on.
     """
-    lists = VictimLists(state)
-    failed: dict[QueueState, FailedShapes] = {}
-    over_quota: dict[QueueState, FailedShapes] = {}
-    # Jobs no node's victims could make room for, remembered by the one resource they fell short of;
-    # valid while nothing in the department is placed or released (see ``_bounded``).
-    short: dict[QueueState, tuple[int, FailedShapes]] = {}
-    bounded: dict[QueueState, bool] = {}  # ``_bounded``, asked once per queue: the policy says
 
-    hopeless = _Hopeless(state, failed, over_quota, short)
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        state = self.state = session.state
+        self.placer = session.placer
+        self.lists = VictimLists(state, session.victim_orders)
+        self.failed: dict[QueueState, FailedShapes] = {}  # requests that failed, at their priority
+        self.over_quota: dict[QueueState, FailedShapes] = {}  # non-preemptible requests over quota
+        # Requests no node's victims could make room for, by the one resource they fell short of;
+        # stamped with the department's (or the project's) ``changes`` (see ``_bounded``).
+        self.short: Memo[QueueState, FailedShapes] = Memo()
+        self.hopeless = _Hopeless(state, self.failed, self.over_quota, self.short)
+        self.lowest: dict[QueueState, int] = {}  # by queue: the lowest priority among its victims
+        self.priority_first = state.backlog.order.priority_first
 
-    def visit(job: JobSpec) -> Skip | None:
-        # An elastic job running at least its minimum grows one task at a time, each preempting as a
-        # job of one task would, while its queue stays within its fair share (as in reclaim).
+    def run(self) -> None:
+        """Serve the queues that have victims, each job evicting lower-priority jobs of its queue."""
+        state = self.state
+        self.lowest = self.lowest_priorities()
+        serve_in_order(state, state.backlog, self.visit, self.admit, queues=self.lowest)
+
+    def lowest_priorities(self) -> dict[QueueState, int]:
+        """The lowest priority among each queue's victims: preemptible jobs past their minimum run time.
+
+        A job may preempt only above it. (Jobs too young to be victims would
+        make whole groups try in vain.)
+        """
+        lowest: dict[QueueState, int] = {}
+        by_queue = self.state.backlog.by_queue
+        for queue, running in self.state.running.items():
+            if running and queue in by_queue:
+                floor = NON_PREEMPTIBLE_PRIORITY  # no preemptible job is this high
+                for job in running.values():
+                    # The priority test first: most jobs cannot lower the floor, and the age test costs more.
+                    if job.priority < floor and not self.lists.too_young(job):
+                        floor = job.priority
+                if floor < NON_PREEMPTIBLE_PRIORITY:
+                    lowest[queue] = floor
+        return lowest
+
+    def admit(self, queue: QueueState, heads: list[Entry]) -> list[Entry]:
+        """The groups to serve: those whose first job's priority is above the queue's lowest victim's."""
+        floor = self.lowest[queue]
+        if self.priority_first:  # the heads are sorted by minus the priority first: those above the floor lead
+            return heads[:bisect.bisect_left(heads, -floor, key=_minus_priority)]
+        return [entry for entry in heads if _group(entry).jobs[0].priority > floor]
+
+    def visit(self, job: JobSpec) -> Skip | None:
+        """Try the job; an elastic job running at least its minimum grows one task at a time, each
+        preempting as a job of one task would, while its queue stays within its fair share (as in reclaim)."""
+        state = self.state
         while True:
             waiting = state.pending_count(job.id)
-            skip = attempt(job)
+            skip = self.attempt(job)
             left = state.pending_count(job.id)
             if skip is not None or not left or left == waiting or needed_tasks(state, job)[1] > 0:
                 return skip
 
-    def attempt(job: JobSpec) -> Skip | None:
+    def attempt(self, job: JobSpec) -> Skip | None:
+        """Place the job's next tasks (its gang minimum, at least one) by evicting lower-priority jobs
+        of its queue; the Skip when that fails."""
+        state = self.state
         pending, minimum = needed_tasks(state, job)
         if not pending:
             return None
         queue = state.project_queue(job)
-        if hopeless.holds(job, queue):
-            return hopeless
+        if self.hopeless.holds(job, queue):
+            return self.hopeless
         tasks = max(minimum, 1)
         need = state.need(job, tasks)
-        if queue.book is not None:
+        if queue.book is not None and queue.book.refusal(job, need.gpu, queue.pool) is not None:
             # A limit per user or project is not for preemption to meet: a victim moved, not stopped, would
             # leave it passed. The job waits with the reason allocation gave.
-            limited = queue.book.refusal(job, need.gpu, queue.pool)
-            if limited is not None:
-                return hopeless
-        shapes = failed.get(queue) or failed.setdefault(queue, FailedShapes(state))
-        candidates = lists.running_below(queue, job.priority)
+            return self.hopeless
+        failures = self.failed.get(queue) or self.failed.setdefault(queue, FailedShapes(state))
+        candidates = self.lists.running_below(queue, job.priority)
         if not candidates:  # whatever its size: no job of this priority or lower has a victim
-            shapes.add(job, 1, None, own=-job.priority, binding=())
-            return hopeless
-
-        def eligible(victim: Victim) -> Evicted | None:
-            return Evicted(RULE, job.id, queue.name, job.priority, victim.job.id, victim.job.priority)
-
+            failures.add(job, 1, None, own=-job.priority, binding=())
+            return self.hopeless
         refused = refusal(queue, job, need)
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
-            quota_shapes = over_quota.get(queue) or over_quota.setdefault(queue, FailedShapes(state))
-            # A non-preemptible job as large in a resource its queue has no quota left of is refused too.
-            for resource in {r: None for level in (queue, queue.parent) if level is not None
-                             for r in level.fixed_excess(need)} or [None]:
-                quota_shapes.add(job, tasks, None, binding=None if resource is None else (resource,))
-            return hopeless
-
-        def ready() -> bool:
-            return refusal(queue, job, need) is None
-
+            self.refuse_over_quota(job, queue, tasks, need)
+            return self.hopeless
+        preemptor = _Preemptor(self.lists, job, queue, need)
         limit = ShareLimit(queue)
+        must: tuple[float, float, float] | None = None
         if refused is None:
             # The first task alone may take the queue over the limit: then its victims must free the
             # excess on the node it goes to, and make_room would fail, evicting nothing, where none can.
-            must_gpu, must_cpu, must_mem = limit.must_free(state.task_need(job))
-            hopeful = (max(must_gpu, must_cpu, must_mem) <= EPS
-                       or lists.may_free_on_one_node(queue, job.priority, must_gpu, must_cpu, must_mem))
-        else:
-            hopeful = True
-        if hopeful and make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit,
-                                 lambda: lists.holdings(queue, job.priority)):
+            must = limit.must_free(state.task_need(job))
+            if max(must) <= EPS or self.lists.may_free_on_one_node(queue, job.priority, must[0], must[1], must[2]):
+                must = None
+        if must is None and make_room(self.session, job, candidates, RULE, preemptor.eligible, self.lists,
+                                      preemptor.ready, limit, preemptor.holdings):
             started(state, job, queue)
             return None
+        self.remember_failure(job, queue, tasks, limit, must)
+        return self.hopeless
+
+    def refuse_over_quota(self, job: JobSpec, queue: QueueState, tasks: int, need: Resources) -> None:
+        """Remember a non-preemptible job its queue has no quota left for: one as large in a resource
+        its queue (or department) has no quota left of is refused too."""
+        failures = self.over_quota.get(queue) or self.over_quota.setdefault(queue, FailedShapes(self.state))
+        for resource in {r: None for level in (queue, queue.parent) if level is not None
+                         for r in level.fixed_excess(need)} or [None]:
+            failures.add(job, tasks, None, binding=None if resource is None else (resource,))
+
+    def remember_failure(self, job: JobSpec, queue: QueueState, tasks: int, limit: ShareLimit,
+                         short_of: tuple[float, float, float] | None) -> None:
+        """Record why the job failed, so a request at least as large at a priority as high is passed over.
+
+        ``short_of`` is what one task's victims must free where no node's
+        victims hold that much: a request needing at least as much more of
+        such a resource fails too while nothing in the department is placed
+        or released, when the queue has no hard bound (``_bounded``).
+        """
         refused_by_limit = limit.refusal
         if refused_by_limit is not None:
-            state.reasons[job.id] = (queue, refused_by_limit)
-        shapes.add(job, tasks, refused_by_limit, own=-job.priority)
-        if queue not in bounded:
-            bounded[queue] = _bounded(queue)
-        if not hopeful and not bounded[queue]:
-            mark = (queue.parent or queue).changes
-            known = short.get(queue)
-            if known is None or known[0] != mark:
-                known = short[queue] = (mark, FailedShapes(state))
-            most = lists.most_held(queue, job.priority)
-            for resource, held, must in zip(RESOURCES, most, (must_gpu, must_cpu, must_mem)):
-                if held < must - 2 * EPS:
-                    known[1].add(job, tasks, refused_by_limit, own=-job.priority, binding=(resource,))
-        return hopeless
+            self.state.reasons[job.id] = (queue, refused_by_limit)
+        self.failed[queue].add(job, tasks, refused_by_limit, own=-job.priority)
+        if short_of is None or _bounded(queue):
+            return
+        stamp = (queue.parent or queue).changes
+        short = self.short.get(queue, stamp)
+        if short is None:
+            short = self.short.put(queue, stamp, FailedShapes(self.state))
+        most = self.lists.most_held(queue, job.priority)
+        for resource, held, must in zip(RESOURCES, most, short_of):
+            if held < must - 2 * EPS:
+                short.add(job, tasks, refused_by_limit, own=-job.priority, binding=(resource,))
 
-    # A job may preempt only above the lowest priority among its queue's victims: preemptible jobs
-    # past their minimum run time. (Jobs too young to be victims would make whole groups try in vain.)
-    lowest: dict[QueueState, int] = {}
-    for queue, running in state.running.items():
-        if running and queue in state.backlog.by_queue:
-            floor = NON_PREEMPTIBLE_PRIORITY  # no preemptible job is this high
-            for job in running.values():
-                # The priority test first: most jobs cannot lower the floor, and the age test costs more.
-                if job.priority < floor and not lists.too_young(job):
-                    floor = job.priority
-            if floor < NON_PREEMPTIBLE_PRIORITY:
-                lowest[queue] = floor
 
-    priority_first = state.backlog.order.priority_first
+class _Preemptor:
+    """A pending job trying to preempt: why its victims go, and whether its queue may take it yet."""
 
-    def admit(queue: QueueState, heads: list[Entry]) -> list[Entry]:
-        floor = lowest[queue]
-        if priority_first:  # the heads are sorted by minus the priority first: those above the floor lead
-            return heads[:bisect.bisect_left(heads, -floor, key=_minus_priority)]
-        return [entry for entry in heads if _group(entry).jobs[0].priority > floor]
+    def __init__(self, lists: VictimLists, job: JobSpec, queue: QueueState, need: Resources) -> None:
+        self.lists = lists
+        self.job = job
+        self.queue = queue
+        self.need = need
 
-    serve_in_order(state, state.backlog, visit, admit, queues=lowest)
+    def eligible(self, victim: Victim) -> Evicted:
+        """Why the victim goes: the preemptor outranks it."""
+        job = self.job
+        return Evicted(RULE, job.id, self.queue.name, job.priority, victim.job.id, victim.job.priority)
+
+    def ready(self) -> bool:
+        """True once the queue's rules let it take the job (evictions may bring it back under them)."""
+        return refusal(self.queue, self.job, self.need) is None
+
+    def holdings(self) -> Holdings:
+        """At least what the victims below the job's priority hold, by node (``VictimLists.holdings``)."""
+        return self.lists.holdings(self.queue, self.job.priority)
 
 
 class _Hopeless(Skip):
     """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
 
     def __init__(self, state: ClusterState, failed: dict[QueueState, FailedShapes],
-                 over_quota: dict[QueueState, FailedShapes], short: dict[QueueState, tuple[int, FailedShapes]]) -> None:
+                 over_quota: dict[QueueState, FailedShapes], short: Memo[QueueState, FailedShapes]) -> None:
         self.state = state
         self.failed = failed
         self.over_quota = over_quota
@@ -158,19 +203,19 @@ class _Hopeless(Skip):
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         state = self.state
         tasks = gang_tasks(state, job)
-        sid = state.shapes.of_group(group) if group is not None else -1
-        shapes = self.failed.get(queue)
-        found = shapes.find(job, tasks, -job.priority, sid) if shapes is not None else None
+        number = state.shapes.of_group(group) if group is not None else -1
+        failures = self.failed.get(queue)
+        found = failures.find(job, tasks, -job.priority, number) if failures is not None else None
         if found is None:
-            known = self.short.get(queue)
-            if known is not None and known[0] == (queue.parent or queue).changes:
-                found = known[1].find(job, tasks, -job.priority, sid)
+            short = self.short.get(queue, (queue.parent or queue).changes)
+            if short is not None:
+                found = short.find(job, tasks, -job.priority, number)
         if found is not None:
             if found[0] is not None:
                 state.reasons[job.id] = (queue, found[0])
             return True
         refused = self.over_quota.get(queue)
-        return not job.preemptible and refused is not None and refused.find(job, tasks, 0, sid) is not None
+        return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None
 
 
 def _group(entry: Entry) -> Group:
@@ -191,20 +236,9 @@ def _bounded(queue: QueueState) -> bool:
     over quota, so what one task must free decides alone whether its victims
     can make room: a job needing at least as much more of a resource no node's
     victims hold enough of, while nothing in the department is placed or
-    released, fails too (``short`` in ``preempt``).
+    released, fails too (``Preempt.short``).
     """
     for level in (queue, queue.parent):
         if level is not None and not level.implicit and (level.limit != UNLIMITED or not level.settings.over_quota):
             return True
     return False
-
-
-class Preempt:
-    """The preempt action: inside a project, stop lower-priority jobs for higher-priority ones."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def run(self) -> None:
-        """Run the action once over the session's state."""
-        preempt(self.session.state, self.session.placer)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gpud.core.memo import Memo
 from gpud.core.placement import Placer
-from gpud.core.state import ClusterState
+from gpud.core.queues import QueueState
+from gpud.core.state import ClusterState, EvictedBy, Statement
 
 
 class Session:
@@ -21,3 +23,12 @@ class Session:
         self.state = state
         self.policies = state.policies
         self.placer = Placer(state)
+        # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
+        # stamped with the queue's ``changes``.
+        self.victim_orders: Memo[QueueState, list[tuple]] = Memo()
+        # Each job the cycle evicted: the eviction rule, its reason, the job it made room for.
+        self.evicted_by: EvictedBy = {}
+
+    def statement(self) -> Statement:
+        """A new statement on the state, recording its evictions in ``evicted_by``."""
+        return Statement(self.state, self.evicted_by)

@@ -13,7 +13,7 @@ from gpud.core.blockers import UNKNOWN_PROJECT
 from gpud.core.cover import QueueCovers
 from gpud.core.history import entry_penalty
 from gpud.core.limits import LimitBook
-from gpud.core.nodes import FreeOrder, NodeIndex, NodeState, node_kind
+from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.passed_over import PassedOver
 from gpud.core.policy_set import PolicySet
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
@@ -85,14 +85,10 @@ class ClusterState:
                 if queue.kind == "project":
                     queue.book = self.book
         self.orphans: dict[str, Blocker] = {}
-        self.evicted_by: dict[str, tuple[str, Evicted | None, str | None]] = {}
         self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
         self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, PassedOver] = {}
-        # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
-        self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
-        self.free_orders: dict[str, FreeOrder] = {}  # by pool, for consolidation: kept from cycle to cycle
         self.touched: set[str] = set()
         self.fragmented: set[str] = set()
         self.releases = 0
@@ -192,8 +188,6 @@ class ClusterState:
         self.reasons = {}
         self.group_reasons = {}
         self.late_reasons = {}
-        self.victim_orders = {}
-        self.evicted_by = {}
         self.touched = set()
         self.fragmented = set()
         self._release_log = []
@@ -463,6 +457,10 @@ def _with_placements(job: JobSpec, placements: tuple[TaskPlacement | None, ...],
     return dataclasses.replace(job, placements=placements, started=started)
 
 
+# Each evicted job's (eviction rule, reason, the job it made room for), by job id.
+EvictedBy = dict[str, tuple[str, Evicted | None, str | None]]
+
+
 class Statement:
     """A sequence of tentative changes to a ClusterState that commits whole or rolls back.
 
@@ -471,8 +469,11 @@ class Statement:
     the state, and dropping the statement keeps them.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, evicted_by: EvictedBy | None = None) -> None:
+        """``evicted_by``: where each evicted job's rule, reason and preemptor go (the cycle's,
+        ``Session.evicted_by``); a statement that only binds needs none."""
         self.state = state
+        self.evicted_by: EvictedBy = {} if evicted_by is None else evicted_by
         self._undo: list[tuple] = []
 
     def bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
@@ -483,8 +484,8 @@ class Statement:
     def evict(self, job: JobSpec, task: int, rule: str, reason: Evicted | None, for_job: str | None) -> TaskPlacement:
         """Remove task ``task`` of ``job`` from its node, recording why; returns where it was."""
         placement = self.state._unbind(job, task)
-        self._undo.append(("evict", job, task, placement, self.state.evicted_by.get(job.id)))
-        self.state.evicted_by[job.id] = (rule, reason, for_job)
+        self._undo.append(("evict", job, task, placement, self.evicted_by.get(job.id)))
+        self.evicted_by[job.id] = (rule, reason, for_job)
         return placement
 
     def checkpoint(self) -> int:
@@ -502,6 +503,6 @@ class Statement:
                 _, job, task, placement, previous = op
                 state._bind(job, task, placement)
                 if previous is None:
-                    state.evicted_by.pop(job.id, None)
+                    self.evicted_by.pop(job.id, None)
                 else:
-                    state.evicted_by[job.id] = previous
+                    self.evicted_by[job.id] = previous
