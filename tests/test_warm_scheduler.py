@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gpud.core import Scheduler, schedule
 from gpud.core.cover import QueueCovers
+from gpud.core.memo import Memo
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
@@ -266,9 +267,9 @@ def forget_memories(state: ClusterState) -> None:
         for group in groups.values():
             group.sid = -1
     state.covers = QueueCovers(state)
-    state._task_needs = {}
-    state._gang_needs = {}
-    state._victims = {}
+    state._task_needs = Memo()
+    state._gang_needs = Memo()
+    state._victims = Memo()
     state.free_orders = {}
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from gpud.core.admission import EVERY_JOB, refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
+from gpud.core.memo import Memo
 from gpud.core.blockers import SHORTAGE, restated, running
 from gpud.core.passed_over import PassedOver
 from gpud.core.placement import FRAGMENTED, WAITING, Placer, explain_unplaced
@@ -126,7 +127,8 @@ class Blocks:
         self.state = state
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
-        self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
+        # By queue: True when blocks_all said False, stamped with the failures' versions it saw.
+        self._none_blocked: Memo[QueueState, bool] = Memo()
 
     def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
         """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
@@ -149,16 +151,16 @@ class Blocks:
         """
         rules = self.rules.get(queue)
         versions = (self.room.version, rules.version if rules is not None else -1)
-        if self._none_blocked.get(queue) == versions:
+        if self._none_blocked.get(queue, versions):
             return False
         cover = self.state.covers.of(queue)
         if not cover:
-            self._none_blocked[queue] = versions
+            self._none_blocked.put(queue, versions, True)
             return False
         for group in cover:
             job = group.jobs[0]
             if self.find(job, queue, max(job.gang_minimum, 1)) is None:
-                self._none_blocked[queue] = versions
+                self._none_blocked.put(queue, versions, True)
                 return False
         return True
 

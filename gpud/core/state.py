@@ -14,13 +14,14 @@ from gpud.core.cover import QueueCovers
 from gpud.core.hooks import first_result
 from gpud.core.history import entry_penalty
 from gpud.core.limits import LimitBook
+from gpud.core.memo import Memo
 from gpud.core.nodes import FreeOrder, NodeIndex, NodeState, node_kind
 from gpud.core.orders import job_order_key
 from gpud.core.passed_over import PassedOver
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
-from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement
 from gpud.policy import Policy
 
 
@@ -69,9 +70,12 @@ class ClusterState:
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
-        self._task_needs: dict[str, tuple[TaskRequest, Resources]] = {}
-        self._gang_needs: dict[tuple[str, int], tuple[Resources, Resources]] = {}  # ``need`` of several tasks
-        self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
+        # By job: what one task needs, stamped with the job's request (``task_need``); what several
+        # tasks need, stamped with what one needs (``need``); the job as a victim, stamped with its
+        # JobSpec while its tasks stay where they were (``victims``).
+        self._task_needs: Memo[str, Resources] = Memo()
+        self._gang_needs: Memo[tuple[str, int], Resources] = Memo()
+        self._victims: Memo[str, Victim] = Memo()
         self.covers = QueueCovers(self)
         job_key = first_result(self.hook.gpud_job_order_key, pm)
         # The user order needs the built-in job order's key (priority first) and one user per group.
@@ -178,10 +182,10 @@ class ClusterState:
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job)
         self.shapes.forget(job_id)
-        self._task_needs.pop(job_id, None)
+        self._task_needs.forget(job_id)
         for tasks in range(2, job.tasks + 1):
-            self._gang_needs.pop((job_id, tasks), None)
-        self._victims.pop(job_id, None)
+            self._gang_needs.forget((job_id, tasks))
+        self._victims.forget(job_id)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
@@ -329,17 +333,15 @@ class ClusterState:
         still hold after it.
         """
         request = job.request
-        known = self._task_needs.get(job.id)
-        if known is not None and known[0] is request:  # kept with the request: the pool's GPUs stay as they are
-            return known[1]
+        known = self._task_needs.get(job.id, request)  # the pool's GPUs stay as they are
+        if known is not None:
+            return known
         if request.gpu_memory_gib is not None:
             size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
             gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
         else:
             gpu = request.gpus
-        need = Resources(gpu, request.cpus, request.memory_gib)
-        self._task_needs[job.id] = (request, need)
-        return need
+        return self._task_needs.put(job.id, request, Resources(gpu, request.cpus, request.memory_gib))
 
     def group_need(self, group: Group) -> Resources:
         """What one pending task of any job of the group will hold at most (``task_need``), kept on the group."""
@@ -355,10 +357,10 @@ class ClusterState:
         if not tasks:
             return ZERO
         one = self.task_need(job)
-        known = self._gang_needs.get((job.id, tasks))
-        if known is None or known[0] is not one:  # kept while the job's need per task stands
-            known = self._gang_needs[(job.id, tasks)] = (one, one.scaled(tasks))
-        return known[1]
+        known = self._gang_needs.get((job.id, tasks), one)
+        if known is None:
+            known = self._gang_needs.put((job.id, tasks), one, one.scaled(tasks))
+        return known
 
     def released_since(self, releases: int) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
@@ -387,12 +389,13 @@ class ClusterState:
             if preemptible_only and not job.preemptible:
                 continue
             # A victim is kept while its job's tasks stay where they were when it was made: made for a
-            # job untouched in its cycle, it holds for the same JobSpec as long as the job stays untouched.
-            victim = kept.get(job_id)
-            if victim is None or victim.job is not job or victim.queue is not queue or job_id in touched:
+            # job untouched in its cycle, it holds for the same JobSpec (of the same queue, the one it
+            # runs in) as long as the job stays untouched.
+            victim = kept.get(job_id, job) if job_id not in touched else None
+            if victim is None:
                 victim = Victim(job, queue, self.running_tasks(job_id), self.now)
                 if job_id not in touched:
-                    kept[job_id] = victim
+                    kept.put(job_id, job, victim)
             found.append(victim)
         return found
 
