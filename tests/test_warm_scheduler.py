@@ -313,7 +313,7 @@ def test_consolidation_sees_nodes_in_their_order_of_free_share_after_a_job_finis
     # The pool's nodes in order of free GPU share are kept from cycle to cycle: a node a finished job
     # left emptier must come first in the next cycle, though nothing was placed since.
     from gpud.core.consolidate import _most_free_first, consolidate
-    from gpud.core.placement import Placer
+    from gpud.core.session import Session
 
     nodes = (NodeSpec("n1", gpus=4), NodeSpec("n2", gpus=4))
     jobs = (JobSpec("a", "p1", TaskRequest(1), started=0.0, placements=(TaskPlacement("n1", (0,)),)),
@@ -325,5 +325,5 @@ def test_consolidation_sees_nodes_in_their_order_of_free_share_after_a_job_finis
     assert [n.name for n in _most_free_first(state, "default", state.free_orders)] == ["n1", "n2"]
     scheduler.finish("b")  # n2 is now all free, n1 still runs "a"
     state.begin_cycle(20.0)
-    consolidate(state, Placer(state))
+    consolidate(Session(state))
     assert [n.name for n in _most_free_first(state, "default", state.free_orders)] == ["n2", "n1"]

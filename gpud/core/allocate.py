@@ -33,6 +33,7 @@ class Allocate:
     """
 
     def __init__(self, session: Session) -> None:
+        self.session = session
         self.state = session.state
         self.placer = session.placer
         self.reasons = session.reasons
@@ -61,7 +62,7 @@ class Allocate:
         if found is None:
             found = self.place(job, queue, tasks)
             if found is None:
-                started(state, job, queue)
+                started(self.session, job, queue)
                 return True
         self.reasons[job.id] = (queue, found[0])
         return False
@@ -231,15 +232,16 @@ def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobS
     return None, EVERY_JOB
 
 
-def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
+def started(session: Session, job: JobSpec, queue: QueueState) -> None:
     """Record that the job got tasks placed: it waits no more, or (an elastic job started with
     fewer tasks than it asks for) why its other tasks still wait."""
+    state = session.state
     left = state.pending_count(job.id)
     if not left:
-        state.reasons.pop(job.id, None)
+        session.reasons.pop(job.id, None)
         return
     detail, _ = explain_unplaced(state, job, 1)
-    state.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
+    session.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
 
 
 def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | None) -> Blocker | None:

@@ -25,13 +25,14 @@ MAX_NODES_TRIED: Final = 16
 MAX_JOBS_PER_CYCLE: Final = 32
 
 
-def consolidate(state: ClusterState, placer: Placer) -> None:
+def consolidate(session: Session) -> None:
     """For pending jobs that would fit in the pool's free capacity, clear a node by moving others.
 
     A move happens only if every moved job is placed again in the same
     cycle; among the nodes that could be cleared, the one needing the
     fewest moves wins.
     """
+    state, placer = session.state, session.placer
     lists = VictimLists(state)
     movable: dict[str, tuple[int, list[tuple[JobSpec, int]]]] = {}  # by node, while it stays as it is
     orders = state.free_orders  # by pool (_most_free_first), kept from cycle to cycle
@@ -48,7 +49,7 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
         book = state.project_queue(job).book
         limited = book.refusal(job, state.need(job, len(tasks)).gpu, state.pool_of(job)) if book is not None else None
         if limited is not None:  # a limit reached since allocation found it fragmented: it waits for that now
-            state.reasons[job.id] = (state.project_queue(job), limited[0])
+            session.reasons[job.id] = (state.project_queue(job), limited[0])
             return None
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < state.need(job, len(tasks)).gpu:
@@ -64,13 +65,13 @@ def consolidate(state: ClusterState, placer: Placer) -> None:
                 stmt.rollback()
                 failed.add(job, len(tasks), None)
                 return hopeless
-        started(state, job, state.project_queue(job))
+        started(session, job, state.project_queue(job))
         return None
 
-    if not state.fragmented:
+    if not session.fragmented:
         return
     blocked = Backlog(first_result(state.hook.gpud_job_order_key, state.pm), state.job_specific_plugins)
-    for job_id in state.fragmented:
+    for job_id in session.fragmented:
         job = state.jobs[job_id]
         blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
     serve_in_order(state, blocked, visit)
@@ -258,4 +259,4 @@ class Consolidate:
 
     def run(self) -> None:
         """Run the action once over the session's state."""
-        consolidate(self.session.state, self.session.placer)
+        consolidate(self.session)

@@ -88,9 +88,9 @@ class Scheduler:
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
         if last:
-            return Plan(binds, evictions, PendingReasons(state, reports, state.waiting_after()), queues)
+            return Plan(binds, evictions, PendingReasons(session, reports, state.waiting_after()), queues)
         state.commit()
-        return Plan(binds, evictions, PendingReasons(state, reports), queues)
+        return Plan(binds, evictions, PendingReasons(session, reports), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -148,13 +148,14 @@ class PendingReasons(Mapping[str, Waiting]):
     that moment (``Backlog.as_of_now``), not copied.
     """
 
-    def __init__(self, state: ClusterState, reports: dict[QueueState, QueueReport],
+    def __init__(self, session: Session, reports: dict[QueueState, QueueReport],
                  waiting: dict[str, Group] | None = None) -> None:
         """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
-        # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
-        self._reasons = state.reasons
-        self._group_reason = state.group_reasons
-        self._late = state.late_reasons
+        # The session's and the state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
+        state = session.state
+        self._reasons = session.reasons
+        self._group_reason = session.group_reasons
+        self._late = session.late_reasons
         self._late_found: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = state.evicted_by

@@ -12,9 +12,8 @@ from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
 from gpud.core.orders import job_order_key
-from gpud.core.placement import Placer
 from gpud.core.queues import UNLIMITED, QueueState
-from gpud.core.state import ClusterState, Victim
+from gpud.core.state import Victim
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 RULE: Final = "preempt"
 
 
-def preempt(state: ClusterState, placer: Placer) -> None:
+def preempt(session: Session) -> None:
     """Let each pending job evict preemptible jobs of lower priority in its own queue.
 
     Priority means nothing across projects. A non-preemptible preemptor must
@@ -36,6 +35,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     reclaim the preemptor at the next cycle, the victims would take their
     room back the cycle after, and so on.
     """
+    state, placer = session.state, session.placer
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
     over_quota: dict[QueueState, FailedShapes] = {}
@@ -44,7 +44,7 @@ def preempt(state: ClusterState, placer: Placer) -> None:
     short: dict[QueueState, tuple[int, FailedShapes]] = {}
     bounded: dict[QueueState, bool] = {}  # ``_bounded``, asked once per queue: the policy says
 
-    hopeless = _Hopeless(state, failed, over_quota, short)
+    hopeless = _Hopeless(session, failed, over_quota, short)
 
     def visit(job: JobSpec) -> Skip | None:
         # An elastic job running at least its minimum grows one task at a time, each preempting as a
@@ -103,11 +103,11 @@ def preempt(state: ClusterState, placer: Placer) -> None:
             hopeful = True
         if hopeful and make_room(state, placer, job, candidates, RULE, eligible, lists, ready, limit,
                                  lambda: lists.holdings(queue, job.priority)):
-            started(state, job, queue)
+            started(session, job, queue)
             return None
         refused_by_limit = limit.refusal
         if refused_by_limit is not None:
-            state.reasons[job.id] = (queue, refused_by_limit)
+            session.reasons[job.id] = (queue, refused_by_limit)
         shapes.add(job, tasks, refused_by_limit, own=-job.priority)
         if queue not in bounded:
             bounded[queue] = _bounded(queue)
@@ -149,9 +149,10 @@ def preempt(state: ClusterState, placer: Placer) -> None:
 class _Hopeless(Skip):
     """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
 
-    def __init__(self, state: ClusterState, failed: dict[QueueState, FailedShapes],
+    def __init__(self, session: Session, failed: dict[QueueState, FailedShapes],
                  over_quota: dict[QueueState, FailedShapes], short: dict[QueueState, tuple[int, FailedShapes]]) -> None:
-        self.state = state
+        self.state = session.state
+        self.reasons = session.reasons
         self.failed = failed
         self.over_quota = over_quota
         self.short = short
@@ -168,7 +169,7 @@ class _Hopeless(Skip):
                 found = known[1].find(job, tasks, -job.priority, sid)
         if found is not None:
             if found[0] is not None:
-                state.reasons[job.id] = (queue, found[0])
+                self.reasons[job.id] = (queue, found[0])
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, sid) is not None
@@ -208,4 +209,4 @@ class Preempt:
 
     def run(self) -> None:
         """Run the action once over the session's state."""
-        preempt(self.session.state, self.session.placer)
+        preempt(self.session)

@@ -11,7 +11,6 @@ from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
 from gpud.core.order import Entry, Skip, serve_in_order
-from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
 from gpud.model import EPS, RESOURCES, Evicted, JobSpec, OverLevel, Resources
@@ -93,7 +92,7 @@ class _Hopeless(Skip):
                                                   state.shapes.of_group(group) if group is not None else -1) is not None
 
 
-def reclaim(state: ClusterState, placer: Placer) -> None:
+def reclaim(session: Session) -> None:
     """For each pending job whose queue stays within its fair share, evict from queues above theirs.
 
     Victims come first from queues over their fair share, then from queues
@@ -102,6 +101,7 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
     is made before each victim, so a queue at or below its quota is never a
     victim. Departments are compared first, then projects.
     """
+    state, placer = session.state, session.placer
     lists = VictimLists(state)
     failed: dict[QueueState, FailedShapes] = {}
     by_pool: dict[str, list[QueueState]] = {}
@@ -236,14 +236,14 @@ def reclaim(state: ClusterState, placer: Placer) -> None:
         if known[1]:
             candidates = judged(lists.of_queues(known[1]), may_go)
             if make_room(state, placer, job, candidates, RULE, eligible, lists):
-                started(state, job, queue)
+                started(session, job, queue)
                 return None
         if known[2] or passed_over or not known[1]:
             strict = False
             judged_at.clear()
             queued = itertools.chain(lists.of_queues(known[1]), lists.of_queues(known[2]))
             if make_room(state, placer, job, judged(queued, may_go), RULE, eligible, lists):
-                started(state, job, queue)
+                started(session, job, queue)
                 return None
         shapes.add(job, tasks, None)
         return hopeless
@@ -311,4 +311,4 @@ class Reclaim:
 
     def run(self) -> None:
         """Run the action once over the session's state."""
-        reclaim(self.session.state, self.session.placer)
+        reclaim(self.session)

@@ -24,10 +24,10 @@ class Session:
         self.state = state
         self.placer = Placer(state)
         # Why each job the actions took and could not start waits: (its queue, the blocker).
-        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = state.reasons
+        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
         # The same for every job of a group passed over whole: its jobs share their shape.
-        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = state.group_reasons
+        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
-        self.late_reasons: dict[QueueState, PassedOver] = state.late_reasons
+        self.late_reasons: dict[QueueState, PassedOver] = {}
         # Jobs allocation found no room for though the free capacity was there: consolidation's work.
-        self.fragmented: set[str] = state.fragmented
+        self.fragmented: set[str] = set()

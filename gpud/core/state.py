@@ -17,7 +17,6 @@ from gpud.core.limits import LimitBook
 from gpud.core.memo import Memo
 from gpud.core.nodes import FreeOrder, NodeIndex, NodeState, node_kind
 from gpud.core.orders import job_order_key
-from gpud.core.passed_over import PassedOver
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
@@ -27,12 +26,16 @@ from gpud.policy import Policy
 
 
 class ClusterState:
-    """Everything the scheduler reads and changes, kept from one cycle to the next.
+    """The scheduler's bookkeeping, kept from one cycle to the next: nodes, queues, jobs, their
+    placements and the backlog, with what is derived from them (indexes, counters, memos).
 
     Built from a snapshot; afterwards jobs come and go through ``add_job`` and
     ``remove_job``, each cycle starts with ``begin_cycle`` and ends with
-    ``commit``, which makes the cycle's placements the new baseline. The
-    snapshot itself is never modified.
+    ``commit``, which makes the cycle's placements the new baseline. During a
+    cycle, placements change only through a ``Statement``, which also notes
+    why each job was evicted (``evicted_by``). What a cycle finds out about
+    the jobs that still wait lives in its ``Session`` (gpud.core.session).
+    The snapshot itself is never modified.
     """
 
     def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
@@ -91,15 +94,10 @@ class ClusterState:
                     queue.book = self.book
         self.orphans: dict[str, Blocker] = {}
         self.evicted_by: dict[str, tuple[str, Evicted | None, str | None]] = {}
-        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
-        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
-        # Queues whose jobs allocation passed over all at once, and how to say why each waits.
-        self.late_reasons: dict[QueueState, PassedOver] = {}
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict).
         self.victim_orders: dict[QueueState, tuple[int, list[tuple]]] = {}  # (key, n, victim) entries
         self.free_orders: dict[str, FreeOrder] = {}  # by pool, for consolidation: kept from cycle to cycle
         self.touched: set[str] = set()
-        self.fragmented: set[str] = set()
         self.releases = 0
         # The node of each release this cycle, in order; the first is release number ``_log_base`` + 1.
         self._release_log: list[str] = []
@@ -189,18 +187,14 @@ class ClusterState:
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
-        """Start a cycle at ``now``: forget the last cycle's reasons, compute every queue's fair share."""
+        """Start a cycle at ``now``: forget the last cycle's evictions, compute every queue's fair share."""
         if now is not None:
             self.now = now
         self.cycle += 1
         self.changes_at_begin = self.changes
-        self.reasons = {}
-        self.group_reasons = {}
-        self.late_reasons = {}
         self.victim_orders = {}
         self.evicted_by = {}
         self.touched = set()
-        self.fragmented = set()
         self._release_log = []
         self._log_base = self.releases
         demand = {}
