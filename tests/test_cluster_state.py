@@ -1,4 +1,4 @@
-"""The controller's state machine without daemons: plans carried out as orders, node reports as job states."""
+"""The controller's state machine without daemons: plans carried out as node commands, node reports as job states."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def cluster():
     state = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
     state.register(NodeRecord("n1", cpus=8, memory_gib=64,
                               gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
-    state.take_orders()
+    state.take_commands()
     return state
 
 
@@ -46,7 +46,7 @@ def cycle(cluster: Cluster) -> dict[str, list[dict]]:
                                      cluster.clock())
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
     cluster.apply_plan(plan, skip)
-    return cluster.take_orders()
+    return cluster.take_commands()
 
 
 def report(cluster: Cluster, order: dict, state: str, **fields) -> None:
@@ -60,7 +60,7 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
     assert sorted(o["job"] for o in starts) == hogs
     for order in starts:
         report(cluster, order, "running", pid=100)
-    cluster.take_orders()
+    cluster.take_commands()
     newcomer = submit(cluster, "b")
     orders = cycle(cluster)["n1"]
     stops = [o for o in orders if o["type"] == "stop"]
@@ -68,7 +68,7 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
     assert not [o for o in orders if o["type"] == "start"], "the GPU is still held by the stopping task"
     victim = stops[0]
     report(cluster, victim, "exited", exit_code=None, term_signal=15)
-    orders = cluster.take_orders()["n1"]
+    orders = cluster.take_commands()["n1"]
     assert [(o["type"], o["job"]) for o in orders] == [("ack", victim["job"]), ("start", newcomer)]
     assert cluster.jobs[victim["job"]].state == "PENDING"
     assert cluster.jobs[victim["job"]].restart_count == 1
@@ -89,12 +89,12 @@ def test_a_task_that_cannot_start_fails_its_job_with_the_reason(cluster):
     report(cluster, start, "exited", reason="failed to start: no user 'u' on this node")
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("FAILED", "task 0 failed to start: no user 'u' on this node")
-    assert cluster.take_orders()["n1"][0]["type"] == "ack"
+    assert cluster.take_commands()["n1"][0]["type"] == "ack"
 
 
 def test_a_task_the_node_runs_but_nobody_wants_is_stopped(cluster):
     cluster.reconcile("n1", [{"job": "77", "task": 0, "attempt": 0, "state": "running", "pid": 5}], fresh=True)
-    (stop,) = cluster.take_orders()["n1"]
+    (stop,) = cluster.take_commands()["n1"]
     assert (stop["type"], stop["job"], stop["reason"]) == ("stop", "77", "not wanted")
 
 

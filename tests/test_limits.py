@@ -205,3 +205,20 @@ def test_a_submit_past_a_pending_limit_is_refused_naming_it(live):
     status, body = _post(live, live.bob, array="0-5")
     assert status == 429 and "pending jobs" in body["error"]
     assert live.controller is not None and live.controller.alive()
+
+
+def test_a_live_controller_starts_a_users_jobs_one_after_another(tmp_path):
+    """The controller's scheduler is kept between cycles: under user_running_jobs = 1 a user's jobs
+    run one at a time, each starting once the one before has finished."""
+    cluster = LiveCluster(tmp_path, policy='[[projects]]\nname = "alpha"\ngpu_quota = 4\nuser_running_jobs = 1\n')
+    try:
+        cluster.start_controller()
+        cluster.start_node("n1", gpus=4)
+        user = cluster.token_for("nobody")  # an account every node has
+        ids = [cluster.submit(token=user, command=["sleep", "0.5"], gpus=1, workdir="/tmp", output="/dev/null")
+               for _ in range(3)]
+        jobs = [cluster.wait_state(job_id, "COMPLETED") for job_id in ids]
+        for before, after in zip(jobs, jobs[1:]):
+            assert after["started"] >= before["ended"], (before, after)
+    finally:
+        cluster.close()

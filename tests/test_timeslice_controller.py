@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from gpud.controller.nodes import Gpu, NodeRecord
-from gpud.controller.orders import start_order
+from gpud.controller.node_commands import start_command
 from gpud.controller.views import job_view, sharing_view
 from gpud.errors import ConfigError
 from gpud.jobs import Job
@@ -133,7 +133,7 @@ def placed(job: Job, gpus=(1,), share=0.25) -> Job:
 
 def order_spec(job: Job, slicing: TimeSlicing) -> dict:
     n = node()
-    return start_order(job, 0, job.runs[0], n, {"n1": n}, 30.0, slicing)["spec"]
+    return start_command(job, 0, job.runs[0], n, {"n1": n}, 30.0, slicing)["spec"]
 
 
 def test_a_strict_fraction_gets_its_compute_share_and_memory_slice():
@@ -201,7 +201,7 @@ def cluster():
                            "projects": [{"name": "p", "gpu_quota": 1}]}, "test")
     state = Cluster(policy, make_plugin_manager(), Persister(None, None), lambda: 1000.0)
     state.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0", memory_gib=80.0)]), tasks=[])
-    state.take_orders()
+    state.take_commands()
     return state
 
 

@@ -20,7 +20,7 @@ from gpud.core.memo import Memo
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
-from gpud.policy import Department, NodePool, Policy, Project
+from gpud.policy import Department, Limits, NodePool, Policy, Project
 from gpud.plugins import make_plugin_manager
 from gpud.reasons import pending_texts
 from test_properties import PM, SETTINGS, Case, assert_not_overcommitted, cases, requests
@@ -39,7 +39,16 @@ def books(state: ClusterState) -> dict:
     nodes = {name: (tuple(r(f) for f in n.free_share), r(n.free_cpu), r(n.free_mem))
              for name, n in state.nodes.items()}
     waiting = sorted(state.backlog.group_of)
-    return {"queues": queues, "pending": pending, "nodes": nodes, "waiting": waiting}
+    user_gpus = {(queue.name, user): r(held) for (queue, user), held in state.user_gpus.items() if abs(held) > 1e-9}
+    book = state.book
+    limits = None if book is None else (
+        {user: r(held) for user, held in book.user_gpus.items() if abs(held) > 1e-9},
+        {member: r(held) for member, held in book.member_gpus.items() if abs(held) > 1e-9},
+        {user: n for user, n in book.user_running.items() if n},
+        {member: n for member, n in book.member_running.items() if n},
+        {project: n for project, n in book.project_running.items() if n}, sorted(book.running))
+    return {"queues": queues, "pending": pending, "nodes": nodes, "waiting": waiting, "user_gpus": user_gpus,
+            "limits": limits}
 
 
 def fresh_state(scheduler: Scheduler, case: Case) -> ClusterState:
@@ -47,15 +56,23 @@ def fresh_state(scheduler: Scheduler, case: Case) -> ClusterState:
     return ClusterState(snapshot, case.policy, PM)
 
 
+USERS = ("alice", "bob", "")
+
+
 @st.composite
 def churned(draw):
+    """A case whose jobs have users, under user limits or none, and steps of jobs submitted and finished."""
     case = draw(cases())
+    jobs = tuple(dataclasses.replace(job, user=draw(st.sampled_from(USERS))) for job in case.snapshot.jobs)
+    limits = Limits(gpus=draw(st.sampled_from([None, 2.0, 4.0])), running_jobs=draw(st.sampled_from([None, 1, 3])))
+    case = dataclasses.replace(case, snapshot=dataclasses.replace(case.snapshot, jobs=jobs),
+                               policy=dataclasses.replace(case.policy, user_limits=limits))
     steps = []
     for step in range(draw(st.integers(1, 4))):
         new = [JobSpec(id=f"s{step}-{i}", project=draw(st.sampled_from(sorted(case.policy.projects))),
                        request=draw(requests()), priority=draw(st.sampled_from([50, 75, 100])),
                        tasks=draw(st.integers(1, 2)), submitted=float(step), seq=1000 + 10 * step + i,
-                       placements=(None, None))
+                       placements=(None, None), user=draw(st.sampled_from(USERS)))
                for i in range(draw(st.integers(0, 3)))]
         new = [dataclasses.replace(j, placements=(None,) * j.tasks) for j in new]
         steps.append((new, draw(st.integers(0, 3))))

@@ -20,7 +20,7 @@ def make_cluster(policy: dict, nodes: list[tuple[str, int, float]]) -> Cluster:
     for name, gpus, cpus in nodes:
         cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
                                     gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_orders()
+    cluster.take_commands()
     return cluster
 
 
@@ -36,7 +36,7 @@ def cycle(cluster: Cluster) -> None:
                                      cluster.clock())
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
     cluster.apply_plan(plan, skip)
-    cluster.take_orders()
+    cluster.take_commands()
 
 
 def rules(answer: dict) -> list[str]:

@@ -110,7 +110,7 @@ def add_nodes(cluster: Cluster, nodes: list[tuple[str, int, float]]) -> None:
     for name, gpus, cpus in nodes:
         cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
                                     gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_orders()
+    cluster.take_commands()
 
 
 def started(cluster: Cluster, job_id: str) -> bool:

@@ -1,7 +1,7 @@
 """The controller's state machine: jobs, their tasks on nodes, and the scheduler's plans carried out.
 
 Everything here runs on the event loop thread and does no I/O: changes are
-marked on the persister, orders for nodes pile up in ``orders``, and the
+marked on the persister, commands for nodes pile up in ``outbox``, and the
 caller flushes the one and delivers the other (``Controller.commit``).
 """
 
@@ -16,7 +16,7 @@ from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
-from gpud.controller.orders import purge_order, start_order, stop_order
+from gpud.controller.node_commands import purge_command, start_command, stop_command
 from gpud.controller.persist import Persister
 from gpud.jobs import Job, TaskRun, gpus_of, job_uid, new_uid
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
@@ -51,7 +51,7 @@ class Cluster(NodeMessages):
         self.recently_ended: dict[str, str] = {}
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
-        self.orders: dict[str, list[dict]] = defaultdict(list)
+        self.outbox: dict[str, list[dict]] = defaultdict(list)
         self.connected: set[str] = set()
         self.wanted: dict[str, dict[str, tuple[str, int]]] = defaultdict(dict)
         self.unsent: dict[str, dict[str, float]] = defaultdict(dict)
@@ -285,7 +285,7 @@ class Cluster(NodeMessages):
     # ------------------------------------------------------------------ plans
 
     def apply_plan(self, plan: Plan, skip: set[str]) -> None:
-        """Carry out a cycle's plan: evictions first (tasks stopped or moved), then binds (orders to start)."""
+        """Carry out a cycle's plan: evictions first (tasks stopped or moved), then binds (commands to start)."""
         self.last_plan = plan
         now = self.clock()
         sizes = {job.id: _placed(job) for job in self.jobs.values() if job.min_tasks is not None
@@ -472,7 +472,7 @@ class Cluster(NodeMessages):
                 and run.state != "exited"):
             node.stopping[key] = list(placement.gpu_index)
             self.persist.node(node.name, node.to_json)
-            self._order(node.name, stop_order(job.id, task, run.attempt, reason, self.policy.grace_period_s,
+            self._command(node.name, stop_command(job.id, task, run.attempt, reason, self.policy.grace_period_s,
                                               job_uid(job)))
         job.runs[task] = TaskRun()
 
@@ -501,7 +501,7 @@ class Cluster(NodeMessages):
         self.persist.job(job)
         for host in dict.fromkeys(h for h in job.hosts if h):
             # The job can never run again: each node it ran on deletes its checkpoint directory.
-            self._order(host, purge_order(job))
+            self._command(host, purge_command(job))
         self._core_remove(job)
         del self.jobs[job.id]
         self.timed.discard(job.id)
@@ -590,16 +590,16 @@ class Cluster(NodeMessages):
                 continue
             del unsent[key]
             self.sent_at[key] = self.clock()
-            self._order(name, start_order(job, task, run, node, self.nodes, self.policy.grace_period_s,
+            self._command(name, start_command(job, task, run, node, self.nodes, self.policy.grace_period_s,
                                           self.policy.time_slicing))
 
-    def _order(self, node: str, message: dict) -> None:
-        self.orders[node].append(message)
+    def _command(self, node: str, message: dict) -> None:
+        self.outbox[node].append(message)
 
-    def take_orders(self) -> dict[str, list[dict]]:
-        """The orders piled up for each node since the last call."""
-        orders, self.orders = self.orders, defaultdict(list)
-        return orders
+    def take_commands(self) -> dict[str, list[dict]]:
+        """The commands piled up for each node since the last call."""
+        commands, self.outbox = self.outbox, defaultdict(list)
+        return commands
 
     def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None,
                store: bool = True) -> None:

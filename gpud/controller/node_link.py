@@ -1,4 +1,4 @@
-"""The node daemons' WebSocket (docs/api.md): register, heartbeats and task reports in; orders out."""
+"""The node daemons' WebSocket (docs/api.md): register, heartbeats and task reports in; commands out."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
 
 
 async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], peer: str) -> None:
-    """Serve one node's messages from ``texts`` (answers and orders go out on ``channel``) until they end."""
+    """Serve one node's messages from ``texts`` (answers and commands go out on ``channel``) until they end."""
     name: str | None = None
     try:
         async for text in texts:

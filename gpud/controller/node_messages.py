@@ -2,7 +2,7 @@
 
 A mixin of ``Cluster`` (gpud/controller/cluster.py), whose state it reads
 and changes: like the rest of the cluster it does no I/O, it marks changes
-on the persister and leaves orders for the nodes in ``orders``.
+on the persister and leaves commands for the nodes in ``outbox``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
-from gpud.controller.orders import ack_order, stop_order
+from gpud.controller.node_commands import ack_command, stop_command
 from gpud.jobs import Job, TaskRun, job_uid
 from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
 from gpud.node.lease import FENCED_REASON
@@ -57,7 +57,7 @@ class NodeMessages:
             live = {job_uid(job) for job in self.jobs.values()}
             for uid in checkpoints:
                 if uid not in live:
-                    self._order(node.name, {"type": "purge", "job": "", "job_uid": uid})
+                    self._command(node.name, {"type": "purge", "job": "", "job_uid": uid})
         self.wake()
 
     def heartbeat(self, name: str, gpus: list | None, tasks: list[dict]) -> None:
@@ -87,7 +87,7 @@ class NodeMessages:
             reported.add(key)
             if fresh and key in node.stopping and report.get("state") != "exited":
                 # The stop may have gone out while the node was away: a node that registers hears it again.
-                self._order(name, stop_order(str(report.get("job")), int(report.get("task", -1)),
+                self._command(name, stop_command(str(report.get("job")), int(report.get("task", -1)),
                                              int(report.get("attempt", -1)), "stopped", self.policy.grace_period_s,
                                              str(report.get("job_uid") or "")))
             self.task_report(name, report)
@@ -121,7 +121,7 @@ class NodeMessages:
     def task_report(self, name: str, report: dict) -> bool:
         """One task's state from its node: running, or exited with its code.
 
-        Returns whether the caller must commit now: the report left orders
+        Returns whether the caller must commit now: the report left commands
         that may go out only once its changes are durable. A task that has
         started needs no answer and no durability before one (after a crash
         the node reports it again): its change is written within a moment,
@@ -143,24 +143,24 @@ class NodeMessages:
             job = None  # another job that had this id: not ours to account, to be stopped
         if exited:
             _add_usage(job, report)
-        ack = ack_order(job_id, task, attempt, uid)
+        ack = ack_command(job_id, task, attempt, uid)
         if key in node.stopping:
             if exited:
                 del node.stopping[key]
                 self.persist.node(name, node.to_json)
-                self._order(name, ack)
+                self._command(name, ack)
                 self._send_starts(name)
             return exited
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
         if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
             if exited:
-                self._order(name, ack)
+                self._command(name, ack)
             else:
                 node.stopping[key] = []
-                self._order(name, stop_order(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
+                self._command(name, stop_command(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
             return True
         if run.state == "exited":
-            self._order(name, ack)
+            self._command(name, ack)
             return True
         if not exited:
             _add_gpu_sample(job, report)
@@ -174,7 +174,7 @@ class NodeMessages:
         run.reason = str(report.get("reason") or "")
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
-        self._order(name, ack)
+        self._command(name, ack)
         self._task_exited(job, task, run, self._exit_time(report.get("ended"), run))
         return True
 

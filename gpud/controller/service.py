@@ -163,10 +163,10 @@ class Controller:
             self.cycle_executor.shutdown(cancel_futures=True)
 
     async def commit(self) -> None:
-        """Make every change so far durable, then deliver the orders those changes made."""
-        orders = self.cluster.take_orders()
+        """Make every change so far durable, then deliver the commands those changes made."""
+        commands = self.cluster.take_commands()
         await self.persist.flush()
-        for node, messages in orders.items():
+        for node, messages in commands.items():
             link = self.links.get(node)
             if link is None:
                 continue
@@ -174,7 +174,7 @@ class Controller:
                 for message in messages:
                     await link.send_str(jsontext.dumps(message))
             except (ConnectionError, RuntimeError) as exc:
-                log.warning("could not send orders to node %s: %s", node, exc)
+                log.warning("could not send commands to node %s: %s", node, exc)
 
     async def scheduling_loop(self) -> None:
         """Run a cycle when something changed (debounced) and on a timer, until cancelled.

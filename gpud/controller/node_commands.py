@@ -1,4 +1,4 @@
-"""The orders the controller sends nodes: start a task (with everything it needs to run) and stop one."""
+"""The commands the controller sends nodes: start a task (with everything it needs to run), stop, purge, ack."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ MASTER_PORT_BASE = 29500
 MASTER_PORT_SPAN = 2000
 
 
-def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
+def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
                 grace_s: float, slicing: TimeSlicing | None = None) -> dict:
     """A ``start`` message for one task incarnation (docs/api.md, node WebSocket).
 
@@ -20,7 +20,7 @@ def start_order(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapp
     policy's ``slicing`` mode is strict or fair, its compute share.
     """
     placement = run.placement
-    assert placement is not None, "a start order is for a placed task"
+    assert placement is not None, "a start command is for a placed task"
     first = next((r.placement for r in job.runs if r.placement is not None), placement)
     master = nodes.get(first.node)
     local_rank = sum(1 for r in job.runs[:task] if r.placement is not None and r.placement.node == placement.node)
@@ -70,26 +70,26 @@ def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) ->
     return out
 
 
-def stop_order(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "") -> dict:
+def stop_command(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "") -> dict:
     """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``.
 
     ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node.
     """
-    order = {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
+    command = {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
              "grace_s": grace_s}
     if job_uid:
-        order["job_uid"] = job_uid
-    return order
+        command["job_uid"] = job_uid
+    return command
 
 
-def ack_order(job_id: str, task: int, attempt: int, job_uid: str = "") -> dict:
+def ack_command(job_id: str, task: int, attempt: int, job_uid: str = "") -> dict:
     """An ``ack`` message: the controller has recorded the task's exit, the node may forget it."""
-    order: dict = {"type": "ack", "job": job_id, "task": task, "attempt": attempt}
+    command: dict = {"type": "ack", "job": job_id, "task": task, "attempt": attempt}
     if job_uid:
-        order["job_uid"] = job_uid
-    return order
+        command["job_uid"] = job_uid
+    return command
 
 
-def purge_order(job: Job) -> dict:
+def purge_command(job: Job) -> dict:
     """A ``purge`` message: the job has ended for good, so the node deletes its checkpoint directory."""
     return {"type": "purge", "job": job.id, "job_uid": job_uid(job)}
