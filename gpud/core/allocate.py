@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpud.core.admission import EVERY_JOB, refusal
+from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
 from gpud.core.memo import Memo
 from gpud.core.blockers import SHORTAGE, restated, running
 from gpud.core.passed_over import PassedOver
-from gpud.core.placement import FRAGMENTED, WAITING, Placer, explain_unplaced
+from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
@@ -19,7 +19,6 @@ from gpud.model import Blocker, JobSpec
 
 if TYPE_CHECKING:
     from gpud.core.session import Session
-
 
 
 class Allocate:
@@ -68,17 +67,23 @@ class Allocate:
         return False
 
     def place(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[Blocker | None, str] | None:
-        """Place the job's pending tasks into free room: None when placed, else (blocker, kind) of the
-        failure, remembered for the jobs that come after."""
-        refused = try_allocate(self.state, self.placer, self.stmt, job, queue)
-        if refused is None:
-            return None
-        refusing, binds = refused
-        if refusing is not None:
+        """Place the job's pending tasks into free room, as many as fit of an elastic job, if the queue
+        rules let its queue take them: None when placed, else (blocker, kind) of the failure,
+        remembered for the jobs that come after (``tasks``: how many must start together)."""
+        state = self.state
+        pending, minimum = needed_tasks(state, job)
+        refused = refusal(queue, job, state.need(job, len(pending)))
+        if refused and minimum < len(pending):  # an elastic job may start with its minimum
+            pending = pending[:max(minimum, 1)]
+            refused = refusal(queue, job, state.need(job, len(pending)))
+        if refused:
+            refusing, binds = refused
             if binds != USER_ONLY:  # a user's limit says nothing of the other users' jobs of its shape
                 self.blocks.refuse(job, queue, tasks, refusing, binds)
             return refusing, ""
-        found = explain_unplaced(self.state, job, tasks)
+        if self.placer.place(self.stmt, job, pending, max(minimum, 1)):
+            return None
+        found = explain_unplaced(state, job, tasks)
         self.blocks.room.add(job, tasks, found[0], found[1])
         if found[1] == FRAGMENTED:
             self.fragmented.add(job.id)
@@ -210,26 +215,6 @@ def gang_tasks(state: ClusterState, job: JobSpec) -> int:
         minimum = job.gang_minimum
         return minimum if minimum > 1 else 1
     return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
-
-
-def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
-                 queue: QueueState) -> tuple[Blocker | None, int] | None:
-    """Place the job's pending tasks into free resources.
-
-    Returns None when placed; (blocker, whom the rule binds) when a queue rule
-    refuses the job; (None, EVERY_JOB) when no room was found.
-    """
-    pending, minimum = needed_tasks(state, job)
-    need = state.need(job, len(pending))
-    refused = refusal(queue, job, need)
-    if refused and minimum < len(pending):
-        pending = pending[:max(minimum, 1)]
-        refused = refusal(queue, job, state.need(job, len(pending)))
-    if refused:
-        return refused
-    if placer.place(stmt, job, pending, max(minimum, 1)):
-        return None
-    return None, EVERY_JOB
 
 
 def started(session: Session, job: JobSpec, queue: QueueState) -> None:
