@@ -158,48 +158,22 @@ class QueueWalk:
 
     def _open(self, backlog: Backlog, queues: Iterable[QueueState] | None, admit: Admit | None) -> None:
         """A cursor for each queue with a group to walk, then each queue's entry in the two heaps."""
-        state, touched, placements = self._state, self._touched, self._placements
-        cursors = self._cursors
+        state, cursors = self._state, self._cursors
         chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                              if q in backlog.by_queue}
         # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they are.
         untouched = admit is None and state.changes == state.changes_at_begin
         for queue in chosen:
-            # The backlog keeps each queue's groups sorted by first job; only groups whose first job
-            # started earlier in the cycle are placed again, by their next job. Ties keep the order
-            # the groups were made in, and every entry pushed later comes after them.
             cursor = _QueueCursor(queue)
             cursor.usage = self._user_usage(queue)
-            if cursor.usage is not None:  # a merge of the users' runs, each by its next group, in one heap
-                for user in cursor.usage:
-                    user_run = backlog.user_heads.get((queue, user), [])
-                    cursor.runs[user] = [user_run if admit is None else admit(queue, user_run), 0]
-                    self._feed(cursor, user)
-                if cursor.heap:
-                    cursors[queue] = cursor
-                continue
-            if untouched:
+            if cursor.usage is not None:
+                self._merge_users(cursor, backlog, admit)
+            elif untouched:
                 cursor.run = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
-                if cursor.run:
-                    cursors[queue] = cursor
-                continue
-            at = cursor.at
-            entries = cursor.run
-            heads = backlog.heads.get(queue, [])
-            for entry in heads if admit is None else admit(queue, heads):
-                group: Group = entry[2]
-                jobs = group.jobs
-                if jobs[0].id not in touched or None in placements[jobs[0].id]:
-                    entries.append(entry)
-                    continue
-                i, n = 1, len(jobs)
-                while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
-                    i += 1
-                at[group] = i
-                if i < n:
-                    cursor.heap.append((group.keys[i], group.seq, group))
-            if entries or cursor.heap:
-                heapq.heapify(cursor.heap)
+            else:
+                self._start_after_changes(cursor, backlog.heads.get(queue, []) if admit is None
+                                          else admit(queue, backlog.heads.get(queue, [])))
+            if cursor.run or cursor.heap:
                 cursors[queue] = cursor
         project_heaps = self._project_heaps
         for project, cursor in cursors.items():
@@ -208,6 +182,35 @@ class QueueWalk:
             heapq.heappush(project_heaps[dept], self._queue_entry(project, cursor))
         self._dept_heap = [self._queue_entry(dept, cursors[heap[0][-1]]) for dept, heap in project_heaps.items()]
         heapq.heapify(self._dept_heap)
+
+    def _start_after_changes(self, cursor: _QueueCursor, heads: list[Entry]) -> None:
+        """Set a queue's cursor from its groups sorted by first job (``Backlog.heads``) once the cycle
+        placed some jobs: only groups whose first job started are placed again, by their next job.
+        Ties keep the order the groups were made in, and every entry pushed later comes after them."""
+        touched, placements = self._touched, self._placements
+        at, entries = cursor.at, cursor.run
+        for entry in heads:
+            group: Group = entry[2]
+            jobs = group.jobs
+            if jobs[0].id not in touched or None in placements[jobs[0].id]:
+                entries.append(entry)
+                continue
+            i, n = 1, len(jobs)
+            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
+                i += 1
+            at[group] = i
+            if i < n:
+                cursor.heap.append((group.keys[i], group.seq, group))
+        heapq.heapify(cursor.heap)
+
+    def _merge_users(self, cursor: _QueueCursor, backlog: Backlog, admit: Admit | None) -> None:
+        """Set a user-ordered queue's cursor: a merge of the users' runs, each by its next group, in one heap."""
+        queue = cursor.queue
+        assert cursor.usage is not None
+        for user in cursor.usage:
+            user_run = backlog.user_heads.get((queue, user), [])
+            cursor.runs[user] = [user_run if admit is None else admit(queue, user_run), 0]
+            self._feed(cursor, user)
 
     def _user_usage(self, queue: QueueState) -> dict[str, float] | None:
         """Each waiting user's decayed usage in the queue, None when fewer than two users wait there."""
