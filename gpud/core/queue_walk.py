@@ -255,7 +255,9 @@ class QueueWalk:
             heapq.heappush(cursor.heap, (self._key_at(cursor, group, cursor.at[group]), self._tiebreak - 1, group))
 
     def _clean(self, cursor: _QueueCursor) -> None:
-        """Drop groups from the top of a queue's heap while the queue's Skip passes them over."""
+        """Bring the queue's first group to the top: groups with no job left waiting, or whose next job
+        the queue's Skip holds for, are taken out; one whose next job's key went stale is put back by
+        the current key. Or the whole queue is dropped, when ``drop`` says its Skip holds for every group."""
         skip, at, queue = cursor.skip, cursor.at, cursor.queue
         if skip is not None and self._drop is not None and cursor.top() is not None and self._drop(queue):
             cursor.run, cursor.next, cursor.heap, cursor.runs = [], 0, [], {}
@@ -283,22 +285,21 @@ class QueueWalk:
                     at[group] = i
                 current = group.keys[i] if cursor.usage is None else self._key_at(cursor, group, i)
                 if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
-                    if at_run >= 0:
-                        cursor.next = at_run + 1
-                    elif cursor.usage is None:
-                        heapq.heappop(heap)
-                    else:
-                        self._take(cursor)
+                    self._pop_top(cursor, at_run)  # its key went stale: pushed again with the current one
                     self._tiebreak += 1
                     heapq.heappush(heap, (current, self._tiebreak - 1, group))
                     continue
                 return
-            if at_run >= 0:
-                cursor.next = at_run + 1
-            elif cursor.usage is None:
-                heapq.heappop(heap)
-            else:
-                self._take(cursor)
+            self._pop_top(cursor, at_run)
+
+    def _pop_top(self, cursor: _QueueCursor, at_run: int) -> None:
+        """Take the queue's first entry out: the run's at index ``at_run``, or the heap's when it is -1."""
+        if at_run >= 0:
+            cursor.next = at_run + 1
+        elif cursor.usage is None:
+            heapq.heappop(cursor.heap)
+        else:
+            self._take(cursor)
 
     def _queue_entry(self, queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
