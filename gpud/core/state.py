@@ -84,7 +84,7 @@ class ClusterState:
         # The user order needs the built-in job order's key (priority first) and one user per group.
         self.user_order = policy.fair_share.user_order and job_key is job_order_key
         self.backlog = Backlog(job_key, self.job_specific_plugins, self.user_order)
-        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.order).
+        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.queue_walk).
         self.user_gpus: dict[tuple[QueueState, str], float] = {}
         # The users' and projects' holdings against the policy's limits, when it sets any.
         self.book = LimitBook(policy) if policy.has_limits else None
