@@ -133,6 +133,7 @@ class QueueWalk:
     # --- what an action calls ---------------------------------------------------------------------
 
     def __iter__(self) -> QueueWalk:
+        """The walk itself: it is its own iterator, taken once."""
         return self
 
     def __next__(self) -> JobSpec:
