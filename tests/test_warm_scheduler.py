@@ -277,16 +277,13 @@ def sorted_heads(state: ClusterState) -> dict:
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
     shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
-    group's shape number, each job's need per task and for several tasks, each running job as a victim,
-    each pool's nodes in order of free GPU share."""
+    group's shape number, each job's need per task, each pool's nodes in order of free GPU share."""
     state.shapes = ShapeIndex(state)
     for groups in state.backlog.by_queue.values():
         for group in groups.values():
             group.sid = -1
     state.covers = QueueCovers(state)
     state._task_needs = Memo()
-    state._gang_needs = Memo()
-    state._victims = Memo()
     state.free_orders = {}
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)

@@ -39,8 +39,6 @@ still holds (where a request found no room: the nodes released since, from
 | memo                          | keeps, by                                  | stamp                            |
 | ----------------------------- | ------------------------------------------ | -------------------------------- |
 | ``ClusterState._task_needs``  | what one task needs, by job                | the job's ``TaskRequest``        |
-| ``ClusterState._gang_needs``  | what several tasks need, by (job, tasks)   | what one task needs              |
-| ``ClusterState._victims``     | a running job as a victim, by job          | its ``JobSpec``, while untouched |
 | ``Placer._no_room``           | that a shape found no room, by shape       | ``ClusterState.releases``        |
 | ``Blocks._none_blocked``      | that not every job of a queue is blocked   | both ``FailedShapes.version``    |
 

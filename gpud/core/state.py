@@ -73,12 +73,8 @@ class ClusterState:
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
-        # By job: what one task needs, stamped with the job's request (``task_need``); what several
-        # tasks need, stamped with what one needs (``need``); the job as a victim, stamped with its
-        # JobSpec while its tasks stay where they were (``victims``).
+        # By job: what one task needs, stamped with the job's request (``task_need``).
         self._task_needs: Memo[str, Resources] = Memo()
-        self._gang_needs: Memo[tuple[str, int], Resources] = Memo()
-        self._victims: Memo[str, Victim] = Memo()
         self.covers = QueueCovers(self)
         job_key = first_result(self.hook.gpud_job_order_key, pm)
         # The user order needs the built-in job order's key (priority first) and one user per group.
@@ -181,9 +177,6 @@ class ClusterState:
         self.backlog.remove(job)
         self.shapes.forget(job_id)
         self._task_needs.forget(job_id)
-        for tasks in range(2, job.tasks + 1):
-            self._gang_needs.forget((job_id, tasks))
-        self._victims.forget(job_id)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
@@ -350,11 +343,7 @@ class ClusterState:
             return self.task_need(job)
         if not tasks:
             return ZERO
-        one = self.task_need(job)
-        known = self._gang_needs.get((job.id, tasks), one)
-        if known is None:
-            known = self._gang_needs.put((job.id, tasks), one, one.scaled(tasks))
-        return known
+        return self.task_need(job).scaled(tasks)
 
     def released_since(self, releases: int) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
@@ -377,21 +366,8 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        kept, touched = self._victims, self.touched
-        found = []
-        for job_id, job in self.running[queue].items():
-            if preemptible_only and not job.preemptible:
-                continue
-            # A victim is kept while its job's tasks stay where they were when it was made: made for a
-            # job untouched in its cycle, it holds for the same JobSpec (of the same queue, the one it
-            # runs in) as long as the job stays untouched.
-            victim = kept.get(job_id, job) if job_id not in touched else None
-            if victim is None:
-                victim = Victim(job, queue, self.running_tasks(job_id), self.now)
-                if job_id not in touched:
-                    kept.put(job_id, job, victim)
-            found.append(victim)
-        return found
+        return [Victim(job, queue, self.running_tasks(job_id), self.now)
+                for job_id, job in self.running[queue].items() if job.preemptible or not preemptible_only]
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
