@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
-from gpud.core.memo import Memo
 from gpud.core.blockers import SHORTAGE, restated, running
 from gpud.core.passed_over import PassedOver
 from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced
@@ -133,8 +132,6 @@ class Blocks:
         self.state = state
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
-        # By queue: True when blocks_all said False, stamped with the failures' versions it saw.
-        self._none_blocked: Memo[QueueState, bool] = Memo()
 
     def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
         """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
@@ -150,23 +147,13 @@ class Blocks:
         rules.add(job, tasks, reason, "", binds)
 
     def blocks_all(self, queue: QueueState) -> bool:
-        """True when every pending job of the queue is blocked: each of its smallest requests is.
-
-        A False stands while no failure is remembered (the queue's groups do
-        not change during an action): the answer is then not worked out again.
-        """
-        rules = self.rules.get(queue)
-        versions = (self.room.version, rules.version if rules is not None else -1)
-        if self._none_blocked.get(queue, versions):
-            return False
+        """True when every pending job of the queue is blocked: each of its smallest requests is."""
         cover = self.state.covers.of(queue)
         if not cover:
-            self._none_blocked.put(queue, versions, True)
             return False
         for group in cover:
             job = group.jobs[0]
             if self.find(job, queue, max(job.gang_minimum, 1)) is None:
-                self._none_blocked.put(queue, versions, True)
                 return False
         return True
 

@@ -40,7 +40,6 @@ still holds (where a request found no room: the nodes released since, from
 | ----------------------------- | ------------------------------------------ | -------------------------------- |
 | ``ClusterState._task_needs``  | what one task needs, by job                | the job's ``TaskRequest``        |
 | ``Placer._no_room``           | that a shape found no room, by shape       | ``ClusterState.releases``        |
-| ``Blocks._none_blocked``      | that not every job of a queue is blocked   | both ``FailedShapes.version``    |
 
 Indexes brought up to date change by change are not memos: ``QueueCovers``
 (gpud.core.cover) reads the groups made or emptied since it last looked
