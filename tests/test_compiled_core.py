@@ -59,7 +59,7 @@ def test_an_editable_install_is_never_compiled(backend, monkeypatch: pytest.Monk
                            "with GPUD_COMPILE=1")
 def test_the_installation_under_test_runs_the_compiled_core() -> None:
     assert gpud.core.COMPILED
-    for module in (gpud.core.cycle, gpud.core.order, gpud.core.evict, gpud.model):
+    for module in (gpud.core.cycle, gpud.core.queue_walk, gpud.core.evict, gpud.model):
         assert not module.__file__.endswith(".py"), module.__file__
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gpud.core import Scheduler, schedule
 from gpud.core.cover import QueueCovers
+from gpud.core.memo import Memo
 from gpud.core.shapes import ShapeIndex
 from gpud.core.state import ClusterState
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
@@ -276,15 +277,13 @@ def sorted_heads(state: ClusterState) -> dict:
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
     shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
-    group's shape number, each job's need per task and for several tasks, each running job as a victim."""
+    group's shape number, each job's need per task."""
     state.shapes = ShapeIndex(state)
     for groups in state.backlog.by_queue.values():
         for group in groups.values():
             group.sid = -1
     state.covers = QueueCovers(state)
-    state._task_needs = {}
-    state._gang_needs = {}
-    state._victims = {}
+    state._task_needs = Memo()
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)
     state.backlog.heads = sorted_heads(state)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpud.core.admission import EVERY_JOB, refusal
+from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
-from gpud.core.order import Skip, serve_in_order
 from gpud.core.blockers import SHORTAGE, restated, running
 from gpud.core.passed_over import PassedOver
-from gpud.core.placement import FRAGMENTED, WAITING, Placer, explain_unplaced
+from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced
+from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
@@ -20,39 +20,105 @@ if TYPE_CHECKING:
     from gpud.core.session import Session
 
 
-def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
-    """The job's pending task indices and how many of them must start together."""
-    pending = state.pending_tasks(job.id)
-    running = job.tasks - len(pending)
-    return pending, max(0, job.gang_minimum - running)
+class Allocate:
+    """The allocate action: bind every pending job that fits into free resources, most deprived queue
+    first, and record why each job it takes and cannot place waits.
 
-
-def gang_tasks(state: ClusterState, job: JobSpec) -> int:
-    """How many pending tasks of the job must start together, at least one."""
-    if job.id not in state.touched and not job.placements:  # every task waits, as when the cycle began
-        minimum = job.gang_minimum
-        return minimum if minimum > 1 else 1
-    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
-
-
-def try_allocate(state: ClusterState, placer: Placer, stmt: Statement, job: JobSpec,
-                 queue: QueueState) -> tuple[Blocker | None, int] | None:
-    """Place the job's pending tasks into free resources.
-
-    Returns None when placed; (blocker, whom the rule binds) when a queue rule
-    refuses the job; (None, EVERY_JOB) when no room was found.
+    A job that finds no room (or that a queue rule refuses) is remembered
+    by its shape (``Blocks``): the rest of its queue's jobs at least as
+    large are passed over without a search, and a queue whose every job is
+    that large is passed over whole.
     """
-    pending, minimum = needed_tasks(state, job)
-    need = state.need(job, len(pending))
-    refused = refusal(queue, job, need)
-    if refused and minimum < len(pending):
-        pending = pending[:max(minimum, 1)]
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.state = session.state
+        self.placer = session.placer
+        self.reasons = session.reasons
+        self.fragmented = session.fragmented
+        self.late_reasons = session.late_reasons
+        self.stmt = Statement(self.state)
+        self.blocks = Blocks(self.state)
+        self.blocked_as_before = _BlockedAsBefore(session, self.blocks)
+
+    def run(self) -> None:
+        """Walk the backlog, placing each job that fits; one that does not blocks the like of it."""
+        walk = QueueWalk(self.state, self.state.backlog, drop=self.blocks_whole_queue)
+        for job in walk:
+            if not self.allocate(job):
+                walk.pass_over(self.blocked_as_before)
+
+    def allocate(self, job: JobSpec) -> bool:
+        """Place the job's pending tasks if they fit and no earlier failure says they cannot; else
+        record why it waits. True when placed."""
+        state = self.state
+        queue = state.project_queue(job)
+        tasks = gang_tasks(state, job)
+        found = self.blocks.find(job, queue, tasks)
+        if found is not None and found[1] == WAITING:
+            found = (own_need(state, job, tasks, found[0]), WAITING)
+        if found is None:
+            found = self.place(job, queue, tasks)
+            if found is None:
+                started(self.session, job, queue)
+                return True
+        self.reasons[job.id] = (queue, found[0])
+        return False
+
+    def place(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[Blocker | None, str] | None:
+        """Place the job's pending tasks into free room, as many as fit of an elastic job, if the queue
+        rules let its queue take them: None when placed, else (blocker, kind) of the failure,
+        remembered for the jobs that come after (``tasks``: how many must start together)."""
+        state = self.state
+        pending, minimum = needed_tasks(state, job)
         refused = refusal(queue, job, state.need(job, len(pending)))
-    if refused:
-        return refused
-    if placer.place(stmt, job, pending, max(minimum, 1)):
-        return None
-    return None, EVERY_JOB
+        if refused and minimum < len(pending):  # an elastic job may start with its minimum
+            pending = pending[:max(minimum, 1)]
+            refused = refusal(queue, job, state.need(job, len(pending)))
+        if refused:
+            refusing, binds = refused
+            if binds != USER_ONLY:  # a user's limit says nothing of the other users' jobs of its shape
+                self.blocks.refuse(job, queue, tasks, refusing, binds)
+            return refusing, ""
+        if self.placer.place(self.stmt, job, pending, max(minimum, 1)):
+            return None
+        found = explain_unplaced(state, job, tasks)
+        self.blocks.room.add(job, tasks, found[0], found[1])
+        if found[1] == FRAGMENTED:
+            self.fragmented.add(job.id)
+        return found
+
+    def blocks_whole_queue(self, queue: QueueState) -> bool:
+        """True when every job the queue has left is blocked as an earlier one was; then how each of
+        them waits is kept, to be worked out when read (``LateReasons``)."""
+        if not self.blocks.blocks_all(queue):
+            return False
+        self.late_reasons[queue] = self.blocks.late_reasons(queue)
+        return True
+
+
+class _BlockedAsBefore(Skip):
+    """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
+    the reason is the whole group's (``Session.group_reasons``): its jobs share their shape."""
+
+    def __init__(self, session: Session, blocks: Blocks) -> None:
+        self.state = session.state
+        self.reasons = session.reasons
+        self.group_reasons = session.group_reasons
+        self.blocks = blocks
+
+    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        state = self.state
+        tasks = gang_tasks(state, job)
+        found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
+        if found is None:
+            return False
+        reason = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
+        if group is not None:
+            self.group_reasons[group] = reason
+        else:
+            self.reasons[job.id] = reason
+        return True
 
 
 class Blocks:
@@ -66,7 +132,6 @@ class Blocks:
         self.state = state
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
-        self._none_blocked: dict[QueueState, tuple[int, int]] = {}  # (versions) when blocks_all said False
 
     def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
         """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
@@ -82,23 +147,13 @@ class Blocks:
         rules.add(job, tasks, reason, "", binds)
 
     def blocks_all(self, queue: QueueState) -> bool:
-        """True when every pending job of the queue is blocked: each of its smallest requests is.
-
-        A False stands while no failure is remembered (the queue's groups do
-        not change during an action): the answer is then not worked out again.
-        """
-        rules = self.rules.get(queue)
-        versions = (self.room.version, rules.version if rules is not None else -1)
-        if self._none_blocked.get(queue) == versions:
-            return False
+        """True when every pending job of the queue is blocked: each of its smallest requests is."""
         cover = self.state.covers.of(queue)
         if not cover:
-            self._none_blocked[queue] = versions
             return False
         for group in cover:
             job = group.jobs[0]
             if self.find(job, queue, max(job.gang_minimum, 1)) is None:
-                self._none_blocked[queue] = versions
                 return False
         return True
 
@@ -134,79 +189,31 @@ class LateReasons(PassedOver):
         return self.queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0]
 
 
-def allocate(state: ClusterState, placer: Placer) -> None:
-    """Bind every pending job that fits into free resources, recording why the others wait."""
-    stmt = Statement(state)
-    blocks = Blocks(state)
-    reasons = state.reasons
-    fragmented = state.fragmented
-
-    skip_same = _BlockedAsBefore(state, blocks)
-
-    def visit(job: JobSpec) -> Skip | None:
-        queue = state.project_queue(job)
-        tasks = gang_tasks(state, job)
-        found = blocks.find(job, queue, tasks)
-        if found is not None and found[1] == WAITING:
-            found = (own_need(state, job, tasks, found[0]), WAITING)
-        if found is None:
-            refused = try_allocate(state, placer, stmt, job, queue)
-            if refused is None:
-                started(state, job, queue)
-                return None
-            refusing = refused[0]
-            if refusing is not None:
-                found = (refusing, "")
-                if refused[1] != USER_ONLY:  # a user's limit says nothing of the other users' jobs of its shape
-                    blocks.refuse(job, queue, tasks, refusing, refused[1])
-            else:
-                found = explain_unplaced(state, job, tasks)
-                blocks.room.add(job, tasks, found[0], found[1])
-            if found[1] == FRAGMENTED:
-                fragmented.add(job.id)
-        reasons[job.id] = (queue, found[0])
-        return skip_same
-
-    def drop(queue: QueueState) -> bool:
-        if not blocks.blocks_all(queue):
-            return False
-        state.late_reasons[queue] = blocks.late_reasons(queue)
-        return True
-
-    serve_in_order(state, state.backlog, visit, drop=drop)
+def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
+    """The job's pending task indices and how many of them must start together."""
+    pending = state.pending_tasks(job.id)
+    running = job.tasks - len(pending)
+    return pending, max(0, job.gang_minimum - running)
 
 
-class _BlockedAsBefore(Skip):
-    """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
-    the reason is the whole group's (``ClusterState.group_reasons``): its jobs share their shape."""
-
-    def __init__(self, state: ClusterState, blocks: Blocks) -> None:
-        self.state = state
-        self.blocks = blocks
-
-    def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
-        state = self.state
-        tasks = gang_tasks(state, job)
-        found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
-        if found is None:
-            return False
-        reason = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
-        if group is not None:
-            state.group_reasons[group] = reason
-        else:
-            state.reasons[job.id] = reason
-        return True
+def gang_tasks(state: ClusterState, job: JobSpec) -> int:
+    """How many pending tasks of the job must start together, at least one."""
+    if job.id not in state.touched and not job.placements:  # every task waits, as when the cycle began
+        minimum = job.gang_minimum
+        return minimum if minimum > 1 else 1
+    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
 
 
-def started(state: ClusterState, job: JobSpec, queue: QueueState) -> None:
+def started(session: Session, job: JobSpec, queue: QueueState) -> None:
     """Record that the job got tasks placed: it waits no more, or (an elastic job started with
     fewer tasks than it asks for) why its other tasks still wait."""
+    state = session.state
     left = state.pending_count(job.id)
     if not left:
-        state.reasons.pop(job.id, None)
+        session.reasons.pop(job.id, None)
         return
     detail, _ = explain_unplaced(state, job, 1)
-    state.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
+    session.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
 
 
 def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | None) -> Blocker | None:
@@ -214,14 +221,3 @@ def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | No
     if reason is not None and reason.rule == SHORTAGE:
         return restated(reason, state.need(job, tasks))
     return reason
-
-
-class Allocate:
-    """The allocate action: bind every pending job that fits into free resources, most deprived queue first."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def run(self) -> None:
-        """Run the action once over the session's state."""
-        allocate(self.session.state, self.session.placer)

@@ -11,7 +11,7 @@ from gpud.core.memo import Memo
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
-from gpud.core.order import Skip, serve_in_order
+from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
@@ -51,14 +51,18 @@ class Consolidate:
 
     def run(self) -> None:
         """Serve the jobs allocation found fragmented, in queue order."""
-        state = self.state
-        if not state.fragmented:
+        state, fragmented = self.state, self.session.fragmented
+        if not fragmented:
             return
         blocked = Backlog(state.policies.job_order, state.job_specific_plugins)
-        for job_id in state.fragmented:
+        for job_id in fragmented:
             job = state.jobs[job_id]
             blocked.add(job, state.project_queue(job), partly_running=len(needed_tasks(state, job)[0]) < job.tasks)
-        serve_in_order(state, blocked, self.visit)
+        walk = QueueWalk(state, blocked)
+        for job in walk:
+            skip = self.visit(job)
+            if skip is not None:
+                walk.pass_over(skip)
 
     def visit(self, job: JobSpec) -> Skip | None:
         """Place the job's next tasks (its gang minimum, else one), each on free room or on a node
@@ -75,7 +79,7 @@ class Consolidate:
         book = queue.book
         limited = book.refusal(job, need.gpu, state.pool_of(job)) if book is not None else None
         if limited is not None:  # a limit reached since allocation found it fragmented: it waits for that now
-            state.reasons[job.id] = (queue, limited[0])
+            self.session.reasons[job.id] = (queue, limited[0])
             return None
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < need.gpu:
@@ -91,7 +95,7 @@ class Consolidate:
                 stmt.rollback()
                 self.failed.add(job, len(tasks), None)
                 return hopeless
-        started(state, job, queue)
+        started(self.session, job, queue)
         return None
 
     def clear_node_for(self, stmt: Statement, job: JobSpec, task: int) -> bool:

@@ -88,10 +88,9 @@ class Scheduler:
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
         if last:
-            return Plan(binds, evictions, PendingReasons(state, session.evicted_by, reports, state.waiting_after()),
-                        queues)
+            return Plan(binds, evictions, PendingReasons(session, reports, state.waiting_after()), queues)
         state.commit()
-        return Plan(binds, evictions, PendingReasons(state, session.evicted_by, reports), queues)
+        return Plan(binds, evictions, PendingReasons(session, reports), queues)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
@@ -149,17 +148,17 @@ class PendingReasons(Mapping[str, Waiting]):
     that moment (``Backlog.as_of_now``), not copied.
     """
 
-    def __init__(self, state: ClusterState, evicted_by: EvictedBy, reports: dict[QueueState, QueueReport],
+    def __init__(self, session: Session, reports: dict[QueueState, QueueReport],
                  waiting: dict[str, Group] | None = None) -> None:
-        """``evicted_by``: the cycle's evictions (``Session.evicted_by``); ``waiting``: each waiting job's
-        group, when not the backlog's (``ClusterState.waiting_after``)."""
-        # The state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
-        self._reasons = state.reasons
-        self._group_reason = state.group_reasons
-        self._late = state.late_reasons
+        """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
+        # The session's and the state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
+        state = session.state
+        self._reasons = session.reasons
+        self._group_reason = session.group_reasons
+        self._late = session.late_reasons
         self._late_found: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
-        self._evicted = evicted_by
+        self._evicted = session.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self._orphans = state.orphans.copy()
         self._group_of: Mapping[str, Group] = state.backlog.as_of_now() if waiting is None else waiting

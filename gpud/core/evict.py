@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpud.core.session import Session
 
 Eligibility = Callable[[Victim], Evicted | None]
-# (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.order's Entry is.
+# (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.queue_walk's Entry is.
 VictimEntry = tuple
 # GPUs, CPUs and memory the victims of a queue below a priority hold, by node (``VictimLists.holdings``).
 Holdings = dict[str, tuple[float, float, float]]

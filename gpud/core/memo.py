@@ -31,6 +31,23 @@ above: no counter is bumped by hand anywhere else.
 
 Only answers that are not None are kept; a caller whose answer may be None
 stores it wrapped (a tuple).
+
+A stamp may also be the very object an answer was worked out from, where
+that object is replaced, never changed, when what it says changes (a job's
+request, its JobSpec): stamps compare by identity first, then by ==. An
+answer whose caller can tell from the changes since its stamp whether it
+still holds (where a request found no room: the nodes released since, from
+``ClusterState.released_since``) reads that stamp back with ``stamp_of``.
+
+| memo                          | keeps, by                                  | stamp                            |
+| ----------------------------- | ------------------------------------------ | -------------------------------- |
+| ``ClusterState._task_needs``  | what one task needs, by job                | the job's ``TaskRequest``        |
+| ``Placer._no_room``           | that a shape found no room, by shape       | ``ClusterState.releases``        |
+
+Indexes brought up to date change by change are not memos: ``QueueCovers``
+(gpud.core.cover) reads the groups made or emptied since it last looked
+(``Backlog.reshaped``, counted by ``shape_versions``); ``ShapeIndex`` and a
+``FailedShapes`` only grow, and nothing they hold goes stale.
 """
 
 from __future__ import annotations
@@ -50,20 +67,29 @@ class Memo(Generic[K, V]):
         self._kept: dict[K, tuple[object, V]] = {}
 
     def get(self, key: K, stamp: object) -> V | None:
-        """The answer for ``key`` if it was stored under ``stamp`` (compared by ==), else None."""
+        """The answer for ``key`` if it was stored under ``stamp`` (the very object, or one ==), else None."""
         known = self._kept.get(key)
-        if known is None or known[0] != stamp:
+        if known is None or (known[0] is not stamp and known[0] != stamp):
             return None
         return known[1]
+
+    def stamp_of(self, key: K) -> object:
+        """The stamp the answer for ``key`` was stored under, None when none is kept: for an answer
+        whose caller can tell from what changed since that stamp whether it still holds."""
+        known = self._kept.get(key)
+        return known[0] if known is not None else None
 
     def put(self, key: K, stamp: object, answer: V) -> V:
         """Keep ``answer`` for ``key`` under ``stamp`` (replacing any older one); returns it."""
         self._kept[key] = (stamp, answer)
         return answer
 
-    def forget(self) -> None:
-        """Drop every answer."""
-        self._kept.clear()
+    def forget(self, key: K | None = None) -> None:
+        """Drop the answer for ``key``, or every answer when no key is given."""
+        if key is None:
+            self._kept.clear()
+        else:
+            self._kept.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._kept)

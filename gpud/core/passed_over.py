@@ -1,6 +1,6 @@
 """Why the jobs of a queue wait when an action passed over the whole queue at once.
 
-Allocation leaves one per such queue in ``ClusterState.late_reasons``;
+Allocation leaves one per such queue in ``Session.late_reasons``;
 the cycle's pending reasons ask it, job by job, only when someone reads
 them. The base class lives here, apart from allocation, so that the state
 can hold it without importing an action.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from gpud.core.hooks import has_implementations
+from gpud.core.memo import Memo
 from gpud.core.nodes import NodeState
 from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
 from gpud.core.state import ClusterState, Statement
@@ -21,7 +22,9 @@ class Placer:
         self._policies = state.policies
         self._filter = hook.gpud_filter_node if has_implementations(hook.gpud_filter_node) else None
         self.filters = self._filter is not None  # whether filter plugins may refuse a node (``allows``)
-        self._no_room: dict[int, int] = {}  # by shape number (``ShapeIndex``): the releases when it found none
+        # By shape number (``ShapeIndex``): True when a search found no room, stamped with the releases
+        # then (``ClusterState.releases``); checked against the nodes released since, not searched again.
+        self._no_room: Memo[int, bool] = Memo()
         self._pools: dict[str, NodePool] = {}
 
     def _pool(self, name: str) -> NodePool:
@@ -43,14 +46,14 @@ class Placer:
         if not exclude and self._filter is None:
             # Jobs of one shape ask the same of a node (request, pool, selector): they find room alike.
             key = state.shapes.of(job)
-            searched = self._no_room.get(key)
-            if searched is not None:
+            searched = self._no_room.stamp_of(key)
+            if isinstance(searched, int):
                 if searched == state.releases or not self._room_on_released(job, searched):
-                    self._no_room[key] = state.releases
+                    self._no_room.put(key, state.releases, True)
                     return None
         found = self._search(job, exclude)
         if found is None and key >= 0:
-            self._no_room[key] = state.releases
+            self._no_room.put(key, state.releases, True)
         return found
 
     def _room_on_released(self, job: JobSpec, since: int) -> bool:

@@ -11,9 +11,9 @@ from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
-from gpud.core.order import Entry, Skip, serve_in_order
+from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
-from gpud.core.state import ClusterState, Victim
+from gpud.core.state import Victim
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Preempt:
         # Requests no node's victims could make room for, by the one resource they fell short of;
         # stamped with the department's (or the project's) ``changes`` (see ``_bounded``).
         self.short: Memo[QueueState, FailedShapes] = Memo()
-        self.hopeless = _Hopeless(state, self.failed, self.over_quota, self.short)
+        self.hopeless = _Hopeless(session, self.failed, self.over_quota, self.short)
         self.lowest: dict[QueueState, int] = {}  # by queue: the lowest priority among its victims
         self.priority_first = state.backlog.order.priority_first
 
@@ -54,7 +54,11 @@ class Preempt:
         """Serve the queues that have victims, each job evicting lower-priority jobs of its queue."""
         state = self.state
         self.lowest = self.lowest_priorities()
-        serve_in_order(state, state.backlog, self.visit, self.admit, queues=self.lowest)
+        walk = QueueWalk(state, state.backlog, queues=self.lowest, admit=self.admit)
+        for job in walk:
+            skip = self.visit(job)
+            if skip is not None:
+                walk.pass_over(skip)
 
     def lowest_priorities(self) -> dict[QueueState, int]:
         """The lowest priority among each queue's victims: preemptible jobs past their minimum run time.
@@ -129,7 +133,7 @@ class Preempt:
                 must = None
         if must is None and make_room(self.session, job, candidates, RULE, preemptor.eligible, self.lists,
                                       preemptor.ready, limit, preemptor.holdings):
-            started(state, job, queue)
+            started(self.session, job, queue)
             return None
         self.remember_failure(job, queue, tasks, limit, must)
         return self.hopeless
@@ -153,7 +157,7 @@ class Preempt:
         """
         refused_by_limit = limit.refusal
         if refused_by_limit is not None:
-            self.state.reasons[job.id] = (queue, refused_by_limit)
+            self.session.reasons[job.id] = (queue, refused_by_limit)
         self.failed[queue].add(job, tasks, refused_by_limit, own=-job.priority)
         if short_of is None or _bounded(queue):
             return
@@ -193,9 +197,10 @@ class _Preemptor:
 class _Hopeless(Skip):
     """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
 
-    def __init__(self, state: ClusterState, failed: dict[QueueState, FailedShapes],
+    def __init__(self, session: Session, failed: dict[QueueState, FailedShapes],
                  over_quota: dict[QueueState, FailedShapes], short: Memo[QueueState, FailedShapes]) -> None:
-        self.state = state
+        self.state = session.state
+        self.reasons = session.reasons
         self.failed = failed
         self.over_quota = over_quota
         self.short = short
@@ -212,7 +217,7 @@ class _Hopeless(Skip):
                 found = short.find(job, tasks, -job.priority, number)
         if found is not None:
             if found[0] is not None:
-                state.reasons[job.id] = (queue, found[0])
+                self.reasons[job.id] = (queue, found[0])
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None

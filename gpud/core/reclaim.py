@@ -10,7 +10,7 @@ from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
-from gpud.core.order import Entry, Skip, serve_in_order
+from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.memo import Memo
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
@@ -125,7 +125,11 @@ class Reclaim:
         """Serve the queues below their fair share, each job evicting what its queue is owed."""
         state = self.state
         below = [q for q in state.backlog.by_queue if _below_fair_share(q) and self._some_job_fits(q)]
-        serve_in_order(state, state.backlog, self.visit, self.admit, queues=below, drop=self.blocked)
+        walk = QueueWalk(state, state.backlog, queues=below, admit=self.admit, drop=self.blocked)
+        for job in walk:
+            skip = self.visit(job)
+            if skip is not None:
+                walk.pass_over(skip)
 
     def visit(self, job: JobSpec) -> Skip | None:
         """Try the job; an elastic job running at least its minimum grows one task at a time, each
@@ -162,7 +166,7 @@ class Reclaim:
             failures.add(job, tasks, None)  # no queue may give back, and there is no room without: as make_room finds
             return self.hopeless
         if self.evict_for(claim, over_share, over_quota):
-            started(state, job, queue)
+            started(self.session, job, queue)
             return None
         failures.add(job, tasks, None)
         return self.hopeless

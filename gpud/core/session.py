@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from gpud.core.backlog import Group
 from gpud.core.memo import Memo
+from gpud.core.passed_over import PassedOver
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, EvictedBy, Statement
+from gpud.model import Blocker
 
 
 class Session:
@@ -16,13 +19,22 @@ class Session:
     placement strategies the plugins give (gpud.core.policy_set), read once
     with the state. ``placer`` finds room for tasks with the pools'
     placement strategies. What one action learns that a later one
-    reads lives here, not in the state, and is dropped with the session.
+    reads lives here, not in the state, and is dropped with the session: the
+    cycle's outputs below, read by the plan's pending reasons.
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.policies = state.policies
         self.placer = Placer(state)
+        # Why each job the actions took and could not start waits: (its queue, the blocker).
+        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
+        # The same for every job of a group passed over whole: its jobs share their shape.
+        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}
+        # Queues whose jobs allocation passed over all at once, and how to say why each waits.
+        self.late_reasons: dict[QueueState, PassedOver] = {}
+        # Jobs allocation found no room for though the free capacity was there: consolidation's work.
+        self.fragmented: set[str] = set()
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
         # stamped with the queue's ``changes``.
         self.victim_orders: Memo[QueueState, list[tuple]] = Memo()

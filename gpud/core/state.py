@@ -13,24 +13,28 @@ from gpud.core.blockers import UNKNOWN_PROJECT
 from gpud.core.cover import QueueCovers
 from gpud.core.history import entry_penalty
 from gpud.core.limits import LimitBook
+from gpud.core.memo import Memo
 from gpud.core.nodes import NodeIndex, NodeState, node_kind
-from gpud.core.passed_over import PassedOver
 from gpud.core.policy_set import PolicySet
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
-from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement
 from gpud.policy import Policy
 
 
 
 class ClusterState:
-    """Everything the scheduler reads and changes, kept from one cycle to the next.
+    """The scheduler's bookkeeping, kept from one cycle to the next: nodes, queues, jobs, their
+    placements and the backlog, with what is derived from them (indexes, counters, memos).
 
     Built from a snapshot; afterwards jobs come and go through ``add_job`` and
     ``remove_job``, each cycle starts with ``begin_cycle`` and ends with
-    ``commit``, which makes the cycle's placements the new baseline. The
-    snapshot itself is never modified.
+    ``commit``, which makes the cycle's placements the new baseline. During a
+    cycle, placements change only through a ``Statement``. What a cycle
+    finds out (why each job waits or was evicted) lives in its ``Session``
+    (gpud.core.session).
+    The snapshot itself is never modified.
     """
 
     def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
@@ -68,15 +72,14 @@ class ClusterState:
         self.job_specific_plugins = bool(self.hook.gpud_filter_node.get_hookimpls()
                                          or self.hook.gpud_can_evict.get_hookimpls())
         self.shapes = ShapeIndex(self)
-        self._task_needs: dict[str, tuple[TaskRequest, Resources]] = {}
-        self._gang_needs: dict[tuple[str, int], tuple[Resources, Resources]] = {}  # ``need`` of several tasks
-        self._victims: dict[str, Victim] = {}  # by job, while its tasks stay where they were (``victims``)
+        # By job: what one task needs, stamped with the job's request (``task_need``).
+        self._task_needs: Memo[str, Resources] = Memo()
         self.covers = QueueCovers(self)
         self.policies = PolicySet(pm)
         # The user order needs a job order whose keys put priority first, and one user per group.
         self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
         self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order)
-        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.order).
+        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.queue_walk).
         self.user_gpus: dict[tuple[QueueState, str], float] = {}
         # The users' and projects' holdings against the policy's limits, when it sets any.
         self.book = LimitBook(policy) if policy.has_limits else None
@@ -85,12 +88,7 @@ class ClusterState:
                 if queue.kind == "project":
                     queue.book = self.book
         self.orphans: dict[str, Blocker] = {}
-        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
-        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}  # shared by a group's jobs
-        # Queues whose jobs allocation passed over all at once, and how to say why each waits.
-        self.late_reasons: dict[QueueState, PassedOver] = {}
         self.touched: set[str] = set()
-        self.fragmented: set[str] = set()
         self.releases = 0
         # The node of each release this cycle, in order; the first is release number ``_log_base`` + 1.
         self._release_log: list[str] = []
@@ -173,23 +171,16 @@ class ClusterState:
             self._add_pending(queue, job, -job.tasks)
         self.backlog.remove(job)
         self.shapes.forget(job_id)
-        self._task_needs.pop(job_id, None)
-        for tasks in range(2, job.tasks + 1):
-            self._gang_needs.pop((job_id, tasks), None)
-        self._victims.pop(job_id, None)
+        self._task_needs.forget(job_id)
         del self.placements[job_id]
 
     def begin_cycle(self, now: float | None = None) -> None:
-        """Start a cycle at ``now``: forget the last cycle's reasons, compute every queue's fair share."""
+        """Start a cycle at ``now``: forget the last cycle's evictions, compute every queue's fair share."""
         if now is not None:
             self.now = now
         self.cycle += 1
         self.changes_at_begin = self.changes
-        self.reasons = {}
-        self.group_reasons = {}
-        self.late_reasons = {}
         self.touched = set()
-        self.fragmented = set()
         self._release_log = []
         self._log_base = self.releases
         demand = {}
@@ -322,17 +313,15 @@ class ClusterState:
         still hold after it.
         """
         request = job.request
-        known = self._task_needs.get(job.id)
-        if known is not None and known[0] is request:  # kept with the request: the pool's GPUs stay as they are
-            return known[1]
+        known = self._task_needs.get(job.id, request)  # the pool's GPUs stay as they are
+        if known is not None:
+            return known
         if request.gpu_memory_gib is not None:
             size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
             gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
         else:
             gpu = request.gpus
-        need = Resources(gpu, request.cpus, request.memory_gib)
-        self._task_needs[job.id] = (request, need)
-        return need
+        return self._task_needs.put(job.id, request, Resources(gpu, request.cpus, request.memory_gib))
 
     def group_need(self, group: Group) -> Resources:
         """What one pending task of any job of the group will hold at most (``task_need``), kept on the group."""
@@ -347,11 +336,7 @@ class ClusterState:
             return self.task_need(job)
         if not tasks:
             return ZERO
-        one = self.task_need(job)
-        known = self._gang_needs.get((job.id, tasks))
-        if known is None or known[0] is not one:  # kept while the job's need per task stands
-            known = self._gang_needs[(job.id, tasks)] = (one, one.scaled(tasks))
-        return known[1]
+        return self.task_need(job).scaled(tasks)
 
     def released_since(self, releases: int) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
@@ -374,20 +359,8 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        kept, touched = self._victims, self.touched
-        found = []
-        for job_id, job in self.running[queue].items():
-            if preemptible_only and not job.preemptible:
-                continue
-            # A victim is kept while its job's tasks stay where they were when it was made: made for a
-            # job untouched in its cycle, it holds for the same JobSpec as long as the job stays untouched.
-            victim = kept.get(job_id)
-            if victim is None or victim.job is not job or victim.queue is not queue or job_id in touched:
-                victim = Victim(job, queue, self.running_tasks(job_id), self.now)
-                if job_id not in touched:
-                    kept[job_id] = victim
-            found.append(victim)
-        return found
+        return [Victim(job, queue, self.running_tasks(job_id), self.now)
+                for job_id, job in self.running[queue].items() if job.preemptible or not preemptible_only]
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
