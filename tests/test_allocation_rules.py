@@ -827,6 +827,33 @@ def test_a_larger_job_blocked_after_a_smaller_one_states_its_own_need():
     assert pending_texts(plan)["four"].endswith("has 0 free, the job needs 4")
 
 
+def test_a_larger_job_blocked_after_a_fragmented_one_is_told_of_its_own_request():
+    # Two 4-GPU nodes with one GPU free each: a 2-GPU task fits on neither. The jobs that failure
+    # blocks are each told of their own request: scattered room for 2 GPUs and 6 CPUs, too few free
+    # GPUs for 4, and no node large enough for 8.
+    from gpud.core import Scheduler, schedule
+    from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
+    from gpud.plugins import make_plugin_manager
+    from gpud.policy_file import parse_policy
+
+    policy = parse_policy({"projects": [{"name": "a"}]}, "test")
+    nodes = (NodeSpec("n1", gpus=4, cpus=16), NodeSpec("n2", gpus=4, cpus=16))
+    running = [JobSpec(id=f"run-{n}", project="a", request=TaskRequest(gpus=3, cpus=1), started=0.0,
+                       placements=(TaskPlacement(n, (0, 1, 2)),)) for n in ("n1", "n2")]
+    pending = [JobSpec(id="two", project="a", request=TaskRequest(gpus=2, cpus=2), seq=1),
+               JobSpec(id="two-more-cpus", project="a", request=TaskRequest(gpus=2, cpus=6), seq=2),
+               JobSpec(id="four", project="a", request=TaskRequest(gpus=4, cpus=2), seq=3),
+               JobSpec(id="eight", project="a", request=TaskRequest(gpus=8, cpus=2), seq=4)]
+    jobs = (*running, *pending)
+    for plan in (schedule(Snapshot(nodes, jobs, 0.0), policy, make_plugin_manager()),
+                 Scheduler(Snapshot(nodes, jobs, 0.0), policy, make_plugin_manager()).cycle()):
+        texts = pending_texts(plan)
+        assert texts["two"].endswith("fragmented: pool default has 2 GPUs free, but no node holds 2 GPUs, 2 CPUs, 1 GiB")
+        assert texts["two-more-cpus"].endswith("no node holds 2 GPUs, 6 CPUs, 1 GiB"), texts["two-more-cpus"]
+        assert texts["four"].endswith("waiting for GPUs: pool default has 2 free, the job needs 4"), texts["four"]
+        assert "cannot run as asked: no node in pool default is large enough" in texts["eight"], texts["eight"]
+
+
 def test_every_job_of_a_queue_passed_over_whole_says_why_even_after_the_next_cycle():
     # Once the smallest requests of a queue are blocked, its other jobs are passed over at once and
     # their reasons are worked out when read: each states its own need or the quota rule that

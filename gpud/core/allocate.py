@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
-from gpud.core.blockers import SHORTAGE, restated, running
-from gpud.core.passed_over import PassedOver
-from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced
+from gpud.core.blockers import FRAGMENTED_RULE, GANG, running
+from gpud.core.passed_over import Learnt, PassedOver
+from gpud.core.placement import FRAGMENTED, explain_unplaced, free_room, restate_learnt
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
@@ -55,8 +55,8 @@ class Allocate:
         queue = state.project_queue(job)
         tasks = gang_tasks(state, job)
         found = self.blocks.find(job, queue, tasks)
-        if found is not None and found[1] == WAITING:
-            found = (own_need(state, job, tasks, found[0]), WAITING)
+        if found is not None:
+            found = (in_own_terms(state, job, tasks, found[0]), found[1])
         if found is None:
             found = self.place(job, queue, tasks)
             if found is None:
@@ -99,12 +99,15 @@ class Allocate:
 
 class _BlockedAsBefore(Skip):
     """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
-    the reason is the whole group's (``Session.group_reasons``): its jobs share their shape."""
+    the reason is the whole group's (``Session.group_reasons``): its jobs share their shape. A
+    blocker learnt from a smaller job is restated for the group when read (``Session.learnt_reasons``):
+    most are never read, and a cycle passes over thousands of groups."""
 
     def __init__(self, session: Session, blocks: Blocks) -> None:
         self.state = session.state
         self.reasons = session.reasons
         self.group_reasons = session.group_reasons
+        self.learnt_reasons = session.learnt_reasons
         self.blocks = blocks
 
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
@@ -113,11 +116,15 @@ class _BlockedAsBefore(Skip):
         found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
         if found is None:
             return False
-        reason = (queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0])
-        if group is not None:
-            self.group_reasons[group] = reason
+        blocker = found[0]
+        if group is not None and blocker is not None and blocker.rule == FRAGMENTED_RULE:
+            self.learnt_reasons[group] = Learnt(queue, blocker, tasks, free_room(state, job))
+            self.group_reasons.pop(group, None)
+        elif group is not None:
+            self.group_reasons[group] = (queue, in_own_terms(state, job, tasks, blocker))
+            self.learnt_reasons.pop(group, None)
         else:
-            self.reasons[job.id] = reason
+            self.reasons[job.id] = (queue, in_own_terms(state, job, tasks, blocker))
         return True
 
 
@@ -160,7 +167,8 @@ class Blocks:
     def late_reasons(self, queue: QueueState) -> LateReasons:
         """Why the queue's jobs wait, as the failures remembered now say, worked out when asked."""
         rules = self.rules.get(queue)
-        return LateReasons(self.state, queue, self.room.frozen(), rules.frozen() if rules is not None else {})
+        free = {pool: (index.free_gpu, index.free_cpu) for pool, index in self.state.indexes.items()}
+        return LateReasons(self.state, queue, self.room.frozen(), rules.frozen() if rules is not None else {}, free)
 
 
 class LateReasons(PassedOver):
@@ -170,11 +178,13 @@ class LateReasons(PassedOver):
     copy and the job, never what the next cycle changes.
     """
 
-    def __init__(self, state: ClusterState, queue: QueueState, room: dict, rules: dict) -> None:
+    def __init__(self, state: ClusterState, queue: QueueState, room: dict, rules: dict,
+                 free: dict[str, tuple[float, float]]) -> None:
         self.state = state
         self.queue = queue
         self.room = room
         self.rules = rules
+        self.free = free  # each pool's free GPUs and CPUs at that moment
 
     def of(self, job: JobSpec) -> tuple[QueueState, Blocker | None] | None:
         """(queue, blocker) for a job of the queue that has not started; None if no failure covers it."""
@@ -186,7 +196,9 @@ class LateReasons(PassedOver):
             found = first_covering(self.rules, klass, failure_dims(base, tasks, 0 if job.preemptible else 1))
         if found is None:
             return None
-        return self.queue, own_need(state, job, tasks, found[0]) if found[1] == WAITING else found[0]
+        blocker = found[0]
+        free = self.free.get(blocker.pool) if blocker is not None and not blocker.selector else None
+        return self.queue, restate_learnt(state, job, tasks, blocker, free)
 
 
 def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
@@ -216,8 +228,11 @@ def started(session: Session, job: JobSpec, queue: QueueState) -> None:
     session.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
 
 
-def own_need(state: ClusterState, job: JobSpec, tasks: int, reason: Blocker | None) -> Blocker | None:
-    """A shortage of GPUs/CPUs learnt from a smaller job, restated with this job's own need."""
-    if reason is not None and reason.rule == SHORTAGE:
-        return restated(reason, state.need(job, tasks))
-    return reason
+def in_own_terms(state: ClusterState, job: JobSpec, tasks: int, blocker: Blocker | None) -> Blocker | None:
+    """``blocker``, learnt from a smaller job, as the job would be told had it been the first of its
+    shape to find no room, now: a gang's count of nodes that could hold one task is made anew for it."""
+    if blocker is None or blocker.rule not in (FRAGMENTED_RULE, GANG):
+        return restate_learnt(state, job, tasks, blocker, None)
+    if blocker.rule == GANG:
+        return explain_unplaced(state, job, tasks)[0]
+    return restate_learnt(state, job, tasks, blocker, free_room(state, job))

@@ -143,7 +143,8 @@ class PendingReasons(Mapping[str, Waiting]):
 
     Captured when the plan is built: the cycle's own blockers, each group's
     shared blocker, the evictions, and the queues' reports at that moment; a
-    group passed over with its whole queue gets its blocker when first read.
+    group passed over with its whole queue, or for a blocker learnt from a
+    smaller job, gets its blocker when first read.
     Which jobs wait, and in which group, is read through the backlog as of
     that moment (``Backlog.as_of_now``), not copied.
     """
@@ -154,9 +155,11 @@ class PendingReasons(Mapping[str, Waiting]):
         # The session's and the state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
         state = session.state
         self._reasons = session.reasons
+        self._state = state
         self._group_reason = session.group_reasons
+        self._learnt = session.learnt_reasons
         self._late = session.late_reasons
-        self._late_found: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
+        self._found_when_read: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
         self._jobs = state.jobs  # read only for jobs of queues passed over whole
         self._evicted = session.evicted_by
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
@@ -173,16 +176,25 @@ class PendingReasons(Mapping[str, Waiting]):
         if evicted is not None:
             return Waiting(Blocker(EVICTED, evicted=evicted[1]))
         found = self._reasons.get(job_id) or self._group_reason.get(group)
-        if found is None and group.queue in self._late:
-            if group in self._late_found:  # the jobs of a group share their shape, hence their reason
-                found = self._late_found[group]
+        if found is None and (group in self._learnt or group.queue in self._late):
+            if group in self._found_when_read:  # the jobs of a group share their shape, hence their reason
+                found = self._found_when_read[group]
             else:
-                job = self._jobs.get(job_id)
-                found = self._late_found[group] = self._late[group.queue].of(job) if job is not None else None
+                found = self._found_when_read[group] = self._worked_out(job_id, group)
         if found is None:
             return Waiting(Blocker(NOT_CONSIDERED))
         queue, blocker = found
         return Waiting(blocker, self._reports[queue] if queue is not None else None)
+
+    def _worked_out(self, job_id: str, group: Group) -> tuple[QueueState | None, Blocker | None] | None:
+        """The reason of a job whose group keeps one to be worked out when read."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        learnt = self._learnt.get(group)
+        if learnt is not None:
+            return learnt.of(self._state, job)
+        return self._late[group.queue].of(job)
 
     def __iter__(self) -> Iterator[str]:
         yield from self._group_of

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
 from gpud.core.nodes import NodeState
-from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
+from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE, restated
 from gpud.core.state import ClusterState, Statement
-from gpud.model import EPS, Blocker, JobSpec, TaskPlacement
+from gpud.model import EPS, Blocker, JobSpec, Resources, TaskPlacement
 from gpud.policy import NodePool
 
 
@@ -177,12 +178,14 @@ WAITING: Final = "waiting"
 FRAGMENTED: Final = "fragmented"
 
 
-def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Blocker, str]:
+def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int, nodes_now: int = -1) -> tuple[Blocker, str]:
     """Why ``tasks`` tasks of ``job`` found no room (a blocker, as data), and what kind of wait it is.
 
     The kind is IMPOSSIBLE for jobs no amount of free capacity would place
     (no such nodes, a task larger than any node), WAITING when the pool lacks
     free capacity, FRAGMENTED when the free capacity is there but scattered.
+    ``nodes_now``, when the caller knows it, is how many nodes could hold one
+    task now; otherwise they are counted.
     """
     pool = state.pool_of(job)
     index = state.indexes.get(pool)
@@ -201,13 +204,61 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Blo
         free_gpu = sum(sum(n.free_share) for n in matching)
         free_cpu = sum(n.free_cpu for n in matching)
     need = state.need(job, tasks)
-    if need.gpu > free_gpu + EPS:
-        return Blocker(SHORTAGE, pool, resource="gpu", free=free_gpu, need=need, selector=wanted), WAITING
-    if need.cpu > free_cpu + EPS:
-        return Blocker(SHORTAGE, pool, resource="cpu", free=free_cpu, need=need, selector=wanted), WAITING
+    short = shortage(pool, need, free_gpu, free_cpu, wanted)
+    if short is not None:
+        return short, WAITING
     # Free capacity is there, but scattered: how many nodes could hold one task now (few: asked once per shape).
     request = job.request
-    holders = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
-                  and n.pick_gpus(request, range(n.gpus)) is not None)
+    if nodes_now < 0:
+        nodes_now = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
+                        and n.pick_gpus(request, range(n.gpus)) is not None)
     return Blocker(GANG if tasks > 1 else FRAGMENTED_RULE, pool, free=free_gpu, need=need, tasks=tasks,
-                   request=request, nodes_now=holders, selector=wanted), FRAGMENTED
+                   request=request, nodes_now=nodes_now, selector=wanted), FRAGMENTED
+
+
+def shortage(pool: str, need: Resources, free_gpu: float, free_cpu: float,
+             selector: tuple[tuple[str, str], ...] = ()) -> Blocker | None:
+    """The pool's (or its matching nodes') shortage of GPUs, else of CPUs, for ``need``; None when the
+    free totals would hold it."""
+    if need.gpu > free_gpu + EPS:
+        return Blocker(SHORTAGE, pool, resource="gpu", free=free_gpu, need=need, selector=selector)
+    if need.cpu > free_cpu + EPS:
+        return Blocker(SHORTAGE, pool, resource="cpu", free=free_cpu, need=need, selector=selector)
+    return None
+
+
+def free_room(state: ClusterState, job: JobSpec) -> tuple[float, float]:
+    """The free GPUs and CPUs, now, of the nodes of the job's pool that match its selector."""
+    index = state.indexes.get(state.pool_of(job))
+    if index is None:
+        return 0.0, 0.0
+    selector = job.node_selector
+    if not selector:
+        return index.free_gpu, index.free_cpu
+    matching = [n for n in index.nodes if n.matches(selector)]
+    return sum(sum(n.free_share) for n in matching), sum(n.free_cpu for n in matching)
+
+
+def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Blocker | None,
+                   free: tuple[float, float] | None) -> Blocker | None:
+    """``blocker``, learnt from a smaller job, in the terms of ``job`` (``tasks`` of its tasks start
+    together), as ``explain_unplaced`` would have said it when ``free`` (GPUs, CPUs) was free: a
+    shortage with the job's own need; where free room was too scattered for the smaller request, this
+    one may be larger than any node, or lack GPUs or CPUs outright, or else find the room scattered
+    for its own request. Reads only the nodes' sizes, never what is free now: a reason may be read
+    while the next cycle runs. Without ``free`` (not known), scattered room stays scattered."""
+    if blocker is None:
+        return None
+    if blocker.rule == SHORTAGE:
+        return restated(blocker, state.need(job, tasks))
+    if blocker.rule not in (FRAGMENTED_RULE, GANG):
+        return blocker
+    pool, selector, request = blocker.pool, job.node_selector, job.request
+    index = state.indexes.get(pool)
+    if index is not None and not any(largest_fit(n, job) for n in index.nodes if not selector or n.matches(selector)):
+        return Blocker(NODE_SIZE, pool, tasks=tasks, request=request, selector=blocker.selector)
+    need = state.need(job, tasks)
+    if free is None:
+        return dataclasses.replace(blocker, need=need, tasks=tasks, request=request)
+    return (shortage(pool, need, free[0], free[1], blocker.selector)
+            or dataclasses.replace(blocker, free=free[0], need=need, tasks=tasks, request=request))

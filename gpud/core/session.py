@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpud.core.backlog import Group
 from gpud.core.memo import Memo
-from gpud.core.passed_over import PassedOver
+from gpud.core.passed_over import Learnt, PassedOver
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, EvictedBy, Statement
@@ -31,6 +31,8 @@ class Session:
         self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
         # The same for every job of a group passed over whole: its jobs share their shape.
         self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}
+        # Groups passed over for a blocker learnt from a smaller job, restated for them when read.
+        self.learnt_reasons: dict[Group, Learnt] = {}
         # Queues whose jobs allocation passed over all at once, and how to say why each waits.
         self.late_reasons: dict[QueueState, PassedOver] = {}
         # Jobs allocation found no room for though the free capacity was there: consolidation's work.
