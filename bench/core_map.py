@@ -19,6 +19,7 @@ import pathlib
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
+CORE_FOLDER = HERE / "gpud" / "core"
 BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.ExceptHandler, ast.With, ast.IfExp,
             ast.comprehension, ast.Assert, ast.match_case)
 
@@ -51,63 +52,73 @@ def functions(tree: ast.Module, module: str) -> list[dict]:
     return found
 
 
-def core_imports(tree: ast.Module, modules: set[str]) -> set[str]:
-    """The core modules this module imports, anywhere in it (TYPE_CHECKING blocks included)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpud.core."):
-            name = node.module.removeprefix("gpud.core.")
-            if name in modules:
-                found.add(name)
+def core_imports(source: str, modules: set[str]) -> set[str]:
+    """The core modules one module's source imports, wherever the import stands (functions and
+    ``if TYPE_CHECKING:`` blocks included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "gpud.core":
+                found.update(alias.name for alias in node.names if alias.name in modules)
+            elif node.module.startswith("gpud.core."):
+                found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x / from .x import y
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                name = alias.name.removeprefix("gpud.core.")
-                if alias.name.startswith("gpud.core.") and name in modules:
-                    found.add(name)
-    return found
+            found.update(alias.name.split(".")[2] for alias in node.names if alias.name.startswith("gpud.core."))
+    return found & modules
+
+
+def import_graph(folder: pathlib.Path = CORE_FOLDER) -> dict[str, set[str]]:
+    """Each module of the core (``__init__`` aside: it only re-exports) with the core modules it imports."""
+    files = {path.stem: path for path in folder.glob("*.py") if path.stem != "__init__"}
+    names = set(files)
+    return {name: core_imports(path.read_text(), names) - {name} for name, path in files.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    """The strongly connected components of more than one module (Tarjan), each sorted, sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
 
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for other in sorted(graph[node]):
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        on_stack.add(name)
+        for other in sorted(graph.get(name, ())):
             if other not in index:
-                connect(other)
-                low[node] = min(low[node], low[other])
+                visit(other)
+                low[name] = min(low[name], low[other])
             elif other in on_stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
             component = []
             while True:
-                other = stack.pop()
-                on_stack.discard(other)
-                component.append(other)
-                if other == node:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == name:
                     break
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    return found
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
 
 
 def core_map(root: pathlib.Path) -> dict:
     """The module map, every function and the import graph of ``root``'s gpud/core."""
     paths = sorted(p for p in (root / "gpud" / "core").glob("*.py") if p.name != "__init__.py")
     trees = {p.stem: ast.parse(p.read_text(), str(p)) for p in paths}
-    modules = set(trees)
-    graph = {name: core_imports(tree, modules) - {name} for name, tree in trees.items()}
+    graph = import_graph(root / "gpud" / "core")
     return {
         "modules": [{"module": name, "lines": len((root / "gpud" / "core" / f"{name}.py").read_text().splitlines()),
                      "about": (ast.get_docstring(tree) or "").splitlines()[0] if ast.get_docstring(tree) else ""}

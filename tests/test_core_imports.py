@@ -7,72 +7,15 @@ actions, then the cycle) is kept by this test.
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parent.parent / "gpud" / "core"
-
-
-def core_imports(source: str, modules: set[str]) -> set[str]:
-    """The core modules one module's source imports, wherever the import stands (functions and
-    ``if TYPE_CHECKING:`` blocks included)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "gpud.core":
-                found.update(alias.name for alias in node.names if alias.name in modules)
-            elif node.module.startswith("gpud.core."):
-                found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x / from .x import y
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names if alias.name in modules)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[2] for alias in node.names if alias.name.startswith("gpud.core."))
-    return found & modules
-
-
-def import_graph(folder: Path = CORE) -> dict[str, set[str]]:
-    """Each module of the core (``__init__`` aside: it only re-exports) with the core modules it imports."""
-    files = {path.stem: path for path in folder.glob("*.py") if path.stem != "__init__"}
-    names = set(files)
-    return {name: core_imports(path.read_text(), names) - {name} for name, path in files.items()}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted, sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(name: str) -> None:
-        index[name] = low[name] = len(index)
-        stack.append(name)
-        on_stack.add(name)
-        for other in sorted(graph.get(name, ())):
-            if other not in index:
-                visit(other)
-                low[name] = min(low[name], low[other])
-            elif other in on_stack:
-                low[name] = min(low[name], index[other])
-        if low[name] == index[name]:
-            component = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == name:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for name in sorted(graph):
-        if name not in index:
-            visit(name)
-    return sorted(found)
+# The import graph and its cycles are bench/core_map.py's, which prints them for any checkout.
+_spec = importlib.util.spec_from_file_location("core_map", Path(__file__).resolve().parent.parent / "bench" / "core_map.py")
+assert _spec is not None and _spec.loader is not None
+core_map = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(core_map)
+import_graph, cycles = core_map.import_graph, core_map.cycles
 
 
 def a_loop(graph: dict[str, set[str]], component: list[str]) -> list[str]:
