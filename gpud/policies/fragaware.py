@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from gpud import hookimpl
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.strategies import Strategy
 from gpud.model import EPS, TaskRequest
 from gpud.policies.binpack import smallest_share
+from gpud.policies.strategy_hooks import StrategyHooks
 
 NAMES = ("fragaware", "fgd")
 MILLI = 1000
@@ -77,7 +77,7 @@ DEFAULT_PROFILE: tuple[tuple[Shape, float], ...] = (
 Signature = tuple[tuple[int, ...], int, int, int]
 
 
-class FragAware(Strategy):
+class FragAware(StrategyHooks, Strategy):
     """The placement strategies ``fragaware`` and ``fgd`` for one profile of typical requests.
 
     Scores are memoised by node signature (free GPU slivers, CPU, memory), so a
@@ -317,22 +317,6 @@ class FragAware(Strategy):
         _, chosen = self.delta(strategy, self.signature(node), shape, scarcity)
         first = [i for i in order if round(free[i] * MILLI) == chosen]
         return first + [i for i in order if i not in first]
-
-    @hookimpl
-    def gpud_placement_strategies(self):
-        return list(self.names)
-
-    @hookimpl
-    def gpud_node_candidates(self, strategy, request, index):
-        if strategy not in self.names:
-            return None
-        return self.candidates(strategy, request, index)
-
-    @hookimpl
-    def gpud_gpu_order(self, strategy, request, node):
-        if strategy not in self.names:
-            return None
-        return self.gpu_order(strategy, request, node)
 
 
 def _could_host(node: NodeState, shape: Shape) -> bool:
