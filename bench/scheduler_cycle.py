@@ -190,9 +190,24 @@ def plan_digest(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plans_digest(cycles: list[dict]) -> str:
-    """One hash of the plans of several cycles, in order."""
-    return hashlib.sha256("".join(c["plan"] for c in cycles).encode()).hexdigest()[:16]
+def decisions_digest(plan) -> str:
+    """A hash of what a plan does, its binds and evictions, without why jobs still wait."""
+    return hashlib.sha256(repr((plan.binds, plan.evictions)).encode()).hexdigest()
+
+
+def plans_digest(cycles: list[dict], key: str = "plan") -> str:
+    """One hash of the plans (or, with ``key="decisions"``, of their decisions) of several cycles, in order."""
+    return hashlib.sha256("".join(c[key] for c in cycles).encode()).hexdigest()[:16]
+
+
+def hashed(figures: dict, plan) -> None:
+    """Add the plan's hashes to one cycle's figures."""
+    figures["plan"], figures["decisions"] = plan_digest(plan), decisions_digest(plan)
+
+
+def hash_totals(out: dict, cycles: list[dict]) -> None:
+    """Add one workload's hashes of its cycles' plans and decisions."""
+    out["plan_hash"], out["decisions_hash"] = plans_digest(cycles), plans_digest(cycles, "decisions")
 
 
 def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | None = None):
@@ -221,7 +236,7 @@ def measure_big(args, pm, prof: dict) -> dict:
     fresh = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     out["fresh"] = [figures for figures, _ in fresh]
     if args.hash:
-        out["fresh"][-1]["plan"] = plan_digest(fresh[-1][1])
+        hashed(out["fresh"][-1], fresh[-1][1])
     if prof:
         timed(snapshot, policy, pm, prof["fresh"])
     scheduler = Scheduler(snapshot, policy, pm)
@@ -234,9 +249,9 @@ def measure_big(args, pm, prof: dict) -> dict:
         if not profiled:
             out["steady"].append({**figures, "warmup": cycle < args.warmup})
             if args.hash:
-                out["steady"][-1]["plan"] = plan_digest(plans[0])
+                hashed(out["steady"][-1], plans[0])
     if args.hash:
-        out["plan_hash"] = plans_digest(out["fresh"][-1:] + out["steady"])
+        hash_totals(out, out["fresh"][-1:] + out["steady"])
     return out
 
 
@@ -279,8 +294,8 @@ def measure_contended(args, pm, prof: dict) -> dict:
     cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     plan, out["cycles"] = cycles[-1][1], [figures for figures, _ in cycles]
     if args.hash:
-        out["cycles"][-1]["plan"] = plan_digest(plan)
-        out["plan_hash"] = plans_digest(out["cycles"][-1:])
+        hashed(out["cycles"][-1], plan)
+        hash_totals(out, out["cycles"][-1:])
     if prof:
         timed(snapshot, policy, pm, prof["reclaim"])
     starved = [q for q in plan.queues if q.kind == "project" and q.name.startswith("starved")]
@@ -354,6 +369,9 @@ def report(out: dict) -> str:
     hashes = [f"{name} {out[name]['plan_hash']}" for name in ("big", "contended") if "plan_hash" in out.get(name, {})]
     if hashes:
         lines.append("\n  plan hashes (binds, evictions, pending reasons): " + ", ".join(hashes))
+        decisions = [f"{name} {out[name]['decisions_hash']}" for name in ("big", "contended")
+                     if "decisions_hash" in out.get(name, {})]
+        lines.append("  decision hashes (binds, evictions): " + ", ".join(decisions))
     for name, text in out.get("profiles", {}).items():
         lines.append(f"\n=== cProfile, one {name} cycle (schedule() only), by cumulative time ===\n{text}")
     return "\n".join(lines)
