@@ -246,7 +246,9 @@ def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Block
     shortage with the job's own need; where free room was too scattered for the smaller request, this
     one may be larger than any node, or lack GPUs or CPUs outright, or else find the room scattered
     for its own request. Reads only the nodes' sizes, never what is free now: a reason may be read
-    while the next cycle runs. Without ``free`` (not known), scattered room stays scattered."""
+    while the next cycle runs. Without ``free`` (not known), scattered room stays scattered; a gang's
+    count of nodes that could hold one task stays the smaller request's (``in_own_terms`` in
+    gpud.core.allocate counts it anew while the cycle runs)."""
     if blocker is None:
         return None
     if blocker.rule == SHORTAGE:
