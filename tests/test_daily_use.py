@@ -172,8 +172,11 @@ def test_an_elastic_gang_that_loses_tasks_restarts_the_rest_with_the_smaller_wor
                  "four ranks with WORLD_SIZE=4")
         newcomer = ok(gpuctl(live, "submit", "--parsable", "-p", "beta", "--gpus", "2", "--", "sleep", "300")).strip()
         wait_state(live, newcomer, "RUNNING")
-        kept = wait_for(lambda: [t for t, p in enumerate(out) if p.read_text().endswith("of 2\n")] or None,
-                        "the kept ranks to restart with WORLD_SIZE=2")
+        def restarted() -> list[int] | None:  # both kept ranks, not the first of them to write
+            found = [t for t, p in enumerate(out) if p.read_text().endswith("of 2\n")]
+            return found if len(found) >= 2 else None
+
+        kept = wait_for(restarted, "the kept ranks to restart with WORLD_SIZE=2")
         assert len(kept) == 2
         assert sorted(p.read_text().splitlines()[-1] for p in (out[t] for t in kept)) == ["rank 0 of 2", "rank 1 of 2"]
         shrunk = show(live, gang)
