@@ -43,6 +43,17 @@ still holds (where a request found no room: the nodes released since, from
 | ----------------------------- | ------------------------------------------ | -------------------------------- |
 | ``ClusterState._task_needs``  | what one task needs, by job                | the job's ``TaskRequest``        |
 | ``Placer._no_room``           | that a shape found no room, by shape       | ``ClusterState.releases``        |
+| ``Session.victim_orders``     | a queue's victims in victim order          | ``QueueState.changes``           |
+| ``VictimLists._below``        | a queue's running victims below a priority | ``QueueState.changes``           |
+| ``VictimLists._held``         | what a queue's victims hold, by node       | the queue's gains                |
+| ``VictimLists._most``         | the most a queue's victims hold on a node  | the queue's gains                |
+| ``Consolidate._movable``      | a node's movable tasks, by node            | ``NodeState.version``            |
+| ``Reclaim._over``, ``_givers``| the queues over their levels, that give    | ``ClusterState.changes``         |
+| ``Reclaim._unblocked``        | a queue with a group that could start      | ``FailedShapes.version`` and     |
+|                               |                                            | ``QueueState.changes``           |
+| ``_Claim._judged`` (reclaim)  | whether a queue's victims may go           | ``ClusterState.changes``         |
+| ``Preempt.short``             | requests no node's victims could make room | the department's (or project's)  |
+|                               | for, by queue                              | ``QueueState.changes``           |
 
 Indexes brought up to date change by change are not memos: ``QueueCovers``
 (gpud.core.cover) reads the groups made or emptied since it last looked
