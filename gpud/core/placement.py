@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Final
+from typing import Final, Mapping
 
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
-from gpud.core.nodes import NodeState
+from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE, restated
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, Blocker, JobSpec, Resources, TaskPlacement
@@ -178,14 +178,12 @@ WAITING: Final = "waiting"
 FRAGMENTED: Final = "fragmented"
 
 
-def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int, nodes_now: int = -1) -> tuple[Blocker, str]:
+def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Blocker, str]:
     """Why ``tasks`` tasks of ``job`` found no room (a blocker, as data), and what kind of wait it is.
 
     The kind is IMPOSSIBLE for jobs no amount of free capacity would place
     (no such nodes, a task larger than any node), WAITING when the pool lacks
     free capacity, FRAGMENTED when the free capacity is there but scattered.
-    ``nodes_now``, when the caller knows it, is how many nodes could hold one
-    task now; otherwise they are counted.
     """
     pool = state.pool_of(job)
     index = state.indexes.get(pool)
@@ -193,27 +191,22 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int, nodes_now: i
         return Blocker(NO_NODES, pool), IMPOSSIBLE
     selector = job.node_selector
     wanted = tuple(sorted(selector.items())) if selector else ()
-    matching = [n for n in index.nodes if n.matches(selector)] if selector else index.nodes
+    matching = matching_nodes(index, selector)
     if not matching:
         return Blocker(CONSTRAINT, pool, selector=wanted), IMPOSSIBLE
     if not any(largest_fit(n, job) for n in matching):
         return Blocker(NODE_SIZE, pool, tasks=tasks, request=job.request, selector=wanted), IMPOSSIBLE
-    if matching is index.nodes:
-        free_gpu, free_cpu = index.free_gpu, index.free_cpu
-    else:
-        free_gpu = sum(sum(n.free_share) for n in matching)
-        free_cpu = sum(n.free_cpu for n in matching)
+    free_gpu, free_cpu = free_on(index, matching)
     need = state.need(job, tasks)
     short = shortage(pool, need, free_gpu, free_cpu, wanted)
     if short is not None:
         return short, WAITING
     # Free capacity is there, but scattered: how many nodes could hold one task now (few: asked once per shape).
     request = job.request
-    if nodes_now < 0:
-        nodes_now = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
-                        and n.pick_gpus(request, range(n.gpus)) is not None)
+    holders = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
+                  and n.pick_gpus(request, range(n.gpus)) is not None)
     return Blocker(GANG if tasks > 1 else FRAGMENTED_RULE, pool, free=free_gpu, need=need, tasks=tasks,
-                   request=request, nodes_now=nodes_now, selector=wanted), FRAGMENTED
+                   request=request, nodes_now=holders, selector=wanted), FRAGMENTED
 
 
 def shortage(pool: str, need: Resources, free_gpu: float, free_cpu: float,
@@ -227,16 +220,24 @@ def shortage(pool: str, need: Resources, free_gpu: float, free_cpu: float,
     return None
 
 
+def matching_nodes(index: NodeIndex, selector: Mapping[str, str] | None) -> list[NodeState]:
+    """The pool's nodes that carry every label of ``selector`` (all of them, the very list, without one)."""
+    return [n for n in index.nodes if n.matches(selector)] if selector else index.nodes
+
+
+def free_on(index: NodeIndex, nodes: list[NodeState]) -> tuple[float, float]:
+    """The free GPUs and CPUs of ``nodes``, some or all of the pool's (``matching_nodes``)."""
+    if nodes is index.nodes:
+        return index.free_gpu, index.free_cpu
+    return sum(sum(n.free_share) for n in nodes), sum(n.free_cpu for n in nodes)
+
+
 def free_room(state: ClusterState, job: JobSpec) -> tuple[float, float]:
     """The free GPUs and CPUs, now, of the nodes of the job's pool that match its selector."""
     index = state.indexes.get(state.pool_of(job))
     if index is None:
         return 0.0, 0.0
-    selector = job.node_selector
-    if not selector:
-        return index.free_gpu, index.free_cpu
-    matching = [n for n in index.nodes if n.matches(selector)]
-    return sum(sum(n.free_share) for n in matching), sum(n.free_cpu for n in matching)
+    return free_on(index, matching_nodes(index, job.node_selector))
 
 
 def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Blocker | None,
@@ -255,9 +256,9 @@ def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Block
         return restated(blocker, state.need(job, tasks))
     if blocker.rule not in (FRAGMENTED_RULE, GANG):
         return blocker
-    pool, selector, request = blocker.pool, job.node_selector, job.request
+    pool, request = blocker.pool, job.request
     index = state.indexes.get(pool)
-    if index is not None and not any(largest_fit(n, job) for n in index.nodes if not selector or n.matches(selector)):
+    if index is not None and not any(largest_fit(n, job) for n in matching_nodes(index, job.node_selector)):
         return Blocker(NODE_SIZE, pool, tasks=tasks, request=request, selector=blocker.selector)
     need = state.need(job, tasks)
     if free is None:
