@@ -180,6 +180,7 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("cycle")),
     st.tuples(st.just("exit"), st.booleans(), st.integers(0, 1000), st.booleans()),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
+    st.tuples(st.just("silence"), st.integers(0, 2), st.integers(1, 30)),
 ), min_size=5, max_size=40)
 
 
@@ -188,6 +189,8 @@ STEPS = st.lists(st.one_of(
 def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gpus, steps):
     cluster = make_cluster(nodes, gpus, PROPERTY_POLICY)
     alive: dict[tuple[str, int, int], str] = {}  # what the nodes run: (job, task, attempt) -> node
+    doomed: dict[tuple[str, int, int], float] = {}  # what silent nodes run, until their lease stops it
+    silent: set[str] = set()
     submitted: list[str] = []
 
     def deliver(commands: dict[str, list[dict]]) -> None:
@@ -196,10 +199,20 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
                 if order["type"] != "start":
                     continue
                 job, attempt = order["job"], order["attempt"]
-                older = [k for k in alive if k[0] == job and k[2] != attempt and not current(k)]
+                older = [k for k in alive if k[0] == job and k[2] != attempt and not current(k)] + \
+                        [k for k, end in doomed.items() if k[0] == job and end > cluster.clock.now]
                 assert not older, f"job {job} attempt {attempt} starts on {node} while {older} still run"
                 alive[(job, order["task"], attempt)] = node
                 report(cluster, node, order, "running", pid=attempt + 100)
+
+    def heartbeats() -> None:
+        for name in cluster.nodes:
+            if name not in silent:
+                cluster.heartbeat(name, None, [{"job": k[0], "task": k[1], "attempt": k[2], "state": "running",
+                                                "pid": k[2] + 100} for k, node in alive.items() if node == name])
+        deliver(cluster.take_commands())
+        cluster.check_nodes(timeout_s=60)
+        deliver(cluster.take_commands())
 
     def current(key: tuple[str, int, int]) -> bool:
         job = cluster.jobs.get(key[0])
@@ -212,6 +225,7 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
             classes = {50: "train", 75: "interactive-preemptible", 100: "build"}
             submitted.append(submit(cluster, project, priority=priority, priority_class=classes[priority], **shape))
         elif step[0] == "cycle":
+            heartbeats()
             deliver(cycle(cluster))
         elif step[0] == "exit":
             # A task ends: a copy being stopped is killed, or a wanted one ends by itself (done, or failed).
@@ -227,7 +241,20 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
             if job is not None:
                 cluster.cancel(job, "u")
             deliver(cluster.take_commands())
+        elif step[0] == "silence" and f"n{step[1] + 1}" in cluster.nodes:
+            # A node falls silent for good; its own lease stops what it runs (the stop signal, then the grace).
+            name = f"n{step[1] + 1}"
+            if name not in silent:
+                silent.add(name)
+                end = cluster.nodes[name].last_seen + 60 + GRACE_S
+                for key in [k for k, node in alive.items() if node == name]:
+                    del alive[key]
+                    doomed[key] = end
+            cluster.clock.now += step[2]
+            heartbeats()
+    cluster.clock.now += 100  # past every silent node's lease and grace
     for _ in range(5):  # the copies being stopped end: whatever waited for them starts, still one at a time
+        heartbeats()
         for key in sorted(k for k in alive if not current(k)):
             report(cluster, alive.pop(key), {"job": key[0], "task": key[1], "attempt": key[2]}, "exited",
                    term_signal=9)

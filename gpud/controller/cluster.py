@@ -596,8 +596,8 @@ class Cluster(NodeMessages):
         unsent = self.unsent[name]
         for key in sorted(unsent, key=lambda k: unsent[k]):
             job_id, task = self.wanted[name][key]
-            if job_id in self.completing:
-                continue  # sent once every earlier incarnation of the job has ended (see stopping_ended)
+            if job_id in self.completing or job_id in self.fenced:
+                continue  # sent once every earlier incarnation of the job has surely ended (see unblock)
             job = self.jobs[job_id]
             run = job.runs[task]
             assert run.placement is not None  # a wanted task is placed

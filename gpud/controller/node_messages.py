@@ -225,17 +225,20 @@ class NodeMessages:
         for job_id, (until, _) in list(self.fenced.items()):
             if until <= now:
                 del self.fenced[job_id]
-                job = self.jobs.get(job_id)
-                if job is not None:
-                    self._sync_core(job)
-                    self.wake()
+                self.unblock(job_id)
 
     def stopping_ended(self, name: str, key: str) -> None:
         """Incarnation ``key`` that node ``name`` was stopping is gone: once its job has nothing left stopping,
         the job may be scheduled again, and its starts held back meanwhile go out."""
         job_id = self.completing.ended(name, key)
-        job = self.jobs.get(job_id) if job_id is not None else None
-        if job is None:
+        if job_id is not None:
+            self.unblock(job_id)
+
+    def unblock(self, job_id: str) -> None:
+        """The job no longer waits for an earlier copy of itself (or for a silent node's lease) unless it still
+        does for another: it may be scheduled, and the starts held back meanwhile go out."""
+        job = self.jobs.get(job_id)
+        if job is None or job_id in self.completing or job_id in self.fenced:
             return
         self._sync_core(job)
         for node in sorted({run.placement.node for run in job.runs if run.placement is not None}):
