@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -225,3 +227,25 @@ def test_the_fence_leaves_a_task_alone_while_the_lease_is_renewed_and_ends_with_
     renewer.stop()
     process.wait(timeout=15)  # its task is over and no lease is renewed: it ends
     assert not fence.running(run_root)
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_fence_ends_with_the_daemon_that_started_it(tmp_path):
+    run_root = tmp_path / "run"
+    Layout(str(run_root)).create()
+    lease.write_lease(lease.lease_path(str(run_root)), lease.Lease(time.monotonic() + 600, 600, 30))
+    daemon = subprocess.Popen(["sleep", "60"])  # stands in for the daemon: only its life counts
+    process = subprocess.Popen([sys.executable, "-m", "gpud.node.fence", str(run_root), str(daemon.pid)],
+                               env=child_env())
+    try:
+        wait_for(lambda: fence.running(str(run_root)), "the fence to take its lock")
+        time.sleep(1.0)
+        assert process.poll() is None, "with its daemon alive and a lease held, it watches"
+        daemon.kill()
+        daemon.wait()
+        assert process.wait(timeout=15) == 0, "no task and no daemon: it ends, though the lease has 600 s left"
+    finally:
+        for child in (daemon, process):
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -1,4 +1,5 @@
-"""The node's lease fence: ``python -m gpud.node.fence RUN_DIR``, which stops the node's tasks once its lease runs out.
+"""The node's lease fence: ``python -m gpud.node.fence RUN_DIR [DAEMON_PID]``, which stops the node's tasks once its
+lease runs out.
 
 The supervisor already stops its tasks when the lease runs out, but a
 supervisor killed together with the daemon (an OOM kill of both, a unit
@@ -8,7 +9,8 @@ and two copies would run. The fence is a process of its own, in a session
 of its own, started by the daemon whenever it holds a lease and none runs
 (an exclusive lock on ``fence.lock`` in the run directory says one does);
 it lives on when the daemon and the supervisor die, and ends once no task
-of the node runs and no lease is held.
+of the node runs and either no lease is held or the daemon that started
+it is gone.
 
 Every :data:`CHECK_S` it reads the lease file and the task directories.
 Once the lease has run out, each task still running is stopped:
@@ -89,14 +91,14 @@ def fence_pid(run_root: str) -> int | None:
 
 
 def ensure(run_root: str, env: dict[str, str], python: str = sys.executable) -> subprocess.Popen | None:
-    """Start the node's fence unless one runs; returns the process started (None: one ran already).
+    """Start the node's fence for this daemon unless one runs; returns the process started (None: one ran already).
 
-    The caller reaps it (it is the caller's child); the fence outlives the caller.
+    The caller reaps it (it is the caller's child); the fence outlives the caller while the node has tasks.
     """
     if running(run_root):
         return None
     with open(os.path.join(run_root, LOG_FILE), "ab") as log:
-        return subprocess.Popen([python, "-m", "gpud.node.fence", run_root], cwd="/", env=env,
+        return subprocess.Popen([python, "-m", "gpud.node.fence", run_root, str(os.getpid())], cwd="/", env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True)
 
@@ -104,8 +106,9 @@ def ensure(run_root: str, env: dict[str, str], python: str = sys.executable) -> 
 class Fence:
     """Watches one node's lease and tasks; :meth:`step` does one pass."""
 
-    def __init__(self, run_root: str) -> None:
+    def __init__(self, run_root: str, daemon: int | None = None) -> None:
         self.run_root = run_root
+        self.daemon = (daemon, procs.start_ticks(daemon)) if daemon else None
         self.tasks_dir = os.path.join(run_root, "tasks")
         self.lease_file = lease.lease_path(run_root)
         self.heartbeat = failsafe.heartbeat_path(run_root)
@@ -158,7 +161,10 @@ class Fence:
                 self._thaw(task_dir, state, for_good=False)  # no slicer and no supervisor: never left frozen
             if expired and held is not None:
                 self._stop(task_dir, state, group, supervised, held, now)
-        return live > 0 or (held is not None and not expired)
+        if live:
+            return True
+        daemon_alive = self.daemon is None or procs.same_process(*self.daemon)
+        return held is not None and not expired and daemon_alive
 
     def _stop(self, task_dir: str, state: TaskState, group: cgroups.TaskCgroup | None, supervised: bool,
               held: lease.Lease, now: float) -> None:
@@ -229,16 +235,17 @@ def _take_lock(run_root: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m gpud.node.fence RUN_DIR``; exits at once when the node has a fence already."""
+    """Entry point: ``python -m gpud.node.fence RUN_DIR [DAEMON_PID]``; exits at once when the node has a fence
+    already. Without tasks, it ends once the daemon DAEMON_PID is gone (or the lease ran out)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m gpud.node.fence RUN_DIR", file=sys.stderr)
+    if not 1 <= len(args) <= 2 or args[0].startswith("-") or not all(a.isdigit() for a in args[1:]):
+        print("usage: python -m gpud.node.fence RUN_DIR [DAEMON_PID]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     lock = _take_lock(args[0])
     if lock is None:
         return 0  # another fence watches this node
-    return Fence(args[0]).run()
+    return Fence(args[0], int(args[1]) if len(args) == 2 else None).run()
 
 
 if __name__ == "__main__":
