@@ -249,3 +249,40 @@ def test_an_idle_fence_ends_with_the_daemon_that_started_it(tmp_path):
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+@pytest.mark.skipif(freezer.freezer_root() is None, reason="no cgroup freezer we may write here")
+@pytest.mark.timeout(120)
+def test_a_frozen_task_runs_again_soon_after_the_daemon_the_slicer_and_the_supervisor_die(node):
+    table, workdir = node
+    run_root = table.layout.run_root
+    lease.write_lease(lease.lease_path(run_root), lease.Lease(time.monotonic() + 600, 600, 30))
+    slicer = Beating(run_root)
+    daemon = subprocess.Popen(["sleep", "120"])  # stands in for the daemon, which holds the slicer
+    try:
+        key = TaskKey(f"t{os.getpid()}", 0, 0)
+        table.start(key, spec(workdir, ["sh", "-c", f"while true; do date +%s.%N >> beats; sleep {BEAT_S}; done"],
+                              time_slicing={"mode": "strict", "lease_ms": 50, "precision": 0.1, "request": 0.5,
+                                            "limit": 0.5}))
+        state = running(table, key)
+        fenced_by = subprocess.Popen([sys.executable, "-m", "gpud.node.fence", run_root, str(daemon.pid)],
+                                     env=child_env())
+        wait_for(lambda: fence.running(run_root), "the fence to take its lock")
+        wait_for(lambda: len(_beats(workdir / "beats")) > 3, "the task to beat")
+        task_dir = table.layout.task_dir(key)
+        freezer.freezer_for(task_dir, state.pid).freeze()
+        wait_for(lambda: _frozen(task_dir), "the task to be frozen")
+        os.kill(state.supervisor_pid, signal.SIGKILL)
+        daemon.kill()
+        slicer.stop()
+        died = time.time()
+        frozen_beats = len(_beats(workdir / "beats"))
+        wait_for(lambda: len(_beats(workdir / "beats")) > frozen_beats + 3, "the task to run again", timeout=30)
+        resumed = _beats(workdir / "beats")[frozen_beats]
+        assert resumed - died < failsafe.SILENCE_S + 3.0, "thawed once the slicer fell silent, not at the lease's end"
+        assert fenced_by.poll() is None, "the task still runs under its lease: the fence watches on"
+    finally:
+        slicer.stop()
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()

@@ -134,6 +134,9 @@ class Fence:
         """Look at the lease and every task once, stopping what must stop; False once the fence may end."""
         held = lease.read_lease(self.lease_file)
         expired = held is not None and held.expired(now)
+        daemon_alive = self.daemon is not None and procs.same_process(*self.daemon)
+        if daemon_alive and held is not None and not expired and not self.fenced:
+            return True  # a live daemon renews the lease (and reaps the tasks of a lost supervisor): nothing to do
         live = 0
         try:
             names = os.listdir(self.tasks_dir)
@@ -163,8 +166,7 @@ class Fence:
                 self._stop(task_dir, state, group, supervised, held, now)
         if live:
             return True
-        daemon_alive = self.daemon is None or procs.same_process(*self.daemon)
-        return held is not None and not expired and daemon_alive
+        return held is not None and not expired and (daemon_alive or self.daemon is None)
 
     def _stop(self, task_dir: str, state: TaskState, group: cgroups.TaskCgroup | None, supervised: bool,
               held: lease.Lease, now: float) -> None:
