@@ -78,13 +78,15 @@ def test_a_job_never_runs_twice_when_the_node_daemon_and_its_supervisor_are_kill
         old, new = _beats(first), _beats(second)
         # The old copy's last beat came before the new copy's first, by more than a beat's interval.
         gap = new[0] - old[-1]
-        print(f"\nkilled at 0; old copy's last beat +{old[-1] - died:.2f} s; new copy's first beat "
-              f"+{new[0] - died:.2f} s; gap {gap:.2f} s; overlap {max(0.0, -gap):.2f} s")
-        assert gap > BEAT_S, f"the two copies ran together for {-gap:.2f} s"
         # The old copy stopped around the lease's end plus the job's grace, and the fence recorded it and left.
         tasks_dir = Layout(str(run_root)).tasks_dir
-        states = [read_state(os.path.join(tasks_dir, name)) for name in os.listdir(tasks_dir)]
-        assert [(s.state, s.reason) for s in states if s is not None] == [(EXITED, lease.FENCED_REASON)]
+        states = [s for s in (read_state(os.path.join(tasks_dir, name)) for name in os.listdir(tasks_dir)) if s]
+        assert [(s.state, s.reason) for s in states] == [(EXITED, lease.FENCED_REASON)]
+        down = next(e["time"] for e in job["events"] if e["kind"] == "node failure")
+        print(f"\nkilled at 0; old copy's last beat +{old[-1] - died:.2f} s; fence recorded its end "
+              f"+{states[0].ended - died:.2f} s; node down and job requeued +{down - died:.2f} s; new copy's first "
+              f"beat +{new[0] - died:.2f} s; gap {gap:.2f} s; overlap {max(0.0, -gap):.2f} s")
+        assert gap > BEAT_S, f"the two copies ran together for {-gap:.2f} s"
         wait_for(lambda: not procs.same_process(fenced_by, None), "the fence to exit")
         prefix = cgroups.cgroup_name(tasks_dir, "")
         host = cgroups.host()
