@@ -19,10 +19,16 @@ PREFIX = "#SBATCH"
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "job-name", "o": "output",
          "e": "error", "a": "array", "p": "partition", "A": "account", "d": "dependency", "G": "gpus",
          "D": "chdir", "H": "hold"}
-FLAGS = frozenset({"hold", "no-requeue", "requeue"})  # the translated options that take no value
+FLAGS = frozenset({"hold", "no-requeue", "requeue", "exclusive"})  # the translated options that take no value
 TRANSLATED = frozenset({"gres", "gpus", "gpus-per-task", "gpus-per-node", "nodes", "ntasks", "ntasks-per-node",
                         "cpus-per-task", "mem", "time", "job-name", "output", "error", "array", "partition",
-                        "account", "dependency", "chdir"}) | FLAGS
+                        "account", "dependency", "chdir", "qos", "open-mode"}) | FLAGS
+# Slurm's options that take no value, read or not: on a command line the word after one is not its value.
+SWITCHES = FLAGS | frozenset({"parsable", "wait", "W", "test-only", "quiet", "Q", "verbose", "v", "overcommit", "O",
+                              "contiguous", "spread-job", "use-min-nodes", "ignore-pbs", "no-kill", "k",
+                              "oversubscribe", "s", "unbuffered", "u", "pty", "label", "l", "exact", "overlap",
+                              "immediate", "I", "help", "usage", "version", "V"})
+GPU_TYPE_LABEL = "gpu_type"  # the node label a GPU type in --gres=gpu:TYPE:N or --gpus-per-node=TYPE:N asks for
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 _MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
@@ -34,7 +40,7 @@ class Ignored:
 
     line: int
     option: str
-    why: str  # "unsupported", "gpu_type", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time",
+    why: str  # "unsupported", "exclusive", "open_mode", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time",
     # "partitions", "dependency_kind", "dependency_any", "pattern"
     detail: str = ""
 
@@ -52,7 +58,9 @@ def split_options(directive: Directive) -> list[tuple[str, str | None, str]]:
 
     Accepts ``--opt=value``, ``--opt value``, ``-X value`` and ``-Xvalue``. An
     option gpud does not translate takes the next word as its value unless
-    that word starts with ``-``. Raises DirectiveError for a stray word.
+    that word starts with ``-``, or (on a command line, given as line 0)
+    Slurm knows the option as one without a value. Raises DirectiveError
+    for a stray word.
     """
     words = list(directive.args)
     out = []
@@ -69,7 +77,8 @@ def split_options(directive: Directive) -> list[tuple[str, str | None, str]]:
             given = rest.removeprefix("=") if rest else None
         else:
             raise DirectiveError(f"line {directive.line}: {PREFIX} {word!r} is not an option")
-        if given is None and name not in FLAGS and i < len(words) and not words[i].startswith("-"):
+        if given is None and name not in FLAGS and i < len(words) and not words[i].startswith("-") \
+                and not (directive.line == 0 and name in SWITCHES):
             given = words[i]
             i += 1
         written = word if given is None or given in word else f"{word} {given}"
@@ -102,7 +111,7 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
     tasks = _tasks(seen, ignored, emit)
     _gpus(seen, tasks, ignored, emit)
     simple = {"cpus-per-task": "--cpus", "job-name": "--name", "array": "--array", "account": "--project",
-              "chdir": "--workdir"}
+              "chdir": "--workdir", "qos": "--qos"}
     for name, option in simple.items():
         if name in seen:
             line, value, _ = seen[name]
@@ -123,7 +132,11 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
         first = value.split(",")[0]
         if first != value:
             ignored.append(Ignored(line, written, "partitions", first))
-        emit(line, "--pool", first)
+        emit(line, "--partition", first)
+    if "exclusive" in seen:
+        ignored.append(Ignored(seen["exclusive"][0], seen["exclusive"][2], "exclusive"))
+    if "open-mode" in seen and seen["open-mode"][1] != "append":
+        ignored.append(Ignored(seen["open-mode"][0], seen["open-mode"][2], "open_mode"))
     if "dependency" in seen:
         _dependency(seen["dependency"], ignored, emit)
     title = seen["job-name"][1] if "job-name" in seen else job_name
@@ -178,11 +191,11 @@ def _gpus(seen, tasks: int, ignored, emit) -> None:
                 if kind != "gpu":
                     ignored.append(Ignored(line, written, "other_gres", item))
                     continue
-                count = _typed_count(rest or "1", line, written, ignored)
+                count = _typed_count(rest or "1", line, written, emit)
             if count is None:
                 continue
         else:
-            count = _typed_count(value, line, written, ignored)
+            count = _typed_count(value, line, written, emit)
         if name == "gpus":
             if count % tasks:
                 raise DirectiveError(f"line {line}: {PREFIX} {written}: {count:g} GPUs do not divide among "
@@ -192,11 +205,11 @@ def _gpus(seen, tasks: int, ignored, emit) -> None:
         return
 
 
-def _typed_count(value: str, line: int, written: str, ignored) -> float:
-    """The count in ``N`` or ``TYPE:N``; a GPU type is reported, not required."""
+def _typed_count(value: str, line: int, written: str, emit) -> float:
+    """The count in ``N`` or ``TYPE:N``; a type asks for nodes labelled ``gpu_type=TYPE``."""
     kind, _, count = value.rpartition(":")
     if kind:
-        ignored.append(Ignored(line, written, "gpu_type", kind))
+        emit(line, "--constraint", f"{GPU_TYPE_LABEL}={kind}")
     try:
         number = float(count)
     except ValueError:
