@@ -30,13 +30,16 @@ same command over indices with --array 0-9999 (each job reads its index in
 $GPUD_ARRAY_TASK_ID), or different jobs with --from-file jobs.jsonl (up to
 10,000 per request).
 
-#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N,
---gpus-per-node/--gpus-per-task, --gpus (the job's total), -N/--nodes (one
-task per node; 2-4 makes an elastic gang), -n/--ntasks, -c, --mem (a bare
-number is MB, as in Slurm), -t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array,
--p (the pool), -A (the project), --dependency, -D, -H and --no-requeue.
-Every other #SBATCH option is named in a warning and ignored. #GPUD lines win
-over #SBATCH lines.
+#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N
+(gpu:TYPE:N asks for nodes labelled gpu_type=TYPE), --gpus-per-node/-task,
+--gpus (the job's total), -N/--nodes (one task per node; 2-4 makes an
+elastic gang), -n/--ntasks, -c, --mem (a bare number is MB, as in Slurm),
+-t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array, -p (a pool, a partition
+the policy maps, else the default pool), -A (the project), --qos (a
+priority class), --dependency, -D, -H and --no-requeue. Every other #SBATCH
+option is named in a warning and ignored. #GPUD lines win over #SBATCH
+lines. Each task gets Slurm's SLURM_* variables; `gpuctl slurm-shims`
+writes sbatch, squeue, sacct, ... commands (docs/user-guide.md).
 
 Sizes: 16G, 20GiB, 512M (powers of 1024; a bare number is GiB).
 Times: 90 (minutes), 1:30:00, 2-00:00:00 (days), 90m, 1.5h, 30s.
