@@ -113,8 +113,10 @@ def test_gang_script_from_a_user_guide_runs_one_rank_per_task(cluster):
 
 
 def test_squeue_scancel_sacct_and_scontrol(cluster):
-    job_id = ok(slurm(cluster, "sbatch", "--parsable", "-J", "sleeper", "-A", "alpha", "-p", "batch",
-                      "--wrap", "sleep 300")).strip()
+    submitted = slurm(cluster, "sbatch", "--parsable", "-J", "sleeper", "-A", "alpha", "-p", "batch",
+                      "--wrap", "sleep 300")
+    job_id = ok(submitted).strip()
+    assert "warning" not in submitted.stderr  # the policy's [partitions] table maps batch to a pool
     wait_for(lambda: "R" == ok(slurm(cluster, "squeue", "-j", job_id, "-h", "-o", "%t")).strip(), "it to run")
     line = ok(slurm(cluster, "squeue", "--me", "--noheader", "--format=%i|%j|%T|%P|%a|%D|%u"))
     assert f"{job_id}|sleeper|RUNNING|default|alpha|1|root" in line.splitlines()
@@ -148,6 +150,19 @@ def test_array_element_cancel_forms(cluster):
     ok(slurm(cluster, "scancel", array_id))
     rows = wait_ended(cluster, array_id, count=4)
     assert {state for state, _ in rows.values()} == {"CANCELLED"}
+
+
+def test_gpuctl_submit_takes_the_same_script_and_names_the_pool_used(cluster):
+    env = {k: v for k, v in cluster["env"].items()}
+    done = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "submit", "--parsable", "--hold",
+                           str(EXAMPLES / "array.sh")], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=cluster["work"])
+    array_id = ok(done).strip()
+    assert "gpuctl submit: warning: no pool or [partitions] entry is named 'gpu'; the job goes to the default " \
+           "pool 'default'" in done.stderr
+    assert ok(slurm(cluster, "squeue", "-h", "-o", "%A %T", "-j", array_id)).split("\n")[0] == f"{array_id} PENDING"
+    ok(slurm(cluster, "scancel", array_id))
+    assert {state for state, _ in wait_ended(cluster, array_id, count=10).values()} == {"CANCELLED"}
 
 
 def test_sinfo_lists_the_pool(cluster):

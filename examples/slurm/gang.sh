@@ -1,7 +1,8 @@
 #!/bin/bash
 # A multi-node job as a cluster's Slurm user guide writes it: one task per node, the first node's
 # name as the rendezvous host, and srun starting the program once per task.
-# Runs unchanged with `sbatch gang.sh` (gpud's shims: `gpuctl slurm-shims`).
+# Runs unchanged with `sbatch gang.sh` (gpud's shims: `gpuctl slurm-shims`), which exports this shell's
+# environment as Slurm's sbatch does, so the job finds srun and scontrol on its PATH.
 #SBATCH --job-name=ddp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1

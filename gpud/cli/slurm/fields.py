@@ -133,7 +133,7 @@ def squeue_line(fmt: str, job: dict | None) -> str:
             text = text[:size].rjust(size) if right else text[:size].ljust(size)
         out.append(text)
     out.append(fmt[pos:])
-    return "".join(out).rstrip() if fmt.endswith(" ") else "".join(out)
+    return "".join(out)
 
 
 # sacct's fields (sacct --helpformat), lower-cased, and what each shows of a job.
