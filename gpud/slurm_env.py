@@ -84,18 +84,34 @@ def task_vars(facts: TaskFacts) -> dict[str, str]:
     }
 
 
-def array_vars(array_id: str, index: int, indices: Sequence[int]) -> dict[str, str]:
-    """An array element's ``SLURM_ARRAY_*`` variables; ``indices`` are all of the array's indices.
+@dataclass(frozen=True, slots=True)
+class ArraySpan:
+    """What every element of one array shares: its size, lowest and highest index, and step."""
+
+    count: int
+    low: int
+    high: int
+    step: int
+
+
+def array_span(indices: Sequence[int]) -> ArraySpan:
+    """The span of an array's indices (made once per array, not per element).
 
     The step is the common difference of the indices when they have one
     (``0-9:3`` gives 3), else 1, as sbatch sets it for a list.
     """
-    ordered = sorted(set(indices)) or [index]
+    ordered = sorted(set(indices))
+    if not ordered:
+        raise ValueError("an array has at least one index")
     steps = {b - a for a, b in zip(ordered, ordered[1:])}
+    return ArraySpan(len(ordered), ordered[0], ordered[-1], steps.pop() if len(steps) == 1 else 1)
+
+
+def array_vars(array_id: str, index: int, span: ArraySpan) -> dict[str, str]:
+    """An array element's ``SLURM_ARRAY_*`` variables."""
     return {"SLURM_ARRAY_JOB_ID": array_id, "SLURM_ARRAY_TASK_ID": str(index),
-            "SLURM_ARRAY_TASK_COUNT": str(len(ordered)), "SLURM_ARRAY_TASK_MIN": str(ordered[0]),
-            "SLURM_ARRAY_TASK_MAX": str(ordered[-1]),
-            "SLURM_ARRAY_TASK_STEP": str(steps.pop() if len(steps) == 1 else 1)}
+            "SLURM_ARRAY_TASK_COUNT": str(span.count), "SLURM_ARRAY_TASK_MIN": str(span.low),
+            "SLURM_ARRAY_TASK_MAX": str(span.high), "SLURM_ARRAY_TASK_STEP": str(span.step)}
 
 
 def merged_env(job_env: Mapping[str, str], task: Mapping[str, str], is_array: bool) -> dict[str, str]:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpud import slurm_env
-from gpud.slurm_env import TaskFacts, array_vars, expand_hostlist, hostlist, merged_env, task_vars
+from gpud.slurm_env import TaskFacts, array_span, array_vars, expand_hostlist, hostlist, merged_env, task_vars
 
 
 def facts(**kw) -> TaskFacts:
@@ -56,11 +56,12 @@ def test_cpus_per_task_is_a_whole_number_of_at_least_one():
 
 
 def test_array_variables():
-    env = array_vars("12", 3, range(10))
+    env = array_vars("12", 3, array_span(range(10)))
     assert env == {"SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "10",
                    "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "9", "SLURM_ARRAY_TASK_STEP": "1"}
-    assert array_vars("5", 6, [0, 3, 6, 9])["SLURM_ARRAY_TASK_STEP"] == "3"
-    assert array_vars("5", 7, [1, 3, 7])["SLURM_ARRAY_TASK_STEP"] == "1"
+    assert array_span([9, 0, 6, 3]) == slurm_env.ArraySpan(count=4, low=0, high=9, step=3)
+    assert array_span([1, 3, 7]).step == 1
+    assert array_span([5]) == slurm_env.ArraySpan(1, 5, 5, 1)
 
 
 def test_merged_env_keeps_the_jobs_own_but_not_stale_slurm_names():
@@ -68,7 +69,7 @@ def test_merged_env_keeps_the_jobs_own_but_not_stale_slurm_names():
     plain = merged_env(copied, task_vars(facts()), is_array=False)
     assert plain["SLURM_JOB_ID"] == "7" and "SLURM_ARRAY_TASK_ID" not in plain
     assert plain["PATH"] == "/bin" and plain["SLURM_CPU_BIND"] == "none"
-    element = merged_env({**copied, **array_vars("7", 2, [1, 2])}, task_vars(facts()), is_array=True)
+    element = merged_env({**copied, **array_vars("7", 2, array_span([1, 2]))}, task_vars(facts()), is_array=True)
     assert element["SLURM_ARRAY_TASK_ID"] == "2"
 
 

@@ -223,3 +223,15 @@ def _states_once_ended(jobs) -> list[str]:
         if not {"PENDING", "RUNNING"} & set(states) or time.monotonic() > deadline:
             return states
         time.sleep(0.5)
+
+
+def test_srun_outside_a_job_runs_the_command_as_an_interactive_job(cluster):
+    result = slurm(cluster, "srun", "-A", "alpha", "--gres=gpu:1", "bash", "-c", "echo procid=$SLURM_PROCID; exit 4")
+    assert "procid=0" in result.stdout, result.stderr
+    assert result.returncode == 4
+
+
+def test_salloc_with_a_command_runs_it_on_an_allocation(cluster):
+    result = slurm(cluster, "salloc", "-A", "alpha", "-c", "1", "bash", "-c", "echo nodes=$SLURM_JOB_NODELIST")
+    assert result.returncode == 0, result.stderr
+    assert "nodes=n0" in result.stdout
