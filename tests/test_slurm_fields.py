@@ -93,3 +93,14 @@ def test_srun_output_patterns():
            "SLURM_NODEID": "0", "SLURMD_NODENAME": "n01", "SLURM_JOB_NAME": "sweep", "USER": "ann"}
     assert expand("%A_%a_%t.out", env) == "12_3_1.out"
     assert expand("%x-%u-%N-%n-%s-%j-100%%", env) == "sweep-ann-n01-0-0-12_3-100%"
+
+
+def test_sbatch_passes_script_arguments_to_shell_scripts():
+    from gpud.cli.common import UsageError
+    from gpud.cli.slurm.submit import with_arguments
+    assert with_arguments("#!/bin/bash\n#SBATCH -N 1\necho $1\n", ["a b", "c"]) == \
+        "#!/bin/bash\nset -- 'a b' c\n#SBATCH -N 1\necho $1\n"
+    assert with_arguments("echo $1\n", ["x"]) == "set -- x\necho $1\n"
+    assert with_arguments("#!/usr/bin/env bash\necho\n", ["x"]).splitlines()[1] == "set -- x"
+    with pytest.raises(UsageError, match="python3 script"):
+        with_arguments("#!/usr/bin/env python3\nprint()\n", ["x"])

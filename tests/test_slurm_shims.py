@@ -235,3 +235,12 @@ def test_salloc_with_a_command_runs_it_on_an_allocation(cluster):
     result = slurm(cluster, "salloc", "-A", "alpha", "-c", "1", "bash", "-c", "echo nodes=$SLURM_JOB_NODELIST")
     assert result.returncode == 0, result.stderr
     assert "nodes=n0" in result.stdout
+
+
+def test_sbatch_wait_passes_arguments_and_exits_with_the_jobs_status(cluster, tmp_path):
+    script = tmp_path / "args.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -o args-%j.out\necho \"[$1] [$2] $#\"\nexit 5\n")
+    result = slurm(cluster, "sbatch", "--wait", "--parsable", str(script), "one two", "three")
+    assert result.returncode == 5, result.stderr
+    job_id = result.stdout.strip()
+    assert (cluster["work"] / f"args-{job_id}.out").read_text() == "[one two] [three] 2\n"

@@ -46,7 +46,10 @@ def script_options(parser: argparse.ArgumentParser, text: str, source: str,
             try:
                 translation = translate(sbatch, job_name, user)
             except DirectiveError as exc:
-                raise DirectiveError(f"{source}, {exc}") from None
+                text = str(exc)
+                if text.startswith("line 0: #SBATCH "):  # the options given on sbatch's command line
+                    raise DirectiveError(f"command line: {text.removeprefix('line 0: #SBATCH ')}") from None
+                raise DirectiveError(f"{source}, {text}") from None
             translated = translation.directives
             for item in translation.ignored:
                 where = f"{source}, line {item.line}: #SBATCH" if item.line else "command line:"

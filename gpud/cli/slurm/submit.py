@@ -83,9 +83,6 @@ def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, d
             raise UsageError("give --wrap or a script, not both")
     else:
         path = rest[0] if rest else "-"
-        if len(rest) > 1:
-            raise UsageError(f"arguments after the script ({' '.join(rest[1:])}) are not passed on by gpud; "
-                             f"set them in the script or with --export")
         try:
             text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
         except (OSError, UnicodeDecodeError) as exc:
@@ -97,12 +94,36 @@ def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, d
     _fit_outputs(opts, prog)
     whole, named = _exported(own.get("export"), environ)
     opts.export_env = whole or None
+    if not interactive and len(rest) > 1:
+        text = with_arguments(text, rest[1:])  # after the directives were read from the script as written
     job = build_job(opts, command=command, script=None if interactive else text, script_name=script_name,
                     environ=environ)
     env = {**job.get("env", {}), **named, "SLURM_SUBMIT_DIR": os.getcwd(),
            "SLURM_SUBMIT_HOST": socket.gethostname()}
     job["env"] = env
     return job, own
+
+
+SHELLS = ("sh", "bash", "dash", "ksh", "zsh")
+
+
+def with_arguments(text: str, arguments: list[str]) -> str:
+    """A shell script that sees ``arguments`` as ``$1 ...``, as sbatch passes the words after the script.
+
+    gpud stores a job's script, not a command line, so the arguments are set
+    by a ``set --`` line put after the ``#!`` line. Raises UsageError for a
+    script of another interpreter, which could not read that line.
+    """
+    import shlex
+    first, newline, rest = text.partition("\n")
+    interpreter = first[2:].split() if first.startswith("#!") else ["sh"]
+    name = os.path.basename(interpreter[-1] if interpreter and os.path.basename(interpreter[0]) == "env"
+                            else interpreter[0] if interpreter else "sh")
+    if name not in SHELLS:
+        raise UsageError(f"arguments after a {name} script ({' '.join(arguments)}) cannot be passed on by gpud; "
+                         f"set them in the script or with --export")
+    line = f"set -- {shlex.join(arguments)}"
+    return f"{first}\n{line}\n{rest}" if first.startswith("#!") else f"{line}\n{text}"
 
 
 def _fit_outputs(opts, prog: str) -> None:
