@@ -104,3 +104,16 @@ def test_sbatch_passes_script_arguments_to_shell_scripts():
     assert with_arguments("#!/usr/bin/env bash\necho\n", ["x"]).splitlines()[1] == "set -- x"
     with pytest.raises(UsageError, match="python3 script"):
         with_arguments("#!/usr/bin/env python3\nprint()\n", ["x"])
+
+
+@pytest.mark.parametrize("node, state", [
+    ({"state": "up", "gpus": [{}, {}], "gpus_used": 0, "gpus_idle": 2, "cpus_used": 0}, "idle"),
+    ({"state": "up", "gpus": [{}, {}], "gpus_used": 1, "gpus_idle": 1, "cpus_used": 2}, "mix"),
+    ({"state": "up", "gpus": [{}, {}], "gpus_used": 2, "gpus_idle": 0, "cpus_used": 2}, "alloc"),
+    ({"state": "up", "gpus": [], "gpus_used": 0, "gpus_idle": 0, "cpus_used": 1}, "mix"),
+    ({"state": "draining", "gpus": [{}]}, "drng"), ({"state": "drained", "gpus": [{}]}, "drain"),
+    ({"state": "down", "gpus": [{}]}, "down"),
+])
+def test_sinfo_node_states(node, state):
+    from gpud.cli.slurm.jobs import _node_state
+    assert _node_state(node) == state

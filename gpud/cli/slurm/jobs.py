@@ -293,13 +293,15 @@ def sinfo(argv: list[str]) -> int:
 
 
 def _node_state(node: dict) -> str:
+    """A node's state in sinfo's words: down, drain(ing), idle, mix (partly used) or alloc (all GPUs used)."""
     state = node.get("state")
-    if state == "down":
+    if state in ("down", "unknown"):
         return "down"
-    if state in ("drained", "draining"):
+    if state == "drained":
         return "drain"
-    gpus = node.get("gpus") or []
-    used = sum(1 for g in gpus if g.get("used") or g.get("jobs"))
-    if not gpus or not used:
+    if state == "draining":
+        return "drng"
+    gpus = len(node.get("gpus") or [])
+    if not node.get("gpus_used") and not node.get("cpus_used"):
         return "idle"
-    return "alloc" if used == len(gpus) else "mix"
+    return "alloc" if gpus and not node.get("gpus_idle") else "mix"
