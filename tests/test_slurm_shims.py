@@ -136,6 +136,10 @@ def test_failed_job_state_and_exit_code(cluster):
     listed = ok(slurm(cluster, "sacct", "-P", "-n", "-X", "-j", job_id, "--format", "JobID,JobName,Partition,"
                                                                                 "Account,State,ExitCode"))
     assert listed.strip() == f"{job_id}|wrap|default|alpha|FAILED|3:0"
+    by_name = ok(slurm(cluster, "sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
+                       "--starttime", "now-1hour", "--endtime", "now", "--name", "wrap"))
+    assert f"{job_id}|FAILED" in by_name.splitlines()
+    assert all(line.split("|")[0] != "" for line in by_name.splitlines())
     bad = slurm(cluster, "sacct", "-j", job_id, "-o", "JobID,Nonsense")
     assert bad.returncode == 1 and 'Invalid field requested: "Nonsense"' in bad.stderr
 

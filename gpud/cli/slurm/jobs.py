@@ -70,6 +70,7 @@ def squeue(argv: list[str]) -> int:
     parser.add_argument("-h", "--noheader", action="store_true")
     parser.add_argument("-a", "--all", action="store_true")
     parser.add_argument("-r", "--array", action="store_true")
+    parser.add_argument("-n", "--name")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("squeue", extra)
     api = _client()
@@ -88,6 +89,8 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if fields.pool(job) in args.partition.split(",")]
     if args.account:
         jobs = [job for job in jobs if job.get("project") in args.account.split(",")]
+    if args.name:
+        jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
     fmt = args.format or fields.SQUEUE_DEFAULT
     lines = [] if args.noheader else [fields.squeue_line(fmt, None)]
     lines.extend(fields.squeue_line(fmt, job) for job in jobs)
@@ -103,7 +106,7 @@ def _state_name(text: str) -> str:
 
 
 def sacct(argv: list[str]) -> int:
-    """``sacct``: jobs with their states and exit codes, ``-j``, ``-o``, ``--parsable2``, ``-n``, ``-X``."""
+    """``sacct``: jobs with their states and exit codes, ``-j``, ``--name``, ``-o``, ``--parsable2``, ``-n``, ``-X``."""
     parser = _parser("sacct")
     parser.add_argument("-j", "--jobs", action="append")
     parser.add_argument("-u", "--user", action="append")
@@ -117,6 +120,7 @@ def sacct(argv: list[str]) -> int:
     parser.add_argument("-S", "--starttime")
     parser.add_argument("-E", "--endtime")
     parser.add_argument("-b", "--brief", action="store_true")
+    parser.add_argument("--name")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("sacct", extra)
     names = ["JobID", "State", "ExitCode"] if args.brief else (
@@ -130,6 +134,8 @@ def sacct(argv: list[str]) -> int:
     if args.state:
         wanted = {_state_name(s) for s in args.state.split(",")}
         jobs = [job for job in jobs if job.get("state") in wanted]
+    if args.name:
+        jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
     rows = [[fields.SACCT_FIELDS[name.lower()](job) for name in names] for job in jobs]
     if args.parsable2 or args.parsable:
         end = "|" if args.parsable and not args.parsable2 else ""
