@@ -7,8 +7,10 @@ a task's start order, and the Slurm command shims read node lists with
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -51,6 +53,31 @@ class TaskFacts:
     restart_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a job's tasks are, as Slurm describes it: made once per placement and shared by its tasks."""
+
+    nodelist: str                   # hostlist form
+    node_ids: Mapping[str, int]     # each node's place in the node list
+    local_ids: tuple[int, ...]      # each rank's rank among the tasks on its node
+    tasks_per_node: str             # SLURM_TASKS_PER_NODE form
+
+
+@functools.lru_cache(maxsize=64)
+def layout(nodes: tuple[str, ...]) -> Layout:
+    """The layout of tasks on ``nodes`` (the node of each rank), cached: every task of a gang asks for it."""
+    nodelist = hostlist(nodes)
+    ordered = expand_hostlist(nodelist)
+    counts = Counter(nodes)
+    seen: Counter[str] = Counter()
+    local_ids = []
+    for name in nodes:
+        local_ids.append(seen[name])
+        seen[name] += 1
+    return Layout(nodelist, {name: i for i, name in enumerate(ordered)}, tuple(local_ids),
+                  _tasks_per_node([counts[name] for name in ordered]))
+
+
 def task_vars(facts: TaskFacts) -> dict[str, str]:
     """The per-job and per-task ``SLURM_*`` variables of one task, as sbatch and srun name them.
 
@@ -58,24 +85,21 @@ def task_vars(facts: TaskFacts) -> dict[str, str]:
     job's tasks on the same node, ``SLURM_NODEID`` its node's place in the
     job's node list (``SLURM_JOB_NODELIST``, in Slurm's hostlist form).
     """
-    nodes = facts.nodes
-    node = nodes[facts.procid]
-    ordered = expand_hostlist(hostlist(nodes))
-    per_node = [nodes.count(name) for name in ordered]
-    nodelist = hostlist(nodes)
+    where = layout(facts.nodes)
+    node = facts.nodes[facts.procid]
     cpus = str(max(1, math.ceil(facts.cpus_per_task)))
     return {
         "SLURM_JOB_ID": facts.job_id, "SLURM_JOBID": facts.job_id,
         "SLURM_JOB_NAME": facts.job_name, "SLURM_JOB_USER": facts.user,
         "SLURM_JOB_ACCOUNT": facts.account, "SLURM_JOB_PARTITION": facts.partition,
         "SLURM_CLUSTER_NAME": CLUSTER_NAME,
-        "SLURM_NTASKS": str(len(nodes)), "SLURM_NPROCS": str(len(nodes)),
+        "SLURM_NTASKS": str(len(facts.nodes)), "SLURM_NPROCS": str(len(facts.nodes)),
         "SLURM_PROCID": str(facts.procid),
-        "SLURM_LOCALID": str(nodes[:facts.procid].count(node)),
-        "SLURM_NODEID": str(ordered.index(node)),
-        "SLURM_JOB_NUM_NODES": str(len(ordered)), "SLURM_NNODES": str(len(ordered)),
-        "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist, "SLURMD_NODENAME": node,
-        "SLURM_TASKS_PER_NODE": _tasks_per_node(per_node),
+        "SLURM_LOCALID": str(where.local_ids[facts.procid]),
+        "SLURM_NODEID": str(where.node_ids[node]),
+        "SLURM_JOB_NUM_NODES": str(len(where.node_ids)), "SLURM_NNODES": str(len(where.node_ids)),
+        "SLURM_JOB_NODELIST": where.nodelist, "SLURM_NODELIST": where.nodelist, "SLURMD_NODENAME": node,
+        "SLURM_TASKS_PER_NODE": where.tasks_per_node,
         "SLURM_CPUS_PER_TASK": cpus,
         "SLURM_GPUS_ON_NODE": str(facts.gpus_on_node),
         "SLURM_MEM_PER_NODE": str(facts.mem_per_node_mib),

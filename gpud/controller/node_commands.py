@@ -53,9 +53,9 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
 def slurm_task_vars(job: Job, task: int, node: NodeRecord) -> dict[str, str]:
     """The ``SLURM_*`` variables of one placed task of ``job`` (running on ``node``), as sbatch and srun set them.
 
-    The submit directory and host are the client's (gpuctl puts them in the
-    job's environment); a job submitted without them gets its workdir and
-    the node of its first task.
+    The submit directory and host are the client's (the sbatch command puts
+    them in the job's environment); a job submitted without them gets its
+    workdir and the node of its first task.
     """
     placed = [(i, r.placement) for i, r in enumerate(job.runs) if r.placement is not None]
     nodes = tuple(p.node for _, p in placed)
