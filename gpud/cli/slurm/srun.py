@@ -18,7 +18,9 @@ VALUED = {"output": "o", "error": "e", "input": "i", "ntasks": "n", "nodes": "N"
           "time": "t", "partition": "p", "account": "A", "mpi": None, "cpu-bind": None, "distribution": "m",
           "open-mode": None, "kill-on-bad-exit": "K", "nodelist": "w", "exclude": "x", "constraint": "C",
           "qos": "q", "signal": None, "wait": "W", "label": None, "cpus-per-gpu": None, "het-group": None,
-          "threads-per-core": None, "hint": None}
+          "threads-per-core": None, "hint": None, "jobid": None, "comment": None, "dependency": "d",
+          "reservation": None, "network": None, "nodefile": None, "gres-flags": None,
+          "cpu-freq": None, "ntasks-per-gpu": None, "mem-bind": None, "profile": None, "slurmd-debug": None}
 _SHORT = {short: name for name, short in VALUED.items() if short}
 STEP_READS = frozenset({"output", "error", "ntasks", "chdir", "job-name", "open-mode", "export"})
 
