@@ -75,6 +75,12 @@ def test_a_slurm_script_translates_line_by_line():
     ("#SBATCH --gpus-per-node=h100:4", {"--constraint": "gpu_type=h100", "--gpus": "4"}),
     ("#SBATCH --requeue --open-mode=append", {}),                         # what gpud does anyway
     ("#SBATCH -N 2 --ntasks-per-node=1", {"--tasks": "2"}),
+    # One gpud task per Slurm task: a node's GPUs and memory are shared among its tasks.
+    ("#SBATCH -N 2 --ntasks-per-node=4 --gres=gpu:8 --mem=64G", {"--tasks": "8", "--gpus": "2", "--mem": "16G"}),
+    ("#SBATCH -N 2 -n 16 --gpus-per-node=8", {"--tasks": "16", "--gpus": "1"}),
+    ("#SBATCH --ntasks-per-node=2 --gres=gpu:1", {"--tasks": "2", "--gpus": "0.5"}),
+    ("#SBATCH -N 1-2 --ntasks-per-node=4", {"--tasks": "8", "--min-tasks": "4"}),
+    ("#SBATCH -N 2 --ntasks-per-node=2 --gpus-per-task=1", {"--tasks": "4", "--gpus": "1"}),
 ])
 def test_each_option_maps_to_gpuds(lines, expected):
     assert options(lines + "\n") == expected
@@ -84,7 +90,8 @@ def test_each_option_maps_to_gpuds(lines, expected):
     ("#SBATCH --exclusive", "exclusive", ""),
     ("#SBATCH --open-mode=truncate", "open_mode", ""),
     ("#SBATCH --gres=gpu:1,nvme:1", "other_gres", "nvme:1"),
-    ("#SBATCH -N 2 --ntasks-per-node=4", "ntasks_per_node", "2"),
+    ("#SBATCH -N 2 --gres=gpu:3 --ntasks-per-node=2", "ntasks_per_node", "3 GPUs"),
+    ("#SBATCH -N 2 -n 3", "ntasks_per_node", "2"),
     ("#SBATCH --mem=0", "mem_all", ""),
     ("#SBATCH -t UNLIMITED", "unlimited_time", ""),
     ("#SBATCH -p a,b", "partitions", "a"),
@@ -102,6 +109,7 @@ def test_what_gpud_does_not_act_on_is_named(line, why, detail):
     ("#SBATCH --gpus=3 -N 2", "do not divide among 2 tasks"),
     ("#SBATCH --gres=gpu:many", "not a GPU count"),
     ("#SBATCH -N lots", "nodes must be a count"),
+    ("#SBATCH --ntasks-per-node=x", "ntasks-per-node must be a count"),
     ("#SBATCH --mem=lots", "memory is a number"),
     ("#SBATCH train.py", "is not an option"),
     ("#SBATCH --time", "needs a value"),

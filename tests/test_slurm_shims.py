@@ -215,6 +215,23 @@ def test_submitit_runs_a_function_and_an_array(cluster, tmp_path, monkeypatch):
     assert _states_once_ended(jobs) == ["COMPLETED"] * 4
 
 
+def _rank() -> tuple[str, str, str]:
+    return os.environ["SLURM_PROCID"], os.environ["SLURM_NTASKS"], os.environ["SLURM_LOCALID"]
+
+
+def test_submitit_runs_a_function_in_every_task(cluster, tmp_path, monkeypatch):
+    submitit = pytest.importorskip("submitit")
+    for key, value in cluster["env"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    executor = submitit.SlurmExecutor(folder=tmp_path / "tasks-%j")
+    executor.update_parameters(time=5, cpus_per_task=1, ntasks_per_node=2, job_name="ranks")
+    job = executor.submit(_rank)
+    results = sorted(job.results())
+    assert [(procid, ntasks) for procid, ntasks, _ in results] == [("0", "2"), ("1", "2")]
+
+
 def _states_once_ended(jobs) -> list[str]:
     """The jobs' states as submitit reads them from sacct, once none is still running.
 

@@ -14,7 +14,8 @@ WHY = {
     "exclusive": "a job is not given whole nodes, only what it asks for (--gres, -c, --mem)",
     "open_mode": "gpud always appends to output files",
     "other_gres": "only gpu is read from --gres, not {detail}",
-    "ntasks_per_node": "gpud runs one task per node ({detail} in all); start more processes per node in the script",
+    "ntasks_per_node": "tasks per node that do not divide the job ({detail}) run as one task per node; "
+                       "start more processes per node in the script",
     "mem_all": "gpud cannot give a job all of a node's memory; the default --mem applies",
     "unlimited_time": "no time limit is set (the policy's, if any, applies)",
     "partitions": "a job has one pool; it goes to {detail}",

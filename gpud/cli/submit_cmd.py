@@ -33,7 +33,7 @@ $GPUD_ARRAY_TASK_ID), or different jobs with --from-file jobs.jsonl (up to
 #SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N
 (gpu:TYPE:N asks for nodes labelled gpu_type=TYPE), --gpus-per-node/-task,
 --gpus (the job's total), -N/--nodes (one task per node; 2-4 makes an
-elastic gang), -n/--ntasks, -c, --mem (a bare number is MB, as in Slurm),
+elastic gang), --ntasks-per-node, -n/--ntasks, -c, --mem (a bare number is MB, as in Slurm),
 -t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array, -p (a pool, a partition
 the policy maps, else the default pool), -A (the project), --qos (a
 priority class), --dependency, -D, -H and --no-requeue. Every other #SBATCH
