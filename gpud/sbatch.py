@@ -193,10 +193,10 @@ def _per_node(seen, ignored) -> int:
     elif "ntasks" in seen and "nodes" in seen and seen["ntasks"][1].isdigit():
         nodes = seen["nodes"][1].partition("-")[2] or seen["nodes"][1].partition("-")[0]
         ntasks = int(seen["ntasks"][1])
+        entry = seen["ntasks"]
         if nodes.isdigit() and ntasks % int(nodes) == 0:
             count = ntasks // int(nodes)
         elif nodes.isdigit():
-            entry = seen["ntasks"]
             ignored.append(Ignored(entry[0], entry[2], "ntasks_per_node", nodes))
             return 1
     if count == 1:

@@ -92,6 +92,7 @@ def test_each_option_maps_to_gpuds(lines, expected):
     ("#SBATCH --gres=gpu:1,nvme:1", "other_gres", "nvme:1"),
     ("#SBATCH -N 2 --gres=gpu:3 --ntasks-per-node=2", "ntasks_per_node", "3 GPUs"),
     ("#SBATCH -N 2 -n 3", "ntasks_per_node", "2"),
+    ("#SBATCH -N 2 -n 4 --gres=gpu:3", "ntasks_per_node", "3 GPUs"),
     ("#SBATCH --mem=0", "mem_all", ""),
     ("#SBATCH -t UNLIMITED", "unlimited_time", ""),
     ("#SBATCH -p a,b", "partitions", "a"),
