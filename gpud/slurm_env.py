@@ -81,9 +81,11 @@ def layout(nodes: tuple[str, ...]) -> Layout:
 def task_vars(facts: TaskFacts) -> dict[str, str]:
     """The per-job and per-task ``SLURM_*`` variables of one task, as sbatch and srun name them.
 
-    ``SLURM_PROCID`` is the task's rank, ``SLURM_LOCALID`` its rank among the
-    job's tasks on the same node, ``SLURM_NODEID`` its node's place in the
-    job's node list (``SLURM_JOB_NODELIST``, in Slurm's hostlist form).
+    ``SLURM_PROCID`` is the task's rank (gpud's ``RANK``), ``SLURM_LOCALID``
+    its rank among the job's tasks on the same node, ``SLURM_NODEID`` its
+    node's place in the job's node list (``SLURM_JOB_NODELIST``, in Slurm's
+    hostlist form), which lists the nodes in rank order: as in Slurm's block
+    layout, rank 0 runs on the first node, where ``MASTER_ADDR`` points.
     """
     where = layout(facts.nodes)
     node = facts.nodes[facts.procid]
@@ -153,26 +155,32 @@ def merged_env(job_env: Mapping[str, str], task: Mapping[str, str], is_array: bo
 
 
 def hostlist(names: Sequence[str]) -> str:
-    """Node names in Slurm's compressed hostlist form: node01,node02,node03,gpu7 -> ``gpu7,node[01-03]``.
+    """Node names in Slurm's hostlist form, in the order given: node01,node02,node03,gpu7 -> ``node[01-03],gpu7``.
 
-    Duplicates count once. Names that end in digits of the same width and
-    share the rest are folded into ranges; the groups are sorted by name.
+    Duplicates count once. Neighbouring names that end in digits of the same
+    width and share the rest are folded into one bracket, runs of numbers
+    into ranges; :func:`expand_hostlist` gives the names back in the same
+    order, so a job's first node (``scontrol show hostnames | head -1``) is
+    the node of its rank 0.
     """
-    groups: dict[tuple[str, int], set[int]] = {}
-    plain: set[str] = set()
-    for name in names:
+    groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers) or (name, -1, [])
+    for name in dict.fromkeys(names):
         match = _TRAILING_DIGITS.match(name)
         if match is None or "[" in name or "," in name:
-            plain.add(name)
+            groups.append((name, -1, []))
+        elif groups and groups[-1][:2] == (match[1], len(match[2])):
+            groups[-1][2].append(int(match[2]))
         else:
-            groups.setdefault((match[1], len(match[2])), set()).add(int(match[2]))
-    parts = [(name, name) for name in plain]
-    for (prefix, width), numbers in groups.items():
-        ranges = _ranges(sorted(numbers))
+            groups.append((match[1], len(match[2]), [int(match[2])]))
+    parts = []
+    for prefix, width, numbers in groups:
+        if width < 0:
+            parts.append(prefix)
+            continue
+        ranges = _ranges(numbers)
         text = ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in ranges)
-        single = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
-        parts.append((f"{prefix}{min(numbers):0{width}d}", prefix + (text if single else f"[{text}]")))
-    return ",".join(text for _, text in sorted(parts))
+        parts.append(prefix + (text if len(numbers) == 1 else f"[{text}]"))
+    return ",".join(parts)
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -210,6 +218,7 @@ def _split_top(text: str) -> list[str]:
 
 
 def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
+    """Runs of numbers that each follow the one before: 1,2,3,7,5 -> (1, 3), (7, 7), (5, 5)."""
     out: list[tuple[int, int]] = []
     for n in numbers:
         if out and out[-1][1] == n - 1:

@@ -41,11 +41,12 @@ def test_gang_ranks_nodes_and_local_ids():
     assert [e["SLURM_PROCID"] for e in envs] == ["0", "1", "2", "3"]
     assert {e["SLURM_NTASKS"] for e in envs} == {"4"}
     assert [e["SLURM_LOCALID"] for e in envs] == ["0", "0", "1", "0"]
-    # Node ids follow the sorted node list, as in Slurm, not the order tasks were placed.
-    assert [e["SLURM_NODEID"] for e in envs] == ["1", "0", "1", "2"]
-    assert {e["SLURM_JOB_NODELIST"] for e in envs} == {"node[01-03]"}
+    # The node list is in rank order, so its first node is rank 0's (where a script puts its master).
+    assert [e["SLURM_NODEID"] for e in envs] == ["0", "1", "0", "2"]
+    assert {e["SLURM_JOB_NODELIST"] for e in envs} == {"node[02,01,03]"}
+    assert expand_hostlist(envs[0]["SLURM_JOB_NODELIST"])[0] == "node02"
     assert {e["SLURM_JOB_NUM_NODES"] for e in envs} == {"3"}
-    assert envs[0]["SLURM_TASKS_PER_NODE"] == "1,2,1"
+    assert envs[0]["SLURM_TASKS_PER_NODE"] == "2,1(x2)"
     assert envs[2]["SLURMD_NODENAME"] == "node02"
 
 
@@ -75,11 +76,12 @@ def test_merged_env_keeps_the_jobs_own_but_not_stale_slurm_names():
 
 @pytest.mark.parametrize("names, text", [
     (["node01", "node02", "node03"], "node[01-03]"),
-    (["n1", "n3", "n2", "n7"], "n[1-3,7]"),
-    (["gpu7", "node01"], "gpu7,node01"),
+    (["n1", "n2", "n3", "n7"], "n[1-3,7]"),
+    (["n1", "n3", "n2", "n7"], "n[1,3,2,7]"),
+    (["node01", "gpu7", "node02"], "node01,gpu7,node02"),
     (["localhost"], "localhost"),
     (["a", "a"], "a"),
-    (["node9", "node10"], "node10,node9"),
+    (["node9", "node10"], "node9,node10"),
 ])
 def test_hostlist_form(names, text):
     assert hostlist(names) == text
@@ -94,7 +96,7 @@ def test_expand_hostlist():
 
 @given(st.lists(st.from_regex(r"[a-c]{1,3}[0-9]{0,3}", fullmatch=True), min_size=1, max_size=12))
 def test_hostlist_round_trips(names):
-    assert sorted(expand_hostlist(hostlist(names))) == sorted(set(names))
+    assert expand_hostlist(hostlist(names)) == list(dict.fromkeys(names))
 
 
 def test_every_variable_set_is_one_the_merge_protects():

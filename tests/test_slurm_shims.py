@@ -109,7 +109,13 @@ def test_gang_script_from_a_user_guide_runs_one_rank_per_task(cluster):
     assert wait_ended(cluster, job_id) == {job_id: ("COMPLETED", "0:0")}
     lines = sorted(line for line in (cluster["work"] / f"ddp_{job_id}.out").read_text().splitlines()
                    if line.startswith("rank"))
-    assert lines == ["rank 0 of 2 local 0 node 0 of 2 head n01", "rank 1 of 2 local 0 node 1 of 2 head n01"]
+    # One GPU a node: the ranks are on both nodes, rank 0 on the node list's first node (the head).
+    first, second = (line.split() for line in lines)
+    assert first[:9] == ["rank", "0", "of", "2", "local", "0", "node", "0", "of"]
+    assert second[:9] == ["rank", "1", "of", "2", "local", "0", "node", "1", "of"]
+    assert first[9] == second[9] == "2"
+    assert {first[11], second[11]} == {"n01", "n02"}
+    assert first[13] == second[13] == first[11]
 
 
 def test_squeue_scancel_sacct_and_scontrol(cluster):

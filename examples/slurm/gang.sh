@@ -14,4 +14,5 @@
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export HEAD_NODE=$head_node
 srun python3 -c 'import os; e = os.environ; print("rank", e["SLURM_PROCID"], "of", e["SLURM_NTASKS"],
-    "local", e["SLURM_LOCALID"], "node", e["SLURM_NODEID"], "of", e["SLURM_NNODES"], "head", e["HEAD_NODE"])'
+    "local", e["SLURM_LOCALID"], "node", e["SLURM_NODEID"], "of", e["SLURM_NNODES"], "on", e["SLURMD_NODENAME"],
+    "head", e["HEAD_NODE"])'

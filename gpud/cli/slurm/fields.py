@@ -50,7 +50,7 @@ def stamp(epoch: float | None, missing: str = "Unknown") -> str:
 def nodelist(job: dict) -> str:
     """The nodes a job runs (or ran) on, in hostlist form; ``None assigned`` when it has none."""
     nodes = job.get("nodes") or []
-    return hostlist(nodes) if nodes else "None assigned"
+    return hostlist(sorted(nodes)) if nodes else "None assigned"
 
 
 def where_or_why(job: dict) -> str:
