@@ -10,11 +10,12 @@ from gpud.tomlcheck import Table, read_toml
 
 DEFAULT_PORT = 6830
 TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
-            "interactive")
+            "interactive", "ui")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
+UI_KEYS = ("enabled", "listen")
 API_KEYS = ("max_body_mib", "idle_timeout_s", "body_timeout_s", "submit_rate", "submit_burst")
 
 
@@ -42,6 +43,9 @@ class ControllerConfig:
     body_timeout_s: float = 30.0    # a body that takes longer than this to arrive is refused (408)
     submit_rate: float = 0.0        # jobs per second each token may submit, on average; 0: no limit
     submit_burst: float = 0.0       # jobs a token may submit at once above the rate (0: a second's worth)
+    ui: bool = True                 # serve the web dashboard (gpud/ui) on a port of its own
+    ui_host: str | None = None      # where the dashboard listens: None, the API's host
+    ui_port: int | None = None      # None: the port after the API's (0 when the API's is 0: any free port)
 
     @property
     def key_path(self) -> str:
@@ -52,6 +56,12 @@ class ControllerConfig:
     def admin_token_path(self) -> str:
         """Where the first admin token is written: ``admin.token`` in the state directory by default."""
         return self.admin_token_file or os.path.join(self.state_dir, "admin.token")
+
+    @property
+    def ui_address(self) -> tuple[str, int]:
+        """Where the dashboard listens: ``[ui] listen``, else the API's host on the port after the API's."""
+        port = self.ui_port if self.ui_port is not None else (self.port + 1 if self.port else 0)
+        return self.ui_host or self.host, port
 
     @property
     def url(self) -> str:
@@ -104,6 +114,10 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["body_timeout_s"] = api.number("body_timeout_s", config.body_timeout_s, lo=0.1)
         changes["submit_rate"] = api.number("submit_rate", config.submit_rate, lo=0)
         changes["submit_burst"] = api.number("submit_burst", config.submit_burst, lo=0)
+        ui = top.table("ui", UI_KEYS)
+        changes["ui"] = ui.boolean("enabled", True)
+        if "listen" in ui:
+            changes["ui_host"], changes["ui_port"] = parse_listen(ui.string("listen"), source, "ui.listen")
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)
