@@ -12,8 +12,13 @@ import pytest
 
 from gpud.controller.config import load_config
 from gpud.errors import ConfigError
-from gpud.ui.session import SESSION_COOKIE, Signer
-from ui_helpers import csrf_of, open_dashboard, close_dashboard, sign_in
+from gpud.ui.session import LOGIN_COOKIE, SESSION_COOKIE, Signer
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from gpud.controller.app import make_app
+from gpud.ui.server import UI_SERVER
+from ui_helpers import close_dashboard, config_for, csrf_of, open_dashboard, sign_in
 
 SECRET_ENV = {"WANDB_API_KEY": "sekrit-value-123"}
 PAGES = ("/ui/", "/ui/queue", "/ui/projects", "/ui/nodes", "/ui/usage")
@@ -226,15 +231,48 @@ async def test_usage_downloads_as_csv_with_only_ones_own_jobs_unless_admin(board
     assert (await alice.get("/ui/usage?by=nobody")).status == 422
 
 
+async def test_behind_a_tls_proxy_the_cookie_can_be_marked_secure(tmp_path):
+    board = await open_dashboard(tmp_path, ui_secure_cookie=True)
+    try:
+        browser = await board.browser()
+        form = await browser.get("/ui/login")
+        nonce = form.cookies[LOGIN_COOKIE]
+        assert nonce["secure"]
+        # A browser sends the Secure cookie back over the proxy's TLS; over this test's plain HTTP, by hand.
+        answer = await browser.post("/ui/login", data={"token": board.tokens["alice"], "csrf": csrf_of(await form.text())},
+                                    headers={"Cookie": f"{LOGIN_COOKIE}={nonce.value}"}, allow_redirects=False)
+        assert answer.status == 303 and answer.cookies[SESSION_COOKIE]["secure"]
+    finally:
+        await close_dashboard(board)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_the_controller_serves_the_dashboard_on_its_own_port_unless_turned_off(tmp_path, enabled):
+    app = make_app(config_for(tmp_path, ui=enabled, ui_port=0))
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        url = app[UI_SERVER].url
+        if not enabled:
+            assert url == ""
+            return
+        assert url.endswith("/ui/") and f":{server.port}/" not in url
+        async with aiohttp.ClientSession() as browser:
+            answer = await browser.get(url, allow_redirects=False)
+            assert answer.status == 303 and answer.headers["Location"] == "/ui/login?next=/ui/"
+    finally:
+        await server.close()
+
+
 def test_the_dashboard_is_configured_in_controller_toml(tmp_path):
     path = tmp_path / "controller.toml"
     path.write_text('listen = "127.0.0.1:7000"\n')
-    assert load_config(str(path)).ui_address == ("127.0.0.1", 7001)
+    assert load_config(str(path)).ui_address == ("127.0.0.1", 7002)
     path.write_text('listen = "127.0.0.1:7000"\n[ui]\nlisten = "0.0.0.0:8080"\n')
     config = load_config(str(path))
     assert config.ui and config.ui_address == ("0.0.0.0", 8080)
-    path.write_text("[ui]\nenabled = false\n")
-    assert not load_config(str(path)).ui
+    path.write_text("[ui]\nenabled = false\nsecure_cookie = true\n")
+    assert not load_config(str(path)).ui and load_config(str(path)).ui_secure_cookie
     path.write_text('[ui]\nlisten = "nowhere"\n')
     with pytest.raises(ConfigError, match="ui.listen"):
         load_config(str(path))

@@ -66,11 +66,17 @@ async def sign_in(client: Any, token: str) -> Any:
                              allow_redirects=False)
 
 
-async def open_dashboard(root: Path) -> Dashboard:
-    """A controller on a fresh state directory, with the dashboard served in process, and three tokens."""
+def config_for(root: Path, **settings: Any) -> ControllerConfig:
+    """A controller's settings on a fresh state directory under ``root`` (the tests' policy), API on any port."""
     (root / "policy.toml").write_text(POLICY)
-    config = ControllerConfig(host="127.0.0.1", port=0, state_dir=str(root / "state"), policy=str(root / "policy.toml"),
-                              init=True, ui=False, interval_s=0.2)
+    return ControllerConfig(**{"host": "127.0.0.1", "port": 0, "state_dir": str(root / "state"),
+                               "policy": str(root / "policy.toml"), "init": True, "ui": False, "interval_s": 0.2,
+                               **settings})
+
+
+async def open_dashboard(root: Path, **settings: Any) -> Dashboard:
+    """A controller on a fresh state directory, with the dashboard served in process, and three tokens."""
+    config = config_for(root, **settings)
     app = make_app(config)
     api = TestClient(TestServer(app))
     await api.start_server()

@@ -9,13 +9,14 @@ from gpud.errors import ConfigError
 from gpud.tomlcheck import Table, read_toml
 
 DEFAULT_PORT = 6830
+UI_PORT_OFFSET = 2  # the dashboard's default port is the API's + 2: 6831 is a node daemon's metrics port
 TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
             "interactive", "ui")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
-UI_KEYS = ("enabled", "listen")
+UI_KEYS = ("enabled", "listen", "secure_cookie")
 API_KEYS = ("max_body_mib", "idle_timeout_s", "body_timeout_s", "submit_rate", "submit_burst")
 
 
@@ -45,7 +46,8 @@ class ControllerConfig:
     submit_burst: float = 0.0       # jobs a token may submit at once above the rate (0: a second's worth)
     ui: bool = True                 # serve the web dashboard (gpud/ui) on a port of its own
     ui_host: str | None = None      # where the dashboard listens: None, the API's host
-    ui_port: int | None = None      # None: the port after the API's (0 when the API's is 0: any free port)
+    ui_port: int | None = None      # None: the API's + UI_PORT_OFFSET (0 when the API's is 0: any free port)
+    ui_secure_cookie: bool = False  # mark the session cookie Secure even over plain HTTP (behind a TLS proxy)
 
     @property
     def key_path(self) -> str:
@@ -59,8 +61,8 @@ class ControllerConfig:
 
     @property
     def ui_address(self) -> tuple[str, int]:
-        """Where the dashboard listens: ``[ui] listen``, else the API's host on the port after the API's."""
-        port = self.ui_port if self.ui_port is not None else (self.port + 1 if self.port else 0)
+        """Where the dashboard listens: ``[ui] listen``, else the API's host on the API's port + 2 (6832)."""
+        port = self.ui_port if self.ui_port is not None else (self.port + UI_PORT_OFFSET if self.port else 0)
         return self.ui_host or self.host, port
 
     @property
@@ -116,6 +118,7 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["submit_burst"] = api.number("submit_burst", config.submit_burst, lo=0)
         ui = top.table("ui", UI_KEYS)
         changes["ui"] = ui.boolean("enabled", True)
+        changes["ui_secure_cookie"] = ui.boolean("secure_cookie", False)
         if "listen" in ui:
             changes["ui_host"], changes["ui_port"] = parse_listen(ui.string("listen"), source, "ui.listen")
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:

@@ -115,6 +115,8 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
     why = explain(job, ctrl.cluster)
     if not api.may_see(principal, job):
         why["reason"] = redact(why.get("reason"), job)
+        for item in (*why["blockers"], *why["would_start"]):
+            item["message"] = redact(item.get("message"), job)
     return {"job": view, "why": why, "mine": api.may_see(principal, job), "array": bool(elements),
             "live": (ctrl.cluster.jobs.get(job.id) or job).state in ACTIVE}
 

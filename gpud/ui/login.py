@@ -21,12 +21,17 @@ def _next(request: web.Request, value: object) -> str:
     return target if target.startswith("/ui/") and not target.startswith("/ui//") and "\\" not in target else "/ui/"
 
 
+def _secure(request: web.Request) -> bool:
+    """Whether cookies are marked Secure: served over TLS, or behind a TLS proxy as [ui] secure_cookie says."""
+    return request.secure or request.app[CONTROLLER].config.ui_secure_cookie
+
+
 def _login_page(request: web.Request, status: int = 200, message: str = "") -> web.Response:
     nonce = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(16)
     response = render(request, "login.html", status, title="Sign in", message=message,
                       csrf=request.app[SIGNER].csrf("login:" + nonce), next=_next(request, request.query.get("next")))
     response.set_cookie(LOGIN_COOKIE, nonce, max_age=LOGIN_NONCE_S, path="/ui/login", httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=_secure(request))
     return response
 
 
@@ -50,7 +55,7 @@ async def login(request: web.Request) -> web.Response:
         return _login_page(request, 401, "unknown or revoked token" if token else "paste your gpud token")
     response = web.HTTPSeeOther(location=_next(request, form.get("next")))
     response.set_cookie(SESSION_COOKIE, value, max_age=int(SESSION_S), path="/ui/", httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=_secure(request))
     response.del_cookie(LOGIN_COOKIE, path="/ui/login")
     raise response
 
