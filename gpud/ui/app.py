@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import jinja2
 from aiohttp import web
@@ -116,6 +117,13 @@ async def root(request: web.Request) -> web.Response:
     raise web.HTTPFound("/ui/")
 
 
+async def _watching(app: web.Application) -> AsyncIterator[None]:
+    watcher = asyncio.create_task(app[LIVE].watch(), name="gpud-ui-watch")
+    yield
+    app[LIVE].close()
+    await watcher
+
+
 async def _end_streams(app: web.Application) -> None:
     app[LIVE].close()
 
@@ -130,6 +138,7 @@ def make_ui_app(ctrl: Controller, signer: Signer | None = None) -> web.Applicati
     app[TEMPLATES] = templates()
     app[LIVE] = Live(ctrl)
     app.on_shutdown.append(_end_streams)
+    app.cleanup_ctx.append(_watching)
     app.router.add_get("/", root)
     app.router.add_get("/ui", root)
     login.add_routes(app)

@@ -7,9 +7,11 @@ from typing import Any, Callable
 
 
 def when(value: Any) -> str:
-    """A Unix time as UTC date and time; a dash for none."""
+    """A Unix time as UTC date and time; a dash for none; anything else as it is written."""
     if value is None:
         return "–"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(value)))
 
 

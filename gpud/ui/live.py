@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from aiohttp import web
 
@@ -25,21 +24,55 @@ LOG_CHUNK = 64 * 1024
 
 
 class Live:
-    """The dashboard's open streams: what they watch, and the switch that ends them all on shutdown."""
+    """The dashboard's open streams and the one watcher that wakes them.
+
+    One task looks at the cluster's version every POLL_S and wakes every
+    open stream at once (a change, at most every MIN_GAP_S, or a keepalive),
+    so a stream costs nothing between wake-ups: no timer of its own.
+    """
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
         self.closing = asyncio.Event()
         self.open = 0
+        self.changes = 0                     # how many changes were announced so far
+        self._wake = asyncio.Event()         # replaced by a fresh one at every wake-up
 
     def version(self) -> tuple[int, int]:
         """Changes when the cluster's state does: its durable writes and the jobs it holds."""
         ctrl = self.ctrl
         return ctrl.persist.batches, len(ctrl.cluster.jobs)
 
+    async def watch(self) -> None:
+        """Wake the open streams on each change (at most every MIN_GAP_S) and every KEEPALIVE_S; until closed."""
+        seen, quiet = self.version(), 0.0
+        while await self.pause(POLL_S):
+            quiet += POLL_S
+            now = self.version()
+            if now != seen:
+                seen, quiet = now, 0.0
+                self.changes += 1
+                self._wake_all()
+                if not await self.pause(MIN_GAP_S - POLL_S):
+                    break
+            elif quiet >= KEEPALIVE_S:
+                quiet = 0.0
+                self._wake_all()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    async def next(self) -> int:
+        """Wait for the next wake-up; returns how many changes were announced by then."""
+        await self._wake.wait()
+        return self.changes
+
     def close(self) -> None:
         """End every open stream (the server is stopping)."""
         self.closing.set()
+        self._wake_all()
 
     async def pause(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the server is stopping."""
@@ -65,24 +98,16 @@ async def events(request: web.Request) -> web.StreamResponse:
 
     live: Live = request.app[LIVE]
     response = await _stream(request)
-    seen: Any = live.version()
-    quiet = 0.0
+    seen = live.changes
     live.open += 1
     try:
         await response.write(b"retry: 3000\n\n")
-        while await live.pause(POLL_S) and not _gone(request):
-            now = live.version()
-            if now != seen:
-                seen = now
-                quiet = 0.0
-                await response.write(b"event: change\ndata: \n\n")
-                if not await live.pause(MIN_GAP_S - POLL_S):
-                    break
-                continue
-            quiet += POLL_S
-            if quiet >= KEEPALIVE_S:
-                quiet = 0.0
-                await response.write(b": still here\n\n")
+        while not live.closing.is_set() and not _gone(request):
+            changes = await live.next()
+            if live.closing.is_set() or _gone(request):
+                break
+            await response.write(b"event: change\ndata: \n\n" if changes != seen else b": still here\n\n")
+            seen = changes
     except ConnectionError:
         pass
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+from typing import Callable
 
 from aiohttp import web
 
@@ -14,20 +15,47 @@ from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.lifecycle import ACTIVE
 from gpud.submission import is_job_id
 from gpud.ui import charts, data
-from gpud.ui.app import render
+from gpud.ui.app import LIVE, render
 
 WINDOWS = {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}
 USAGE_CACHE_S = 60.0
+FRAGMENT_S = 10.0
+FRAGMENTS_KEPT = 256
+
+
+def live_fragment(request: web.Request, who: tuple, make: Callable[[], web.Response]) -> web.Response:
+    """A page's live part (an htmx request), made once per cluster version for all who would see the same.
+
+    ``who`` says what the fragment depends on besides the cluster and the
+    query: nothing for public content, the user and whether an admin for
+    content shown through the API's visibility rules. Kept FRAGMENT_S at
+    most, for what changes without a durable write (utilisation samples).
+    """
+    if not request.headers.get("HX-Request"):
+        return make()
+    cache, version, now = request.app[FRAGMENT_KEY], request.app[LIVE].version(), time.monotonic()
+    key = (request.path_qs, who)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == version and now - hit[1] < FRAGMENT_S:
+        return web.Response(text=hit[2], content_type="text/html", charset="utf-8")
+    response = make()
+    if len(cache) >= FRAGMENTS_KEPT:
+        cache.clear()
+    cache[key] = (version, now, response.text)
+    return response
 
 
 async def overview(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
-    pools = data.gpu_cells(ctrl)
-    jobs = {"pending": 0, "running": 0}
-    for job in ctrl.cluster.jobs.values():
-        jobs["pending" if job.state == "PENDING" else "running"] += 1
-    return render(request, "overview.html" if not request.headers.get("HX-Request") else "_overview.html",
-                  title="Overview", pools=pools, counts=data.counts(pools), jobs=jobs)
+
+    def make() -> web.Response:
+        pools = data.gpu_cells(ctrl)
+        jobs = {"pending": 0, "running": 0}
+        for job in ctrl.cluster.jobs.values():
+            jobs["pending" if job.state == "PENDING" else "running"] += 1
+        return render(request, "overview.html" if not request.headers.get("HX-Request") else "_overview.html",
+                      title="Overview", pools=pools, counts=data.counts(pools), jobs=jobs)
+    return live_fragment(request, (), make)  # public fields only: the same for every user
 
 
 def _choice(request: web.Request, key: str) -> str | None:
@@ -46,10 +74,14 @@ async def queue(request: web.Request) -> web.Response:
         raise api.ApiError(400, "page must be a number") from None
     filters = {"project": _choice(request, "project"), "user": _choice(request, "user"),
                "state": state.upper() if state else None}
-    shown = data.queue_page(ctrl, principal, filters["project"], filters["user"], filters["state"], page)
-    query = {k: v for k, v in filters.items() if v}
-    return render(request, "_queue.html" if request.headers.get("HX-Request") else "queue.html", title="Queue",
-                  q=shown, filters=filters, query=query, states=sorted(ACTIVE))
+
+    def make() -> web.Response:
+        shown = data.queue_page(ctrl, principal, filters["project"], filters["user"], filters["state"], page,
+                                request.app[QUEUE_KEY], request.app[LIVE].version())
+        query = {k: v for k, v in filters.items() if v}
+        return render(request, "_queue.html" if request.headers.get("HX-Request") else "queue.html", title="Queue",
+                      q=shown, filters=filters, query=query, states=sorted(ACTIVE))
+    return live_fragment(request, (principal.user, principal.admin), make)
 
 
 async def job(request: web.Request) -> web.Response:
@@ -167,11 +199,15 @@ async def tokens(request: web.Request) -> web.Response:
 
 
 USAGE_KEY: web.AppKey[dict] = web.AppKey("ui_usage_cache")
+QUEUE_KEY: web.AppKey[dict] = web.AppKey("ui_queue_cache")
+FRAGMENT_KEY: web.AppKey[dict] = web.AppKey("ui_fragments")
 
 
 def add_routes(app: web.Application) -> None:
     """Register the pages and their forms."""
     app[USAGE_KEY] = {}
+    app[QUEUE_KEY] = {}
+    app[FRAGMENT_KEY] = {}
     app.router.add_get("/ui/", overview)
     app.router.add_get("/ui/queue", queue)
     app.router.add_get("/ui/jobs/{id}", job)
