@@ -18,7 +18,8 @@ from node_helpers import kill_everything
 from test_up import Up
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import WebDriverException  # noqa: E402
+from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,  # noqa: E402
+                                        WebDriverException)
 from selenium.webdriver.common.by import By  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -73,6 +74,29 @@ def dashboard_url(up: Up) -> str:
     return found.group(1)
 
 
+# A live region is replaced whenever the cluster changes: an element found a moment ago may be gone.
+GONE = (NoSuchElementException, StaleElementReferenceException)
+
+
+def text_of(driver, by: str, what: str) -> str | None:
+    """The element's text now; None while it is not there (or was just replaced)."""
+    try:
+        return driver.find_element(by, what).text
+    except GONE:
+        return None
+
+
+def click(driver, by: str, what: str) -> None:
+    """Click the element, finding it again if a refresh replaced it in between."""
+    def clicked() -> bool:
+        try:
+            driver.find_element(by, what).click()
+            return True
+        except GONE:
+            return False
+    wait_for(clicked, f"{what} to be clickable")
+
+
 def sign_in(driver, base: str, token: str) -> None:
     """Sign in through the form, with the keyboard as a person would."""
     driver.get(base)
@@ -93,18 +117,18 @@ def test_a_user_watches_a_job_arrive_opens_it_and_cancels_it(up, browser):
                           "sh", "-c", "echo hello from the job; sleep 300")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    row = wait_for(lambda: browser.find_elements(By.ID, f"row-{job}"), f"job {job} to appear in the queue")[0]
+    name = wait_for(lambda: text_of(browser, By.CSS_SELECTOR, f"#row-{job} .name"), f"job {job} in the queue")
     assert browser.execute_script("return window.stillTheSamePage === true;"), "the queue page reloaded"
-    assert row.find_element(By.CLASS_NAME, "name").text == EVIL  # shown as text, never run
+    assert name == EVIL  # shown as text, never run
     assert browser.title != "pwned"
 
-    row.find_element(By.LINK_TEXT, job).click()
+    click(browser, By.LINK_TEXT, job)
     wait_for(lambda: browser.current_url.endswith(f"/ui/jobs/{job}"), "the job's page")
-    assert browser.find_element(By.CSS_SELECTOR, "dd.name").text == EVIL
-    wait_for(lambda: "hello from the job" in browser.find_element(By.ID, "log").text, "the job's log to show")
+    assert wait_for(lambda: text_of(browser, By.CSS_SELECTOR, "dd.name"), "the job's name") == EVIL
+    wait_for(lambda: "hello from the job" in (text_of(browser, By.ID, "log") or ""), "the job's log to show")
     assert browser.find_element(By.ID, "command-line").get_attribute("value") == f"gpuctl logs -f {job}"
-    browser.find_element(By.ID, "cancel-button").click()
-    wait_for(lambda: browser.find_element(By.ID, "job-state").text == "cancelled", "the job to show cancelled")
+    click(browser, By.ID, "cancel-button")
+    wait_for(lambda: text_of(browser, By.ID, "job-state") == "cancelled", "the job to show cancelled")
     assert up.wait_state(job, "CANCELLED")["state"] == "CANCELLED"
     assert browser.title != "pwned"
 
@@ -119,8 +143,7 @@ def test_another_users_job_page_shows_no_environment(up, browser):
     assert made.returncode == 0, made.stderr
     sign_in(browser, base, json.loads(made.stdout)["token"])
     browser.get(f"{base}jobs/{job}")
-    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "dd.name"), "the job's page")
-    assert browser.find_element(By.CSS_SELECTOR, "dd.name").text == "private-run"
+    assert wait_for(lambda: text_of(browser, By.CSS_SELECTOR, "dd.name"), "the job's page") == "private-run"
     page = browser.page_source
     assert SECRET not in page and "SECRET" not in page and "sleep 300" not in page
     assert not browser.find_elements(By.ID, "cancel-button") and not browser.find_elements(By.ID, "log")
@@ -136,6 +159,6 @@ def test_headless_chromium_renders_every_page(up, browser):
     for path, heading in (("", "Overview"), ("queue", "Queue"), ("projects", "Projects"), ("nodes", "Nodes"),
                           ("usage", "Usage"), (f"jobs/{job}", f"Job {job}"), ("admin/tokens", "Tokens")):
         browser.get(base + path)
-        assert browser.find_element(By.TAG_NAME, "h1").text == heading, path
+        assert wait_for(lambda: text_of(browser, By.TAG_NAME, "h1"), f"{path} to render") == heading, path
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert not errors, (path, errors)  # a CSP refusal or a script error shows here
