@@ -17,8 +17,9 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from gpud.controller.app import make_app
+from gpud.controller.keys import CONTROLLER
 from gpud.ui.server import UI_SERVER
-from ui_helpers import close_dashboard, config_for, csrf_of, open_dashboard, sign_in
+from ui_helpers import close_dashboard, config_for, csrf_of, open_dashboard, sign_in, until
 
 SECRET_ENV = {"WANDB_API_KEY": "sekrit-value-123"}
 PAGES = ("/ui/", "/ui/queue", "/ui/projects", "/ui/nodes", "/ui/usage")
@@ -183,6 +184,29 @@ async def test_admin_pages_and_node_changes_are_for_admins_only(board):
     assert answer.status == 403
     tokens = await (await admin.get("/ui/admin/tokens")).text()
     assert "alice" in tokens and "bob" in tokens and board.tokens["bob"] not in tokens
+
+
+async def test_an_admin_drains_and_resumes_a_node_and_the_overview_shows_its_gpus(board):
+    await board.add_node("n1", gpus=2)
+    job = await board.submit("alice", gpus=1, cpus=1, memory_gib=1)
+    await until(lambda: board.api.app[CONTROLLER].cluster.jobs[job].state == "RUNNING", f"job {job} to run")
+    admin = await board.browser("admin")
+    overview = await (await admin.get("/ui/")).text()
+    assert overview.count('<li class="gpu allocated"') == 1 and overview.count('<li class="gpu idle"') == 1
+    assert f'href="/ui/jobs/{job}"' in overview
+    page = await (await admin.get("/ui/nodes")).text()
+    answer = await admin.post("/ui/nodes/n1/drain", data={"csrf": csrf_of(page), "reason": ""})
+    assert answer.status == 422 and "say why" in await answer.text()
+    answer = await admin.post("/ui/nodes/n1/drain", data={"csrf": csrf_of(page), "reason": "<b>fan</b> noise"})
+    assert answer.status == 200 and "&lt;b&gt;fan&lt;/b&gt; noise" in await answer.text()
+    status, nodes = await board.call("GET", "/api/v1/nodes")
+    assert nodes["nodes"][0]["state"] == "draining" and nodes["nodes"][0]["reason"] == "<b>fan</b> noise"
+    page = await (await admin.get("/ui/nodes")).text()
+    assert "Resume</button>" in page
+    assert (await admin.post("/ui/nodes/n1/resume", data={"csrf": csrf_of(page)})).status == 200
+    assert (await board.call("GET", "/api/v1/nodes"))[1]["nodes"][0]["state"] == "up"
+    projects = await (await admin.get("/ui/projects")).text()
+    assert projects.index("research") < projects.index(">alpha<") < projects.index(">beta<")
 
 
 async def test_the_queue_is_paged_filtered_and_shows_an_array_as_one_row(board):

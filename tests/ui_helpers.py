@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,10 +12,23 @@ import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
 from daemons import POLICY
+from gpud.controller.node_link import connect_in_process
+from gpud.gpu.fake import FakeBackend
+from gpud.node.agent import NodeAgent
+from gpud.node.config import NodeConfig
+from node_helpers import kill_everything
 from gpud.controller.app import make_app
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER
 from gpud.ui.app import make_ui_app
+
+async def until(check: Any, what: str, timeout: float = 20.0) -> None:
+    """Wait, without blocking the event loop, until ``check()`` is true; fail naming ``what`` after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -35,6 +49,19 @@ class Dashboard:
     root: Path
     tokens: dict[str, str]
     sessions: list = field(default_factory=list)
+    agents: list = field(default_factory=list)
+
+    async def add_node(self, name: str, gpus: int) -> None:
+        """A node daemon with fake GPUs, joined to the controller in this process; waits until it is up."""
+        ctrl = self.api.app[CONTROLLER]
+        node_dir = self.root / name
+        agent = NodeAgent(NodeConfig(state_dir=str(node_dir), run_dir=str(node_dir / "run"), name=name,
+                                     gpu_backend="fake", fake_gpus=gpus, cpus=8, memory_gib=32),
+                          FakeBackend(name, gpus, str(node_dir)), connect=connect_in_process(ctrl))
+        self.agents.append((agent, node_dir))
+        await agent.start()
+        await until(lambda: name in ctrl.cluster.nodes and ctrl.cluster.nodes[name].state == "up",
+                    f"node {name} to be up")
 
     async def call(self, method: str, path: str, user: str = "admin", body: Any = None) -> tuple[int, Any]:
         """Call the controller's API as ``user``."""
@@ -96,5 +123,8 @@ async def close_dashboard(board: Dashboard) -> None:
     """Stop the dashboard, then the controller."""
     for session in board.sessions:
         await session.close()
+    for agent, node_dir in board.agents:
+        await agent.stop()
+        kill_everything(str(node_dir))
     await board.ui.close()
     await board.api.close()
