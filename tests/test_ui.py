@@ -221,7 +221,8 @@ async def test_the_queue_is_paged_filtered_and_shows_an_array_as_one_row(board):
     last = await (await alice.get("/ui/queue?page=3")).text()
     assert last.count('<tr class="pending" id="row-') == 21 and "Array " in last and "10 elements" in last
     bobs = await (await alice.get("/ui/queue?user=bob")).text()
-    assert "10 jobs in 1 row" in bobs and "sweep" in bobs and "j7" not in bobs
+    assert "10 jobs in 1 row" in bobs and '<td class="name">sweep</td>' in bobs
+    assert '<td class="name">j7</td>' in first and '<td class="name">j7</td>' not in bobs
     beta = await (await alice.get("/ui/queue?project=beta&state=RUNNING")).text()
     assert "No jobs match these filters" in beta
     answer = await alice.get("/ui/queue?state=bogus")

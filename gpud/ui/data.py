@@ -96,7 +96,8 @@ def queue_index(ctrl: Controller, states: frozenset[str], user: str | None, proj
     for members in groups.values():
         if len(members) > 1:
             members.sort(key=lambda j: (j.array_index if j.array_index is not None else -1, j.id))
-    keys = [key for _, key in sorted((since[key], key) for key in groups)]
+    # Jobs submitted together (a batch) keep the order of their ids: 9 before 10.
+    keys = [key for *_, key in sorted((since[key], len(key), key) for key in groups)]
     return QueueIndex(keys, groups, count, sorted(users), sorted(projects))
 
 
