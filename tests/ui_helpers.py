@@ -98,6 +98,7 @@ def config_for(root: Path, **settings: Any) -> ControllerConfig:
     (root / "policy.toml").write_text(POLICY)
     return ControllerConfig(**{"host": "127.0.0.1", "port": 0, "state_dir": str(root / "state"),
                                "policy": str(root / "policy.toml"), "init": True, "ui": False, "interval_s": 0.2,
+                               "admin_allow_root": True,
                                **settings})
 
 
