@@ -321,7 +321,10 @@ class TaskRun:
                 # What left the process group hears it too; what is in it heard it once already. A second
                 # stop signal may cut a job's handler short (many take it to mean "quit now, skip saving").
                 self.cgroup.signal(sig, besides_group=self.pid)
-        self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+        if self.kill_at is None:
+            # The grace the first stop gave holds: a stop said again (perhaps with a shorter grace, after a
+            # policy reload) must not cut short the job's checkpoint.
+            self.kill_at = now + grace_s
 
     def fence(self, grace_s: float) -> None:
         """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
