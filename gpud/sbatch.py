@@ -22,7 +22,7 @@ SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "j
 FLAGS = frozenset({"hold", "no-requeue", "requeue"})  # the translated options that take no value
 TRANSLATED = frozenset({"gres", "gpus", "gpus-per-task", "gpus-per-node", "nodes", "ntasks", "ntasks-per-node",
                         "cpus-per-task", "mem", "time", "job-name", "output", "error", "array", "partition",
-                        "account", "dependency", "chdir"}) | FLAGS
+                        "account", "dependency", "chdir", "signal"}) | FLAGS
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 _MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
@@ -102,7 +102,7 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
     tasks = _tasks(seen, ignored, emit)
     _gpus(seen, tasks, ignored, emit)
     simple = {"cpus-per-task": "--cpus", "job-name": "--name", "array": "--array", "account": "--project",
-              "chdir": "--workdir"}
+              "chdir": "--workdir", "signal": "--signal"}
     for name, option in simple.items():
         if name in seen:
             line, value, _ = seen[name]

@@ -13,7 +13,7 @@ MASTER_PORT_SPAN = 2000
 
 
 def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
-                grace_s: float, slicing: TimeSlicing | None = None) -> dict:
+                grace_s: float, slicing: TimeSlicing | None = None, checkpoint_token: str = "") -> dict:
     """A ``start`` message for one task incarnation (docs/api.md, node WebSocket).
 
     A task that shares its GPU also gets its memory slice and, when the
@@ -36,6 +36,8 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
         "time_limit_s": time_limit, "stop_signal": job.stop_signal, "grace_s": grace_s,
         "output": job.output, "error": job.error, "num_tasks": job.tasks,
         "restart_count": job.restart_count,
+        "warn_signal": job.warn_signal, "warn_lead_s": job.warn_lead_s, "warn_batch_only": job.warn_batch_only,
+        "last_checkpoint": job.last_checkpoint, "checkpoint_token": checkpoint_token,
         "master_addr": (master.address if master is not None and master.address else first.node),
         "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
         # An elastic gang runs with the tasks it has: ranks 0..n-1 among them, WORLD_SIZE n (it restarts on a resize).
@@ -70,13 +72,20 @@ def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) ->
     return out
 
 
-def stop_command(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "") -> dict:
+def stop_command(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "", *,
+                 signal: str | None = None, leader_only: bool = False) -> dict:
     """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``.
 
-    ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node.
+    ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node. ``signal``
+    is sent in place of the task's stop signal (a victim's ``--signal``), to its first process alone
+    with ``leader_only``.
     """
     command = {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
              "grace_s": grace_s}
+    if signal is not None:
+        command["signal"] = signal
+    if leader_only:
+        command["leader_only"] = True
     if job_uid:
         command["job_uid"] = job_uid
     return command

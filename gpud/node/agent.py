@@ -333,6 +333,8 @@ class NodeAgent:
                 log.warning("not starting task %s: this node's lease has run out", key.dirname)
                 return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
+            if isinstance(spec, dict) and spec.get("checkpoint_token"):
+                spec = {**spec, "controller_url": self.config.controller_url}  # for gpuctl checkpointed
             if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
                 self.poke(key)
         elif kind == "stop":
@@ -340,7 +342,9 @@ class NodeAgent:
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
             grace = message.get("grace_s")
             grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
-            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
+            sig = message.get("signal")
+            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace,
+                            sig if isinstance(sig, str) else None, message.get("leader_only") is True)
             self.poke(key)
         else:
             self.tasks.ack(self.tasks.resolve(key))

@@ -1,0 +1,121 @@
+"""Preemption that loses the least work, live: a controller and a node daemon with 2 fake GPUs.
+
+Train job X checkpoints every 2 s (``gpuctl checkpointed`` with its own credential); younger train
+job Y never does. A preemptible job of a higher class needs one GPU: X is the victim (it would lose
+less), hears its ``--signal`` before the stop, reports a last checkpoint and is stopped at once; it
+restarts from its checkpoint directory with GPUD_RESTART_COUNT=1. Y keeps running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from daemons import LiveCluster, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the node runs jobs as their users only as root")
+
+POLICY = """\
+grace_period = 2
+min_runtime = 3
+
+[[projects]]
+name = "alpha"
+gpu_quota = 2
+"""
+
+GPUCTL = str(Path(sys.executable).parent / "gpuctl")
+
+# Checkpoints every 2 s; on USR1 saves a last one and reports it. ``sleep & wait`` lets the trap run at once.
+TRAINER = f"""\
+log="$WORK/x.log"
+echo "run restart=$GPUD_RESTART_COUNT slurm=$SLURM_RESTART_COUNT last=$GPUD_LAST_CHECKPOINT" >> "$log"
+echo "files $(ls "$GPUD_CHECKPOINT_DIR" | tr '\\n' ' ')" >> "$log"
+trap 'echo "heard USR1" >> "$log"; echo final > "$GPUD_CHECKPOINT_DIR/final.ckpt"; {GPUCTL} checkpointed >> "$log" 2>&1' USR1
+while true; do
+  echo step > "$GPUD_CHECKPOINT_DIR/step.ckpt"
+  {GPUCTL} checkpointed >> "$log" 2>&1
+  sleep 2 & wait $!
+done
+"""
+
+
+@pytest.fixture
+def cluster():
+    root = Path(tempfile.mkdtemp(prefix="gpud-lostwork-"))
+    live = LiveCluster(root, policy=POLICY)
+    try:
+        live.start_controller()
+        live.start_node("n1", gpus=2)
+        yield live
+    finally:
+        live.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def events(cluster: LiveCluster, job_id: str) -> list[str]:
+    return [e["kind"] for e in cluster.job(job_id)["events"]]
+
+
+def test_the_job_that_checkpointed_is_told_stopped_and_restarts_from_its_checkpoint(cluster):
+    log = cluster.workdir / "x.log"
+    x = cluster.submit(script="#!/bin/bash\n" + TRAINER, env={"WORK": str(cluster.workdir)}, gpus=1,
+                       cpus=0.1, memory_gib=0.1, warn_signal="USR1", warn_lead_s=5)
+    cluster.wait_state(x, "RUNNING")
+    wait_for(lambda: cluster.job(x)["checkpoints"], "X to record a checkpoint", timeout=60)
+    y = cluster.submit(command=["sleep", "600"], gpus=1, cpus=0.1, memory_gib=0.1)
+    cluster.wait_state(y, "RUNNING")
+    # Both past min_runtime, and Y long enough that it would lose more than X's 2 s between checkpoints.
+    wait_for(lambda: cluster.job(y)["elapsed_s"] > 8, "Y to run 8 s", timeout=60)
+    assert cluster.job(x)["elapsed_s"] > 8
+
+    z = cluster.submit(command=["sleep", "3"], gpus=1, cpus=0.1, memory_gib=0.1,
+                       priority="interactive-preemptible")
+    shown = wait_for(lambda: (j := cluster.job(x))["restart_count"] >= 1 and j, "X to be preempted", timeout=60)
+    assert shown["state"] in ("PENDING", "RUNNING")
+    wait_for(lambda: "heard USR1" in log.read_text(), "X to hear its signal", timeout=30)
+    kinds = wait_for(lambda: "stopped" in (k := events(cluster, x)) and k,
+                     "X to be stopped after its last checkpoint", timeout=30)
+    last_checkpoint = len(kinds) - 1 - kinds[::-1].index("checkpointed")
+    assert max(kinds.index("preempted"), kinds.index("signalled")) < last_checkpoint < kinds.index("stopped")
+    assert cluster.job(y)["state"] == "RUNNING" and cluster.job(y)["restart_count"] == 0
+
+    cluster.wait_state(z, "COMPLETED", timeout=60)
+    wait_for(lambda: "restart=1" in log.read_text(), "X to restart", timeout=60)
+    lines = log.read_text().splitlines()
+    rerun = next(i for i, line in enumerate(lines) if line.startswith("run restart=1"))
+    assert "slurm=1" in lines[rerun]
+    last = float(lines[rerun].split("last=")[1])
+    assert time.time() - 120 < last < time.time()
+    assert lines[rerun + 1].split()[1:] == ["final.ckpt", "step.ckpt"]
+    assert lines.index("heard USR1") < rerun
+    job = cluster.job(x)
+    assert job["lost_gpu_hours"] == 0, "X checkpointed within its grace: it lost nothing"
+    assert job["last_checkpoint"] == pytest.approx(max(c["at"] for c in job["checkpoints"]))
+    assert any(c["restart"] == 0 for c in job["checkpoints"])
+    y_job = cluster.job(y)
+    assert y_job["state"] == "RUNNING" and y_job["restart_count"] == 0
+
+
+def test_a_checkpoint_credential_opens_nothing_else(cluster):
+    x = cluster.submit(script="#!/bin/bash\necho \"$GPUD_CHECKPOINT_TOKEN\" > \"$WORK/token\"; exec sleep 600\n",
+                       env={"WORK": str(cluster.workdir)}, gpus=1, cpus=0.1, memory_gib=0.1)
+    other = cluster.submit(command=["sleep", "600"], gpus=1, cpus=0.1, memory_gib=0.1)
+    cluster.wait_state(x, "RUNNING")
+    cluster.wait_state(other, "RUNNING")
+    token_file = cluster.workdir / "token"
+    token = wait_for(lambda: token_file.exists() and token_file.read_text().strip(), "the task to write its token")
+    assert token.startswith("gpudckpt_")
+    assert cluster.api("GET", f"/api/v1/jobs/{x}", token=token)[0] == 401
+    assert cluster.api("POST", f"/api/v1/jobs/{x}/cancel", token=token)[0] == 401
+    assert cluster.api("POST", f"/api/v1/jobs/{other}/checkpoints", token=token)[0] == 401
+    status, body = cluster.api("POST", f"/api/v1/jobs/{x}/checkpoints", token=token)
+    assert status == 201 and body["checkpoints"] == 1, body
+    assert "checkpointed" in events(cluster, x)
+    assert cluster.job(x)["state"] == "RUNNING"
