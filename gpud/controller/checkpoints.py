@@ -17,9 +17,7 @@ from gpud.jobs import Job, gpus_of, job_uid
 
 TOKEN_PREFIX = "gpudckpt_"
 MAX_KEPT = 50  # the checkpoints a job's record lists (the events list every one)
-COMMAND = "command"  # gpuctl checkpointed
-FILE = "file"        # the marker file in the checkpoint directory, seen by the node
-MARKER_FILE = ".gpud-checkpointed"
+COMMAND = "command"  # gpuctl checkpointed (the checkpoint's ``source``)
 
 
 def checkpoint_token(secret: str, job: Job) -> str:
