@@ -641,7 +641,7 @@ class Cluster(NodeMessages):
             self.sent_at[key] = self.clock()
             token = checkpoint_token(self.task_secret, job) if self.task_secret else ""
             self._command(name, start_command(job, task, run, node, self.nodes, self.policy.grace_period_s,
-                                          self.policy.time_slicing, token))
+                                          self.policy.time_slicing, self.policy.task_pids_max, token))
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)
