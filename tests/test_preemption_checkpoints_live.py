@@ -87,8 +87,12 @@ def test_the_job_that_checkpointed_is_told_stopped_and_restarts_from_its_checkpo
     assert cluster.job(y)["state"] == "RUNNING" and cluster.job(y)["restart_count"] == 0
 
     cluster.wait_state(z, "COMPLETED", timeout=60)
-    wait_for(lambda: "restart=1" in log.read_text(), "X to restart", timeout=60)
-    lines = log.read_text().splitlines()
+
+    def restarted() -> list[str] | None:
+        lines = log.read_text().splitlines()
+        rerun = next((i for i, line in enumerate(lines) if line.startswith("run restart=1")), None)
+        return lines if rerun is not None and len(lines) > rerun + 1 else None
+    lines = wait_for(restarted, "X to restart and list its checkpoint directory", timeout=60)
     rerun = next(i for i, line in enumerate(lines) if line.startswith("run restart=1"))
     assert "slurm=1" in lines[rerun]
     last = float(lines[rerun].split("last=")[1])
