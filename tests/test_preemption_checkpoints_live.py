@@ -123,3 +123,17 @@ def test_a_checkpoint_credential_opens_nothing_else(cluster):
     assert status == 201 and body["checkpoints"] == 1, body
     assert "checkpointed" in events(cluster, x)
     assert cluster.job(x)["state"] == "RUNNING"
+
+
+def test_a_marker_file_in_the_checkpoint_directory_records_a_checkpoint(cluster):
+    # A program that cannot run a command touches the marker; the node notices each new one.
+    script = ("#!/bin/bash\nsleep 1; touch \"$GPUD_CHECKPOINT_DIR/.gpud-checkpointed\"\n"
+              "sleep 2; touch \"$GPUD_CHECKPOINT_DIR/.gpud-checkpointed\"\nexec sleep 600\n")
+    x = cluster.submit(script=script, gpus=1, cpus=0.1, memory_gib=0.1)
+    cluster.wait_state(x, "RUNNING")
+    job = wait_for(lambda: len((j := cluster.job(x))["checkpoints"]) >= 2 and j, "two marked checkpoints",
+                   timeout=60)
+    assert [c["source"] for c in job["checkpoints"]] == ["file", "file"]
+    first, second = (c["at"] for c in job["checkpoints"])
+    assert 1.0 < second - first < 10.0 and job["last_checkpoint"] == second
+    assert events(cluster, x).count("checkpointed") == len(cluster.job(x)["checkpoints"])

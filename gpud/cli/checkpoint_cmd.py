@@ -16,7 +16,8 @@ def add_parsers(subparsers) -> None:
                          "before a preemption (--signal SIG@LEAD) is stopped at once, losing nothing more. "
                          "Needs no configuration inside a task: it uses the task's own checkpoint credential "
                          "(GPUD_CHECKPOINT_TOKEN, GPUD_JOB_ID and GPUD_URL, which gpud sets), which can do "
-                         "nothing else.",
+                         "nothing else. Programs that cannot run a command touch the file "
+                         "$GPUD_CHECKPOINT_DIR/.gpud-checkpointed instead: the node reports each new one.",
              examples="  torch.save(state, f\"{os.environ['GPUD_CHECKPOINT_DIR']}/model.pt\") && gpuctl checkpointed\n"
                       "  gpuctl checkpointed --job 42    # outside a task, as the job's owner",
              func=run_checkpointed, json_flag=True).add_argument(

@@ -17,7 +17,8 @@ from gpud.jobs import Job, gpus_of, job_uid
 
 TOKEN_PREFIX = "gpudckpt_"
 MAX_KEPT = 50  # the checkpoints a job's record lists (the events list every one)
-COMMAND = "command"  # gpuctl checkpointed (the checkpoint's ``source``)
+COMMAND = "command"  # gpuctl checkpointed (a checkpoint's ``source``)
+FILE = "file"  # the marker file in the checkpoint directory, seen by the node (gpud.node.ckptwatch)
 
 
 def checkpoint_token(secret: str, job: Job) -> str:

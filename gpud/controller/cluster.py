@@ -8,11 +8,12 @@ caller flushes the one and delivers the other (``Controller.commit``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
-from gpud.controller.checkpoints import MAX_KEPT, Preemptions, checkpoint_token, lost_gpu_seconds
+from gpud.controller.checkpoints import FILE, MAX_KEPT, Preemptions, checkpoint_token, lost_gpu_seconds
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
@@ -365,6 +366,27 @@ class Cluster(NodeMessages):
             self.core.reset(job.spec())
             self.wake()
         self.persist.job(job)
+
+    def checkpoint_marked(self, node: str, message: dict) -> bool:
+        """A node saw a new checkpoint marker file of a job it runs; True when it was recorded.
+
+        The marker's time counts, but never later than now; a marker no newer
+        than the job's last checkpoint (one seen again after a restart) is not
+        a new checkpoint.
+        """
+        job = self.jobs.get(str(message.get("job")))
+        at = message.get("at")
+        if (job is None or job_uid(job) != message.get("job_uid") or isinstance(at, bool)
+                or not isinstance(at, (int, float)) or not math.isfinite(at)):
+            return False
+        runs_there = any(run.placement is not None and run.placement.node == node for run in job.runs)
+        if not runs_there and not (job.id in self.preemptions.told and node in job.hosts):
+            return False
+        at = min(float(at), self.clock())
+        if job.last_checkpoint is not None and at <= job.last_checkpoint:
+            return False
+        self.checkpointed(job, at, FILE)
+        return True
 
     def settle_preemptions(self) -> None:
         """Charge the victims whose grace ended without a checkpoint with the work they lost."""

@@ -16,6 +16,7 @@ import gpud
 from gpud.gpu import GpuBackend
 from gpud.gpu.base import MEMORY, UTILIZATION
 from gpud.node import cgroups, fence, lease, membership
+from gpud.node.ckptwatch import CheckpointWatch
 from gpud.node.config import NodeConfig
 from gpud.node.launch import child_env
 from gpud.node.link import Connector, ControllerLink
@@ -57,6 +58,7 @@ class NodeAgent:
         self.backend = backend
         self.layout = Layout(config.state_dir, config.run_dir)
         self.tasks = TaskTable(self.layout)
+        self.checkpoint_marks = CheckpointWatch(self.layout)
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
                                    reconnect_max_s=config.reconnect_max_s, connect=connect)
         self._poked = asyncio.Event()
@@ -167,6 +169,9 @@ class NodeAgent:
             if await self.link.send({"type": "task", **state.report()}):
                 self.tasks.mark_reported([state])
         states = self.tasks.states()
+        if keys is None:
+            for message in self.checkpoint_marks.new_marks(states):
+                await self.link.send(message)
         self.interactive.tasks_changed(states)
         self.slices.update(states)
         self._watch_memory(states)
