@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,39 @@ def test_a_marker_file_in_the_checkpoint_directory_records_a_checkpoint(cluster)
     first, second = (c["at"] for c in job["checkpoints"])
     assert 1.0 < second - first < 10.0 and job["last_checkpoint"] == second
     assert events(cluster, x).count("checkpointed") == len(cluster.job(x)["checkpoints"])
+
+
+def test_the_signal_comes_lead_seconds_before_the_time_limit(cluster):
+    log = cluster.workdir / "limit.log"
+    script = (f"#!/bin/bash\ntrap 'echo \"heard $(date +%s.%N)\" >> {log}' USR1\n"
+              f"echo \"began $(date +%s.%N)\" >> {log}\nwhile true; do sleep 0.2 & wait $!; done\n")
+    x = cluster.submit(script=script, gpus=1, cpus=0.1, memory_gib=0.1, time_limit_s=8, warn_signal="USR1",
+                       warn_lead_s=5)
+    job = cluster.wait_state(x, "TIMEOUT", timeout=60)
+    times = dict(line.split() for line in log.read_text().splitlines())
+    heard_after = float(times["heard"]) - float(times["began"])
+    assert 1.5 < heard_after < 5.0, f"USR1 came {heard_after:.1f} s after the start (limit 8 s, lead 5 s)"
+    assert job["signal"] == {"signal": "USR1", "lead_s": 5.0, "batch_only": False}
+
+
+def test_work_lost_at_a_stop_is_counted_by_project(cluster):
+    w = cluster.submit(command=["sleep", "600"], gpus=2, cpus=0.1, memory_gib=0.1)
+    cluster.wait_state(w, "RUNNING")
+    wait_for(lambda: cluster.job(w)["elapsed_s"] > 4, "W to run past min_runtime", timeout=60)
+    cluster.submit(command=["sleep", "600"], gpus=1, cpus=0.1, memory_gib=0.1, priority="interactive-preemptible")
+    job = wait_for(lambda: (j := cluster.job(w))["restart_count"] >= 1 and j, "W to be preempted", timeout=60)
+    lost_s = job["lost_gpu_hours"] * 3600
+    assert 2 * 4 <= lost_s <= 2 * (job["elapsed_s"] + 5), "2 GPUs since its start: it never checkpointed"
+
+    def metric() -> float | None:
+        with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        line = next((row for row in text.splitlines()
+                     if row.startswith('gpud_preemption_lost_gpu_seconds_total{project="alpha"}')), None)
+        return float(line.split()[-1]) if line else None
+    assert metric() == pytest.approx(lost_s, abs=1.0)
+    status, report = cluster.api("GET", "/api/v1/report?by=project")
+    assert status == 200, report
+    alpha = next(row for row in report["rows"] if row["project"] == "alpha")
+    assert alpha["lost_gpu_hours"] * 3600 == pytest.approx(lost_s, abs=1.0)
+    assert alpha["gpu_hours"] > 0
