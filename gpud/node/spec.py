@@ -342,7 +342,6 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
         "GPUD_NUM_TASKS": str(spec.num_tasks),
         "GPUD_RESTART_COUNT": str(spec.restart_count),
         "GPUD_CHECKPOINT_DIR": checkpoint_dir,
-        "SLURM_RESTART_COUNT": str(spec.restart_count),
     })
     if spec.last_checkpoint is not None:
         env["GPUD_LAST_CHECKPOINT"] = f"{spec.last_checkpoint:.3f}"
