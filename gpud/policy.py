@@ -10,6 +10,10 @@ from gpud.task_defaults import DEFAULT_TASK_PIDS_MAX
 
 DEFAULT_POOL = "default"
 DEFAULT_DEPARTMENT = "default"
+# The victim orders among jobs of one priority (docs/scheduling.md, "Victims by work lost").
+LEAST_LOST_WORK = "least_lost_work"
+YOUNGEST_FIRST = "youngest_first"
+VICTIM_ORDERS = (LEAST_LOST_WORK, YOUNGEST_FIRST)
 DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = {
     "inference": 125,
     "build": 100,
@@ -182,6 +186,7 @@ class Policy:
     min_runtime_s: float = 300.0
     grace_period_s: float = 30.0
     task_pids_max: int = DEFAULT_TASK_PIDS_MAX  # the most processes and threads one task may have at once
+    victim_order: str = LEAST_LOST_WORK  # among victims of one priority: LEAST_LOST_WORK or YOUNGEST_FIRST first
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"
     cpu_placement: str = "binpack"

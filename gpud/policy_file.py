@@ -10,7 +10,7 @@ from gpud.accounting.decay import RESETS
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, DEFAULT_TASK_PIDS_MAX,
-                         TIME_SLICING_MODES, Department,
+                         LEAST_LOST_WORK, TIME_SLICING_MODES, VICTIM_ORDERS, Department,
                          FairShare, Limits, NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
@@ -26,7 +26,7 @@ class _AnyName(frozenset):
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
-               "task_pids_max",
+               "task_pids_max", "victim_order",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "partitions", "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
                "limits")
@@ -129,6 +129,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         min_runtime_s=top.seconds("min_runtime", 300.0),
         grace_period_s=top.seconds("grace_period", 30.0),
         task_pids_max=top.integer("task_pids_max", DEFAULT_TASK_PIDS_MAX, lo=16, hi=4_194_304),
+        victim_order=_victim_order(top),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,
         cpu_placement=cpu_placement,
@@ -138,6 +139,14 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         fair_share=_fair_share(top),
         user_limits=_user_limits(top.table("limits", LIMITS_KEYS)),
     )
+
+
+def _victim_order(top: Table) -> str:
+    order = top.string("victim_order", LEAST_LOST_WORK)
+    if order not in VICTIM_ORDERS:
+        raise top.error("victim_order", f"victim_order must be one of {choices(VICTIM_ORDERS)}, not {quote(order)}"
+                                        f"{suggestion(order, VICTIM_ORDERS)}")
+    return order
 
 
 def _usage_settings(top: Table) -> dict:

@@ -20,7 +20,9 @@ JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
     "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
-    "interactive", "partition", "qos"})
+    "interactive", "partition", "qos", "warn_signal", "warn_lead_s", "warn_batch_only"})
+WARN_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "URG", "CONT", "WINCH", "ALRM")
+MAX_WARN_LEAD_S = 65535.0
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -116,6 +118,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if job.stop_signal.removeprefix("SIG") not in STOP_SIGNALS:
         raise SubmitError(f"stop_signal must be one of {', '.join(STOP_SIGNALS)}", "stop_signal")
     job.stop_signal = job.stop_signal.removeprefix("SIG")
+    _warn_signal(r, job)
     job.output = _relative_path(r, "output") or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
     job.error = _relative_path(r, "error")
     array = r.string("array")
@@ -291,6 +294,24 @@ def _priority_allowed(job: Job, policy: Policy) -> None:
     raise SubmitError(f"project {job.project!r} does not allow {asked}; its users may use the classes "
                       f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)",
                       "priority", status=403)
+
+
+def _warn_signal(r: Any, job: Job) -> None:
+    """``warn_signal``, ``warn_lead_s``, ``warn_batch_only``: what ``--signal SIG@LEAD`` asked for."""
+    name = r.string("warn_signal")
+    lead = r.number("warn_lead_s")
+    job.warn_batch_only = r.boolean("warn_batch_only", False)
+    if name is None:
+        if lead is not None or job.warn_batch_only:
+            raise SubmitError("warn_lead_s and warn_batch_only go with warn_signal (--signal SIG@LEAD)",
+                              "warn_signal")
+        return
+    name = name.removeprefix("SIG")
+    if name not in WARN_SIGNALS:
+        raise SubmitError(f"warn_signal must be one of {', '.join(WARN_SIGNALS)}", "warn_signal")
+    if lead is None or not 0 <= lead <= MAX_WARN_LEAD_S:
+        raise SubmitError(f"warn_lead_s must be 0 to {MAX_WARN_LEAD_S:g} seconds", "warn_lead_s")
+    job.warn_signal, job.warn_lead_s = name, float(lead)
 
 
 def _dependency(text: str) -> Dependency:

@@ -17,6 +17,7 @@ VERBS = {
     "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
     "usage": "usage_cmd", "report": "usage_cmd",
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
+    "checkpointed": "checkpoint_cmd",
 }
 
 EPILOG = f"""\
@@ -33,6 +34,19 @@ Run `gpuctl COMMAND --help` for a command's options and examples.
 """
 
 
+class _TopFormatter(Formatter):
+    """The top-level help: every verb beside its help, the longest (``checkpointed``) too.
+
+    argparse measures the verbs at the indent of their section, and lays them
+    out two columns further in: without the two, the longest wraps.
+    """
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += 2
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The gpuctl argument parser with every sub-command.
 
@@ -41,7 +55,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="gpuctl", description="Submit, watch and plan GPU jobs on a gpud cluster.", epilog=EPILOG,
-        formatter_class=Formatter)
+        formatter_class=_TopFormatter)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     modules = [VERBS[verb]] if verb in VERBS else list(dict.fromkeys(VERBS.values()))

@@ -107,6 +107,9 @@ def show_text(job: dict, now: float) -> str:
         ("Held", "yes" if job.get("hold") else None),
         ("Requeue", "no" if job.get("requeue") is False else None),
         ("Stop signal", job.get("stop_signal")),
+        ("Signal", _warn_signal(job.get("signal"))),
+        ("Checkpoints", _checkpoints(job.get("checkpoints"))),
+        ("Lost GPU-hours", render.gpu_hours(job["lost_gpu_hours"]) if job.get("lost_gpu_hours") else None),
         ("Submitted", render.stamp(job.get("submitted"))),
         ("Started", render.stamp(job.get("started")) if job.get("started") else None),
         ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
@@ -320,3 +323,20 @@ def why_text(answer: dict) -> str:
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")
     return "\n".join(out)
+
+
+def _warn_signal(signal: dict | None) -> str | None:
+    """``--signal SIG@LEAD`` as a person reads it."""
+    if not signal:
+        return None
+    who = "its first process" if signal.get("batch_only") else "the task"
+    return (f"SIG{signal['signal']} to {who} {format_duration(signal['lead_s'])} before the time limit, "
+            f"and at once when preempted")
+
+
+def _checkpoints(checkpoints: list | None) -> str | None:
+    """Each checkpoint recorded (time, how, which run), the latest last."""
+    if not checkpoints:
+        return None
+    return f"{len(checkpoints)}: " + ", ".join(
+        f"{render.stamp(c.get('at'))} ({c.get('source')}, restart {c.get('restart')})" for c in checkpoints[-5:])

@@ -12,7 +12,8 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, interactive, metrics_view, openapi, tokens_api, usage_api
+from gpud.controller import api, checkpoints_api, interactive, metrics_view, openapi, tokens_api, usage_api
+from gpud.controller.checkpoints_api import checkpoint_principal
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -46,7 +47,7 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
                     return error(401, "nodes must present the cluster key: Authorization: Bearer <key>")
                 request[PRINCIPAL] = Principal("node", node=True)
             else:
-                principal = ctrl.auth.user(header)
+                principal = ctrl.auth.user(header) or checkpoint_principal(request, header)
                 if principal is None:
                     return error(401, "missing or unknown token: set GPUD_TOKEN (or ask an admin for one "
                                       "with gpuctl token create)" if not header else "unknown token")
@@ -103,6 +104,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     app.router.add_get(openapi.PATH, describe)
     api.add_routes(app)
     tokens_api.add_routes(app)
+    checkpoints_api.add_routes(app)
     usage_api.add_routes(app)
     app.cleanup_ctx.append(_running)
     ui_server.mount(app)  # after _running: the dashboard starts once the controller is open, stops before it closes

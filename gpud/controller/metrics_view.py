@@ -54,6 +54,10 @@ def render(ctrl: Controller) -> str:
                     [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.quota.gpu) for q in queues])
     lines += metric("gpud_evictions_total", "counter", "Evictions by rule since the controller started.",
                     [({"rule": r}, n) for r, n in sorted(cluster.evictions_by_rule.items())])
+    lines += metric("gpud_preemption_lost_gpu_seconds_total", "counter",
+                    "GPU-seconds preempted jobs had run since their last checkpoint when stopped, by project, "
+                    "since the controller started.",
+                    [({"project": p}, s) for p, s in sorted(cluster.preemptions.lost_by_project.items())])
     lines += ctrl.cycle_seconds.render()
     lines += ctrl.api_seconds.render()
     lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",
