@@ -93,8 +93,9 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
               env=_env(r), interactive=interactive)
     _resources(r, job, capacity)
     _priority(r, job, policy)
-    if not admin and payload.get("priority") is not None:
-        _priority_allowed(job, policy)
+    if not admin and (payload.get("priority") is not None or job.interactive):
+        # An interactive job's default class is checked as if it had been asked for: no escalation by default.
+        _priority_allowed(job, policy, chosen=payload.get("priority") is not None)
     job.constraint = r.labels("constraint")
     _check_labels(job.constraint, capacity)
     job.pool = r.string("pool")
@@ -260,7 +261,7 @@ def _check_labels(constraint: dict[str, str], capacity: Capacity) -> None:
 def _priority(r: _Reader, job: Job, policy: Policy) -> None:
     value = r.raw("priority")
     if value is None:
-        default = "build" if job.interactive else "train"
+        default = policy.default_class(job.project, job.interactive)
         value = default if default in policy.priority_classes else None
     if value is None:
         job.priority_class, job.priority = "", 50
@@ -275,16 +276,21 @@ def _priority(r: _Reader, job: Job, policy: Policy) -> None:
         raise SubmitError("priority must be a priority class name or an integer", "priority", status=400)
 
 
-def _priority_allowed(job: Job, policy: Policy) -> None:
-    """Refuse a priority the policy does not let the users of the job's project ask for (403)."""
+def _priority_allowed(job: Job, policy: Policy, *, chosen: bool = True) -> None:
+    """Refuse a priority the policy does not let the users of the job's project ask for (403).
+
+    ``chosen`` is False for the class an interactive job gets by default, which passes the same check.
+    """
     classes, highest = policy.allowed_priorities(job.project)
     named = job.priority_class in policy.priority_classes
     if (job.priority_class in classes) if named else job.priority <= highest:
         return
     asked = f"priority class {job.priority_class!r}" if named else f"priority {job.priority}"
+    if not chosen:
+        asked += " (the policy's interactive_class, which interactive jobs get unless they name one)"
     raise SubmitError(f"project {job.project!r} does not allow {asked}; its users may use the classes "
-                      f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)",
-                      "priority", status=403)
+                      f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)"
+                      + ("" if chosen else "; name one with --priority"), "priority", status=403)
 
 
 def _dependency(text: str) -> Dependency:

@@ -30,6 +30,12 @@ gpu_quota = 0
 priorities = ["train", "nightly"]
 max_priority = 60
 
+[[projects]]
+name = "strict-shell"
+gpu_quota = 0
+priorities = ["train", "interactive-preemptible"]
+interactive_class = "interactive-preemptible"
+
 [priority_classes]
 nightly = 40
 """
@@ -159,6 +165,25 @@ def test_a_user_is_refused_a_priority_the_project_does_not_allow(cluster, priori
 def test_a_user_gets_the_priorities_the_project_allows(cluster, priority):
     status, body = post(cluster, cluster.alice, **({} if priority is None else {"priority": priority}))
     assert status == 201, body
+
+
+def test_an_interactive_job_gets_no_class_by_default_that_its_project_does_not_allow(cluster):
+    """The default class of interactive work (gpuctl run sends no priority) is checked as a named one is."""
+    status, body = post(cluster, cluster.alice, interactive=True)
+    assert status == 403 and body["field"] == "priority", body
+    assert "'build'" in body["error"] and "interactive_class" in body["error"] and "--priority" in body["error"]
+    status, body = post(cluster, cluster.alice, interactive=True, priority="train")
+    assert status == 201, body
+    assert cluster.job(body["ids"][0])["priority"] == 50
+
+
+def test_a_project_names_the_class_of_its_interactive_jobs(cluster):
+    status, body = post(cluster, cluster.alice, project="strict-shell", interactive=True)
+    assert status == 201, body
+    job = cluster.job(body["ids"][0])
+    assert (job["priority_class"], job["priority"]) == ("interactive-preemptible", 75)
+    status, body = post(cluster, cluster.alice, project="strict-shell", command=["true"])
+    assert status == 201 and cluster.job(body["ids"][0])["priority_class"] == "train", body
 
 
 def test_an_admin_may_set_any_priority(cluster):

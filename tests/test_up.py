@@ -124,6 +124,16 @@ def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
     assert up.stop() == 0
 
 
+def test_gpuctl_run_starts_at_once_on_a_fresh_gpud_up(ups):
+    """Interactive work (class build, within quota only) starts: project default's quota is the machine's GPUs."""
+    up = ups("--fake-gpus", "2").start()
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "--gpus", "2", "--", "sh", "-c",
+                             "echo on $CUDA_VISIBLE_DEVICES"], env=up.env, cwd=up.workdir, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("GPU-") == 2, result.stdout
+
+
 def test_fake_gpus_come_with_a_host_that_runs_one_job_per_gpu(ups):
     """On a 2-core machine, 8 fake GPUs still run 8 one-GPU jobs at once (each asks 1 CPU by default)."""
     up = ups("--fake-gpus", "8").start()
@@ -250,3 +260,4 @@ def test_default_state_dir_and_policy():
     policy = parse_policy(tomllib.loads(default_policy(8)), "policy.toml", ANY_PLACEMENT)
     assert set(policy.projects) == {"default", "alice-lab", "bob-lab"}
     assert not policy.projects["default"].users
+    assert policy.projects["default"].quota_in("default").gpu == 8

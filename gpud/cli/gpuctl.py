@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if command is not None:
         if not getattr(args, "takes_command", False):
-            parser.error("only `gpuctl submit` and `gpuctl run` take a command after --")
+            parser.error("only `gpuctl submit` and `gpuctl run` take a command after -- "
+                         "(and `gpuctl notebook` Jupyter's options)")
         args.command_argv = command
     try:
         return args.func(args)
