@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 import sys
@@ -296,6 +297,21 @@ def test_the_last_admin_token_cannot_be_revoked(cluster):
     status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": admins[0]["id"]})
     assert status == 409 and "last admin token" in body["error"], body
     assert cluster.api("GET", "/api/v1/whoami")[0] == 200
+    # The command the message suggests works as it is written (NAME filled in).
+    hint = re.search(r"\((gpuctl token create [^)]*)\)", body["error"]).group(1)
+    made = gpuctl(cluster, *hint.replace("NAME", "ops").split()[1:], "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["admin"] is True
+
+
+def test_token_list_shows_the_date_each_token_was_made(cluster):
+    listed = gpuctl(cluster, "token", "list")
+    assert listed.returncode == 0, listed.stderr
+    tokens = cluster.api("GET", "/api/v1/tokens")[1]["tokens"]
+    rows = {row.split()[0]: row for row in listed.stdout.splitlines()[1:]}
+    for token in tokens:
+        made = time.strftime("%Y-%m-%dT%H:%M", time.localtime(token["created"]))
+        assert made in rows[token["id"]], listed.stdout
     status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": "zz"})
     assert status == 422, body
 
