@@ -185,3 +185,14 @@ def test_an_elastic_gang_that_loses_tasks_restarts_the_rest_with_the_smaller_wor
         assert any(e["kind"] == "resized" and "WORLD_SIZE=2" in e["message"] for e in shrunk["events"])
     finally:
         gpuctl(live, "cancel", gang, *([newcomer] if newcomer else []))
+
+
+def test_show_of_an_array_gives_the_reason_each_element_failed(live):
+    array_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--array", "0-1", "--", "sh", "-c",
+                         'exit "$GPUD_ARRAY_TASK_ID"')).strip()
+    done = wait_state(live, array_id, "FAILED", "COMPLETED", timeout=60)
+    failed = next(e for e in done["elements"] if e["state"] == "FAILED")
+    assert failed["reason"], done["elements"]
+    row = next(line for line in ok(gpuctl(live, "show", array_id)).splitlines()
+               if line.split() and line.split()[0] == failed["id"])
+    assert row.rstrip().endswith(failed["reason"]), row

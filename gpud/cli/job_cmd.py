@@ -154,7 +154,8 @@ def array_text(view: dict, now: float) -> str:
     table = render.table(["ID", "STATE", "TIME", "NODES", "EXIT", "REASON"],
                          [[e.get("id"), e.get("state"), render.elapsed(e, now), render.nodes(e),
                            render.exit_status(e) if e.get("ended") else "-",
-                           e.get("reason") if e.get("state") == "PENDING" else ""] for e in view.get("elements", [])])
+                           "" if e.get("state") in ("RUNNING", "COMPLETED") else e.get("reason") or ""]
+                          for e in view.get("elements", [])])
     return "\n".join(out + ["", "Jobs:"] + ["  " + line for line in table.splitlines()])
 
 
