@@ -278,6 +278,13 @@ def worded(item: Any) -> str:
     return describe(item)
 
 
+def expected_text(item: Any) -> str:
+    """Something the controller expects to happen for a waiting job, with the local time it is due."""
+    text = worded(item)
+    at = item.get("at") if isinstance(item, dict) else None
+    return f"{text} (at {render.when(at)})" if isinstance(at, (int, float)) else text
+
+
 _WHO = {"owner": "you", "project": "the project's users", "admin": "an admin", "cluster": "jobs ending"}
 
 
@@ -313,10 +320,18 @@ def why_text(answer: dict) -> str:
     blockers = answer.get("blockers") or []
     if blockers:
         out += ["", "Blocked by:"] + [f"  - {worded(b)}" for b in blockers]
+    standing = answer.get("standing") or []
+    if standing:
+        out += ["", "Where it stands:"] + [f"  - {worded(s)}" for s in standing]
+    expected = answer.get("expected") or []
+    if expected:
+        out += ["", "Expected:"] + [f"  - {expected_text(e)}" for e in expected]
     hints = answer.get("would_start") or []
     if answer.get("never"):
-        out += ["", "It can never start under the policy as it stands."]
-    if hints:
+        out += ["", "It can never start under the policy as it stands"
+                + (". Only these changes would let it:" if hints else ".")]
+        out += [f"  - {worded(h)}{_by(h)}" for h in hints]
+    elif hints:
         out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")

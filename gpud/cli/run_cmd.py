@@ -194,6 +194,8 @@ def waiting_text(job: dict, pending: list[dict], why: dict) -> str:
     lines = [f"gpuctl run: job {job['id']} waits, {place} of {count} in project {job['project']}'s queue"
              + (f": {why['reason']}" if why.get("reason") and not blockers else "")]
     lines += [f"  - {worded(b)}" for b in blockers]
+    from gpud.cli.job_cmd import expected_text
+    lines += [f"  expected: {expected_text(e)}" for e in why.get("expected") or []]
     lines += [f"  it would start with: {worded(w)}" for w in why.get("would_start") or []]
     if blockers and job.get("priority", 0) >= NON_PREEMPTIBLE:
         lines.append(f"  (class {job.get('priority_class')} is not preemptible, so it runs only within the project's "
