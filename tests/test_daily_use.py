@@ -196,3 +196,13 @@ def test_show_of_an_array_gives_the_reason_each_element_failed(live):
     row = next(line for line in ok(gpuctl(live, "show", array_id)).splitlines()
                if line.split() and line.split()[0] == failed["id"])
     assert row.rstrip().endswith(failed["reason"]), row
+
+
+def test_a_refusal_names_the_job_once(live):
+    job_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--", "true")).strip()
+    wait_state(live, job_id, "COMPLETED")
+    refused = gpuctl(live, "cancel", job_id, "999999")
+    assert refused.returncode == 1
+    lines = refused.stderr.splitlines()
+    assert lines[0].startswith(f"gpuctl cancel: job {job_id} has already ended"), refused.stderr
+    assert lines[1].startswith("gpuctl cancel: ") and lines[1].count("999999") == 1, refused.stderr
