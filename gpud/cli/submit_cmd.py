@@ -96,7 +96,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add("-H", "--hold", action="store_const", const=True, help="submit held until `gpuctl release`")
     add("--no-requeue", action="store_const", const=True, help="end PREEMPTED instead of waiting again")
     add("--signal", type=_signal, metavar="SIG", help="first signal when the job is stopped (default TERM)")
-    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default gpud-%%j.out)")
+    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default "
+        "gpud-%%j.out; a gang's tasks: gpud-%%j.%%t.out, one file each)")
     add("-e", "--error", metavar="FILE", help="stderr file (default: the same as --output)")
 
 
