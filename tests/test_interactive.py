@@ -533,3 +533,14 @@ def test_terminals_run_as_the_jobs_user_and_nothing_new_listens_on_the_node(clus
         assert term.wait() == 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_refused_terminal_shows_the_controllers_reason_and_frees_the_job(cluster):
+    env = {**user_env(cluster), "TERM": "no such term!"}
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "-p", "alpha", "--", "true"], env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, cwd=cluster.workdir)
+    assert result.returncode == 1, result.stderr
+    assert "term must be a terminal name" in result.stderr and "HTTP 422" in result.stderr, result.stderr
+    job_id = re.search(r"submitted interactive job (\d+)", result.stderr).group(1)
+    assert f"cancelled job {job_id}" in result.stderr
+    assert cluster.wait_state(job_id, "CANCELLED")["state"] == "CANCELLED"

@@ -124,7 +124,12 @@ def run_interactive(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     nodes = ",".join(state.get("nodes") or [])
     print(f"gpuctl run: job {job_id} runs on {nodes}; attaching", file=sys.stderr)
-    return _finish(api, job_id, _attach(api, job_path(job_id, "attach"), []), main=True)
+    last = _attach(api, job_path(job_id, "attach"), [])
+    if last is not None and last.get("refused"):
+        # No terminal will ever attach to it: the job would hold its GPUs until the detach timeout.
+        api.post(job_path(job_id, "cancel"))
+        last = {**last, "error": f"{last['error']}; cancelled job {job_id}"}
+    return _finish(api, job_id, last, main=True)
 
 
 def run_attach(args: argparse.Namespace) -> int:
@@ -216,8 +221,8 @@ def _attach(api, path: str, params: list[tuple[str, str]]) -> dict | None:
         try:
             api.get(path, query)  # the same checks without the upgrade, to say why in the controller's words
         except ClientError as refused:
-            return {"type": "error", "error": str(refused)}
-        return {"type": "error", "error": f"the controller refused the terminal (HTTP {exc.status})"}
+            return {"type": "error", "error": str(refused), "refused": True}
+        return {"type": "error", "error": f"the controller refused the terminal (HTTP {exc.status})", "refused": True}
     except (aiohttp.ClientError, OSError) as exc:
         return {"type": "error", "error": f"cannot reach the controller at {api.url}: {exc}", "unreachable": True}
 
