@@ -323,6 +323,8 @@ def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, p
         lines += ["", "Next, in another terminal:",
                   f"  gpuctl submit {'' if written and project else '-p default '}--gpus 1 -- python3 -c 'import os; "
                   "print(os.environ[\"CUDA_VISIBLE_DEVICES\"])'",
+                  f"  gpuctl run {'' if written and project else '-p default '}--gpus 1"
+                  "     # a shell on one GPU (Ctrl-D ends it)",
                   "  gpuctl queue            # pending and running jobs",
                   "  gpuctl history          # finished jobs; output is in gpud-<id>.out in the workdir",
                   "  gpuctl projects         # quotas and fair shares",
