@@ -50,8 +50,12 @@ def wait_state(live, job_id: str, *states: str, timeout: float = 30) -> dict:
 
 
 def test_an_array_is_one_object_in_every_verb(live):
+    # Elements run until the test lets them end: the counts below must not move while gpuctl reads them.
+    go = live.workdir / "array-go"
+    go.unlink(missing_ok=True)
     array_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--gpus", "1", "--array", "0-5%2", "--",
-                         "sh", "-c", "echo element $GPUD_ARRAY_TASK_ID; sleep 1.5")).strip()
+                         "sh", "-c", f"echo element $GPUD_ARRAY_TASK_ID; while [ ! -e {go} ]; do sleep 0.1; done"
+                         )).strip()
     wait_for(lambda: show(live, array_id)["array"]["states"].get("RUNNING") == 2, "two elements running")
 
     queue = ok(gpuctl(live, "queue")).splitlines()
@@ -72,6 +76,7 @@ def test_an_array_is_one_object_in_every_verb(live):
     assert "the job is held" in ok(gpuctl(live, "why", array_id))
     assert f"{array_id}_5" in ok(gpuctl(live, "release", array_id))
 
+    go.touch()
     done = wait_state(live, array_id, "COMPLETED", timeout=60)
     assert done["array"]["states"] == {"COMPLETED": 6} and len(done["elements"]) == 6
     logs = ok(gpuctl(live, "logs", array_id))
