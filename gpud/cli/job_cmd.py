@@ -157,7 +157,8 @@ def array_text(view: dict, now: float) -> str:
     table = render.table(["ID", "STATE", "TIME", "NODES", "EXIT", "REASON"],
                          [[e.get("id"), e.get("state"), render.elapsed(e, now), render.nodes(e),
                            render.exit_status(e) if e.get("ended") else "-",
-                           e.get("reason") if e.get("state") == "PENDING" else ""] for e in view.get("elements", [])])
+                           "" if e.get("state") in ("RUNNING", "COMPLETED") else e.get("reason") or ""]
+                          for e in view.get("elements", [])])
     return "\n".join(out + ["", "Jobs:"] + ["  " + line for line in table.splitlines()])
 
 
@@ -280,6 +281,13 @@ def worded(item: Any) -> str:
     return describe(item)
 
 
+def expected_text(item: Any) -> str:
+    """Something the controller expects to happen for a waiting job, with the local time it is due."""
+    text = worded(item)
+    at = item.get("at") if isinstance(item, dict) else None
+    return f"{text} (at {render.when(at)})" if isinstance(at, (int, float)) else text
+
+
 _WHO = {"owner": "you", "project": "the project's users", "admin": "an admin", "cluster": "jobs ending"}
 
 
@@ -315,10 +323,18 @@ def why_text(answer: dict) -> str:
     blockers = answer.get("blockers") or []
     if blockers:
         out += ["", "Blocked by:"] + [f"  - {worded(b)}" for b in blockers]
+    standing = answer.get("standing") or []
+    if standing:
+        out += ["", "Where it stands:"] + [f"  - {worded(s)}" for s in standing]
+    expected = answer.get("expected") or []
+    if expected:
+        out += ["", "Expected:"] + [f"  - {expected_text(e)}" for e in expected]
     hints = answer.get("would_start") or []
     if answer.get("never"):
-        out += ["", "It can never start under the policy as it stands."]
-    if hints:
+        out += ["", "It can never start under the policy as it stands"
+                + (". Only these changes would let it:" if hints else ".")]
+        out += [f"  - {worded(h)}{_by(h)}" for h in hints]
+    elif hints:
         out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")

@@ -105,7 +105,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="SIG alone: the first signal when the job is stopped (default TERM). SIG@LEAD: SIG goes LEAD "
              "seconds before the time limit, and at once when the job is preempted, with at least LEAD seconds "
              "to checkpoint before the stop; B: sends it to the task's first process alone")
-    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default gpud-%%j.out)")
+    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default "
+        "gpud-%%j.out; a gang's tasks: gpud-%%j.%%t.out, one file each)")
     add("-e", "--error", metavar="FILE", help="stderr file (default: the same as --output)")
 
 

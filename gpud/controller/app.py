@@ -93,6 +93,9 @@ async def describe(request: web.Request) -> web.Response:
     return web.json_response(openapi.document())
 
 
+LINK_CLOSE_WAIT_S = 2.0  # how long a stopping controller waits for a node to answer its close
+
+
 def make_app(config: ControllerConfig) -> web.Application:
     """The controller application; its store, loops and links start and stop with it."""
     app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
@@ -107,9 +110,17 @@ def make_app(config: ControllerConfig) -> web.Application:
     checkpoints_api.add_routes(app)
     usage_api.add_routes(app)
     app.cleanup_ctx.append(_running)
+    app.on_shutdown.append(_close_node_links)
     ui_server.mount(app)  # after _running: the dashboard starts once the controller is open, stops before it closes
     interactive.add_routes(app)
     return app
+
+
+async def _close_node_links(app: web.Application) -> None:
+    """Close every node's connection as the server stops, so that its handler ends now, not at a timeout."""
+    for link in list(app[CONTROLLER].links.values()):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(link.close(), LINK_CLOSE_WAIT_S)
 
 
 async def _running(app: web.Application) -> AsyncIterator[None]:

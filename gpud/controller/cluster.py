@@ -116,7 +116,8 @@ class Cluster(NodeMessages):
                 max_gpus=max(len(n.gpus) for n in nodes),
                 max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
                 max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
-                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})))
+                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})),
+                sized=_sized(nodes))
         return self._largest
 
     # ------------------------------------------------------------------- jobs
@@ -729,3 +730,15 @@ def _dependency_met(kind: str, state: str) -> bool | None:
 def _eviction_words(eviction: Eviction) -> str:
     """Why an eviction was made, for people."""
     return eviction_text(eviction.why) if eviction.why is not None else eviction.rule
+
+
+def _sized(nodes: list) -> tuple:
+    """Each distinct set of node labels with the largest sizes a node carrying it has."""
+    largest: dict[tuple, tuple[int, float, float, float]] = {}
+    for node in nodes:
+        labels = tuple(sorted(node.labels.items()))
+        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+        old = largest.get(labels)
+        largest[labels] = size if old is None else (max(old[0], size[0]), max(old[1], size[1]),
+                                                    max(old[2], size[2]), max(old[3], size[3]))
+    return tuple((labels, *size) for labels, size in sorted(largest.items()))

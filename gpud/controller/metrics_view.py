@@ -63,9 +63,11 @@ def render(ctrl: Controller) -> str:
     lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",
                     [({}, ctrl.persist.batches)])
     usage = ctrl.charger.decayed_usage()
-    lines += metric("gpud_usage_gpu_hours", "gauge", "Decayed GPU usage of each department and project, as of the "
-                    "last charge.", [({"level": level, "pool": pool, "name": name}, round(value / 3600.0, 6))
-                                     for (level, pool, name), value in sorted(usage.items()) if level != "user"])
+    # Seconds, Prometheus's base unit; a gauge, not a counter: decayed usage goes down as it ages.
+    lines += metric("gpud_usage_gpu_seconds", "gauge", "Decayed GPU usage of each department and project in "
+                    "GPU-seconds, as of the last charge.",
+                    [({"level": level, "pool": pool, "name": name}, round(value, 3))
+                     for (level, pool, name), value in sorted(usage.items()) if level != "user"])
     lines += metric("gpud_usage_charges_total", "counter", "Usage charges written since the controller started.",
                     [({}, ctrl.charger.charges)])
     lines += metric("gpud_usage_charge_seconds", "gauge", "Time the last usage charge took, its write included.",
