@@ -109,7 +109,7 @@ def show_text(job: dict, now: float) -> str:
         ("Stop signal", job.get("stop_signal")),
         ("Signal", _warn_signal(job.get("signal"))),
         ("Checkpoints", _checkpoints(job.get("checkpoints"))),
-        ("Lost GPU-hours", render.gpu_hours(job["lost_gpu_hours"]) if job.get("lost_gpu_hours") else None),
+        ("GPU-h lost", render.gpu_hours(job["lost_gpu_hours"]) if job.get("lost_gpu_hours") else None),
         ("Submitted", render.stamp(job.get("submitted"))),
         ("Started", render.stamp(job.get("started")) if job.get("started") else None),
         ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
