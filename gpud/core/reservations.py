@@ -53,10 +53,10 @@ def predicted_end(job: JobSpec, now: float) -> float:
 class Occupant:
     """What one job holds on one node from ``start`` to ``end`` (``pstart``/``pend``: as predicted)."""
 
-    __slots__ = ("gpus", "share", "cpu", "mem", "start", "end", "pstart", "pend", "kind")
+    __slots__ = ("gpus", "share", "cpu", "mem", "start", "end", "pstart", "pend", "kind", "job")
 
     def __init__(self, gpus: tuple[int, ...], share: float, cpu: float, mem: float, start: float, end: float,
-                 pstart: float, pend: float, kind: int) -> None:
+                 pstart: float, pend: float, kind: int, job: str = "") -> None:
         self.gpus = gpus
         self.share = share
         self.cpu = cpu
@@ -66,6 +66,7 @@ class Occupant:
         self.pstart = pstart
         self.pend = pend
         self.kind = kind
+        self.job = job
 
 
 class NodeProfile:
@@ -158,23 +159,44 @@ class PoolPlan:
     def __init__(self, state: ClusterState, index: NodeIndex, settings: Reservations) -> None:
         self.state = state
         self.settings = settings
-        self.now = now = state.now
+        self.now = state.now
         self.holding = 0
         self.estimates = 0
         self.latest_hold = -FOREVER  # the latest start of a holding reservation
         self.held: dict[NodeState, list[tuple[tuple[str, int], TaskRequest]]] = {}
+        self.held_nodes: list[NodeState] = []  # every node a holding reservation is planned on
         self.profiles: dict[str, NodeProfile] = {}
-        jobs = state.jobs
         for node in index.nodes:
             profile = self.profiles[node.name] = NodeProfile(node)
-            for (job_id, _), placement in node.tasks.items():
-                job = jobs.get(job_id)
-                if job is None:
-                    continue
-                request = job.request
-                profile.occupants.append(Occupant(
-                    placement.gpu_index, placement.gpu_share, request.cpus, request.memory_gib, -FOREVER,
-                    end_of(job, now), -FOREVER, predicted_end(job, now), RUNNING))
+            profile.occupants = self._running_on(node)
+
+    def _running_on(self, node: NodeState) -> list[Occupant]:
+        """The tasks on the node as occupants until their jobs' limits end (room held is none of them)."""
+        jobs, now = self.state.jobs, self.now
+        found = []
+        for (job_id, _), placement in node.tasks.items():
+            job = jobs.get(job_id)
+            if job is None:
+                continue
+            request = job.request
+            found.append(Occupant(placement.gpu_index, placement.gpu_share, request.cpus, request.memory_gib,
+                                  -FOREVER, end_of(job, now), -FOREVER, predicted_end(job, now), RUNNING, job_id))
+        return found
+
+    def keeps(self) -> bool:
+        """True when the tasks placed now still leave every holding reservation its room at its start
+        (the profile's running tasks are read anew from the nodes; a reserved job that runs now needs
+        its reservation no more)."""
+        placements, now = self.state.placements, self.now
+        for node in self.held_nodes:
+            profile = self.profiles[node.name]
+            planned = [o for o in profile.occupants if o.kind != RUNNING]
+            check = NodeProfile(node)
+            check.occupants = self._running_on(node) + [
+                o for o in planned if o.kind == HOLDING and None in placements.get(o.job, (None,))]
+            if check.overbooked(now):
+                return False
+        return True
 
     # --- planning a job ---------------------------------------------------------------------------
 
@@ -209,12 +231,14 @@ class PoolPlan:
             for index, (indices, amount) in enumerate(groups):
                 host = count if index == 0 else 0
                 node.occupants.append(Occupant(indices, amount, request.cpus * host, request.memory_gib * host,
-                                               start, start + limit, estimate, estimate + runtime, kind))
+                                               start, start + limit, estimate, estimate + runtime, kind, job.id))
         if hold:
             self.holding += 1
             self.latest_hold = max(self.latest_hold, start)
             for node, _, _ in chosen:
                 self._hold(node)
+                if node.node not in self.held_nodes:
+                    self.held_nodes.append(node.node)
         else:
             self.estimates += 1
         return Reservation(job.id, self.state.pool_of(job), start, tuple(sorted(p.node.name for p, _, _ in chosen)),
@@ -379,6 +403,14 @@ class Planner:
         found = plan.plan(job, tasks, entitled)
         if found is not None:
             self.out[job.id] = found
+
+    def keeps(self) -> bool:
+        """True when every pool's holding reservations still have their room (``PoolPlan.keeps``):
+        what an action that evicts placed must leave them, or be undone."""
+        for plan in self.pools.values():
+            if plan is not None and plan.held_nodes and not plan.keeps():
+                return False
+        return True
 
     def holds_room(self) -> bool:
         """True when some pool holds room now."""
