@@ -182,7 +182,7 @@ class Reservations:
 
     jobs: int = 4
     window_s: float = 7 * 86400.0
-    estimate_jobs: int = 100
+    estimate_jobs: int = 12
     default_time_limit_s: float | None = None
     max_time_limit_s: float | None = None
 

@@ -65,7 +65,7 @@ class Allocate:
         tasks = gang_tasks(state, job)
         planner = self.planner
         found = self.blocks.find(job, queue, tasks)
-        if found is not None and found[1] in ROOM_KINDS and planner.active and planner.may_borrow(job):
+        if found is not None and found[1] in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
             found = None  # it found no room beside the room held, but it may borrow that
         if found is not None:
             found = (in_own_terms(state, job, tasks, found[0]), found[1])
@@ -78,7 +78,8 @@ class Allocate:
                 return True
             if planner.active and found[1] in ROOM_KINDS:
                 pending, minimum = self._tried
-                if planner.borrow(self.stmt, job, lambda: self.placer.place(self.stmt, job, pending, minimum) > 0):
+                if planner.borrow(self.stmt, job, tasks,
+                                  lambda: self.placer.place(self.stmt, job, pending, minimum) > 0):
                     started(self.session, job, queue)
                     return True
                 fair = queue.fair_share.gpu
@@ -113,7 +114,9 @@ class Allocate:
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
         them waits is kept, to be worked out when read (``LateReasons``)."""
-        if self.planner.holds_room() or not self.blocks.blocks_all(queue):
+        # Room held for a reservation may be borrowed by a group of any size that ends soon enough:
+        # the smallest groups say nothing of those (``QueueCovers`` knows no time limits).
+        if self.planner.holds_room(queue.pool) or not self.blocks.blocks_all(queue):
             return False
         self.late_reasons[queue] = self.blocks.late_reasons(queue)
         return True
@@ -136,8 +139,10 @@ class _BlockedAsBefore(Skip):
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         state = self.state
         tasks = gang_tasks(state, job)
-        found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
-        if found is None or (found[1] in ROOM_KINDS and self.planner.may_borrow(job)):
+        sid = state.shapes.of_group(group) if group is not None else -1
+        found = self.blocks.find(job, queue, tasks, sid)
+        if found is None or (found[1] in ROOM_KINDS and self.planner.active
+                             and self.planner.may_borrow(job, tasks, sid)):
             return False
         blocker = found[0]
         if group is not None and blocker is not None and blocker.rule == FRAGMENTED_RULE:

@@ -14,9 +14,11 @@ ends: nothing is kept that a restart could lose.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Final
 
 from gpud.core.nodes import NodeIndex, NodeState
+from gpud.core.shapes import FailedShapes
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, JobSpec, Reservation, TaskPlacement, TaskRequest
 from gpud.policy import Reservations
@@ -165,10 +167,15 @@ class PoolPlan:
         self.latest_hold = -FOREVER  # the latest start of a holding reservation
         self.held: dict[NodeState, list[tuple[tuple[str, int], TaskRequest]]] = {}
         self.held_nodes: list[NodeState] = []  # every node a holding reservation is planned on
+        # Jobs that could not borrow held room, by their end as their own dimension (a later end is
+        # harder): one as large that ends as late fails too, while allocation only takes room.
+        self.borrow_failed = FailedShapes(state)
         self.profiles: dict[str, NodeProfile] = {}
         for node in index.nodes:
             profile = self.profiles[node.name] = NodeProfile(node)
             profile.occupants = self._running_on(node)
+        # Whether some running job is expected to end before its limit: else estimates are the starts.
+        self.predicts = any(o.pend < o.end for p in self.profiles.values() for o in p.occupants)
 
     def _running_on(self, node: NodeState) -> list[Occupant]:
         """The tasks on the node as occupants until their jobs' limits end (room held is none of them)."""
@@ -218,7 +225,7 @@ class PoolPlan:
             if self.estimates >= settings.estimate_jobs:
                 return None
         runtime = limit if job.predicted_runtime is None else min(job.predicted_runtime, limit)
-        predicted = self._earliest(job, tasks, runtime, True)
+        predicted = self._earliest(job, tasks, runtime, True) if self.predicts or runtime < limit else None
         estimate = start if predicted is None or predicted[0] > start else predicted[0]
         kind = HOLDING if hold else ESTIMATE
         request = job.request
@@ -232,6 +239,8 @@ class PoolPlan:
                 host = count if index == 0 else 0
                 node.occupants.append(Occupant(indices, amount, request.cpus * host, request.memory_gib * host,
                                                start, start + limit, estimate, estimate + runtime, kind, job.id))
+        if estimate < start:
+            self.predicts = True
         if hold:
             self.holding += 1
             self.latest_hold = max(self.latest_hold, start)
@@ -254,21 +263,43 @@ class PoolPlan:
                  and request.memory_gib <= p.node.spec.memory_gib + EPS]
         if not nodes:
             return None
-        times = {now}
-        for profile in nodes:
-            for o in profile.occupants:
-                end = o.pend if predicted else o.end
-                if now < end < FOREVER:
-                    times.add(end)
+        need_gpu = tasks * (request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared
+                            else float(request.whole_gpus))
+        times = self._possible_times(nodes, predicted, need_gpu, tasks * request.cpus, tasks * request.memory_gib)
         free_now = {p.node.name: p.free_over(now, now + EPS, predicted, RUNNING)[0] for p in nodes}
-        for t in sorted(times)[:MAX_TIMES]:
-            fits = []
-            total = 0
-            for profile in nodes:
+        # A node whose occupants all started by now only gains room as they end: its fit changes only
+        # at its own ends. One with a planned start later (a reservation) is worked out at every time.
+        changes: list[tuple[float, int]] = []
+        moving: list[int] = []
+        for k, profile in enumerate(nodes):
+            later = False
+            for o in profile.occupants:
+                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+                if start > now:
+                    later = True
+                elif now < end < FOREVER:
+                    changes.append((end, k))
+            if later:
+                moving.append(k)
+        changes.sort()
+        fit: list[tuple[int, list[int]]] = [(0, [])] * len(nodes)
+        stale: set[int] = set(range(len(nodes)))
+        at = 0
+        for t in times[:MAX_TIMES]:
+            while at < len(changes) and changes[at][0] <= t:
+                stale.add(changes[at][1])
+                at += 1
+            stale.update(moving)
+            for k in stale:
+                profile = nodes[k]
                 gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted, ESTIMATE)
-                count, chosen = tasks_fitting(request, profile.node, gpus, cpu, mem, free_now[profile.node.name])
+                fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem, free_now[profile.node.name])
+            stale = set()
+            total = 0
+            fits = []
+            for k, (count, chosen) in enumerate(fit):
                 if count > 0:
-                    fits.append((-count, profile.node.name, profile, chosen))
+                    fits.append((-count, nodes[k].node.name, nodes[k], chosen))
                     total += count
             if total < tasks:
                 continue
@@ -284,6 +315,42 @@ class PoolPlan:
                     break
             return t, placed
         return None
+
+    def _possible_times(self, nodes: list[NodeProfile], predicted: bool, gpu: float, cpu: float,
+                        mem: float) -> list[float]:
+        """The times, in order, at which something ends on ``nodes`` (and now) when they have, summed,
+        at least the GPUs, CPUs and memory asked free: a job cannot start at any other."""
+        now = self.now
+        free_gpu = free_cpu = free_mem = 0.0
+        events: list[tuple[float, float, float, float]] = []
+        for profile in nodes:
+            spec = profile.node.spec
+            free_gpu += spec.usable_gpus
+            free_cpu += spec.cpus
+            free_mem += spec.memory_gib
+            for o in profile.occupants:
+                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+                g = o.share * len(o.gpus)
+                if start <= now:
+                    free_gpu, free_cpu, free_mem = free_gpu - g, free_cpu - o.cpu, free_mem - o.mem
+                else:
+                    events.append((start, -g, -o.cpu, -o.mem))
+                if end < FOREVER:
+                    events.append((end, g, o.cpu, o.mem))
+        events.sort()
+        times: list[float] = []
+        i, n = 0, len(events)
+        at = now
+        while True:
+            while i < n and events[i][0] <= at:
+                _, g, c, m = events[i]
+                free_gpu, free_cpu, free_mem = free_gpu + g, free_cpu + c, free_mem + m
+                i += 1
+            if free_gpu >= gpu - EPS and free_cpu >= cpu - EPS and free_mem >= mem - EPS:
+                times.append(at)
+            if i >= n:
+                return times
+            at = events[i][0]
 
     # --- holding room -------------------------------------------------------------------------------
 
@@ -316,14 +383,22 @@ class PoolPlan:
 
     # --- jobs placed ----------------------------------------------------------------------------------
 
-    def may_borrow(self, job: JobSpec) -> bool:
-        """True when the job, started now, would end before some holding reservation starts."""
-        return bool(self.held) and end_of(job, self.now) <= self.latest_hold
+    def may_borrow(self, job: JobSpec, tasks: int, sid: int = -1) -> bool:
+        """True when the job, started now, would end before some holding reservation starts, and no
+        job as large ending as late failed to borrow (``sid``: the job's shape number, when known)."""
+        return (bool(self.held) and end_of(job, self.now) <= self.latest_hold
+                and self.borrow_failed.find(job, tasks, self._own(job), sid) is None)
+
+    def _own(self, job: JobSpec) -> int:
+        end = end_of(job, self.now)
+        return int(math.ceil(end - self.now)) if end < FOREVER else 1 << 60
 
     def placed(self, job: JobSpec, placements: list[TaskPlacement]) -> None:
         """Count the tasks just placed in the profile, from now to the end of the job's limit."""
         now, request = self.now, job.request
         end, pend = end_of(job, now), predicted_end(job, now)
+        if pend < end:
+            self.predicts = True
         for placement in placements:
             profile = self.profiles.get(placement.node)
             if profile is not None:
@@ -352,6 +427,9 @@ class PoolPlan:
                 ok = False
         for node in held:
             self._hold(self.profiles[node.name])
+        if not ok:
+            self.borrow_failed.add(job, max(len(waiting), 1) if job.gang_minimum >= job.tasks else 1, None,
+                                   "", self._own(job))
         return ok
 
 
@@ -378,10 +456,10 @@ class Planner:
         self.pools[name] = made
         return made
 
-    def may_borrow(self, job: JobSpec) -> bool:
-        """True when the job ends before some reservation of its pool that holds room starts."""
+    def may_borrow(self, job: JobSpec, tasks: int, sid: int = -1) -> bool:
+        """True when the job may try the room held in its pool (``PoolPlan.may_borrow``)."""
         plan = self.pools.get(self.state.pool_of(job))
-        return plan is not None and plan.may_borrow(job)
+        return plan is not None and plan.may_borrow(job, tasks, sid)
 
     def placed(self, job: JobSpec, tasks: list[int]) -> None:
         """Count tasks just placed (their indices) in the pool's profile, if it has one yet."""
@@ -390,10 +468,10 @@ class Planner:
             slots = self.state.placements[job.id]
             plan.placed(job, [p for p in (slots[i] for i in tasks) if p is not None])
 
-    def borrow(self, stmt: Statement, job: JobSpec, place: Callable[[], bool]) -> bool:
-        """``PoolPlan.borrow`` in the job's pool; False when it has no room held."""
+    def borrow(self, stmt: Statement, job: JobSpec, tasks: int, place: Callable[[], bool]) -> bool:
+        """``PoolPlan.borrow`` in the job's pool; False when it may not borrow there."""
         plan = self.pools.get(self.state.pool_of(job))
-        return plan is not None and plan.may_borrow(job) and plan.borrow(stmt, job, place)
+        return plan is not None and plan.may_borrow(job, tasks) and plan.borrow(stmt, job, place)
 
     def plan(self, job: JobSpec, tasks: int, entitled: bool) -> None:
         """Plan the start of a job that found no room (``PoolPlan.plan``), kept in ``out``."""
@@ -412,9 +490,10 @@ class Planner:
                 return False
         return True
 
-    def holds_room(self) -> bool:
-        """True when some pool holds room now."""
-        return any(plan is not None and bool(plan.held) for plan in self.pools.values())
+    def holds_room(self, pool: str) -> bool:
+        """True when the pool holds room for a reservation now."""
+        plan = self.pools.get(pool)
+        return plan is not None and bool(plan.held)
 
     def release_all(self) -> None:
         """Give back every pool's held room."""
