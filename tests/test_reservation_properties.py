@@ -23,6 +23,7 @@ from gpud.policy import Department, Policy, Project, Reservations
 POOL = "default"
 PM = make_plugin_manager()
 LIMITS = [30.0, 60.0, 100.0, 250.0, 600.0]
+EPOCH = 1.7e9  # times are Unix times, as the controller gives them: an instant plus 1e-9 is the same float
 
 
 @st.composite
@@ -59,7 +60,7 @@ def timed_cases(draw):
         limit = draw(st.sampled_from(LIMITS))
         job = JobSpec(f"j{seq}", "p", draw(requests()), priority=draw(st.sampled_from([50, 50, 50, 75])),
                       tasks=tasks, min_tasks=draw(st.one_of(st.none(), st.integers(1, tasks))),
-                      submitted=float(draw(st.integers(0, 300))), seq=seq, time_limit=limit,
+                      submitted=EPOCH + draw(st.integers(0, 300)), seq=seq, time_limit=limit,
                       placements=(None,) * tasks)
         jobs.append(job)
         runtimes[job.id] = float(draw(st.integers(1, int(limit))))
@@ -67,12 +68,12 @@ def timed_cases(draw):
 
 
 def replay(policy: Policy, nodes: tuple[NodeSpec, ...], jobs: list[JobSpec], runtimes: dict[str, float],
-           until: float = 3000.0):
+           until: float = EPOCH + 3000.0):
     """Run the scheduler in simulated time: (first holding reservation of each job and when it was made,
     the start of each job)."""
     future = sorted(jobs, key=lambda j: (j.submitted, j.seq))
-    scheduler = Scheduler(Snapshot(nodes, (), 0.0), policy, PM)
-    now, at = 0.0, 0
+    scheduler = Scheduler(Snapshot(nodes, (), EPOCH), policy, PM)
+    now, at = EPOCH, 0
     ends: dict[str, float] = {}
     reserved: dict[str, tuple[float, float]] = {}
     started: dict[str, float] = {}
@@ -135,7 +136,8 @@ def test_the_replay_gives_reservations_and_keeps_them():
             JobSpec("gang", "p", TaskRequest(gpus=8), submitted=10, seq=1, time_limit=100)]
     jobs += [JobSpec(f"s{i}", "p", TaskRequest(gpus=1), submitted=20 + i, seq=2 + i, time_limit=300)
              for i in range(4)]
+    jobs = [dataclasses.replace(job, submitted=EPOCH + job.submitted) for job in jobs]
     reserved, started = replay(policy, nodes, jobs, {job.id: job.time_limit or 1.0 for job in jobs})
-    assert reserved["gang"] == (100.0, 10.0)
-    assert started["gang"] == 100.0
-    assert all(started[f"s{i}"] == 200.0 for i in range(4))
+    assert reserved["gang"] == (EPOCH + 100.0, EPOCH + 10.0)
+    assert started["gang"] == EPOCH + 100.0
+    assert all(started[f"s{i}"] == EPOCH + 200.0 for i in range(4))

@@ -108,6 +108,7 @@ def show_text(job: dict, now: float) -> str:
         ("Requeue", "no" if job.get("requeue") is False else None),
         ("Stop signal", job.get("stop_signal")),
         ("Submitted", render.stamp(job.get("submitted"))),
+        ("Est. start", render.start_text(job, now) if job.get("state") == "PENDING" else None),
         ("Started", render.stamp(job.get("started")) if job.get("started") else None),
         ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
         ("Elapsed", render.elapsed(job, now) if job.get("started") else None),
@@ -317,6 +318,9 @@ def why_text(answer: dict) -> str:
         out += ["", "It can never start under the policy as it stands."]
     if hints:
         out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
+    start = answer.get("start") or {}
+    if state == "PENDING" and start:
+        out += ["", f"Expected to start: {render.start_text(start)}"]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")
     return "\n".join(out)

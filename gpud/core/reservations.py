@@ -81,8 +81,8 @@ class NodeProfile:
         self.occupants: list[Occupant] = []
 
     def free_over(self, t0: float, t1: float, predicted: bool, most_kind: int) -> tuple[list[float], float, float]:
-        """The share of each GPU, the CPUs and the memory free for the whole of [t0, t1), counting
-        occupants of kind ``most_kind`` or below."""
+        """The share of each GPU, the CPUs and the memory free for the whole of [t0, t1) (the instant
+        t0 when t1 is not after it), counting occupants of kind ``most_kind`` or below."""
         spec = self.node.spec
         gpus = [1.0] * spec.gpus
         for i in spec.out_of_service:
@@ -92,7 +92,9 @@ class NodeProfile:
             if o.kind > most_kind:
                 continue
             start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
-            if start < t1 and end > t0:
+            # [t0, t1) overlaps [start, end); an empty [t0, t1) (t1 == t0, as t0 + EPS is at a Unix
+            # time's magnitude) stands for the instant t0.
+            if (start < t1 and end > t0) if t1 > t0 else (start <= t0 < end):
                 for i in o.gpus:
                     gpus[i] -= o.share
                 cpu -= o.cpu
