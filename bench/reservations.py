@@ -30,7 +30,6 @@ same plan, in the replays with reservations on.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
 import json
 import math
