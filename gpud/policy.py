@@ -213,7 +213,6 @@ class Policy:
     reservations: Reservations = field(default_factory=Reservations)
     pool_reservations: Mapping[str, Reservations] = field(default_factory=dict)  # a node pool's own table
     class_time_limits: Mapping[str, float] = field(default_factory=dict)  # per priority class: default limit
-    age_weight: float = 0.0  # order points a pending job gains per hour waited, within its project
 
     def reservations_in(self, pool: str) -> Reservations:
         """The reservation settings of pool ``pool``: its own, else the policy's."""

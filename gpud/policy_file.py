@@ -28,7 +28,7 @@ ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
-               "limits", "reservations", "age_weight")
+               "limits", "reservations")
 LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout", "default_time_limit")
@@ -139,7 +139,6 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         reservations=reservations,
         pool_reservations=_pool_reservations(top, reservations),
         class_time_limits=_class_seconds(top, "default_time_limit"),
-        age_weight=top.number("age_weight", 0.0, lo=0, hi=1_000_000),
     )
 
 
