@@ -9,8 +9,8 @@ controller runs it) after 100 submissions + 100 completions. contended: every GP
 
 With --time-limits every job has a time limit (running jobs end within a day of now, pending
 jobs ask for 1 h, 4 h or 24 h), so reservations and backfill are planned each cycle (gpud.core.
-reservations); --reservations N sets how many jobs per pool hold one (0: none, estimates only
-with --time-limits; default: the policy's default).
+reservations); --reservations N sets how many jobs per pool hold one (0: none, and no estimates
+either; default: the policy's default).
 
 With --hash, each workload's plans (binds, evictions and every pending reason, cycle by cycle) are
 hashed, so that two versions of the core can be shown to decide alike: run it with each on
@@ -332,6 +332,8 @@ def with_reservations(policy: Policy, args) -> Policy:
     """The policy with --reservations applied."""
     if args.reservations is None:
         return policy
+    if args.reservations == 0:  # off: neither reservations nor estimates
+        return dataclasses.replace(policy, reservations=Reservations(jobs=0, estimate_jobs=0))
     return dataclasses.replace(policy, reservations=Reservations(jobs=args.reservations))
 
 
