@@ -12,6 +12,8 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
+from gpud import slurm_env
+from gpud.controller.completing import Completing, completing_text
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
@@ -62,6 +64,8 @@ class Cluster(NodeMessages):
         self.timed: set[str] = set()
         # Requeued jobs that may not run before a time (their silent node's lease and grace period), and that node.
         self.fenced: dict[str, tuple[float, str]] = {}
+        # Jobs an earlier incarnation of which a node is still stopping: they start nowhere until it has ended.
+        self.completing = Completing()
         self.wake: Callable[[], None] = lambda: None
         # Told when a task stops holding its placement, and when (usage is charged up to there).
         self.run_ended: Callable[[Job, TaskRun, float], None] = lambda job, run, end: None
@@ -76,6 +80,8 @@ class Cluster(NodeMessages):
         for node in nodes:
             node.last_seen = now
             self.nodes[node.name] = node
+            for key in node.stopping:
+                self.completing.add(node.name, key, now)
         self.nodes_changed()
         for job in jobs:
             self._add(job)
@@ -150,10 +156,12 @@ class Cluster(NodeMessages):
                 added.append(template)
                 continue
             array_id = str(seq)
+            span = slurm_env.array_span(submission.array_indices)
             for index in submission.array_indices:
                 job = self._new_job(template, f"{seq}_{index}", seq, now)
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
-                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
+                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index),
+                           **slurm_env.array_vars(array_id, index, span)}
                 added.append(job)
                 if len(added) >= part:
                     yield self._stage_part(added, finished_states)
@@ -296,6 +304,9 @@ class Cluster(NodeMessages):
         A running elastic job with tasks still waiting says so: ``runs 2 of
         its 4 tasks; the others wait: ...``.
         """
+        if job.state == RUNNING and job.id in self.completing and any(run.state == "starting" for run in job.runs):
+            # Moved or restarted: its new tasks start once the old ones are gone.
+            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
         if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
             waiting = self.last_plan.pending.get(job.id) if self.last_plan is not None else None
             head = f"runs {_placed(job)} of its {job.tasks} tasks"
@@ -411,6 +422,7 @@ class Cluster(NodeMessages):
             job.reason = f"requeued after preemption: {reason}"
             self._event("requeued", f"requeued (restart {job.restart_count})", job=job.id)
             self.persist.job(job)
+            self._sync_core(job)  # out of the scheduler while its old copy is still being stopped
         else:
             self._finish(job, PREEMPTED, f"preempted: {reason}", stop_reason="preempted")
 
@@ -461,6 +473,8 @@ class Cluster(NodeMessages):
                 return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
             if dep.met is None:
                 return f"waiting for job {dep.job} to end ({dep.kind})"
+        if job.id in self.completing:
+            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
         if job.id in self.fenced:
             until, node = self.fenced[job.id]
             return (f"waiting {max(0.0, until - self.clock()):.0f} s more for node {node}'s lease and grace period "
@@ -478,7 +492,7 @@ class Cluster(NodeMessages):
         """Put the job in the scheduler or take it out, whichever its state says."""
         wanted = (job.state == RUNNING or (
             job.state == PENDING and not job.hold and all(dep.met for dep in job.depends)
-            and job.id not in self.fenced and self._array_room(job)))
+            and job.id not in self.fenced and job.id not in self.completing and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
             self.core.add(job.spec())
             if job.array_id is not None:
@@ -504,6 +518,7 @@ class Cluster(NodeMessages):
         if (node is not None and placement.node != dead_node and node.state != DOWN and not never_sent
                 and run.state != "exited"):
             node.stopping[key] = list(placement.gpu_index)
+            self.completing.add(node.name, key, self.clock())
             self.persist.node(node.name, node.to_json)
             self._command(node.name, stop_command(job.id, task, run.attempt, reason, self.policy.grace_period_s,
                                               job_uid(job)))
@@ -539,6 +554,7 @@ class Cluster(NodeMessages):
         del self.jobs[job.id]
         self.timed.discard(job.id)
         self.fenced.pop(job.id, None)
+        self.completing.forget(job.id)
         self._after_end(job)
 
     def _after_end(self, job: Job) -> None:
@@ -616,6 +632,8 @@ class Cluster(NodeMessages):
         unsent = self.unsent[name]
         for key in sorted(unsent, key=lambda k: unsent[k]):
             job_id, task = self.wanted[name][key]
+            if job_id in self.completing or job_id in self.fenced:
+                continue  # sent once every earlier incarnation of the job has surely ended (see unblock)
             job = self.jobs[job_id]
             run = job.runs[task]
             assert run.placement is not None  # a wanted task is placed

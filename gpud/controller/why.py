@@ -52,6 +52,19 @@ def explain(job: Job, cluster: Cluster) -> dict:
                                   "this job can never start", job=dep.job, kind=dep.kind, never=True))
             would.append(_if("resubmitted", OWNER, f"gpuctl cancel {job.id} and submit again without "
                              f"--depends {dep.kind}:{dep.job}"))
+    stopping = cluster.completing.of(job.id)
+    if stopping:
+        grace = cluster.policy.grace_period_s
+        blockers.append(_item("completing", reason, grace_s=grace, stopping=[
+            {"node": s.node, "task": s.task, "attempt": s.attempt, "since": s.since} for s in stopping]))
+        would.append(_if("previous_run_ended", CLUSTER, "its previous run ending (the node stops it, SIGKILL "
+                         f"after the {grace:g} s grace period at the latest)",
+                         nodes=sorted({s.node for s in stopping})))
+    elif job.id in cluster.fenced:
+        until, node = cluster.fenced[job.id]
+        blockers.append(_item("fenced", reason, node=node, until=until))
+        would.append(_if("lease_over", CLUSTER, f"node {node}'s lease and grace period running out", node=node,
+                         until=until))
     if blockers:
         return answer
     waiting = cluster.waiting_of(job)

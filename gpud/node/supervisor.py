@@ -184,8 +184,8 @@ class TaskRun:
             finally:
                 os.chdir("/")
             try:
-                out = os.open(out_path, flags, 0o644)
-                err = out if err_path == out_path else os.open(err_path, flags, 0o644)
+                out = _open_making_dirs(out_path, flags)
+                err = out if err_path == out_path else _open_making_dirs(err_path, flags)
             except OSError as exc:
                 raise StartError(f"cannot open {exc.filename}: {exc.strerror}") from None
         return out, err
@@ -321,7 +321,10 @@ class TaskRun:
                 # What left the process group hears it too; what is in it heard it once already. A second
                 # stop signal may cut a job's handler short (many take it to mean "quit now, skip saving").
                 self.cgroup.signal(sig, besides_group=self.pid)
-        self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+        if self.kill_at is None:
+            # The grace the first stop gave holds: a stop said again (perhaps with a shorter grace, after a
+            # policy reload) must not cut short the job's checkpoint.
+            self.kill_at = now + grace_s
 
     def fence(self, grace_s: float) -> None:
         """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
@@ -696,6 +699,19 @@ def _stop_reason(requested: object) -> str:
     return "stopped"
 
 
+def _open_making_dirs(path: str, flags: int) -> int:
+    """Open an output file, making its missing directories first (as the task's user, inside its workdir).
+
+    Tools that name a directory per job in ``-o`` (submitit's ``%j/``) make
+    it once the submit returns; a job that starts before then still runs.
+    """
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``--feed TASKS_DIR`` (orders on standard input) or one TASK_DIR whose order is written."""
     args = sys.argv[1:] if argv is None else argv
@@ -715,3 +731,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
