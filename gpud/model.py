@@ -123,6 +123,7 @@ class JobSpec:
     pool: str | None = None
     seq: int = 0
     user: str = ""
+    checkpointed: float | None = None  # when the job last reported a complete checkpoint; None: never
     # Seconds the job may run once started (None: no limit, it never ends as far as planning knows), and
     # how long it is expected to run, for start estimates only (None: to its limit).
     time_limit: float | None = None

@@ -216,6 +216,23 @@ def test_a_second_stop_never_cuts_the_grace_short(table, workdir):
     assert out.read_text().count("got TERM") == 1, "one stop signal"
 
 
+def test_a_hastened_stop_ends_the_grace_at_once(table, workdir):
+    """A victim that reports its checkpoint within its grace is stopped then, not at the grace's end."""
+    key = TaskKey("19", 0, 2)
+    out = workdir / "gpud-19.out"
+    table.start(key, spec(workdir, [sys.executable, "-c", TRAP_TERM]))
+    running(table, key)
+    wait_for(lambda: "ready" in out.read_text())
+    started = time.monotonic()
+    table.stop(key, "preempted", grace_s=60)
+    wait_for(lambda: "got TERM" in out.read_text())
+    table.stop(key, "preempted", grace_s=0, hasten=True)
+    state = run_to_end(table, key)
+    assert time.monotonic() - started < 30
+    assert state.term_signal == signal.SIGKILL
+    assert out.read_text().count("got TERM") == 1, "one stop signal"
+
+
 def test_stop_signal_of_the_job_is_used(table, workdir):
     key = TaskKey("20", 0, 0)
     table.start(key, spec(workdir, ["sleep", "60"], stop_signal="INT"))

@@ -8,11 +8,13 @@ caller flushes the one and delivers the other (``Controller.commit``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
 from gpud import slurm_env
+from gpud.controller.checkpoints import FILE, MAX_KEPT, Preemptions, checkpoint_token, lost_gpu_seconds
 from gpud.controller.completing import Completing, completing_text
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
@@ -62,6 +64,9 @@ class Cluster(NodeMessages):
         self.evictions_by_rule: dict[str, int] = defaultdict(int)
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
+        # Victims told to checkpoint before their stop, and the work preemption lost (gpud.controller.checkpoints).
+        self.preemptions = Preemptions()
+        self.task_secret = ""  # signs each job's checkpoint credential: the cluster key
         # Requeued jobs that may not run before a time (their silent node's lease and grace period), and that node.
         self.fenced: dict[str, tuple[float, str]] = {}
         # Jobs an earlier incarnation of which a node is still stopping: they start nowhere until it has ended.
@@ -111,7 +116,8 @@ class Cluster(NodeMessages):
                 max_gpus=max(len(n.gpus) for n in nodes),
                 max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
                 max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
-                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})))
+                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})),
+                sized=_sized(nodes))
         return self._largest
 
     # ------------------------------------------------------------------- jobs
@@ -341,8 +347,7 @@ class Cluster(NodeMessages):
                 continue
             self.evictions_by_rule[eviction.rule or "other"] += 1
             verb = "moved" if eviction.moved else "preempted"
-            for task in eviction.tasks:
-                self._stop_run(job, task, "preempted")
+            self._tell_victim(job, eviction.tasks, now)
             self._event(verb, f"tasks {','.join(map(str, eviction.tasks))} {verb} ({eviction.rule}): "
                               f"{_eviction_words(eviction)}", job=job.id)
             if eviction.moved:
@@ -367,6 +372,71 @@ class Cluster(NodeMessages):
                 starts |= self._resize(job, size, fresh, now)
         for node in starts:
             self._send_starts(node)
+
+    def _tell_victim(self, job: Job, tasks: tuple[int, ...], now: float) -> None:
+        """Stop a victim's tasks: with its ``--signal`` and a grace of at least its lead when it has one
+        (its loss is settled when it checkpoints or the grace ends), else as any stop (its loss at once).
+
+        The whole job's work since its checkpoint counts: any stopped task restarts the whole gang.
+        """
+        lost = lost_gpu_seconds(job, now)
+        if job.warn_signal is None:
+            for task in tasks:
+                self._stop_run(job, task, "preempted")
+            self.preemptions.charge(job, lost)
+            return
+        grace = max(self.policy.grace_period_s, job.warn_lead_s)
+        stops = [(run.placement.node, task, run.attempt) for task in tasks
+                 if (run := job.runs[task]).placement is not None]
+        for task in tasks:
+            self._stop_run(job, task, "preempted", signal=job.warn_signal, grace_s=grace,
+                           leader_only=job.warn_batch_only)
+        self.preemptions.tell(job, stops, now + grace, lost)
+        self._event("signalled", f"sent SIG{job.warn_signal} to checkpoint within {grace:g} s before its stop",
+                    job=job.id)
+
+    def checkpointed(self, job: Job, at: float, source: str) -> None:
+        """Record that the job has a complete checkpoint as of ``at``; a victim within its grace is stopped
+        now and loses nothing more."""
+        job.last_checkpoint = at if job.last_checkpoint is None else max(job.last_checkpoint, at)
+        job.checkpoints.append({"at": at, "source": source, "restart": job.restart_count})
+        del job.checkpoints[:-MAX_KEPT]
+        self._event("checkpointed", f"checkpoint recorded ({source}, restart {job.restart_count})", job=job.id)
+        told = self.preemptions.checkpointed(job)
+        if told is not None:
+            for node, task, attempt in told.stops:
+                self._command(node, stop_command(job.id, task, attempt, "preempted", 0.0, job_uid(job), hasten=True))
+            self._event("stopped", "checkpointed within its grace: stopped now, no work lost", job=job.id)
+        if job.state == RUNNING and job.id in self.core.in_core:
+            self.core.reset(job.spec())
+            self.wake()
+        self.persist.job(job)
+
+    def checkpoint_marked(self, node: str, message: dict) -> bool:
+        """A node saw a new checkpoint marker file of a job it runs; True when it was recorded.
+
+        The marker's time counts, but never later than now; a marker no newer
+        than the job's last checkpoint (one seen again after a restart) is not
+        a new checkpoint.
+        """
+        job = self.jobs.get(str(message.get("job")))
+        at = message.get("at")
+        if (job is None or job_uid(job) != message.get("job_uid") or isinstance(at, bool)
+                or not isinstance(at, (int, float)) or not math.isfinite(at)):
+            return False
+        runs_there = any(run.placement is not None and run.placement.node == node for run in job.runs)
+        if not runs_there and not (job.id in self.preemptions.told and node in job.hosts):
+            return False
+        at = min(float(at), self.clock())
+        if job.last_checkpoint is not None and at <= job.last_checkpoint:
+            return False
+        self.checkpointed(job, at, FILE)
+        return True
+
+    def settle_preemptions(self) -> None:
+        """Charge the victims whose grace ended without a checkpoint with the work they lost."""
+        for job in self.preemptions.settle(self.clock(), self.jobs):
+            self.persist.job(job)
 
     def _bind(self, job: Job, binds: list, now: float) -> None:
         if job.state == PENDING:
@@ -505,7 +575,8 @@ class Cluster(NodeMessages):
             self.array_queued[job.array_id] -= 1
         self.core.remove(job.id)
 
-    def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None) -> None:
+    def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None, *,
+                  signal: str | None = None, grace_s: float | None = None, leader_only: bool = False) -> None:
         run = job.runs[task]
         placement = run.placement
         if placement is None:
@@ -520,8 +591,9 @@ class Cluster(NodeMessages):
             node.stopping[key] = list(placement.gpu_index)
             self.completing.add(node.name, key, self.clock())
             self.persist.node(node.name, node.to_json)
-            self._command(node.name, stop_command(job.id, task, run.attempt, reason, self.policy.grace_period_s,
-                                              job_uid(job)))
+            grace = self.policy.grace_period_s if grace_s is None else grace_s
+            self._command(node.name, stop_command(job.id, task, run.attempt, reason, grace, job_uid(job),
+                                                  signal=signal, leader_only=leader_only))
         job.runs[task] = TaskRun()
 
     def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:
@@ -641,8 +713,9 @@ class Cluster(NodeMessages):
                 continue
             del unsent[key]
             self.sent_at[key] = self.clock()
+            token = checkpoint_token(self.task_secret, job) if self.task_secret else ""
             self._command(name, start_command(job, task, run, node, self.nodes, self.policy.grace_period_s,
-                                          self.policy.time_slicing, self.policy.task_pids_max))
+                                          self.policy.time_slicing, self.policy.task_pids_max, token))
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)
@@ -690,3 +763,15 @@ def _dependency_met(kind: str, state: str) -> bool | None:
 def _eviction_words(eviction: Eviction) -> str:
     """Why an eviction was made, for people."""
     return eviction_text(eviction.why) if eviction.why is not None else eviction.rule
+
+
+def _sized(nodes: list) -> tuple:
+    """Each distinct set of node labels with the largest sizes a node carrying it has."""
+    largest: dict[tuple, tuple[int, float, float, float]] = {}
+    for node in nodes:
+        labels = tuple(sorted(node.labels.items()))
+        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+        old = largest.get(labels)
+        largest[labels] = size if old is None else (max(old[0], size[0]), max(old[1], size[1]),
+                                                    max(old[2], size[2]), max(old[3], size[3]))
+    return tuple((labels, *size) for labels, size in sorted(largest.items()))
