@@ -128,7 +128,7 @@ def show_text(job: dict, now: float) -> str:
         ("Command", "not shown: only its owner and admins see its command, environment and paths"
          if job.get("confidential") else None),
     ]
-    width = max(len(key) for key, _ in rows)
+    width = max(len(key) for key, value in rows if value not in (None, ""))
     out = [f"{key + ':':<{width + 1}} {value}" for key, value in rows if value not in (None, "")]
     placements = job.get("placements") or []
     if any(placements):
