@@ -5,6 +5,12 @@ cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core
 controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
     python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile] [--hash]
+        [--time-limits] [--reservations N]
+
+With --time-limits every job has a time limit (running jobs end within a day of now, pending
+jobs ask for 1 h, 4 h or 24 h), so reservations and backfill are planned each cycle (gpud.core.
+reservations); --reservations N sets how many jobs per pool hold one (0: none, and no estimates
+either; default: the policy's default).
 
 With --hash, each workload's plans (binds, evictions and every pending reason, cycle by cycle) are
 hashed, so that two versions of the core can be shown to decide alike: run it with each on
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import gc
 import hashlib
 import io
@@ -32,12 +39,23 @@ import gpud
 from gpud.core import COMPILED, Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
-from gpud.policy import Department, Policy, Project
+from gpud.policy import Department, Policy, Project, Reservations
 
 NOW = 1_000_000.0
 POOL = "default"
 TRAIN, INTERACTIVE, BUILD, INFERENCE = 50, 75, 100, 125
 TARGETS = {"fresh": 1.0, "steady": 0.050}
+PENDING_LIMITS = (3600.0, 4 * 3600.0, 24 * 3600.0)
+TIME_LIMITS = False  # --time-limits: every job gets one
+
+
+def limited(job: JobSpec, rng: random.Random) -> JobSpec:
+    """The job with a time limit when --time-limits asks for them (a running one ends within a day)."""
+    if not TIME_LIMITS:
+        return job
+    if job.started is not None:
+        return dataclasses.replace(job, time_limit=(NOW - job.started) + rng.uniform(60, 86400))
+    return dataclasses.replace(job, time_limit=rng.choice(PENDING_LIMITS))
 
 
 def make_nodes(count: int) -> tuple[NodeSpec, ...]:
@@ -112,8 +130,8 @@ def pending_job(rng: random.Random, job_id: str, project: str, seq: int, submitt
     else:
         gpus = 0
     priority = rng.choices([TRAIN, INTERACTIVE, BUILD, INFERENCE], [70, 15, 8, 7])[0]
-    return JobSpec(job_id, project, gpu_request(rng, gpus), priority=priority, tasks=tasks,
-                   submitted=submitted, seq=seq)
+    return limited(JobSpec(job_id, project, gpu_request(rng, gpus), priority=priority, tasks=tasks,
+                           submitted=submitted, seq=seq), rng)
 
 
 def big_cluster(seed: int, nodes: int, running_tasks: int, pending: int) -> tuple[Snapshot, Policy]:
@@ -136,10 +154,10 @@ def big_cluster(seed: int, nodes: int, running_tasks: int, pending: int) -> tupl
             continue
         count += tasks
         started = NOW - (rng.uniform(0, 300) if rng.random() < 0.1 else rng.uniform(300, 86400))
-        jobs.append(JobSpec(f"r{seq}", rng.choices(names, appetite)[0], req,
-                            priority=rng.choices([TRAIN, INTERACTIVE, BUILD, INFERENCE], [70, 15, 8, 7])[0],
-                            tasks=tasks, submitted=started - rng.uniform(1, 3600), started=started,
-                            placements=placements, seq=seq))
+        jobs.append(limited(JobSpec(f"r{seq}", rng.choices(names, appetite)[0], req,
+                                    priority=rng.choices([TRAIN, INTERACTIVE, BUILD, INFERENCE], [70, 15, 8, 7])[0],
+                                    tasks=tasks, submitted=started - rng.uniform(1, 3600), started=started,
+                                    placements=placements, seq=seq), rng))
     base = len(shapes)
     for i in range(pending):
         jobs.append(pending_job(rng, f"q{i}", rng.choices(names, appetite)[0], base + i,
@@ -166,17 +184,17 @@ def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
         for g in rng.choice([[1] * 8, [2] * 4, [4, 4], [8], [4, 2, 1, 1], [2, 2, 2, 1, 1]]):
             started = NOW - rng.uniform(3600, 86400)
             placement = TaskPlacement(spec.name, tuple(range(used, used + g)), 1.0)
-            jobs.append(JobSpec(f"h{seq}", hogs[n % len(hogs)], TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
-                                priority=TRAIN, submitted=started - 60, started=started,
-                                placements=(placement,), seq=seq))
+            jobs.append(limited(JobSpec(f"h{seq}", hogs[n % len(hogs)], TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
+                                        priority=TRAIN, submitted=started - 60, started=started,
+                                        placements=(placement,), seq=seq), rng))
             used, seq = used + g, seq + 1
     for project in starved:
         wanted = 0.0
         while wanted < 1.5 * quota:
             g = rng.choice([1, 1, 2, 4])
-            jobs.append(JobSpec(f"w{seq}", project, TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
-                                priority=rng.choice([TRAIN, TRAIN, INTERACTIVE]),
-                                submitted=NOW - 600 + seq * 0.01, seq=seq))
+            jobs.append(limited(JobSpec(f"w{seq}", project, TaskRequest(g, cpus=4 * g, memory_gib=32 * g),
+                                        priority=rng.choice([TRAIN, TRAIN, INTERACTIVE]),
+                                        submitted=NOW - 600 + seq * 0.01, seq=seq), rng))
             wanted, seq = wanted + g, seq + 1
     return Snapshot(specs, tuple(jobs), NOW), Policy(departments=departments, projects=projects)
 
@@ -231,6 +249,7 @@ def measure_big(args, pm, prof: dict) -> dict:
     nodes, running, pending = (100, 600, 10_000) if args.quick else (1000, 6000, 100_000)
     t0 = time.perf_counter()
     snapshot, policy = big_cluster(args.seed, nodes, running, pending)
+    policy = with_reservations(policy, args)
     out = {"nodes": nodes, "gpus": nodes * 8, "projects": len(policy.projects), "jobs": len(snapshot.jobs),
            "running_tasks": sum(j.running_tasks for j in snapshot.jobs), "build_s": time.perf_counter() - t0}
     fresh = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
@@ -290,6 +309,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
 def measure_contended(args, pm, prof: dict) -> dict:
     """Workload 2: figures of the reclaim cycle, and how far the starved projects got."""
     snapshot, policy = contended_cluster(args.seed, args.contended_nodes or (100 if args.quick else 1000))
+    policy = with_reservations(policy, args)
     out = {"nodes": len(snapshot.nodes), "projects": len(policy.projects), "jobs": len(snapshot.jobs)}
     cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     plan, out["cycles"] = cycles[-1][1], [figures for figures, _ in cycles]
@@ -308,8 +328,19 @@ def measure_contended(args, pm, prof: dict) -> dict:
     return out
 
 
+def with_reservations(policy: Policy, args) -> Policy:
+    """The policy with --reservations applied."""
+    if args.reservations is None:
+        return policy
+    if args.reservations == 0:  # off: neither reservations nor estimates
+        return dataclasses.replace(policy, reservations=Reservations(jobs=0, estimate_jobs=0))
+    return dataclasses.replace(policy, reservations=Reservations(jobs=args.reservations))
+
+
 def run(args) -> dict:
     """Run the workloads and return the figures (and cProfile stats texts when --profile)."""
+    global TIME_LIMITS
+    TIME_LIMITS = args.time_limits
     pm = make_plugin_manager()
     out = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
            "machine": platform.machine(), "cpu_count": os.cpu_count(), "seed": args.seed,
@@ -388,6 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--churn", type=int, default=100, help="submissions and completions per steady cycle")
     parser.add_argument("--contended-nodes", type=int, default=0, help="nodes of the contended cluster "
                         "(default: as the big cluster)")
+    parser.add_argument("--time-limits", action="store_true", help="give every job a time limit, so "
+                        "reservations and backfill are planned")
+    parser.add_argument("--reservations", type=int, help="jobs per pool that hold a reservation (0: none)")
     parser.add_argument("--only", choices=("big", "contended"), help="run one workload only")
     parser.add_argument("--profile", action="store_true", help="profile one extra cycle of each kind")
     parser.add_argument("--profile-dir", help="with --profile, also dump <kind>.prof pstats files here")

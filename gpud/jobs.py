@@ -146,7 +146,8 @@ class Job:
                        tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
                        started=self.started if running else None,
                        placements=placements if running else (), node_selector=self.constraint,
-                       pool=self.pool, seq=self.seq, user=self.user, checkpointed=self.last_checkpoint)
+                       pool=self.pool, seq=self.seq, user=self.user, checkpointed=self.last_checkpoint,
+                       time_limit=self.time_limit_s)
 
     def nodes(self) -> list[str]:
         """The nodes the job's tasks hold resources on, in task order, without repeats."""

@@ -124,6 +124,10 @@ class JobSpec:
     seq: int = 0
     user: str = ""
     checkpointed: float | None = None  # when the job last reported a complete checkpoint; None: never
+    # Seconds the job may run once started (None: no limit, it never ends as far as planning knows), and
+    # how long it is expected to run, for start estimates only (None: to its limit).
+    time_limit: float | None = None
+    predicted_runtime: float | None = None
 
     @property
     def gang_minimum(self) -> int:
@@ -295,6 +299,22 @@ class QueueReport:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """A pending job's planned start: ``start`` (the earliest time the room it needs will be free,
+    from running jobs' time limits) on ``nodes``. ``holds``: the room is kept from later jobs that
+    would still run at ``start`` (only a pool's first jobs in queue order hold theirs); otherwise
+    ``start`` is an estimate only. ``estimate``: the start expected from predicted run times, at
+    most ``start``."""
+
+    job: str
+    pool: str
+    start: float
+    nodes: tuple[str, ...]
+    holds: bool
+    estimate: float
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What one scheduling cycle decided: binds, evictions and why each pending job waits (``pending``:
     data, made when read; ``gpud.reasons`` words it)."""
@@ -303,3 +323,5 @@ class Plan:
     evictions: tuple[Eviction, ...]
     pending: Mapping[str, Waiting]
     queues: tuple[QueueReport, ...]
+    # The planned start of the pending jobs the cycle planned for, by job id (see ``Reservation``).
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)

@@ -173,6 +173,27 @@ class FairShare:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservations:
+    """Reservations and backfill: the ``[reservations]`` table (a node pool may set its own ``jobs``,
+    ``window``, ``default_time_limit`` and ``max_time_limit``).
+
+    The first ``jobs`` pending jobs of a pool in queue order that find no room
+    each hold the room they need from the earliest time running jobs' time
+    limits free it, if that is within ``window_s``: a later job may start
+    only where it ends before, or uses room the reservation does not need.
+    The next ``estimate_jobs`` get a start estimate without holding room.
+    ``jobs`` 0 turns reservations off. A job without a time limit gets
+    ``default_time_limit_s`` (None: it has no limit), none above ``max_time_limit_s``.
+    """
+
+    jobs: int = 4
+    window_s: float = 7 * 86400.0
+    estimate_jobs: int = 12
+    default_time_limit_s: float | None = None
+    max_time_limit_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """The whole scheduling policy, as read from the policy file."""
 
@@ -199,6 +220,27 @@ class Policy:
     usage_charge_interval_s: float = 30.0   # how often running jobs are charged (and at most what a crash loses)
     fair_share: FairShare = field(default_factory=FairShare)
     user_limits: Limits = NO_LIMITS  # for each user, over all projects: the ``[limits]`` table
+    reservations: Reservations = field(default_factory=Reservations)
+    pool_reservations: Mapping[str, Reservations] = field(default_factory=dict)  # a node pool's own table
+    class_time_limits: Mapping[str, float] = field(default_factory=dict)  # per priority class: default limit
+
+    def reservations_in(self, pool: str) -> Reservations:
+        """The reservation settings of pool ``pool``: its own, else the policy's."""
+        return self.pool_reservations.get(pool, self.reservations)
+
+    def time_limit_for(self, pool: str, priority_class: str | None, asked: float | None) -> float | None:
+        """The time limit a job runs under: ``asked``, else its class's default, else the pool's
+        ``default_time_limit``; never above the pool's ``max_time_limit`` (None: no limit)."""
+        settings = self.reservations_in(pool)
+        limit = asked
+        if limit is None and priority_class is not None:
+            limit = self.class_time_limits.get(priority_class)
+        if limit is None:
+            limit = settings.default_time_limit_s
+        cap = settings.max_time_limit_s
+        if cap is not None and (limit is None or limit > cap):
+            limit = cap
+        return limit
 
     @property
     def has_limits(self) -> bool:

@@ -11,7 +11,8 @@ from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, DEFAULT_TASK_PIDS_MAX,
                          LEAST_LOST_WORK, TIME_SLICING_MODES, VICTIM_ORDERS, Department,
-                         FairShare, Limits, NodePool, PluginSettings, Policy, Project, TimeSlicing)
+                         FairShare, Limits, NodePool, PluginSettings, Policy, Project, Reservations,
+                         TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
 DEFAULT_PLACEMENTS = frozenset({"binpack", "spread"})
@@ -29,10 +30,11 @@ POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weight
                "task_pids_max", "victim_order",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "partitions", "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
-               "limits", "interactive_class")
+               "limits", "interactive_class", "reservations")
 LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
-PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
+PRIORITY_CLASS_KEYS = ("priority", "idle_timeout", "default_time_limit")
+RESERVATION_KEYS = ("jobs", "window", "estimate_jobs", "default_time_limit", "max_time_limit")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
@@ -40,7 +42,7 @@ DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quot
                    *LIMIT_KEYS.values())
 PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority", "interactive_class",
                 *LIMITS_KEYS, "running_jobs", "pending_jobs")
-POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement")
+POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement", "reservations")
 PLUGIN_KEYS = ("disable", "directory")
 MAX_QUEUES = 10_000
 MAX_POOLS = 1_000
@@ -119,6 +121,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
             p.department == DEFAULT_DEPARTMENT for p in projects.values()):
         departments[DEFAULT_DEPARTMENT] = Department(DEFAULT_DEPARTMENT, implicit=True)
     plugins = top.table("plugins", PLUGIN_KEYS)
+    reservations = _reservations(top, Reservations())
     return Policy(
         departments=departments,
         projects=projects,
@@ -141,7 +144,36 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         **_usage_settings(top),
         fair_share=_fair_share(top),
         user_limits=_user_limits(top.table("limits", LIMITS_KEYS)),
+        reservations=reservations,
+        pool_reservations=_pool_reservations(top, reservations),
+        class_time_limits=_class_seconds(top, "default_time_limit"),
     )
+
+
+def _reservations(top: Table, base: Reservations) -> Reservations:
+    """A ``reservations`` table (the policy's, or a node pool's over the policy's ``base``)."""
+    table = top.table("reservations", RESERVATION_KEYS)
+    default_limit = table.seconds("default_time_limit", base.default_time_limit_s)
+    max_limit = table.seconds("max_time_limit", base.max_time_limit_s)
+    for key, value in (("default_time_limit", default_limit), ("max_time_limit", max_limit)):
+        if value is not None and not value > 0:
+            raise table.error(key, "must be longer than 0 seconds")
+    return Reservations(jobs=table.integer("jobs", base.jobs, lo=0, hi=100_000),
+                        window_s=table.seconds("window", base.window_s),
+                        estimate_jobs=table.integer("estimate_jobs", base.estimate_jobs, lo=0, hi=1_000_000),
+                        default_time_limit_s=default_limit, max_time_limit_s=max_limit)
+
+
+def _pool_reservations(top: Table, base: Reservations) -> dict[str, Reservations]:
+    """Each node pool's own ``reservations`` table, over the policy's."""
+    found: dict[str, Reservations] = {}
+    seen: dict[str, None] = {}
+    for index, raw in top.tables("node_pools", MAX_POOLS):
+        table = top.named("node_pools", index, raw, POOL_KEYS, seen)
+        seen[table.data["name"]] = None
+        if "reservations" in table.data:
+            found[table.data["name"]] = _reservations(table, base)
+    return found
 
 
 def _victim_order(top: Table) -> str:
@@ -267,6 +299,19 @@ def _allowed_classes(table: Table, classes: dict[str, int]) -> tuple[str, ...] |
                                       f"unknown priority class {quote(name)}{suggestion(name, classes)} "
                                       f"(classes: {choices(classes)})"), table.data, "priorities")
     return names
+
+
+def _class_seconds(top: Table, key: str) -> dict[str, float]:
+    """``key`` (a duration above 0) of each priority class written as a table that sets it."""
+    table = top.table("priority_classes", None)
+    found = {}
+    for name, value in table.data.items():
+        if isinstance(value, dict) and key in value:
+            seconds = table.table(name, PRIORITY_CLASS_KEYS).seconds(key)
+            if not seconds > 0:
+                raise table.table(name, PRIORITY_CLASS_KEYS).error(key, "must be longer than 0 seconds")
+            found[name] = seconds
+    return found
 
 
 def _idle_timeouts(top: Table) -> dict[str, float]:

@@ -14,14 +14,15 @@ from gpud.policy_file import DEFAULT_PLACEMENTS, check_pool, parse_policy
 from gpud.tomlcheck import (Table, as_int, as_list, as_number, choices, describe, fmt, quote, read_toml,
                             suggestion)
 
-SCENARIO_KEYS = ("now", "cycles", "stable_cycles", "policy", "nodes", "jobs", "usage", "expect")
+SCENARIO_KEYS = ("now", "until", "cycles", "stable_cycles", "policy", "nodes", "jobs", "usage", "expect")
 USAGE_KEYS = ("level", "name", "pool", "gpu_hours")
 USAGE_LEVELS = ("department", "project", "user")
 NODE_KEYS = ("name", "gpus", "gpu_memory_gib", "cpus", "memory_gib", "pool", "labels")
 JOB_KEYS = ("name", "project", "priority", "count", "tasks", "min_tasks", "gpus", "gpu_memory_gib", "cpus",
-            "memory_gib", "submitted", "running_on", "started", "gpu_index", "node_selector", "pool", "user")
+            "memory_gib", "submitted", "running_on", "started", "gpu_index", "node_selector", "pool", "user",
+            "runtime", "time_limit", "predicted_runtime")
 EXPECT_KEYS = ("running", "pending", "preempted", "placement", "project_gpus", "fair_share", "running_tasks",
-               "gpu_index")
+               "gpu_index", "finished", "started", "estimated_start")
 MAX_NODES = 20_000
 MAX_GPUS_PER_NODE = 1_024
 MAX_CPUS_PER_NODE = 10_000
@@ -46,11 +47,20 @@ class Expectations:
     fair_share: Mapping[str, float] | None = None
     running_tasks: Mapping[str, int] | None = None
     gpu_index: Mapping[str, tuple[tuple[int, ...], ...]] | None = None
+    finished: frozenset[str] | None = None
+    started: Mapping[str, float] | None = None
+    estimated_start: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """A policy and a cluster state to run ``cycles`` (then ``stable_cycles``) scheduling cycles on."""
+    """A policy and a cluster state to run ``cycles`` (then ``stable_cycles``) scheduling cycles on.
+
+    With ``until``, the scenario runs in simulated time instead: from the
+    snapshot's ``now``, jobs are submitted at their ``submitted`` time, run
+    for their ``runtimes`` entry (or to their time limit), and a cycle runs at
+    every submission and every end, until the clock passes ``until``.
+    """
 
     source: str
     policy: Policy
@@ -58,6 +68,8 @@ class Scenario:
     cycles: int
     stable_cycles: int
     expect: Expectations | None
+    until: float | None = None
+    runtimes: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -82,6 +94,9 @@ class _Job:
     seq: int = 0
     placements: list[TaskPlacement | None] = dataclasses.field(default_factory=list)
     user: str = ""
+    runtime: float | None = None
+    time_limit: float | None = None
+    predicted_runtime: float | None = None
 
     def error(self, key: str, message: str) -> ConfigError:
         """A ConfigError about ``key`` of this job's table, naming the job when ``count`` made it."""
@@ -92,14 +107,16 @@ class _Job:
         """This job under another name and place in the order, with no task placed yet."""
         return _Job(self.source, self.where, job_id, self.project, self.request, self.priority, self.tasks,
                     self.min_tasks, self.submitted, self.started, self.node_selector, self.pool, self.nodes,
-                    self.explicit, copied, seq, [None] * self.tasks, user=self.user)
+                    self.explicit, copied, seq, [None] * self.tasks, user=self.user, runtime=self.runtime,
+                    time_limit=self.time_limit, predicted_runtime=self.predicted_runtime)
 
     def spec(self) -> JobSpec:
         """The finished, immutable job."""
         return JobSpec(id=self.id, project=self.project, request=self.request, priority=self.priority,
                        tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
                        started=self.started, placements=tuple(self.placements),
-                       node_selector=self.node_selector, pool=self.pool, seq=self.seq, user=self.user)
+                       node_selector=self.node_selector, pool=self.pool, seq=self.seq, user=self.user,
+                       time_limit=self.time_limit, predicted_runtime=self.predicted_runtime)
 
 
 def load_scenario(path: str | os.PathLike, known_placements: frozenset[str] = DEFAULT_PLACEMENTS) -> Scenario:
@@ -119,11 +136,15 @@ def parse_scenario(data: dict, source: str, known_placements: frozenset[str] = D
         policy = dataclasses.replace(policy, min_runtime_s=0.0)
     nodes = _nodes(top, policy)
     jobs = _jobs(top, policy, nodes)
-    now = _now(top, jobs)
+    until = top.number("until", None, lo=0)
+    now = _now(top, jobs, until is not None)
+    if until is not None and until < now:
+        raise top.error("until", f"must not be before now ({fmt(now)}) (got {fmt(until)})")
     _place(jobs, nodes)
     snapshot = Snapshot(tuple(nodes.values()), tuple(job.spec() for job in jobs), now, _usage(top, policy))
     expect = _expectations(top, policy, nodes, {job.id: job for job in jobs})
-    return Scenario(source, policy, snapshot, cycles, stable_cycles, expect)
+    runtimes = {job.id: job.runtime for job in jobs if job.runtime is not None}
+    return Scenario(source, policy, snapshot, cycles, stable_cycles, expect, until, runtimes)
 
 
 def _usage(top: Table, policy: Policy) -> dict[tuple[str, str, str], float]:
@@ -206,6 +227,11 @@ def _job(table: Table, policy: Policy, nodes: Mapping[str, NodeSpec]) -> _Job:
                tasks, min_tasks, submitted, None, table.labels("node_selector"), check_pool(table, "pool", policy),
                _running_on(table, tasks, nodes), None)
     job.user = table.string("user", "")
+    job.runtime = table.number("runtime", None, above=0)
+    job.predicted_runtime = table.number("predicted_runtime", None, above=0)
+    priority_class = table.data.get("priority") if isinstance(table.data.get("priority"), str) else "train"
+    job.time_limit = policy.time_limit_for(job.pool or policy.default_pool, priority_class,
+                                           table.number("time_limit", None, above=0))
     started = table.number("started", None, lo=0)
     running = sum(1 for node in job.nodes or () if node is not None)
     if started is not None and not running:
@@ -316,13 +342,17 @@ def _gpu_index(table: Table, request: TaskRequest, on: tuple[str | None, ...] | 
     return tuple(explicit)
 
 
-def _now(top: Table, jobs: list[_Job]) -> float:
+def _now(top: Table, jobs: list[_Job], timed: bool) -> float:
+    """The clock at the first cycle; in simulated time (``timed``) 0 by default, and jobs may be
+    submitted later (the simulation submits them then)."""
     now = top.number("now", None, lo=0)
+    if now is None and timed:
+        now = 0.0
     if now is None:
         latest = max((max(job.submitted, job.started or 0.0) for job in jobs), default=0.0)
         return latest + NOW_AFTER_LATEST_S
     for job in jobs:
-        if job.submitted > now:
+        if job.submitted > now and (not timed or job.started is not None):
             raise job.error("submitted", f"is after now ({fmt(now)}) (got {fmt(job.submitted)})")
         if job.started is not None and job.started > now:
             raise job.error("started", f"is after now ({fmt(now)}) (got {fmt(job.started)})")
@@ -419,6 +449,9 @@ def _expectations(top: Table, policy: Policy, nodes: Mapping[str, NodeSpec],
     def tasks(value: Any, where: str, job: _Job) -> int:
         return as_int(value, table.source, where, lo=0, hi=job.tasks)
 
+    def seconds(value: Any, where: str, _: Any) -> float:
+        return float(as_number(value, table.source, where, lo=0))
+
     return Expectations(
         **sets,
         placement=table.keyed("placement", jobs, "job", node_list),
@@ -426,6 +459,9 @@ def _expectations(top: Table, policy: Policy, nodes: Mapping[str, NodeSpec],
         fair_share=table.keyed("fair_share", queues, "project or department", amount),
         running_tasks=table.keyed("running_tasks", jobs, "job", tasks),
         gpu_index=table.keyed("gpu_index", jobs, "job", index_list),
+        finished=table.names("finished", jobs, "job"),
+        started=table.keyed("started", jobs, "job", seconds),
+        estimated_start=table.keyed("estimated_start", jobs, "job", seconds),
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import pluggy
 
 from gpud.core import Scheduler
-from gpud.model import EPS, Eviction, Plan, Snapshot
+from gpud.model import EPS, Eviction, JobSpec, Plan, Snapshot
 from gpud.reasons import eviction_text, waiting_text
 from gpud.scenario import Expectations, Scenario
 
@@ -22,6 +24,13 @@ class Simulation:
     preempted: set[str] = field(default_factory=set)
     evictions: list[tuple[int, Eviction]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # In simulated time (``Scenario.until``): when each job started (its last start), the start each
+    # pending job was first planned for, the jobs that ended, and the clock of each plan.
+    started: dict[str, float] = field(default_factory=dict)
+    first_estimates: dict[str, float] = field(default_factory=dict)
+    reserved: dict[str, float] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    times: list[float] = field(default_factory=list)
 
     @property
     def last_plan(self) -> Plan:
@@ -66,7 +75,10 @@ def apply_plan(snapshot: Snapshot, plan: Plan) -> Snapshot:
 
 
 def simulate(scenario: Scenario, pm: pluggy.PluginManager) -> Simulation:
-    """Run the scenario's cycles, then its stable cycles, checking [expect] after the last cycle and each stable one."""
+    """Run the scenario's cycles, then its stable cycles, checking [expect] after the last cycle and each stable one
+    (in simulated time when the scenario has ``until``: see ``simulate_timed``)."""
+    if scenario.until is not None:
+        return simulate_timed(scenario, pm)
     sim = Simulation(scenario.snapshot)
     scheduler = Scheduler(scenario.snapshot, scenario.policy, pm)
     total = scenario.cycles + scenario.stable_cycles
@@ -85,6 +97,73 @@ def simulate(scenario: Scenario, pm: pluggy.PluginManager) -> Simulation:
                 sim.failures = [f"after cycle {cycle}: {f}" for f in failures]
                 break
     return sim
+
+
+def simulate_timed(scenario: Scenario, pm: pluggy.PluginManager) -> Simulation:
+    """Run the scenario in simulated time, checking [expect] at the end.
+
+    Jobs join at their ``submitted`` time; a running job ends after its
+    ``runtime`` or at its time limit, whichever comes first (a job with
+    neither runs on). A cycle runs at the first instant and at every
+    submission or end after it, until the next would be after ``until``.
+    """
+    assert scenario.until is not None
+    snapshot, until = scenario.snapshot, scenario.until
+    now = snapshot.now
+    future = sorted((j for j in snapshot.jobs if j.submitted > now), key=lambda j: (j.submitted, j.seq))
+    first = tuple(j for j in snapshot.jobs if j.submitted <= now)
+    sim = Simulation(dataclasses.replace(snapshot, jobs=first))
+    scheduler = Scheduler(sim.snapshot, scenario.policy, pm)
+    ends: dict[str, float] = {}
+    for job in first:
+        if job.is_running and job.started is not None:
+            sim.started[job.id] = job.started
+            ends[job.id] = _end(job, job.started, scenario.runtimes)
+    at = 0
+    cycle = 0
+    while True:
+        while at < len(future) and future[at].submitted <= now:
+            scheduler.submit(future[at])
+            at += 1
+        for job_id in [j for j, end in ends.items() if end <= now]:
+            scheduler.finish(job_id)
+            sim.finished.add(job_id)
+            del ends[job_id]
+        cycle += 1
+        plan = scheduler.cycle(now)
+        sim.plans.append(plan)
+        sim.times.append(now)
+        running_before = set(ends)
+        for job in scheduler.jobs():
+            if job.is_running and job.id not in running_before:
+                sim.started[job.id] = now
+                ends[job.id] = _end(job, now, scenario.runtimes)
+            elif not job.is_running and job.id in ends:
+                del ends[job.id]
+        for eviction in plan.evictions:
+            sim.evictions.append((cycle, eviction))
+            if eviction.moved or eviction.job not in ends:
+                sim.preempted.add(eviction.job)
+        for job_id, reservation in plan.reservations.items():
+            sim.first_estimates.setdefault(job_id, reservation.estimate)
+            if reservation.holds:
+                sim.reserved.setdefault(job_id, reservation.start)
+        upcoming = [future[at].submitted] if at < len(future) else []
+        upcoming += [end for end in ends.values() if end > now]
+        if not upcoming or min(upcoming) > until:
+            break
+        now = min(upcoming)
+    sim.snapshot = dataclasses.replace(snapshot, jobs=scheduler.jobs(), now=now)
+    if scenario.expect is not None:
+        sim.failures = [f"at {now:g} s: {f}" for f in check(scenario.expect, sim)]
+    return sim
+
+
+def _end(job: JobSpec, started: float, runtimes: Mapping[str, float]) -> float:
+    """When a job started at ``started`` ends: after its run time, or at its time limit if sooner."""
+    runtime = runtimes.get(job.id, math.inf)
+    limit = job.time_limit if job.time_limit is not None else math.inf
+    return started + min(runtime, limit)
 
 
 def _names(values) -> str:
@@ -123,6 +202,15 @@ def check(expect: Expectations, sim: Simulation) -> list[str]:
         tasks_now = jobs[job_id].running_tasks
         if tasks_now != count:
             failures.append(f"running_tasks of {job_id}: expected {count}, got {tasks_now}")
+    if expect.finished is not None and set(expect.finished) != sim.finished:
+        failures.append(f"finished: expected {_names(expect.finished)}, got {_names(sim.finished)}")
+    for label, wanted_times, found_times in (("started", expect.started, sim.started),
+                                             ("estimated_start", expect.estimated_start, sim.first_estimates)):
+        for job_id, when in (wanted_times or {}).items():
+            got = found_times.get(job_id)
+            if got is None or abs(got - when) > 1e-6:
+                failures.append(f"{label} of {job_id}: expected {when:g}, got "
+                                f"{'none' if got is None else format(got, 'g')}")
     for name, gpus in (expect.project_gpus or {}).items():
         allocated = _queue_total(sim.last_plan, name, "allocated") or 0.0
         if abs(allocated - gpus) > 1e-6:

@@ -114,7 +114,10 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if job.pool is not None and job.pool not in known_pools:
         raise SubmitError(f"unknown node pool {job.pool!r}{suggestion(job.pool, known_pools)}; pools: "
                           f"{', '.join(sorted(known_pools))}", "pool")
-    job.time_limit_s = r.number("time_limit_s", positive=True)
+    # A job that asks for no limit runs under its class's or pool's default (the policy's
+    # [reservations]), which is enforced like one it asked for; never above the pool's maximum.
+    job.time_limit_s = policy.time_limit_for(job.pool or policy.default_pool, job.priority_class,
+                                             r.number("time_limit_s", positive=True))
     job.depends = [_dependency(text) for text in r.strings("depends")]
     job.hold = r.boolean("hold", False)
     job.requeue = r.boolean("requeue", True)

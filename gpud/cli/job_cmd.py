@@ -111,6 +111,7 @@ def show_text(job: dict, now: float) -> str:
         ("Checkpoints", _checkpoints(job.get("checkpoints"))),
         ("GPU-h lost", render.gpu_hours(job["lost_gpu_hours"]) if job.get("lost_gpu_hours") else None),
         ("Submitted", render.stamp(job.get("submitted"))),
+        ("Est. start", render.start_text(job, now) if job.get("state") == "PENDING" else None),
         ("Started", render.stamp(job.get("started")) if job.get("started") else None),
         ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
         ("Elapsed", render.elapsed(job, now) if job.get("started") else None),
@@ -127,7 +128,7 @@ def show_text(job: dict, now: float) -> str:
         ("Command", "not shown: only its owner and admins see its command, environment and paths"
          if job.get("confidential") else None),
     ]
-    width = max(len(key) for key, _ in rows)
+    width = max(len(key) for key, value in rows if value not in (None, ""))
     out = [f"{key + ':':<{width + 1}} {value}" for key, value in rows if value not in (None, "")]
     placements = job.get("placements") or []
     if any(placements):
@@ -336,6 +337,9 @@ def why_text(answer: dict) -> str:
         out += [f"  - {worded(h)}{_by(h)}" for h in hints]
     elif hints:
         out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
+    start = answer.get("start") or {}
+    if state == "PENDING" and start:
+        out += ["", f"Expected to start: {render.start_text(start)}"]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")
     return "\n".join(out)

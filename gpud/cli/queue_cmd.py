@@ -20,6 +20,8 @@ with the reason each pending job waits (`gpuctl why JOB` explains it in full).
 TIME is how long a job has run; GPUS is per task, as TASKSxGPUS for gangs.
 An array job is one line, 42_[0-49], with its jobs counted by state
 (`gpuctl show 42` lists them); --array prints one line per job, as 42_7.
+--start lists pending jobs with the time each is expected to start, as
+squeue --start does, and the nodes where room is held for it (a reservation).
 """
 
 QUEUE_EXAMPLES = """\
@@ -28,6 +30,7 @@ QUEUE_EXAMPLES = """\
   gpuctl queue --array                    # every job of an array on its own line
   gpuctl queue --project vision --state PENDING
   gpuctl queue --all --user alice         # every state, finished jobs too
+  gpuctl queue --start                    # when each pending job is expected to start
   gpuctl queue --json | jq '.jobs[].id'
 """
 
@@ -55,6 +58,7 @@ def add_parsers(subparsers) -> None:
                        help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
     queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
     queue.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
+    queue.add_argument("--start", action="store_true", help="pending jobs with their expected start times")
     history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
                        examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
     _add_filters(history)
@@ -77,6 +81,9 @@ def run_queue(args: argparse.Namespace) -> int:
         print_json(answer)
         return 0
     jobs = answer.get("jobs", [])
+    if args.start:
+        print(start_table([j for j in jobs if j.get("state") == "PENDING"], time.time()))
+        return 0
     print(queue_table(jobs if args.array else collapse_arrays(jobs, answer.get("arrays") or {}, time.time()),
                       time.time()))
     return 0
@@ -90,6 +97,18 @@ def queue_table(jobs: list[dict], now: float) -> str:
           job.get("time_text") or render.elapsed(job, now), render.gpus(job), render.nodes(job),
           job.get("reason") or ""]
          for job in jobs])
+
+
+def start_table(jobs: list[dict], now: float) -> str:
+    """Pending jobs in the order they are expected to start (those with no estimate last), with when."""
+    ordered = sorted(jobs, key=lambda j: (j.get("estimated_start") is None, j.get("estimated_start") or 0.0,
+                                          j.get("submitted") or 0.0))
+    return render.table(
+        ["ID", "NAME", "USER", "PROJECT", "GPUS", "START", "NODES"],
+        [[job.get("id"), _short(job.get("name")), job.get("user"), job.get("project"), render.gpus(job),
+          render.when(job["estimated_start"], now) if job.get("estimated_start") is not None
+          else render.start_text(job, now), ",".join(job.get("start_nodes") or []) or "-"]
+         for job in ordered])
 
 
 def collapse_arrays(jobs: list[dict], arrays: dict, now: float) -> list[dict]:

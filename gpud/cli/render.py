@@ -117,3 +117,29 @@ def limits(job: dict) -> str | None:
         return "not enforced (no usable cgroups on its node)"
     how = f" ({found['how']})" if found.get("how") else ""
     return f"{', '.join(found['enforced'])}{how}"
+
+
+NO_ESTIMATE = {
+    "held": "it is held",
+    "dependency": "it waits for a dependency",
+    "queue_rule": "it waits on its project's quota or limits, or on other projects' jobs",
+    "no_time_limits": "the jobs it waits on have no time limit",
+    "not_planned": "it is beyond the jobs the scheduler plans a start for each cycle",
+    "not_pending": "it is not pending",
+}
+
+
+def start_text(job: Mapping[str, Any], now: float | None = None) -> str:
+    """When a pending job is expected to start, for people: ``14:05:00 (holds room on n1)``, or why
+    there is no estimate; "" for a job the controller gave no start for."""
+    if "no_estimate" not in job and "estimated_start" not in job:
+        return ""
+    estimate, reserved = job.get("estimated_start"), job.get("reserved_start")
+    if estimate is None:
+        why = NO_ESTIMATE.get(job.get("no_estimate") or "", job.get("no_estimate") or "")
+        return f"no estimate: {why}" if why else "no estimate"
+    text = when(estimate, now)
+    if reserved is not None:
+        nodes = ", ".join(job.get("start_nodes") or [])
+        text += f" (room held on {nodes} from {when(reserved, now)})" if nodes else " (room held)"
+    return text

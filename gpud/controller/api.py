@@ -225,8 +225,8 @@ async def list_jobs(request: web.Request) -> web.Response:
         states = set(STATES) if query.get("all") in ("1", "true") else set(ACTIVE)
     user, project = query.get("user"), query.get("project")
     now = time.time()
-    jobs = [visible(principal, job, job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
-                                             ctrl.cluster.policy.time_slicing))
+    jobs = [visible(principal, job, {**job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
+                                                ctrl.cluster.policy.time_slicing), **ctrl.cluster.start_of(job)})
             for job in ctrl.cluster.jobs.values()
             if job.state in states and (user is None or job.user == user)
             and (project is None or job.project == project)]
@@ -254,6 +254,7 @@ async def show_job(request: web.Request) -> web.Response:
     job = await find_job(ctrl, request.match_info["id"])
     view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time(),
                     ctrl.cluster.policy.time_slicing)
+    view.update(ctrl.cluster.start_of(job))
     loop = asyncio.get_running_loop()
     events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]

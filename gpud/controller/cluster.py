@@ -271,6 +271,39 @@ class Cluster(NodeMessages):
             return self.last_plan.pending.get(job.id)
         return None
 
+    def start_of(self, job: Job) -> dict:
+        """When a pending job is expected to start, from the last cycle's plan, as the API shows it:
+        ``estimated_start`` (the expected start, from predicted run times; None when there is none),
+        ``reserved_start`` (the start it holds room for, from running jobs' time limits; None when it
+        holds none), ``start_nodes``, and ``no_estimate``, a code saying why there is none: "held",
+        "dependency", "queue_rule" (its quota, limits or fair share: it waits on its own or other
+        projects' jobs), "no_time_limits" (no running job it waits on has a time limit), "not_planned"
+        (beyond the jobs the pool plans each cycle) or "not_pending"."""
+        found: dict = {"estimated_start": None, "reserved_start": None, "start_nodes": [], "no_estimate": None}
+        if job.state != PENDING:
+            found["no_estimate"] = "not_pending"
+            return found
+        if job.hold:
+            found["no_estimate"] = "held"
+            return found
+        if any(dep.met is not True for dep in job.depends):
+            found["no_estimate"] = "dependency"
+            return found
+        plan = self.last_plan
+        reservation = plan.reservations.get(job.id) if plan is not None and job.id in self.core.in_core else None
+        if reservation is not None:
+            found["estimated_start"] = reservation.estimate
+            found["reserved_start"] = reservation.start if reservation.holds else None
+            found["start_nodes"] = list(reservation.nodes)
+            return found
+        waiting = self.waiting_of(job)
+        rule = waiting.blocker.rule if waiting is not None and waiting.blocker is not None else ""
+        if rule in ("shortage", "gang", "fragmented"):
+            found["no_estimate"] = "not_planned" if job.time_limit_s is not None else "no_time_limits"
+        else:
+            found["no_estimate"] = "queue_rule" if rule else "not_planned"
+        return found
+
     def reason_of(self, job: Job) -> str:
         """Why the job waits (or how it ended), with numbers where the scheduler gave them.
 

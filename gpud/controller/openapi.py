@@ -68,6 +68,8 @@ JOB_OUT = {
         "nodes": STRINGS, "placements": {"type": "array", "items": _nullable(PLACEMENT)}, "gpu_hours": NUM,
         "gpu_compute_request": _nullable(NUM), "gpu_compute_limit": _nullable(NUM),
         "sharing": _nullable({"type": "object"}), "elapsed_s": NUM, "interactive": BOOL, "confidential": BOOL,
+        "estimated_start": _nullable(NUM), "reserved_start": _nullable(NUM), "start_nodes": STRINGS,
+        "no_estimate": _nullable(STR),
         "array": {"type": "object"}, "elements": {"type": "array", "items": {"type": "object"}},
         "events": {"type": "array", "items": {"type": "object", "required": ["time", "kind", "message"],
                                               "properties": {"time": NUM, "kind": STR, "message": STR,
@@ -189,7 +191,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/jobs/{id}/why": {"get": _op("why a job waits", _answer("200", "blockers and what would help", {
         "type": "object", "required": ["id", "state", "reason", "blockers", "would_start"],
         "properties": {"id": STR, "state": STR, "reason": STR, "never": BOOL, "element": STR,
-                       "array": {"type": "object"},
+                       "array": {"type": "object"}, "start": {"type": "object"},
                        "blockers": {"type": "array", "items": {
                            "type": "object", "required": ["rule", "message"],
                            "properties": {"rule": STR, "message": STR}}},

@@ -36,6 +36,7 @@ def explain(job: Job, cluster: Cluster) -> dict:
     reason = cluster.reason_of(job)
     answer: dict[str, Any] = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
                               "would_start": [], "standing": [], "expected": []}
+    answer["start"] = cluster.start_of(job)  # the expected start, from the same plan (gpud.core.reservations)
     if job.state != PENDING:
         return answer
     blockers, would = answer["blockers"], answer["would_start"]

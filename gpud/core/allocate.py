@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
 from gpud.core.blockers import FRAGMENTED_RULE, GANG, running
 from gpud.core.passed_over import Learnt, PassedOver
-from gpud.core.placement import FRAGMENTED, explain_unplaced, free_room, restate_learnt
+from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced, free_room, restate_learnt
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
+from gpud.core.reservations import Planner
 from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
-from gpud.model import Blocker, JobSpec
+from gpud.model import EPS, Blocker, JobSpec
 
 if TYPE_CHECKING:
     from gpud.core.session import Session
+
+
+ROOM_KINDS: Final = (WAITING, FRAGMENTED)  # failures for lack of free room now, not of a rule or a size
 
 
 class Allocate:
@@ -39,10 +43,15 @@ class Allocate:
         self.late_reasons = session.late_reasons
         self.stmt = Statement(self.state)
         self.blocks = Blocks(self.state)
-        self.blocked_as_before = _BlockedAsBefore(session, self.blocks)
+        self.planner = session.planner
+        self.blocked_as_before = _BlockedAsBefore(session, self.blocks, self.planner)
+        self._tried: tuple[list[int], int] = ([], 0)
 
     def run(self) -> None:
-        """Walk the backlog, placing each job that fits; one that does not blocks the like of it."""
+        """Walk the backlog, placing each job that fits; one that does not blocks the like of it, and
+        the first that find no room get their start planned (gpud.core.reservations): the room they
+        need is held from later jobs that would delay them, and from the later actions, until the
+        cycle's actions are over (``Session.release_held``)."""
         walk = QueueWalk(self.state, self.state.backlog, drop=self.blocks_whole_queue)
         for job in walk:
             if not self.allocate(job):
@@ -54,14 +63,27 @@ class Allocate:
         state = self.state
         queue = state.project_queue(job)
         tasks = gang_tasks(state, job)
+        planner = self.planner
         found = self.blocks.find(job, queue, tasks)
+        if found is not None and found[1] in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
+            found = None  # it found no room beside the room held, but it may borrow that
         if found is not None:
             found = (in_own_terms(state, job, tasks, found[0]), found[1])
         if found is None:
+            waiting = state.pending_tasks(job.id) if planner.active else []
             found = self.place(job, queue, tasks)
             if found is None:
+                planner.placed(job, waiting)
                 started(self.session, job, queue)
                 return True
+            if planner.active and found[1] in ROOM_KINDS:
+                pending, minimum = self._tried
+                if planner.borrow(self.stmt, job, tasks,
+                                  lambda: self.placer.place(self.stmt, job, pending, minimum) > 0):
+                    started(self.session, job, queue)
+                    return True
+                fair = queue.fair_share.gpu
+                planner.plan(job, tasks, not job.request.uses_gpu or state.need(job, tasks).gpu <= fair + EPS)
         self.reasons[job.id] = (queue, found[0])
         return False
 
@@ -80,6 +102,7 @@ class Allocate:
             if binds != USER_ONLY:  # a user's limit says nothing of the other users' jobs of its shape
                 self.blocks.refuse(job, queue, tasks, refusing, binds)
             return refusing, ""
+        self._tried = (pending, max(minimum, 1))
         if self.placer.place(self.stmt, job, pending, max(minimum, 1)):
             return None
         found = explain_unplaced(state, job, tasks)
@@ -91,7 +114,9 @@ class Allocate:
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
         them waits is kept, to be worked out when read (``LateReasons``)."""
-        if not self.blocks.blocks_all(queue):
+        # Room held for a reservation may be borrowed by a group of any size that ends soon enough:
+        # the smallest groups say nothing of those (``QueueCovers`` knows no time limits).
+        if self.planner.holds_room(queue.pool) or not self.blocks.blocks_all(queue):
             return False
         self.late_reasons[queue] = self.blocks.late_reasons(queue)
         return True
@@ -103,7 +128,8 @@ class _BlockedAsBefore(Skip):
     blocker learnt from a smaller job is restated for the group when read (``Session.learnt_reasons``):
     most are never read, and a cycle passes over thousands of groups."""
 
-    def __init__(self, session: Session, blocks: Blocks) -> None:
+    def __init__(self, session: Session, blocks: Blocks, planner: Planner) -> None:
+        self.planner = planner
         self.state = session.state
         self.reasons = session.reasons
         self.group_reasons = session.group_reasons
@@ -113,8 +139,10 @@ class _BlockedAsBefore(Skip):
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         state = self.state
         tasks = gang_tasks(state, job)
-        found = self.blocks.find(job, queue, tasks, state.shapes.of_group(group) if group is not None else -1)
-        if found is None:
+        sid = state.shapes.of_group(group) if group is not None else -1
+        found = self.blocks.find(job, queue, tasks, sid)
+        if found is None or (found[1] in ROOM_KINDS and self.planner.active
+                             and self.planner.may_borrow(job, tasks, sid)):
             return False
         blocker = found[0]
         if group is not None and blocker is not None and blocker.rule == FRAGMENTED_RULE:

@@ -53,6 +53,12 @@ def shape_of(job: JobSpec, partly_running: bool, alone: bool = False, by_user: b
     """
     if partly_running or alone:
         return ("job", job.id)
+    key = _request_key(job, by_user)
+    # Jobs of different time limits are apart: a shorter one may start where a longer one may not (backfill).
+    return key if job.time_limit is None else (*key, job.time_limit)
+
+
+def _request_key(job: JobSpec, by_user: bool) -> tuple:
     r = job.request
     if r.gpu_memory_gib is None and not job.node_selector:  # most jobs: a shorter key, quicker to hash and compare
         if by_user:

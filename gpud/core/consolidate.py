@@ -95,6 +95,9 @@ class Consolidate:
                 stmt.rollback()
                 self.failed.add(job, len(tasks), None)
                 return hopeless
+        if not self.session.planner.keeps():  # it would delay a reservation (gpud.core.reservations)
+            stmt.rollback()
+            return None
         started(self.session, job, queue)
         return None
 
@@ -148,7 +151,9 @@ class Consolidate:
         state, lists = self.state, self.lists
         found = []
         for job_id, task in list(node.tasks):
-            other = state.jobs[job_id]
+            other = state.jobs.get(job_id)
+            if other is None:  # room held for a reservation (gpud.core.reservations): it never moves
+                continue
             if not other.preemptible or other.id == exclude or other.id in state.orphans:
                 continue  # a job of a project gone from the policy runs on where it is until it ends
             if not lists.vetoes:

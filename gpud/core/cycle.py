@@ -82,15 +82,19 @@ class Scheduler:
         state = self.state
         state.begin_cycle(now)
         session = Session(state)
-        for action in ACTIONS:
-            action(session).run()
+        try:
+            for action in ACTIONS:
+                action(session).run()
+        finally:
+            session.release_held()
         binds, evictions = plan_changes(state, session.evicted_by)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
         if last:
-            return Plan(binds, evictions, PendingReasons(session, reports, state.waiting_after()), queues)
+            return Plan(binds, evictions, PendingReasons(session, reports, state.waiting_after()), queues,
+                        session.reservations)
         state.commit()
-        return Plan(binds, evictions, PendingReasons(session, reports), queues)
+        return Plan(binds, evictions, PendingReasons(session, reports), queues, session.reservations)
 
 
 def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:

@@ -576,6 +576,7 @@ class _RoomMaking:
                  limit: ShareLimit | None) -> None:
         self.state = session.state
         self.placer = session.placer
+        self.planner = session.planner
         self.job = job
         self.rule = rule
         self.eligible = eligible
@@ -607,6 +608,8 @@ class _RoomMaking:
             self.stmt.bind(job, task, placement)
         self._settle_victims()
         if limit is not None and limit.refuse():
+            return self._give_up()
+        if not self.planner.keeps():  # it would delay a reservation (gpud.core.reservations)
             return self._give_up()
         return True
 

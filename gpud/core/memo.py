@@ -12,7 +12,9 @@ stamped with every counter whose change could alter it.
 | counter                          | counts                                   | bumped in                      |
 | -------------------------------- | ---------------------------------------- | ------------------------------ |
 | ``ClusterState.changes``         | every bind and release in the cluster    | ``ClusterState._bind/_unbind`` |
+|                                  | (room held for a reservation too)        | and ``hold/unhold``            |
 | ``ClusterState.releases``        | releases only (free room grows)          | ``ClusterState._unbind``       |
+|                                  |                                          | and ``unhold``                 |
 | ``QueueState.changes``           | binds and releases of the queue's jobs   | ``QueueState.charge``          |
 |                                  | and of its children's                    |                                |
 | ``NodeState.version``            | binds and releases on the node           | ``NodeState.take/give_back``   |

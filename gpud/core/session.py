@@ -7,8 +7,9 @@ from gpud.core.memo import Memo
 from gpud.core.passed_over import Learnt, PassedOver
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
+from gpud.core.reservations import Planner
 from gpud.core.state import ClusterState, EvictedBy, Statement
-from gpud.model import Blocker
+from gpud.model import Blocker, Reservation
 
 
 class Session:
@@ -42,6 +43,14 @@ class Session:
         self.victim_orders: Memo[QueueState, list[tuple]] = Memo()
         # Each job the cycle evicted: the eviction rule, its reason, the job it made room for.
         self.evicted_by: EvictedBy = {}
+        # The planned start of jobs allocation found no room for (gpud.core.reservations), by job id;
+        # the room the first of them need is held from the actions until ``release_held``.
+        self.reservations: dict[str, Reservation] = {}
+        self.planner = Planner(state, self.reservations)
+
+    def release_held(self) -> None:
+        """Give back the room reservations held through the cycle's actions (before the plan is made)."""
+        self.planner.release_all()
 
     def statement(self) -> Statement:
         """A new statement on the state, recording its evictions in ``evicted_by``."""

@@ -19,7 +19,7 @@ from gpud.core.policy_set import PolicySet
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
-from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement
+from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import YOUNGEST_FIRST, Policy
 
 
@@ -95,6 +95,7 @@ class ClusterState:
         self._log_base = 0
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         self.changes_at_begin = 0
+        self.limited = 0  # jobs with a time limit: without any, no reservation can be planned
         # One bulk insertion into the backlog, fed as the jobs' running tasks are booked.
         self.backlog.extend(self._take(snapshot.jobs, registered=True))
         self.touched = set()
@@ -127,6 +128,8 @@ class ClusterState:
         in_default: dict[str, QueueState | None] = {}
         for job in jobs:
             job_id, tasks = job.id, job.tasks
+            if job.time_limit is not None:
+                self.limited += 1
             if not registered:
                 known[job_id] = job
                 placements[job_id] = self._unplaced_tuple(tasks)
@@ -164,6 +167,8 @@ class ClusterState:
         if job is None:
             return
         self.orphans.pop(job_id, None)
+        if job.time_limit is not None:
+            self.limited -= 1
         for task in self.running_tasks(job_id):
             self._unbind(job, task)
         queue = self.queue_of(job)
@@ -423,6 +428,29 @@ class ClusterState:
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
         return placement
+
+
+    def hold(self, node: NodeState, key: tuple[str, int], placement: TaskPlacement, request: TaskRequest) -> None:
+        """Keep room on a node out of reach (a reservation's), as a task no job owns: placements do not change."""
+        self.changes += 1
+        node.take(key, placement, request)
+        self._index_change(node, placement, request, -1.0)
+
+    def unhold(self, node: NodeState, key: tuple[str, int], request: TaskRequest) -> None:
+        """Give back room ``hold`` kept; it counts as a release (free room grew)."""
+        self.changes += 1
+        self.releases += 1
+        self._release_log.append(node.name)
+        placement = node.give_back(key, request)
+        self._index_change(node, placement, request, 1.0)
+
+    def _index_change(self, node: NodeState, placement: TaskPlacement, request: TaskRequest, sign: float) -> None:
+        index = self.indexes.get(node.pool)
+        if node.spec.schedulable and index is not None:
+            index.update(node, placement.gpu_index)
+            index.free_gpu += sign * placement.gpu_share * len(placement.gpu_index)
+            index.free_cpu += sign * request.cpus
+            index.free_mem += sign * request.memory_gib
 
 
 def _with_placements(job: JobSpec, placements: tuple[TaskPlacement | None, ...], started: float | None) -> JobSpec:

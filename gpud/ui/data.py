@@ -31,8 +31,8 @@ DAY, WEEK = 86400.0, 7 * 86400.0
 
 def view_of(ctrl: Controller, principal: Principal, job: Job, now: float) -> dict:
     """The job as the API shows it to ``principal``."""
-    return api.visible(principal, job, job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
-                                                ctrl.cluster.policy.time_slicing))
+    return api.visible(principal, job, {**job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
+                                                   ctrl.cluster.policy.time_slicing), **ctrl.cluster.start_of(job)})
 
 
 @dataclass(slots=True)
@@ -148,6 +148,7 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
     else:
         job = await api.find_job(ctrl, job_id)
         view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
+        view.update(ctrl.cluster.start_of(job))
         loop = asyncio.get_running_loop()
         events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
         view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]

@@ -1,0 +1,504 @@
+"""Reservations and backfill: when jobs that find no room will start, and the room kept for them.
+
+Allocation asks this module about each pool it works in. The first jobs of
+a pool, in queue order, that find no room for lack of free resources get a
+*reservation*: the earliest time the room they need is free, worked out
+from the end of every running job's time limit (its start plus its limit),
+on a time profile of the pool's nodes. The room a reservation needs and
+that is free now is *held*: kept out of reach, as a task no job owns
+(``ClusterState.hold``), so a later job may use it only if it ends before
+the reservation starts (``borrow``). The jobs after them get an estimate
+only. Everything is worked out anew each cycle and dropped when allocation
+ends: nothing is kept that a restart could lose.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Final
+
+from gpud.core.nodes import NodeIndex, NodeState
+from gpud.core.shapes import FailedShapes
+from gpud.core.state import ClusterState, Statement
+from gpud.model import EPS, JobSpec, Reservation, TaskPlacement, TaskRequest
+from gpud.policy import Reservations
+
+HOLD: Final = "\x00reserved"  # the job id of the tasks that hold room: no job id can be empty-led like it
+RUNNING: Final = 0
+HOLDING: Final = 1
+ESTIMATE: Final = 2
+FOREVER: Final = float("inf")
+MAX_TIMES: Final = 512  # start times tried for one job; a job that fits at none of them gets no plan
+
+
+def end_of(job: JobSpec, now: float) -> float:
+    """When the job's time limit stops it (``FOREVER`` without one); a job past its limit ends now."""
+    limit = job.time_limit
+    if limit is None:
+        return FOREVER
+    started = job.started if job.started is not None else now
+    end = started + limit
+    return end if end > now else now
+
+
+def predicted_end(job: JobSpec, now: float) -> float:
+    """When the job is expected to end: its predicted run time, never past its limit."""
+    end = end_of(job, now)
+    if job.predicted_runtime is None:
+        return end
+    started = job.started if job.started is not None else now
+    guess = started + job.predicted_runtime
+    guess = guess if guess > now else now
+    return guess if guess < end else end
+
+
+class Occupant:
+    """What one job holds on one node from ``start`` to ``end`` (``pstart``/``pend``: as predicted)."""
+
+    __slots__ = ("gpus", "share", "cpu", "mem", "start", "end", "pstart", "pend", "kind", "job")
+
+    def __init__(self, gpus: tuple[int, ...], share: float, cpu: float, mem: float, start: float, end: float,
+                 pstart: float, pend: float, kind: int, job: str = "") -> None:
+        self.gpus = gpus
+        self.share = share
+        self.cpu = cpu
+        self.mem = mem
+        self.start = start
+        self.end = end
+        self.pstart = pstart
+        self.pend = pend
+        self.kind = kind
+        self.job = job
+
+
+class NodeProfile:
+    """One node's occupants over time: running tasks and the reservations planned on it."""
+
+    __slots__ = ("node", "occupants")
+
+    def __init__(self, node: NodeState) -> None:
+        self.node = node
+        self.occupants: list[Occupant] = []
+
+    def free_over(self, t0: float, t1: float, predicted: bool, most_kind: int) -> tuple[list[float], float, float]:
+        """The share of each GPU, the CPUs and the memory free for the whole of [t0, t1) (the instant
+        t0 when t1 is not after it), counting occupants of kind ``most_kind`` or below."""
+        spec = self.node.spec
+        gpus = [1.0] * spec.gpus
+        for i in spec.out_of_service:
+            gpus[i] = 0.0
+        cpu, mem = spec.cpus, spec.memory_gib
+        for o in self.occupants:
+            if o.kind > most_kind:
+                continue
+            start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+            # [t0, t1) overlaps [start, end); an empty [t0, t1) (t1 == t0, as t0 + EPS is at a Unix
+            # time's magnitude) stands for the instant t0.
+            if (start < t1 and end > t0) if t1 > t0 else (start <= t0 < end):
+                for i in o.gpus:
+                    gpus[i] -= o.share
+                cpu -= o.cpu
+                mem -= o.mem
+        return gpus, cpu, mem
+
+    def holds(self, now: float) -> tuple[list[float], float, float]:
+        """The room free now that the node's holding reservations need later: per GPU, CPUs, memory."""
+        free_gpus, free_cpu, free_mem = self.free_over(now, now + EPS, False, RUNNING)
+        least_gpus, least_cpu, least_mem = list(free_gpus), free_cpu, free_mem
+        for o in self.occupants:
+            if o.kind != HOLDING:
+                continue
+            at = o.start if o.start > now else now
+            gpus, cpu, mem = self.free_over(at, at + EPS, False, HOLDING)
+            least_gpus = [min(a, b) for a, b in zip(least_gpus, gpus)]
+            least_cpu, least_mem = min(least_cpu, cpu), min(least_mem, mem)
+        return ([max(0.0, f - least) for f, least in zip(free_gpus, least_gpus)],
+                max(0.0, free_cpu - least_cpu), max(0.0, free_mem - least_mem))
+
+    def overbooked(self, now: float) -> bool:
+        """True when running tasks and holding reservations together need more than the node has at
+        some moment (only a reservation's start can make it so)."""
+        times = [now] + [o.start for o in self.occupants if o.kind == HOLDING and o.start > now]
+        for t in times:
+            gpus, cpu, mem = self.free_over(t, t + EPS, False, HOLDING)
+            if cpu < -EPS or mem < -EPS or any(g < -EPS for g in gpus):
+                return True
+        return False
+
+
+def tasks_fitting(request: TaskRequest, node: NodeState, gpus: list[float], cpu: float, mem: float,
+                  busy_first: list[float] | None = None) -> tuple[int, list[int]]:
+    """How many tasks of ``request`` fit in the free room given, and the GPUs they take (each task's
+    in turn, one index per task for a shared request); GPUs least free in ``busy_first`` (free now)
+    are taken first, so a reservation holds as little of what is free now as it can."""
+    by_host = FOREVER
+    if request.cpus > EPS:
+        by_host = (cpu + EPS) // request.cpus
+    if request.memory_gib > EPS:
+        by_host = min(by_host, (mem + EPS) // request.memory_gib)
+    if not request.uses_gpu:
+        return (int(by_host) if by_host < FOREVER else 1 << 20), []
+    if request.is_shared:
+        if request.gpu_memory_gib is not None and request.gpu_memory_gib > node.gpu_memory_gib + EPS:
+            return 0, []
+        share = request.gpu_share_on(node.gpu_memory_gib)
+        chosen: list[int] = []
+        for i, free in enumerate(gpus):
+            while free >= share - EPS and len(chosen) < by_host:
+                chosen.append(i)
+                free -= share
+        return len(chosen), chosen
+    count = request.whole_gpus
+    whole = [i for i, free in enumerate(gpus) if free >= 1.0 - EPS]
+    if busy_first is not None:
+        whole.sort(key=lambda i: busy_first[i])
+    fit = min(len(whole) // count, by_host) if count else by_host
+    fit_n = int(fit)
+    return fit_n, whole[:fit_n * count]
+
+
+class PoolPlan:
+    """One pool's time profile during allocation, the reservations made in it and the room they hold."""
+
+    def __init__(self, state: ClusterState, index: NodeIndex, settings: Reservations) -> None:
+        self.state = state
+        self.settings = settings
+        self.now = state.now
+        self.holding = 0
+        self.estimates = 0
+        self.latest_hold = -FOREVER  # the latest start of a holding reservation
+        self.held: dict[NodeState, list[tuple[tuple[str, int], TaskRequest]]] = {}
+        self.held_nodes: list[NodeState] = []  # every node a holding reservation is planned on
+        # Jobs that could not borrow held room, by their end as their own dimension (a later end is
+        # harder): one as large that ends as late fails too, while allocation only takes room.
+        self.borrow_failed = FailedShapes(state)
+        self.profiles: dict[str, NodeProfile] = {}
+        for node in index.nodes:
+            profile = self.profiles[node.name] = NodeProfile(node)
+            profile.occupants = self._running_on(node)
+        # Whether some running job is expected to end before its limit: else estimates are the starts.
+        self.predicts = any(o.pend < o.end for p in self.profiles.values() for o in p.occupants)
+
+    def _running_on(self, node: NodeState) -> list[Occupant]:
+        """The tasks on the node as occupants until their jobs' limits end (room held is none of them)."""
+        jobs, now = self.state.jobs, self.now
+        found = []
+        for (job_id, _), placement in node.tasks.items():
+            job = jobs.get(job_id)
+            if job is None:
+                continue
+            request = job.request
+            found.append(Occupant(placement.gpu_index, placement.gpu_share, request.cpus, request.memory_gib,
+                                  -FOREVER, end_of(job, now), -FOREVER, predicted_end(job, now), RUNNING, job_id))
+        return found
+
+    def keeps(self) -> bool:
+        """True when the tasks placed now still leave every holding reservation its room at its start
+        (the profile's running tasks are read anew from the nodes; a reserved job that runs now needs
+        its reservation no more)."""
+        placements, now = self.state.placements, self.now
+        for node in self.held_nodes:
+            profile = self.profiles[node.name]
+            planned = [o for o in profile.occupants if o.kind != RUNNING]
+            check = NodeProfile(node)
+            check.occupants = self._running_on(node) + [
+                o for o in planned if o.kind == HOLDING and None in placements.get(o.job, (None,))]
+            if check.overbooked(now):
+                return False
+        return True
+
+    # --- planning a job ---------------------------------------------------------------------------
+
+    def plan(self, job: JobSpec, tasks: int, entitled: bool) -> Reservation | None:
+        """Plan the job's start (``tasks``: how many must start together): a holding reservation while
+        the pool has fewer than its ``jobs`` and the job is ``entitled`` to the room, else an estimate
+        while it has fewer than ``estimate_jobs``; None when neither (or it never fits)."""
+        settings, now = self.settings, self.now
+        hold = entitled and self.holding < settings.jobs
+        if not hold and self.estimates >= settings.estimate_jobs:
+            return None
+        limit = job.time_limit if job.time_limit is not None else FOREVER
+        found = self._earliest(job, tasks, limit, False)
+        if found is None:
+            return None
+        start, chosen = found
+        if hold and start - now > settings.window_s:
+            hold = False
+            if self.estimates >= settings.estimate_jobs:
+                return None
+        runtime = limit if job.predicted_runtime is None else min(job.predicted_runtime, limit)
+        predicted = self._earliest(job, tasks, runtime, True) if self.predicts or runtime < limit else None
+        estimate = start if predicted is None or predicted[0] > start else predicted[0]
+        kind = HOLDING if hold else ESTIMATE
+        request = job.request
+        for node, gpus, count in chosen:
+            share = request.gpu_share_on(node.node.gpu_memory_gib) if request.is_shared else 1.0
+            # A shared task takes one GPU each: as many occupants as GPUs, each with its tasks' share.
+            groups: list[tuple[tuple[int, ...], float]] = [(tuple(gpus), share)]
+            if request.is_shared:
+                groups = [((i,), share * gpus.count(i)) for i in sorted(set(gpus))] or [((), 0.0)]
+            for index, (indices, amount) in enumerate(groups):
+                host = count if index == 0 else 0
+                node.occupants.append(Occupant(indices, amount, request.cpus * host, request.memory_gib * host,
+                                               start, start + limit, estimate, estimate + runtime, kind, job.id))
+        if estimate < start:
+            self.predicts = True
+        if hold:
+            self.holding += 1
+            self.latest_hold = max(self.latest_hold, start)
+            for node, _, _ in chosen:
+                self._hold(node)
+                if node.node not in self.held_nodes:
+                    self.held_nodes.append(node.node)
+        else:
+            self.estimates += 1
+        return Reservation(job.id, self.state.pool_of(job), start, tuple(sorted(p.node.name for p, _, _ in chosen)),
+                           hold, estimate)
+
+    def _earliest(self, job: JobSpec, tasks: int, runtime: float,
+                  predicted: bool) -> tuple[float, list[tuple[NodeProfile, list[int], int]]] | None:
+        """The earliest time ``tasks`` tasks of the job fit together for ``runtime`` seconds, and where."""
+        now = self.now
+        request, selector = job.request, job.node_selector
+        nodes = [p for p in self.profiles.values()
+                 if (not selector or p.node.matches(selector)) and request.cpus <= p.node.spec.cpus + EPS
+                 and request.memory_gib <= p.node.spec.memory_gib + EPS]
+        if not nodes:
+            return None
+        need_gpu = tasks * (request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared
+                            else float(request.whole_gpus))
+        times = self._possible_times(nodes, predicted, need_gpu, tasks * request.cpus, tasks * request.memory_gib)
+        free_now = {p.node.name: p.free_over(now, now + EPS, predicted, RUNNING)[0] for p in nodes}
+        # A node whose occupants all started by now only gains room as they end: its fit changes only
+        # at its own ends. One with a planned start later (a reservation) is worked out at every time.
+        changes: list[tuple[float, int]] = []
+        moving: list[int] = []
+        for k, profile in enumerate(nodes):
+            later = False
+            for o in profile.occupants:
+                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+                if start > now:
+                    later = True
+                elif now < end < FOREVER:
+                    changes.append((end, k))
+            if later:
+                moving.append(k)
+        changes.sort()
+        fit: list[tuple[int, list[int]]] = [(0, [])] * len(nodes)
+        stale: set[int] = set(range(len(nodes)))
+        at = 0
+        for t in times[:MAX_TIMES]:
+            while at < len(changes) and changes[at][0] <= t:
+                stale.add(changes[at][1])
+                at += 1
+            stale.update(moving)
+            for k in stale:
+                profile = nodes[k]
+                gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted, ESTIMATE)
+                fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem, free_now[profile.node.name])
+            stale = set()
+            total = 0
+            fits = []
+            for k, (count, chosen) in enumerate(fit):
+                if count > 0:
+                    fits.append((-count, nodes[k].node.name, nodes[k], chosen))
+                    total += count
+            if total < tasks:
+                continue
+            fits.sort(key=lambda f: (f[0], f[1]))
+            placed: list[tuple[NodeProfile, list[int], int]] = []
+            left = tasks
+            for negative, _, profile, chosen in fits:
+                take = min(-negative, left)
+                per_task = request.whole_gpus if not request.is_shared else 1
+                placed.append((profile, chosen[:take * per_task] if request.uses_gpu else [], take))
+                left -= take
+                if not left:
+                    break
+            return t, placed
+        return None
+
+    def _possible_times(self, nodes: list[NodeProfile], predicted: bool, gpu: float, cpu: float,
+                        mem: float) -> list[float]:
+        """The times, in order, at which something ends on ``nodes`` (and now) when they have, summed,
+        at least the GPUs, CPUs and memory asked free: a job cannot start at any other."""
+        now = self.now
+        free_gpu = free_cpu = free_mem = 0.0
+        events: list[tuple[float, float, float, float]] = []
+        for profile in nodes:
+            spec = profile.node.spec
+            free_gpu += spec.usable_gpus
+            free_cpu += spec.cpus
+            free_mem += spec.memory_gib
+            for o in profile.occupants:
+                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+                g = o.share * len(o.gpus)
+                if start <= now:
+                    free_gpu, free_cpu, free_mem = free_gpu - g, free_cpu - o.cpu, free_mem - o.mem
+                else:
+                    events.append((start, -g, -o.cpu, -o.mem))
+                if end < FOREVER:
+                    events.append((end, g, o.cpu, o.mem))
+        events.sort()
+        times: list[float] = []
+        i, n = 0, len(events)
+        at = now
+        while True:
+            while i < n and events[i][0] <= at:
+                _, g, c, m = events[i]
+                free_gpu, free_cpu, free_mem = free_gpu + g, free_cpu + c, free_mem + m
+                i += 1
+            if free_gpu >= gpu - EPS and free_cpu >= cpu - EPS and free_mem >= mem - EPS:
+                times.append(at)
+            if i >= n:
+                return times
+            at = events[i][0]
+
+    # --- holding room -------------------------------------------------------------------------------
+
+    def _hold(self, profile: NodeProfile) -> None:
+        """Hold on the node the room its holding reservations need that is free now."""
+        state, node = self.state, profile.node
+        self._release(node)
+        gpus, cpu, mem = profile.holds(self.now)
+        kept: list[tuple[tuple[str, int], TaskRequest]] = []
+        for i, amount in enumerate(gpus):
+            if amount > EPS:
+                key, request = (HOLD, i), TaskRequest(gpus=min(amount, 1.0), cpus=0.0, memory_gib=0.0)
+                state.hold(node, key, TaskPlacement(node.name, (i,), min(amount, 1.0)), request)
+                kept.append((key, request))
+        if cpu > EPS or mem > EPS:
+            key, request = (HOLD, -1), TaskRequest(gpus=0.0, cpus=cpu, memory_gib=mem)
+            state.hold(node, key, TaskPlacement(node.name, (), 0.0), request)
+            kept.append((key, request))
+        if kept:
+            self.held[node] = kept
+
+    def _release(self, node: NodeState) -> None:
+        for key, request in self.held.pop(node, []):
+            self.state.unhold(node, key, request)
+
+    def release_all(self) -> None:
+        """Give back all the room held: allocation is over (the other actions follow their own rules)."""
+        for node in list(self.held):
+            self._release(node)
+
+    # --- jobs placed ----------------------------------------------------------------------------------
+
+    def may_borrow(self, job: JobSpec, tasks: int, sid: int = -1) -> bool:
+        """True when the job, started now, would end before some holding reservation starts, and no
+        job as large ending as late failed to borrow (``sid``: the job's shape number, when known)."""
+        return (bool(self.held) and end_of(job, self.now) <= self.latest_hold
+                and self.borrow_failed.find(job, tasks, self._own(job), sid) is None)
+
+    def _own(self, job: JobSpec) -> int:
+        end = end_of(job, self.now)
+        return int(math.ceil(end - self.now)) if end < FOREVER else 1 << 60
+
+    def placed(self, job: JobSpec, placements: list[TaskPlacement]) -> None:
+        """Count the tasks just placed in the profile, from now to the end of the job's limit."""
+        now, request = self.now, job.request
+        end, pend = end_of(job, now), predicted_end(job, now)
+        if pend < end:
+            self.predicts = True
+        for placement in placements:
+            profile = self.profiles.get(placement.node)
+            if profile is not None:
+                profile.occupants.append(Occupant(placement.gpu_index, placement.gpu_share, request.cpus,
+                                                  request.memory_gib, now, end, now, pend, RUNNING))
+
+    def borrow(self, stmt: Statement, job: JobSpec, place: Callable[[], bool]) -> bool:
+        """Try the job on the room held too: kept only if it delays no holding reservation (it ends
+        before, or uses room none needs). ``place`` places it on ``stmt``, True when placed."""
+        held = list(self.held)
+        for node in held:
+            self._release(node)
+        waiting = self.state.pending_tasks(job.id)
+        mark = stmt.checkpoint()
+        ok = place()
+        if ok:
+            slots = self.state.placements[job.id]
+            new = [p for p in (slots[i] for i in waiting) if p is not None]
+            touched = {p.node: self.profiles[p.node] for p in new if p.node in self.profiles}
+            sizes = {name: len(profile.occupants) for name, profile in touched.items()}
+            self.placed(job, new)
+            if any(profile.overbooked(self.now) for profile in touched.values()):
+                for name, profile in touched.items():
+                    del profile.occupants[sizes[name]:]
+                stmt.rollback(mark)
+                ok = False
+        for node in held:
+            self._hold(self.profiles[node.name])
+        if not ok:
+            self.borrow_failed.add(job, max(len(waiting), 1) if job.gang_minimum >= job.tasks else 1, None,
+                                   "", self._own(job))
+        return ok
+
+
+class Planner:
+    """Reservations and estimates for one allocation, pool by pool (``PoolPlan``), into ``out``."""
+
+    def __init__(self, state: ClusterState, out: dict[str, Reservation]) -> None:
+        self.state = state
+        self.out = out
+        # Without a job that has a time limit no room is ever known to free: nothing to plan.
+        self.active = state.limited > 0
+        self.pools: dict[str, PoolPlan | None] = {}
+
+    def pool(self, job: JobSpec) -> PoolPlan | None:
+        """The plan of the job's pool, made when first asked; None when the pool plans nothing."""
+        name = self.state.pool_of(job)
+        if name in self.pools:
+            return self.pools[name]
+        settings = self.state.policy.reservations_in(name)
+        index = self.state.indexes.get(name)
+        made = None
+        if (settings.jobs or settings.estimate_jobs) and index is not None and index.nodes:
+            made = PoolPlan(self.state, index, settings)
+        self.pools[name] = made
+        return made
+
+    def may_borrow(self, job: JobSpec, tasks: int, sid: int = -1) -> bool:
+        """True when the job may try the room held in its pool (``PoolPlan.may_borrow``)."""
+        plan = self.pools.get(self.state.pool_of(job))
+        return plan is not None and plan.may_borrow(job, tasks, sid)
+
+    def placed(self, job: JobSpec, tasks: list[int]) -> None:
+        """Count tasks just placed (their indices) in the pool's profile, if it has one yet."""
+        plan = self.pools.get(self.state.pool_of(job))
+        if plan is not None:
+            slots = self.state.placements[job.id]
+            plan.placed(job, [p for p in (slots[i] for i in tasks) if p is not None])
+
+    def borrow(self, stmt: Statement, job: JobSpec, tasks: int, place: Callable[[], bool]) -> bool:
+        """``PoolPlan.borrow`` in the job's pool; False when it may not borrow there."""
+        plan = self.pools.get(self.state.pool_of(job))
+        return plan is not None and plan.may_borrow(job, tasks) and plan.borrow(stmt, job, place)
+
+    def plan(self, job: JobSpec, tasks: int, entitled: bool) -> None:
+        """Plan the start of a job that found no room (``PoolPlan.plan``), kept in ``out``."""
+        plan = self.pool(job)
+        if plan is None:
+            return
+        found = plan.plan(job, tasks, entitled)
+        if found is not None:
+            self.out[job.id] = found
+
+    def keeps(self) -> bool:
+        """True when every pool's holding reservations still have their room (``PoolPlan.keeps``):
+        what an action that evicts placed must leave them, or be undone."""
+        for plan in self.pools.values():
+            if plan is not None and plan.held_nodes and not plan.keeps():
+                return False
+        return True
+
+    def holds_room(self, pool: str) -> bool:
+        """True when the pool holds room for a reservation now."""
+        plan = self.pools.get(pool)
+        return plan is not None and bool(plan.held)
+
+    def release_all(self) -> None:
+        """Give back every pool's held room."""
+        for plan in self.pools.values():
+            if plan is not None:
+                plan.release_all()

@@ -1,0 +1,145 @@
+"""The reservation rule over random clusters of every job shape, in simulated time (hypothesis).
+
+A job that holds a reservation starts no later than the start it was given,
+unless a job that outranks it (ahead of it in its queue's order: a higher
+priority, or the same priority and submitted before it) started (or, evicted,
+started again) after the reservation was made: such a job may start sooner than planned, where it
+fits then. No job behind it, however small or short, delays it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from gpud.core import Scheduler
+from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskRequest
+from gpud.plugins import make_plugin_manager
+from gpud.policy import Department, Policy, Project, Reservations
+
+POOL = "default"
+PM = make_plugin_manager()
+LIMITS = [30.0, 60.0, 100.0, 250.0, 600.0]
+EPOCH = 1.7e9  # times are Unix times, as the controller gives them: an instant plus 1e-9 is the same float
+
+
+@st.composite
+def requests(draw) -> TaskRequest:
+    kind = draw(st.sampled_from(["whole", "whole", "whole", "fraction", "memory", "cpu"]))
+    cpus = float(draw(st.integers(0, 4)))
+    memory = float(draw(st.integers(0, 16)))
+    if kind == "whole":
+        return TaskRequest(gpus=float(draw(st.integers(1, 4))), cpus=cpus, memory_gib=memory)
+    if kind == "fraction":
+        return TaskRequest(gpus=draw(st.sampled_from([0.25, 0.5, 0.75])), cpus=cpus, memory_gib=memory)
+    if kind == "memory":
+        return TaskRequest(gpus=0.0, gpu_memory_gib=float(draw(st.sampled_from([10, 20, 40]))), cpus=cpus,
+                       memory_gib=memory)
+    return TaskRequest(gpus=0.0, cpus=float(draw(st.integers(1, 8))), memory_gib=memory)
+
+
+@st.composite
+def timed_cases(draw):
+    """A policy of one project (in a department or not), 1-3 nodes and up to 14 jobs of every shape,
+    each with a time limit and a run time at most that limit, submitted over the first 300 seconds."""
+    department = draw(st.sampled_from(["default", "research"]))
+    departments = {department: Department(department, implicit=department == "default",
+                                          quota={POOL: Resources(64.0, 0.0, 0.0)} if department != "default" else {})}
+    policy = Policy(departments=departments, projects={"p": Project("p", department=department)},
+                    min_runtime_s=0.0, reservations=Reservations(jobs=draw(st.integers(1, 4))),
+                    placement=draw(st.sampled_from(["binpack", "spread"])))
+    nodes = tuple(NodeSpec(f"n{i}", gpus=draw(st.integers(1, 8)), gpu_memory_gib=80.0,
+                           cpus=float(draw(st.integers(4, 32))), memory_gib=float(draw(st.integers(16, 128))))
+                  for i in range(draw(st.integers(1, 3))))
+    jobs, runtimes = [], {}
+    for seq in range(draw(st.integers(1, 14))):
+        tasks = draw(st.integers(1, 3))
+        limit = draw(st.sampled_from(LIMITS))
+        job = JobSpec(f"j{seq}", "p", draw(requests()), priority=draw(st.sampled_from([50, 50, 50, 75])),
+                      tasks=tasks, min_tasks=draw(st.one_of(st.none(), st.integers(1, tasks))),
+                      submitted=EPOCH + draw(st.integers(0, 300)), seq=seq, time_limit=limit,
+                      placements=(None,) * tasks)
+        jobs.append(job)
+        runtimes[job.id] = float(draw(st.integers(1, int(limit))))
+    return policy, nodes, jobs, runtimes
+
+
+def replay(policy: Policy, nodes: tuple[NodeSpec, ...], jobs: list[JobSpec], runtimes: dict[str, float],
+           until: float = EPOCH + 3000.0):
+    """Run the scheduler in simulated time: (first holding reservation of each job and when it was made,
+    the first start of each job, every start of each job)."""
+    future = sorted(jobs, key=lambda j: (j.submitted, j.seq))
+    scheduler = Scheduler(Snapshot(nodes, (), EPOCH), policy, PM)
+    now, at = EPOCH, 0
+    ends: dict[str, float] = {}
+    reserved: dict[str, tuple[float, float]] = {}
+    started: dict[str, float] = {}
+    starts: dict[str, list[float]] = {}
+    while True:
+        while at < len(future) and future[at].submitted <= now:
+            scheduler.submit(future[at])
+            at += 1
+        for job_id in [j for j, end in ends.items() if end <= now]:
+            scheduler.finish(job_id)
+            del ends[job_id]
+        plan = scheduler.cycle(now)
+        for job in scheduler.jobs():
+            if job.is_running and job.id not in ends:
+                started.setdefault(job.id, now)
+                starts.setdefault(job.id, []).append(now)  # an evicted job starts again
+                ends[job.id] = now + min(runtimes[job.id], job.time_limit or math.inf)
+            elif not job.is_running:
+                ends.pop(job.id, None)
+        for job_id, reservation in plan.reservations.items():
+            if reservation.holds and job_id not in reserved:
+                reserved[job_id] = (reservation.start, now)
+        upcoming = [future[at].submitted] if at < len(future) else []
+        upcoming += [end for end in ends.values() if end > now]
+        if not upcoming or min(upcoming) > until:
+            return reserved, started, starts
+        now = min(upcoming)
+
+
+def outranks(one: JobSpec, other: JobSpec) -> bool:
+    """True when ``one`` comes before ``other`` in their project's order (priority, then submission)."""
+    return (-one.priority, one.submitted, one.seq) < (-other.priority, other.submitted, other.seq)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_cases())
+def test_no_job_holding_a_reservation_starts_later_than_its_reserved_start(case):
+    policy, nodes, jobs, runtimes = case
+    note(f"reservations.jobs={policy.reservations.jobs} placement={policy.placement}")
+    for node in nodes:
+        note(f"{node.name}: {node.gpus} GPUs, {node.cpus:g} CPUs, {node.memory_gib:g} GiB")
+    for job in jobs:
+        note(f"{job.id}: {job.request} x{job.tasks} (min {job.min_tasks}) priority {job.priority} submitted "
+             f"{job.submitted - EPOCH:g} limit {job.time_limit:g} runs {runtimes[job.id]:g}")
+    reserved, started, starts = replay(policy, nodes, jobs, runtimes)
+    by_id = {job.id: job for job in jobs}
+    for job_id, (start, made_at) in reserved.items():
+        job = by_id[job_id]
+        if any(outranks(other, job) and any(t >= made_at for t in starts.get(other.id, ())) for other in jobs):
+            continue
+        assert job_id in started, f"{job_id} reserved for {start:g} s (at {made_at:g} s) never started"
+        assert started[job_id] <= start + 1e-6, (
+            f"{job_id} reserved for {start - EPOCH:g} s (at {made_at - EPOCH:g} s) started at {started[job_id] - EPOCH:g} s")
+
+
+def test_the_replay_gives_reservations_and_keeps_them():
+    """The property above is not empty: a gang behind a running job holds its start and keeps it."""
+    policy = Policy(projects={"p": Project("p")}, departments={"default": Department("default", implicit=True)},
+                    min_runtime_s=0.0)
+    nodes = (NodeSpec("n1", gpus=8),)
+    jobs = [JobSpec("long", "p", TaskRequest(gpus=4), submitted=0, seq=0, time_limit=100),
+            JobSpec("gang", "p", TaskRequest(gpus=8), submitted=10, seq=1, time_limit=100)]
+    jobs += [JobSpec(f"s{i}", "p", TaskRequest(gpus=1), submitted=20 + i, seq=2 + i, time_limit=300)
+             for i in range(4)]
+    jobs = [dataclasses.replace(job, submitted=EPOCH + job.submitted) for job in jobs]
+    reserved, started, _ = replay(policy, nodes, jobs, {job.id: job.time_limit or 1.0 for job in jobs})
+    assert reserved["gang"] == (EPOCH + 100.0, EPOCH + 10.0)
+    assert started["gang"] == EPOCH + 100.0
+    assert all(started[f"s{i}"] == EPOCH + 200.0 for i in range(4))

@@ -1,0 +1,85 @@
+"""Reservations and backfill: a job that finds no room is given a start, and later jobs may not delay it."""
+
+from __future__ import annotations
+
+from sched_helpers import run
+
+# One node of 8 GPUs; a job holds 4 of them until its limit ends at 100 s; at 50 s an 8-GPU gang
+# arrives, then 1-GPU jobs of a 300 s limit, and one of a 20 s limit.
+GANG_BEHIND_RUNNING = """
+    until = {until}
+    [policy]
+    [[policy.projects]]
+    name = "p"
+    [[nodes]]
+    name = "n1"
+    gpus = 8
+    [[jobs]]
+    name = "running"
+    project = "p"
+    gpus = 4
+    running_on = ["n1"]
+    started = 0
+    time_limit = 100
+    [[jobs]]
+    name = "gang"
+    project = "p"
+    gpus = 8
+    submitted = 50
+    time_limit = 1000
+    runtime = 200
+    [[jobs]]
+    name = "small"
+    count = 3
+    project = "p"
+    gpus = 1
+    submitted = 60
+    time_limit = 300
+    [[jobs]]
+    name = "short"
+    project = "p"
+    gpus = 1
+    submitted = 70
+    time_limit = {short_limit}
+    [expect]
+    {expect}
+"""
+
+
+def gang_case(until: float, short_limit: float, expect: str):
+    return run(GANG_BEHIND_RUNNING.format(until=until, short_limit=short_limit, expect=expect))
+
+
+def test_a_job_that_would_delay_the_reservation_does_not_start():
+    sim = gang_case(99, 20, 'pending = ["gang", "small-1", "small-2", "small-3"]\n'
+                            'estimated_start = { gang = 100, small-1 = 1100 }')
+    assert sim.reserved["gang"] == 100
+    assert "small-1" not in sim.started
+
+
+def test_a_job_that_ends_before_the_reserved_start_backfills_at_once():
+    sim = gang_case(99, 20, 'started = { short = 70 }\nfinished = ["short"]')
+    assert sim.started["short"] == 70
+
+
+def test_a_job_that_would_end_after_the_reserved_start_waits_like_the_others():
+    gang_case(99, 40, 'pending = ["gang", "small-1", "small-2", "small-3", "short"]')
+
+
+def test_the_gang_starts_when_the_limit_frees_the_gpus_and_small_jobs_follow_it():
+    gang_case(1200, 20, 'started = { gang = 100, small-1 = 300, small-2 = 300, small-3 = 300 }')
+
+
+def test_room_the_reservation_does_not_need_is_used_at_once():
+    # A job holds 6 GPUs until 100 s; a 4-GPU gang needs only GPUs that job frees: the 2 free ones fill now.
+    text = GANG_BEHIND_RUNNING.replace("gpus = 8\n    submitted = 50", "gpus = 4\n    submitted = 50").replace(
+        "gpus = 4\n    running_on", "gpus = 6\n    running_on")
+    sim = run(text.format(until=65, short_limit=20, expect='running = ["running", "small-1", "small-2"]'))
+    assert sim.reserved.get("gang") == 100
+
+
+def test_without_reservations_small_jobs_take_the_room_first():
+    text = GANG_BEHIND_RUNNING.replace("[policy]\n", "[policy]\n    reservations = {{ jobs = 0 }}\n")
+    sim = run(text.format(until=99, short_limit=20, expect='running = ["running", "small-1", "small-2", "small-3"]\n'
+                                                           'started = { short = 70 }'))
+    assert "gang" not in sim.reserved
