@@ -12,7 +12,7 @@ from typing import Any
 
 from gpud import __version__
 from gpud.lifecycle import STATES
-from gpud.submission import STOP_SIGNALS
+from gpud.submission import MAX_WARN_LEAD_S, STOP_SIGNALS
 
 PATH = "/api/v1/openapi.json"
 UNDESCRIBED = frozenset({"/api/v1/node/connect"})  # the node WebSocket: docs/api.md describes its messages
@@ -47,6 +47,8 @@ JOB_IN = {
         "time_limit_s": {"type": "number", "exclusiveMinimum": 0}, "array": STR, "depends": STRINGS,
         "hold": BOOL, "requeue": BOOL, "stop_signal": {"enum": list(STOP_SIGNALS)}, "output": STR, "error": STR,
         "interactive": BOOL, "partition": STR, "qos": STR,
+        "warn_signal": STR, "warn_lead_s": {"type": "number", "minimum": 0, "maximum": MAX_WARN_LEAD_S},
+        "warn_batch_only": BOOL,
     },
 }
 
@@ -217,6 +219,13 @@ PATHS: dict[str, Any] = {
     "/api/v1/jobs/{id}/cancel": _change("cancel"),
     "/api/v1/jobs/{id}/hold": _change("hold"),
     "/api/v1/jobs/{id}/release": _change("release"),
+    "/api/v1/jobs/{id}/checkpoints": {"post": _op(
+        "record that a running job (or a victim within its grace) has a complete checkpoint now; the job's own "
+        "GPUD_CHECKPOINT_TOKEN may call this and nothing else",
+        _answer("201", "recorded", {
+            "type": "object", "required": ["job", "at", "checkpoints", "stopped_now"],
+            "properties": {"job": STR, "at": NUM, "checkpoints": INT, "stopped_now": BOOL}}),
+        params=[JOB_ID])},
     "/api/v1/history": {"get": _op("ended jobs, newest first", _answer("200", "jobs", _ref("Jobs")), params=[
         _query("since", NUM, "ended at or after this Unix time"), _query("user", STR, "only this user's"),
         _query("project", STR, "only this project's"),
