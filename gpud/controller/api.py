@@ -157,9 +157,9 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
     waits for it is gone, so a job is never durable yet unknown, nor known
     yet lost.
     """
-    for job in jobs:
-        ctrl.persist.new_job(job)
-    flush = asyncio.ensure_future(ctrl.commit())
+    # The outcome of exactly the batch that carries these jobs (and the idempotent answer marked with them),
+    # taken now: awaiting a later flush could report another batch's success or failure.
+    flush = ctrl.persist.new_jobs(jobs)
 
     def settle(done: asyncio.Future) -> None:
         if done.cancelled() or done.exception() is not None:

@@ -60,7 +60,9 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
             return error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
         return error(exc.status, exc.reason)
     except StoreError as exc:
-        return error(503, str(exc))
+        refused = error(503, str(exc))
+        refused.headers["Retry-After"] = "5"
+        return refused
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:

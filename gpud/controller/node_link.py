@@ -15,6 +15,7 @@ from gpud.channel import LocalEnd, local_pair, ws_texts
 from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
+from gpud.controller.persist import StoreError
 
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
@@ -158,7 +159,10 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 log.warning("node %s: bad message: %s", name or peer, exc)
                 await channel.send_str(jsontext.dumps({"type": "error", "error": str(exc)}))
                 continue
-            await ctrl.commit()
+            try:
+                await ctrl.commit()
+            except StoreError as exc:  # the changes are marked again and their commands wait for them
+                log.error("node %s: %s", name, exc)
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]
