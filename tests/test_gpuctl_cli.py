@@ -103,6 +103,7 @@ def test_a_bad_directive_names_the_line(api, tmp_path, capsys):
 def test_unreachable_controller_exits_3(argv, monkeypatch, tmp_path, capsys):
     url = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("GPUD_URL", url)
+    monkeypatch.setenv("GPUD_RETRY", "0")   # at once (tests/test_gpuctl_retry.py waits for a controller)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert main(argv) == 3
     err = capsys.readouterr().err
@@ -111,7 +112,8 @@ def test_unreachable_controller_exits_3(argv, monkeypatch, tmp_path, capsys):
 
 
 def test_unreachable_from_a_real_process(tmp_path):
-    env = {**os.environ, "GPUD_URL": f"http://127.0.0.1:{closed_port()}", "XDG_CONFIG_HOME": str(tmp_path)}
+    env = {**os.environ, "GPUD_URL": f"http://127.0.0.1:{closed_port()}", "XDG_CONFIG_HOME": str(tmp_path),
+           "GPUD_RETRY": "0"}
     result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "queue"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 3
