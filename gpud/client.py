@@ -183,6 +183,23 @@ class Client:
         """GET ``/api/v1/<path>`` and return the parsed JSON answer (a read: retried as ``request`` says)."""
         return self.request("GET", path, query=query, retry=True)
 
+    def get_all(self, path: str, query: Mapping[str, Any] | None = None, key: str = "jobs",
+                page: int = 5000) -> Any:
+        """GET every page of a paged listing, following ``next_cursor``, as one answer.
+
+        The items of all pages are under ``key`` in order; ``arrays``
+        (summaries by array id) are merged; ``next_cursor`` is None.
+        """
+        query = {**(query or {}), "limit": page}
+        answer = self.get(path, query)
+        while answer.get("next_cursor"):
+            more = self.get(path, {**query, "cursor": answer["next_cursor"]})
+            answer[key].extend(more.get(key) or [])
+            if isinstance(more.get("arrays"), dict):
+                answer.setdefault("arrays", {}).update(more["arrays"])
+            answer["next_cursor"] = more.get("next_cursor")
+        return answer
+
     def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
         """POST a JSON body to ``/api/v1/<path>`` and return the parsed JSON answer.
 

@@ -124,7 +124,7 @@ def _wait(api, job_id: str) -> dict:
             job = api.get(job_path(job_id))
             if job["state"] != "PENDING":
                 return job
-            text = waiting_text(job, api.get("jobs", {"state": "PENDING", "project": job["project"]})["jobs"],
+            text = waiting_text(job, api.get_all("jobs", {"state": "PENDING", "project": job["project"]})["jobs"],
                                 api.get(job_path(job_id, "why")))
             if text != shown:
                 print(text, file=sys.stderr)
