@@ -258,6 +258,7 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
     from gpud.node.agent import NodeAgent
     from gpud.controller.state_dir import StateError
     from gpud.node.config import read_cluster_key
+    from gpud.ui.server import UI_SERVER
 
     config = controller_config(options)
     try:
@@ -283,7 +284,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         async with demo.Api(options.url, options.admin_token_path) as api:
             await api.wait_node_up(options.node_name, NODE_UP_TIMEOUT_S)
             projects = app[CONTROLLER].policy.projects
-            _announce(options, backend, kind, out, DEFAULT_PROJECT if DEFAULT_PROJECT in projects else None)
+            _announce(options, backend, kind, out, DEFAULT_PROJECT if DEFAULT_PROJECT in projects else None,
+                      app[UI_SERVER].url)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -299,7 +301,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         await runner.cleanup()
 
 
-def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, project: str | None) -> None:
+def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, project: str | None,
+              ui_url: str = "") -> None:
     gpus = backend.gpus()
     what = f"{len(gpus)} fake GPU(s)" if kind == "fake" else \
         f"{len(gpus)} GPU(s) ({', '.join(sorted({g.model for g in gpus}))})"
@@ -311,6 +314,8 @@ def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, p
     path, written = write_client_config(options.url, options.admin_token_path, project=project)
     lines = [f"gpud up: controller on {options.url}, node {options.node_name} with {what}",
              f"  state in {options.state_dir}, policy {options.policy_path}"]
+    if ui_url:
+        lines.append(f"  dashboard on {ui_url} (sign in with the token in {options.admin_token_path})")
     if written:
         lines.append(f"  gpuctl is set up for you in {path}")
     else:

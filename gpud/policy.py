@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from gpud.model import Resources
+from gpud.task_defaults import DEFAULT_TASK_PIDS_MAX
 
 DEFAULT_POOL = "default"
 DEFAULT_DEPARTMENT = "default"
@@ -179,6 +180,7 @@ class Policy:
     idle_timeouts: Mapping[str, float] = field(default_factory=dict)  # per class: idle interactive jobs end
     min_runtime_s: float = 300.0
     grace_period_s: float = 30.0
+    task_pids_max: int = DEFAULT_TASK_PIDS_MAX  # the most processes and threads one task may have at once
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"
     cpu_placement: str = "binpack"

@@ -9,7 +9,8 @@ from typing import Any
 from gpud.accounting.decay import RESETS
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
-from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, TIME_SLICING_MODES, Department,
+from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, DEFAULT_TASK_PIDS_MAX,
+                         TIME_SLICING_MODES, Department,
                          FairShare, Limits, NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
@@ -25,6 +26,7 @@ class _AnyName(frozenset):
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
+               "task_pids_max",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
                "limits")
@@ -125,6 +127,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         idle_timeouts=_idle_timeouts(top),
         min_runtime_s=top.seconds("min_runtime", 300.0),
         grace_period_s=top.seconds("grace_period", 30.0),
+        task_pids_max=top.integer("task_pids_max", DEFAULT_TASK_PIDS_MAX, lo=16, hi=4_194_304),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,
         cpu_placement=cpu_placement,

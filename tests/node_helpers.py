@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Callable
 
-from gpud.node import cgroups, freezer, procs
+from gpud.node import cgroups, fence, freezer, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
 from gpud.node.tasks import TaskTable
@@ -54,7 +54,8 @@ def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
 
 
 def kill_everything(state_dir: str) -> None:
-    """SIGKILL every supervisor and task process group recorded in a node state directory; remove task cgroups.
+    """SIGKILL the node's fence, every supervisor and task process group recorded in a node state directory;
+    remove task cgroups.
 
     Supervisors that have not recorded a task yet are found by their
     command line, which names the tasks directory or their task's directory.
@@ -62,6 +63,9 @@ def kill_everything(state_dir: str) -> None:
     tasks_dir = Layout(str(state_dir)).tasks_dir
     if not os.path.isdir(tasks_dir):
         return
+    fenced_by = fence.fence_pid(Layout(str(state_dir)).run_root)
+    if fenced_by is not None:
+        _kill(fenced_by)
     for pid in _supervisors_under(tasks_dir):
         _kill(pid)
     for name in os.listdir(tasks_dir):

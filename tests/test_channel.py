@@ -50,7 +50,7 @@ async def test_the_in_process_node_registers_again_when_serving_it_failed(tmp_pa
     policy = tmp_path / "policy.toml"
     policy.write_text('[[projects]]\nname = "default"\ngpu_quota = 1\n')
     app = make_app(ControllerConfig(state_dir=str(tmp_path / "controller"), policy=str(policy), heartbeat_s=0.1,
-                                    init=True))
+                                    init=True, ui=False))
     runner = web.AppRunner(app)
     await runner.setup()  # the controller's loops run; it listens on no port
     ctrl = app[CONTROLLER]

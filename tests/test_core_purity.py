@@ -17,7 +17,7 @@ CORE_FILES = sorted([*(PACKAGE / "core").glob("*.py"), *(PACKAGE / "policies").g
 # gpud modules the core may import besides its own: each must be pure too.
 SHARED_MODULES = {"gpud": "__init__.py", "gpud.model": "model.py", "gpud.policy": "policy.py",
                   "gpud.hookspecs": "hookspecs.py", "gpud.errors": "errors.py",
-                  "gpud.node.slicer": "node/slicer.py"}
+                  "gpud.node.slicer": "node/slicer.py", "gpud.task_defaults": "task_defaults.py"}
 KNOWN_IMPURE: dict[str, str] = {}
 
 

@@ -52,7 +52,7 @@ def test_the_wheel_declares_both_commands_and_the_runtime_dependencies(wheel: Pa
     scripts = archive.read(f"{info}/entry_points.txt").decode()
     assert "gpud = gpud.cli.gpud_main:main" in scripts and "gpuctl = gpud.cli.gpuctl:main" in scripts
     metadata = archive.read(f"{info}/METADATA").decode()
-    for dependency in ("aiohttp", "pluggy", "psutil", "nvidia-ml-py"):
+    for dependency in ("aiohttp", "jinja2", "pluggy", "psutil", "nvidia-ml-py"):
         assert f"Requires-Dist: {dependency}" in metadata
     assert f"Version: {gpud.__version__}" in metadata
 
@@ -60,7 +60,8 @@ def test_the_wheel_declares_both_commands_and_the_runtime_dependencies(wheel: Pa
 def test_every_package_directory_is_in_the_wheel(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(["git", "ls-files", "gpud"], cwd=ROOT, capture_output=True, text=True).stdout.split()
-    missing = [path for path in tracked if path.endswith(".py") and path not in names]
+    # The dashboard's templates and static files travel with its code.
+    missing = [path for path in tracked if (path.endswith(".py") or path.startswith("gpud/ui/")) and path not in names]
     assert not missing
 
 

@@ -82,6 +82,7 @@ async def serve(app, config) -> None:
     from aiohttp import web
 
     from gpud.controller.http_server import start_runner
+    from gpud.ui.server import UI_SERVER
 
     runner = await start_runner(app, config.idle_timeout_s)
     loop = asyncio.get_running_loop()
@@ -89,6 +90,8 @@ async def serve(app, config) -> None:
     try:
         await web.TCPSite(runner, config.host, config.port).start()
         print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
+        if app[UI_SERVER].url:
+            print(f"gpud controller: dashboard on {app[UI_SERVER].url}", file=sys.stderr, flush=True)
         sdnotify.ready(f"serving on {config.url}")
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)

@@ -20,6 +20,7 @@ from gpud.controller.persist import StoreError
 from gpud.controller.auth import Principal
 from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
+from gpud.ui import server as ui_server
 
 log = logging.getLogger("gpud.controller")
 OPEN_PATHS = frozenset({"/healthz", "/metrics", openapi.PATH})
@@ -108,6 +109,7 @@ def make_app(config: ControllerConfig) -> web.Application:
     tokens_api.add_routes(app)
     usage_api.add_routes(app)
     app.cleanup_ctx.append(_running)
+    ui_server.mount(app)  # after _running: the dashboard starts once the controller is open, stops before it closes
     interactive.add_routes(app)
     return app
 

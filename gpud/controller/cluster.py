@@ -591,7 +591,7 @@ class Cluster(NodeMessages):
             del unsent[key]
             self.sent_at[key] = self.clock()
             self._command(name, start_command(job, task, run, node, self.nodes, self.policy.grace_period_s,
-                                          self.policy.time_slicing))
+                                          self.policy.time_slicing, self.policy.task_pids_max))
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)

@@ -9,12 +9,14 @@ from gpud.errors import ConfigError
 from gpud.tomlcheck import Table, read_toml
 
 DEFAULT_PORT = 6830
+UI_PORT_OFFSET = 2  # the dashboard's default port is the API's + 2: 6831 is a node daemon's metrics port
 TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
-            "interactive")
+            "interactive", "ui")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
+UI_KEYS = ("enabled", "listen", "secure_cookie")
 API_KEYS = ("max_body_mib", "idle_timeout_s", "body_timeout_s", "submit_rate", "submit_burst")
 
 
@@ -42,6 +44,10 @@ class ControllerConfig:
     body_timeout_s: float = 30.0    # a body that takes longer than this to arrive is refused (408)
     submit_rate: float = 0.0        # jobs per second each token may submit, on average; 0: no limit
     submit_burst: float = 0.0       # jobs a token may submit at once above the rate (0: a second's worth)
+    ui: bool = True                 # serve the web dashboard (gpud/ui) on a port of its own
+    ui_host: str | None = None      # where the dashboard listens: None, the API's host
+    ui_port: int | None = None      # None: the API's + UI_PORT_OFFSET (0 when the API's is 0: any free port)
+    ui_secure_cookie: bool = False  # mark the session cookie Secure even over plain HTTP (behind a TLS proxy)
 
     @property
     def key_path(self) -> str:
@@ -52,6 +58,12 @@ class ControllerConfig:
     def admin_token_path(self) -> str:
         """Where the first admin token is written: ``admin.token`` in the state directory by default."""
         return self.admin_token_file or os.path.join(self.state_dir, "admin.token")
+
+    @property
+    def ui_address(self) -> tuple[str, int]:
+        """Where the dashboard listens: ``[ui] listen``, else the API's host on the API's port + 2 (6832)."""
+        port = self.ui_port if self.ui_port is not None else (self.port + UI_PORT_OFFSET if self.port else 0)
+        return self.ui_host or self.host, port
 
     @property
     def url(self) -> str:
@@ -104,6 +116,11 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["body_timeout_s"] = api.number("body_timeout_s", config.body_timeout_s, lo=0.1)
         changes["submit_rate"] = api.number("submit_rate", config.submit_rate, lo=0)
         changes["submit_burst"] = api.number("submit_burst", config.submit_burst, lo=0)
+        ui = top.table("ui", UI_KEYS)
+        changes["ui"] = ui.boolean("enabled", True)
+        changes["ui_secure_cookie"] = ui.boolean("secure_cookie", False)
+        if "listen" in ui:
+            changes["ui_host"], changes["ui_port"] = parse_listen(ui.string("listen"), source, "ui.listen")
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)

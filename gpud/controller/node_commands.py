@@ -13,11 +13,12 @@ MASTER_PORT_SPAN = 2000
 
 
 def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
-                grace_s: float, slicing: TimeSlicing | None = None) -> dict:
+                grace_s: float, slicing: TimeSlicing | None = None, pids_max: int | None = None) -> dict:
     """A ``start`` message for one task incarnation (docs/api.md, node WebSocket).
 
     A task that shares its GPU also gets its memory slice and, when the
-    policy's ``slicing`` mode is strict or fair, its compute share.
+    policy's ``slicing`` mode is strict or fair, its compute share. ``pids_max`` caps the processes and
+    threads the task may have at once (the node's own default when None).
     """
     placement = run.placement
     assert placement is not None, "a start command is for a placed task"
@@ -44,6 +45,8 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
     }
     if job.interactive:
         spec["interactive"] = True
+    if pids_max is not None:
+        spec["pids_max"] = pids_max
     spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
 

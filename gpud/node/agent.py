@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import subprocess
 import time
 from typing import Any
 
@@ -14,8 +15,9 @@ import psutil
 import gpud
 from gpud.gpu import GpuBackend
 from gpud.gpu.base import MEMORY, UTILIZATION
-from gpud.node import cgroups, lease, membership
+from gpud.node import cgroups, fence, lease, membership
 from gpud.node.config import NodeConfig
+from gpud.node.launch import child_env
 from gpud.node.link import Connector, ControllerLink
 from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
 from gpud.node.pty_session import Interactive
@@ -69,6 +71,7 @@ class NodeAgent:
         self.interactive = Interactive(self.tasks, self.layout.run_root, self.link.send, backend)
         self.lease_file = lease.lease_path(self.layout.run_root)
         self.lease: lease.Lease | None = lease.read_lease(self.lease_file)
+        self._fence: subprocess.Popen | None = None
 
     # -- lifecycle -------------------------------------------------------
 
@@ -89,6 +92,7 @@ class NodeAgent:
             self.tasks.launcher.start_supervisor()
         except OSError as exc:  # tried again when the first task comes; that task then fails with the reason
             log.warning("cannot start the task supervisor yet: %s", exc)
+        self._ensure_fence()
         self._background = [asyncio.create_task(self.link.run(), name="gpud-node-link"),
                             asyncio.create_task(self._watch(), name="gpud-node-watch")]
         self.interactive.start()
@@ -301,6 +305,17 @@ class NodeAgent:
             log.info("the controller answers again: lease renewed for %g s", lease_s)
         self.lease = lease.Lease(expires, lease_s, grace_s)
         lease.write_lease(self.lease_file, self.lease)
+        self._ensure_fence()
+
+    def _ensure_fence(self) -> None:
+        """Have the node's fence running while a lease is held: it stops the tasks when the lease runs out, even
+        with this daemon and the supervisor dead (gpud.node.fence)."""
+        if self.lease is None or (self._fence is not None and self._fence.poll() is None):
+            return
+        try:
+            self._fence = fence.ensure(self.layout.run_root, child_env()) or self._fence
+        except OSError as exc:  # tried again with the next lease renewal
+            log.warning("cannot start the lease fence: %s", exc)
 
     def registered(self, message: dict) -> None:
         """The controller has the task list sent with ``register``; report only later changes."""
@@ -333,6 +348,7 @@ class NodeAgent:
                 log.warning("not starting task %s: this node's lease has run out", key.dirname)
                 return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
+            self._ensure_fence()
             if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
                 self.poke(key)
         elif kind == "stop":

@@ -25,7 +25,8 @@ PIPE_BYTES = 1 << 20
 _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))
 
 
-def _supervisor_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The environment of the processes the daemon starts to outlive it: supervisors and the fence."""
     # The daemon's own import path comes along: the supervisor imports what the daemon does.
     path = os.pathsep.join(p for p in (_SOURCE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": path, "LANG": "C.UTF-8"}
@@ -78,7 +79,7 @@ class Launcher:
             write_state(task_dir, TaskState(key, started=time.time()))
             with open(os.path.join(task_dir, "supervisor.log"), "ab") as log:
                 self._children[key] = subprocess.Popen(
-                    [self.python, "-m", "gpud.node.supervisor", task_dir], cwd="/", env=_supervisor_env(),
+                    [self.python, "-m", "gpud.node.supervisor", task_dir], cwd="/", env=child_env(),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
         return TaskState(key, started=time.time())
 
@@ -103,7 +104,7 @@ class Launcher:
             with open(os.path.join(self.layout.run_root, "supervisor.log"), "ab") as log:
                 server = self._server = subprocess.Popen(
                     [self.python, "-m", "gpud.node.supervisor", "--feed", self.layout.tasks_dir], cwd="/",
-                    env=_supervisor_env(), stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
+                    env=child_env(), stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
                     close_fds=True)
             assert server.stdin is not None  # stdin=PIPE
             try:

@@ -9,6 +9,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeGuard
 
+from gpud.task_defaults import DEFAULT_TASK_PIDS_MAX
+
 DEFAULT_OUTPUT = "gpud-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
@@ -114,7 +116,8 @@ class TaskSpec:
     time_slicing: Mapping[str, Any] | None = None
     memory_slice: Mapping[str, Any] | None = None
     near_cpus: tuple[int, ...] = ()  # the CPUs near the task's GPUs, where the node knows them; pinned there first
-    pids_max: int | None = None  # the most processes (threads included) the task may have at once; None: no limit
+    # The most processes (threads included) the task may have at once: the order's, else the policy's default.
+    pids_max: int = DEFAULT_TASK_PIDS_MAX
 
     @property
     def sliced(self) -> bool:
@@ -244,7 +247,14 @@ def parse_spec(raw: Any) -> TaskSpec:
         local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
         project=raw["project"] if isinstance(raw.get("project"), str) else "",
         time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw), near_cpus=_cpu_list(raw),
-        pids_max=_int(raw, "pids_max", None) or None)
+        pids_max=_pids_max(raw))
+
+
+def _pids_max(raw: Mapping) -> int:
+    value = _int(raw, "pids_max", DEFAULT_TASK_PIDS_MAX)
+    if value < 1:
+        raise SpecError(f"pids_max must be at least 1 (got {value})")
+    return value
 
 
 def _cpu_list(raw: Mapping) -> tuple[int, ...]:

@@ -236,12 +236,17 @@ class TaskRun:
                 start_new_session=True, close_fds=True, pass_fds=() if script_fd is None else (script_fd,),
                 user=who.uid if who.switch else None, group=who.gid if who.switch else None,
                 extra_groups=list(who.groups) if who.switch else None)
-        except OSError as exc:
-            raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
-        except subprocess.SubprocessError as exc:
-            raise StartError(str(exc)) from None
-        finally:
+        except BaseException as exc:
             self._step_out()
+            self._unconfine()  # nothing runs in its cgroups: they go now, not with a task that never was
+            if isinstance(exc, OSError):
+                raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            if isinstance(exc, subprocess.SubprocessError):
+                raise StartError(str(exc)) from None
+            raise
+        else:
+            self._step_out()
+        finally:
             os.close(out)
             if err != out:
                 os.close(err)
@@ -278,10 +283,16 @@ class TaskRun:
             self.cgroup.enter(os.getpid())
         except OSError as exc:
             self._step_out()
-            self.cgroup.remove()
-            self.confiner.release_cpus(self.pinned)
-            self.cgroup, self.pinned = None, []
+            self._unconfine()
             raise StartError(f"cannot make the task's cgroup: {exc.strerror or exc}") from None
+
+    def _unconfine(self) -> None:
+        """Remove the cgroups of a task that did not start, and give back its CPUs."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.confiner is not None:
+            self.confiner.release_cpus(self.pinned)
+        self.cgroup, self.pinned = None, []
 
     def _step_out(self) -> None:
         if self.cgroup is not None and self.confiner is not None:

@@ -1,0 +1,1 @@
+"""The web dashboard: server-rendered pages over the controller's own views, served on a port of its own."""
