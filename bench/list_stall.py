@@ -6,9 +6,9 @@ following next_cursor (``--limit`` per page; an answer without next_cursor
 is taken whole) while another thread asks /healthz as fast as it answers.
 Prints the listing's time, the pages, and /healthz's median, p99 and worst
 latency while the listing ran (the worst is the longest the event loop was
-held).
+held); round 0 is /healthz alone, with nothing listed, for comparison.
 
-    python bench/list_stall.py [--jobs 100000] [--limit 1000] [--rounds 3]
+    python bench/list_stall.py [--jobs 100000] [--limit 1000] [--rounds 3] [--idle-s 20]
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--limit", type=int, default=1000, help="jobs per page asked for")
     parser.add_argument("--rounds", type=int, default=3, help="full listings measured")
+    parser.add_argument("--idle-s", type=float, default=20.0,
+                        help="first, /healthz alone for this long (round 0): the latency no listing causes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpud-list-stall-") as root_text:
         root = Path(root_text)
@@ -83,6 +85,8 @@ def main() -> None:
                 "array": f"0-{args.jobs - 1}"})
             if status != 201:
                 raise SystemExit(f"the submit failed: {status} {answer}")
+            if args.idle_s:
+                measure(port, token, args.limit, args.jobs, 0, idle_s=args.idle_s)
             for round_ in range(args.rounds):
                 measure(port, token, args.limit, args.jobs, round_ + 1)
         finally:
@@ -91,8 +95,8 @@ def main() -> None:
             log.close()
 
 
-def measure(port: int, token: str, limit: int, jobs: int, round_: int) -> None:
-    """One full listing with /healthz asked throughout; prints its figures."""
+def measure(port: int, token: str, limit: int, jobs: int, round_: int, idle_s: float = 0.0) -> None:
+    """One full listing with /healthz asked throughout (or, with ``idle_s``, none); prints its figures."""
     latencies: list[float] = []
     done = threading.Event()
 
@@ -106,7 +110,10 @@ def measure(port: int, token: str, limit: int, jobs: int, round_: int) -> None:
     prober.start()
     began = time.perf_counter()
     listed, pages, cursor = 0, 0, None
-    while True:
+    while idle_s:
+        time.sleep(idle_s)
+        break
+    while not idle_s:
         path = f"/api/v1/jobs?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
         status, answer = call(port, "GET", path, token)
         if status != 200:
