@@ -11,7 +11,7 @@ from gpud.jobs import Job, gpus_of
 from gpud.lifecycle import ACTIVE, COMPLETED, PENDING, RUNNING, STATES
 
 # Counts by state are listed in this order: what runs, what waits, then how the others ended.
-COUNT_SLICE = 4000
+COUNT_SLICE = 2000
 _COUNT_ORDER = (RUNNING, PENDING, *(state for state in STATES if state not in (RUNNING, PENDING)))
 # The state an array shows when no element is active: the most telling way one of them ended.
 _ENDED_ORDER = ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "PREEMPTED", COMPLETED)

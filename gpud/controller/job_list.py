@@ -21,7 +21,7 @@ from gpud.jobs import Job
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
-SCAN_SLICE = 4000
+SCAN_SLICE = 2000
 
 Key = tuple[float, int, str]
 
