@@ -175,6 +175,7 @@ class Policy:
     projects: Mapping[str, Project] = field(default_factory=dict)
     pools: Mapping[str, NodePool] = field(default_factory=dict)
     default_pool: str = DEFAULT_POOL
+    partitions: Mapping[str, str] = field(default_factory=dict)  # a Slurm partition name -> the pool it means
     over_quota_weights: bool = True
     priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     idle_timeouts: Mapping[str, float] = field(default_factory=dict)  # per class: idle interactive jobs end

@@ -28,7 +28,7 @@ ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
                "task_pids_max",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
-               "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
+               "partitions", "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
                "limits")
 LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
@@ -122,6 +122,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         projects=projects,
         pools=pools,
         default_pool=default_pool,
+        partitions=_partitions(top, default_pool, known_pools),
         over_quota_weights=top.boolean("over_quota_weights", True),
         priority_classes=priority_classes,
         idle_timeouts=_idle_timeouts(top),
@@ -203,6 +204,20 @@ def _node_pools(top: Table, known: frozenset[str], placement: str, cpu_placement
             gpu_placement=_strategy(table, "gpu_placement", known) or pool_placement,
         )
     return pools
+
+
+def _partitions(top: Table, default_pool: str, known_pools: frozenset[str] | None) -> dict[str, str]:
+    """The ``[partitions]`` table: each Slurm partition name a job may give (``#SBATCH -p``) and its pool."""
+    table = top.table("partitions", None)
+    pools = known_pools if known_pools is not None else frozenset({default_pool})
+    out: dict[str, str] = {}
+    for name in table.data:
+        pool = table.string(name)
+        if pool not in pools:
+            raise table.error(name, f"unknown node pool {quote(pool)}{suggestion(pool, pools)} "
+                                    f"(node pools: {choices(pools)})")
+        out[name] = pool
+    return out
 
 
 def _priority_classes(top: Table) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """``#SBATCH`` lines translated into gpud's job options, so a Slurm user's batch script runs as it is.
 
-A gpud task is one Slurm node's share of the job: ``-N 2 --gres=gpu:4`` is a
-gang of 2 tasks with 4 GPUs each, and the script runs once in every task.
+A gpud task is one Slurm task: ``-N 2 --gres=gpu:4`` is a gang of 2 tasks
+with 4 GPUs each, ``-N 2 --ntasks-per-node=4 --gres=gpu:4`` a gang of 8 with
+one GPU each; the script runs once in every task.
 What has no gpud meaning is not guessed at: it comes back as an ``Ignored``
 entry for the caller to show.
 """
@@ -19,10 +20,16 @@ PREFIX = "#SBATCH"
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "job-name", "o": "output",
          "e": "error", "a": "array", "p": "partition", "A": "account", "d": "dependency", "G": "gpus",
          "D": "chdir", "H": "hold"}
-FLAGS = frozenset({"hold", "no-requeue", "requeue"})  # the translated options that take no value
+FLAGS = frozenset({"hold", "no-requeue", "requeue", "exclusive"})  # the translated options that take no value
 TRANSLATED = frozenset({"gres", "gpus", "gpus-per-task", "gpus-per-node", "nodes", "ntasks", "ntasks-per-node",
                         "cpus-per-task", "mem", "time", "job-name", "output", "error", "array", "partition",
-                        "account", "dependency", "chdir"}) | FLAGS
+                        "account", "dependency", "chdir", "qos", "open-mode"}) | FLAGS
+# Slurm's options that take no value, read or not: on a command line the word after one is not its value.
+SWITCHES = FLAGS | frozenset({"parsable", "wait", "W", "test-only", "quiet", "Q", "verbose", "v", "overcommit", "O",
+                              "contiguous", "spread-job", "use-min-nodes", "ignore-pbs", "no-kill", "k",
+                              "oversubscribe", "s", "unbuffered", "u", "pty", "label", "l", "exact", "overlap",
+                              "immediate", "I", "help", "usage", "version", "V"})
+GPU_TYPE_LABEL = "gpu_type"  # the node label a GPU type in --gres=gpu:TYPE:N or --gpus-per-node=TYPE:N asks for
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 _MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
@@ -34,7 +41,7 @@ class Ignored:
 
     line: int
     option: str
-    why: str  # "unsupported", "gpu_type", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time",
+    why: str  # "unsupported", "exclusive", "open_mode", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time",
     # "partitions", "dependency_kind", "dependency_any", "pattern"
     detail: str = ""
 
@@ -52,7 +59,9 @@ def split_options(directive: Directive) -> list[tuple[str, str | None, str]]:
 
     Accepts ``--opt=value``, ``--opt value``, ``-X value`` and ``-Xvalue``. An
     option gpud does not translate takes the next word as its value unless
-    that word starts with ``-``. Raises DirectiveError for a stray word.
+    that word starts with ``-``, or (on a command line, given as line 0)
+    Slurm knows the option as one without a value. Raises DirectiveError
+    for a stray word.
     """
     words = list(directive.args)
     out = []
@@ -69,7 +78,8 @@ def split_options(directive: Directive) -> list[tuple[str, str | None, str]]:
             given = rest.removeprefix("=") if rest else None
         else:
             raise DirectiveError(f"line {directive.line}: {PREFIX} {word!r} is not an option")
-        if given is None and name not in FLAGS and i < len(words) and not words[i].startswith("-"):
+        if given is None and name not in FLAGS and i < len(words) and not words[i].startswith("-") \
+                and not (directive.line == 0 and name in SWITCHES):
             given = words[i]
             i += 1
         written = word if given is None or given in word else f"{word} {given}"
@@ -99,10 +109,10 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
     def emit(line: int, *args: str) -> None:
         out.append(Directive(line, tuple(args)))
 
-    tasks = _tasks(seen, ignored, emit)
-    _gpus(seen, tasks, ignored, emit)
+    tasks, per_node = _tasks(seen, ignored, emit)
+    _gpus(seen, tasks, per_node, ignored, emit)
     simple = {"cpus-per-task": "--cpus", "job-name": "--name", "array": "--array", "account": "--project",
-              "chdir": "--workdir"}
+              "chdir": "--workdir", "qos": "--qos"}
     for name, option in simple.items():
         if name in seen:
             line, value, _ = seen[name]
@@ -111,7 +121,7 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
         if flag in seen:
             emit(seen[flag][0], f"--{flag}")
     if "mem" in seen:
-        _mem(seen["mem"], ignored, emit)
+        _mem(seen["mem"], per_node, ignored, emit)
     if "time" in seen:
         line, value, written = seen["time"]
         if value.lower() in ("unlimited", "infinite"):
@@ -123,7 +133,11 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
         first = value.split(",")[0]
         if first != value:
             ignored.append(Ignored(line, written, "partitions", first))
-        emit(line, "--pool", first)
+        emit(line, "--partition", first)
+    if "exclusive" in seen:
+        ignored.append(Ignored(seen["exclusive"][0], seen["exclusive"][2], "exclusive"))
+    if "open-mode" in seen and seen["open-mode"][1] != "append":
+        ignored.append(Ignored(seen["open-mode"][0], seen["open-mode"][2], "open_mode"))
     if "dependency" in seen:
         _dependency(seen["dependency"], ignored, emit)
     title = seen["job-name"][1] if "job-name" in seen else job_name
@@ -137,35 +151,80 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
     return Translation(sorted(out, key=lambda d: d.line), sorted(ignored, key=lambda i: i.line))
 
 
-def _tasks(seen, ignored, emit) -> int:
-    """One gpud task per Slurm node; ``-N 2-4`` is an elastic gang of 2 to 4 tasks."""
+def _tasks(seen, ignored, emit) -> tuple[int, int]:
+    """The gang's size and its tasks per node: one gpud task per Slurm task.
+
+    ``-N 2 --ntasks-per-node=4`` (or ``-N 2 -n 8``) is a gang of 8, each
+    task with a quarter of a node's GPUs and memory; ``-N 2-4`` is an elastic
+    gang. Tasks that would need part of a GPU above one (3 GPUs a node for 2
+    tasks) stay one task per node, with a warning.
+    """
+    per_node = _per_node(seen, ignored)
     if "nodes" in seen:
         line, value, written = seen["nodes"]
         low, _, high = value.partition("-")
         if not low.isdigit() or (high and not high.isdigit()):
             raise DirectiveError(f"line {line}: {PREFIX} {written}: nodes must be a count such as 2 or 2-4")
-        tasks = int(high or low)
+        tasks = int(high or low) * per_node
         emit(line, "--tasks", str(tasks))
-        if high and int(low) < tasks:
-            emit(line, "--min-tasks", low)
-        per_node = seen.get("ntasks-per-node")
-        if per_node and per_node[1] != "1":
-            ignored.append(Ignored(per_node[0], per_node[2], "ntasks_per_node", str(tasks)))
-        elif "ntasks" in seen and seen["ntasks"][1] != str(tasks):
-            ignored.append(Ignored(seen["ntasks"][0], seen["ntasks"][2], "ntasks_per_node", str(tasks)))
-        return tasks
+        if high and int(low) * per_node < tasks:
+            emit(line, "--min-tasks", str(int(low) * per_node))
+        return tasks, per_node
     if "ntasks" in seen:
         line, value, written = seen["ntasks"]
         if not value.isdigit():
             raise DirectiveError(f"line {line}: {PREFIX} {written}: ntasks must be a count such as 4")
         emit(line, "--tasks", value)
-        return int(value)
-    if "ntasks-per-node" in seen and seen["ntasks-per-node"][1] != "1":
-        ignored.append(Ignored(seen["ntasks-per-node"][0], seen["ntasks-per-node"][2], "ntasks_per_node", "1"))
-    return 1
+        return int(value), per_node if per_node > 1 else 1
+    if per_node > 1:
+        line, _, _ = seen["ntasks-per-node"]
+        emit(line, "--tasks", str(per_node))
+    return per_node, per_node
 
 
-def _gpus(seen, tasks: int, ignored, emit) -> None:
+def _per_node(seen, ignored) -> int:
+    """Tasks per node: --ntasks-per-node, or --ntasks over --nodes; 1 when the node's GPUs cannot be split so."""
+    entry = seen.get("ntasks-per-node")
+    count = 1
+    if entry is not None:
+        if not entry[1].isdigit() or int(entry[1]) < 1:
+            raise DirectiveError(f"line {entry[0]}: {PREFIX} {entry[2]}: ntasks-per-node must be a count such as 4")
+        count = int(entry[1])
+    elif "ntasks" in seen and "nodes" in seen and seen["ntasks"][1].isdigit():
+        nodes = seen["nodes"][1].partition("-")[2] or seen["nodes"][1].partition("-")[0]
+        ntasks = int(seen["ntasks"][1])
+        entry = seen["ntasks"]
+        if nodes.isdigit() and ntasks % int(nodes) == 0:
+            count = ntasks // int(nodes)
+        elif nodes.isdigit():
+            ignored.append(Ignored(entry[0], entry[2], "ntasks_per_node", nodes))
+            return 1
+    if count == 1:
+        return 1
+    gpus = _node_gpus(seen)
+    if gpus is not None and gpus % count and gpus / count > 1:
+        ignored.append(Ignored(entry[0], entry[2], "ntasks_per_node", f"{gpus:g} GPUs"))
+        return 1
+    return count
+
+
+def _node_gpus(seen) -> float | None:
+    """The GPUs a node's share asks for (--gres=gpu:N or --gpus-per-node), or None; unreadable counts are left
+    for _gpus to refuse."""
+    for name in ("gpus-per-node", "gres"):
+        if name not in seen:
+            continue
+        for item in seen[name][1].split(","):
+            kind, _, rest = item.partition(":") if name == "gres" else ("gpu", "", item)
+            if kind == "gpu":
+                try:
+                    return float((rest or "1").rpartition(":")[2])
+                except ValueError:
+                    return None
+    return None
+
+
+def _gpus(seen, tasks: int, per_node: int, ignored, emit) -> None:
     """GPUs per task from --gres=gpu:N (per node), --gpus-per-node/-task, or --gpus (the job's total)."""
     for name in ("gpus-per-task", "gpus-per-node", "gres", "gpus"):
         if name not in seen:
@@ -178,25 +237,27 @@ def _gpus(seen, tasks: int, ignored, emit) -> None:
                 if kind != "gpu":
                     ignored.append(Ignored(line, written, "other_gres", item))
                     continue
-                count = _typed_count(rest or "1", line, written, ignored)
+                count = _typed_count(rest or "1", line, written, emit)
             if count is None:
                 continue
         else:
-            count = _typed_count(value, line, written, ignored)
+            count = _typed_count(value, line, written, emit)
         if name == "gpus":
             if count % tasks:
                 raise DirectiveError(f"line {line}: {PREFIX} {written}: {count:g} GPUs do not divide among "
                                      f"{tasks} tasks; write --gres=gpu:N for N GPUs on each node")
             count //= tasks
+        elif name != "gpus-per-task":
+            count /= per_node
         emit(line, "--gpus", f"{count:g}")
         return
 
 
-def _typed_count(value: str, line: int, written: str, ignored) -> float:
-    """The count in ``N`` or ``TYPE:N``; a GPU type is reported, not required."""
+def _typed_count(value: str, line: int, written: str, emit) -> float:
+    """The count in ``N`` or ``TYPE:N``; a type asks for nodes labelled ``gpu_type=TYPE``."""
     kind, _, count = value.rpartition(":")
     if kind:
-        ignored.append(Ignored(line, written, "gpu_type", kind))
+        emit(line, "--constraint", f"{GPU_TYPE_LABEL}={kind}")
     try:
         number = float(count)
     except ValueError:
@@ -206,8 +267,11 @@ def _typed_count(value: str, line: int, written: str, ignored) -> float:
     return number
 
 
-def _mem(entry, ignored, emit) -> None:
-    """Slurm reads a bare ``--mem`` number as megabytes; gpud as GiB, so the unit is written out."""
+def _mem(entry, per_node: int, ignored, emit) -> None:
+    """Slurm reads a bare ``--mem`` number as megabytes; gpud as GiB, so the unit is written out.
+
+    ``--mem`` is per node: each of a node's ``per_node`` tasks gets its share.
+    """
     line, value, written = entry
     match = re.match(_MEM, value.strip())
     if match is None:
@@ -215,7 +279,8 @@ def _mem(entry, ignored, emit) -> None:
     if float(match[1]) == 0:
         ignored.append(Ignored(line, written, "mem_all"))
         return
-    emit(line, "--mem", f"{match[1]}{(match[2] or 'M').upper()}")
+    amount = match[1] if per_node == 1 else f"{float(match[1]) / per_node:g}"
+    emit(line, "--mem", f"{amount}{(match[2] or 'M').upper()}")
 
 
 def _dependency(entry, ignored, emit) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpud.jobs import Dependency, Job
+from gpud import slurm_names
 from gpud.policy import Policy
 from gpud.tomlcheck import suggestion
 
@@ -19,7 +20,7 @@ JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
     "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
-    "interactive"})
+    "interactive", "partition", "qos"})
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -61,6 +62,7 @@ class Submission:
     job: Job
     array_indices: tuple[int, ...] | None = None
     array_limit: int | None = None
+    notes: tuple[dict[str, str], ...] = ()  # how a Slurm partition or QOS was taken (gpud.slurm_names)
 
 
 def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity: Capacity) -> Submission:
@@ -70,6 +72,10 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     unknown = sorted(set(payload) - JOB_FIELDS)
     if unknown:
         raise SubmitError(f"unknown field {unknown[0]!r}{suggestion(unknown[0], JOB_FIELDS)}", unknown[0])
+    try:
+        payload, notes = slurm_names.resolve(payload, policy)
+    except ValueError as exc:
+        raise SubmitError(str(exc), str(exc).split()[0]) from None
     r = _Reader(payload)
     project = r.string("project", required=True)
     assert project is not None  # required
@@ -117,9 +123,9 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
         raise SubmitError("an interactive job is one task with one terminal; for a gang or an array, submit a "
                           "batch job and use `gpuctl run --in JOB` in it", "tasks" if job.tasks != 1 else "array")
     if array is None:
-        return Submission(job)
+        return Submission(job, notes=tuple(notes))
     indices, limit = parse_array(array)
-    return Submission(job, tuple(indices), limit)
+    return Submission(job, tuple(indices), limit, tuple(notes))
 
 
 def parse_array(text: str) -> tuple[list[int], int | None]:

@@ -47,12 +47,12 @@ def options(text: str) -> dict[str, tuple]:
 def test_a_slurm_script_translates_line_by_line():
     result = translate(sbatch_lines(SLURM_SCRIPT), user="ann")
     got = [(d.line, d.args) for d in result.directives]
-    assert got == [(2, ("--name", "bert")), (3, ("--project", "vision")), (4, ("--pool", "a100")),
+    assert got == [(2, ("--name", "bert")), (3, ("--project", "vision")), (4, ("--partition", "a100")),
                    (5, ("--tasks", "2")), (6, ("--gpus", "4")), (7, ("--cpus", "8")), (8, ("--mem", "64000M")),
                    (9, ("--time", "1-12:00:00")), (10, ("--output", "logs/bert-%j.out")),
                    (11, ("--error", "/dev/null")), (12, ("--depends", "afterok:12:13"))]
     assert [(i.line, i.option, i.why) for i in result.ignored] == [
-        (13, "--mail-user=me@example.org", "unsupported"), (14, "--exclusive", "unsupported")]
+        (13, "--mail-user=me@example.org", "unsupported"), (14, "--exclusive", "exclusive")]
 
 
 @pytest.mark.parametrize("lines, expected", [
@@ -69,15 +69,30 @@ def test_a_slurm_script_translates_line_by_line():
                                                 "--workdir": "/tmp/w"}),
     ("#SBATCH --time=90", {"--time": "90"}),
     ("#SBATCH -o slurm-%A_%a.out", {"--output": "slurm-%j.out"}),
+    ("#SBATCH -p gpu", {"--partition": "gpu"}),                         # the controller says which pool
+    ("#SBATCH --qos=high", {"--qos": "high"}),                           # a priority class, if it is one
+    ("#SBATCH --gres=gpu:a100:2", {"--constraint": "gpu_type=a100", "--gpus": "2"}),  # the type: a node label
+    ("#SBATCH --gpus-per-node=h100:4", {"--constraint": "gpu_type=h100", "--gpus": "4"}),
+    ("#SBATCH --requeue --open-mode=append", {}),                         # what gpud does anyway
+    ("#SBATCH -N 2 --ntasks-per-node=1", {"--tasks": "2"}),
+    # One gpud task per Slurm task: a node's GPUs and memory are shared among its tasks.
+    ("#SBATCH -N 2 --ntasks-per-node=4 --gres=gpu:8 --mem=64G", {"--tasks": "8", "--gpus": "2", "--mem": "16G"}),
+    ("#SBATCH -N 2 -n 16 --gpus-per-node=8", {"--tasks": "16", "--gpus": "1"}),
+    ("#SBATCH --ntasks-per-node=2 --gres=gpu:1", {"--tasks": "2", "--gpus": "0.5"}),
+    ("#SBATCH -N 1-2 --ntasks-per-node=4", {"--tasks": "8", "--min-tasks": "4"}),
+    ("#SBATCH -N 2 --ntasks-per-node=2 --gpus-per-task=1", {"--tasks": "4", "--gpus": "1"}),
 ])
 def test_each_option_maps_to_gpuds(lines, expected):
     assert options(lines + "\n") == expected
 
 
 @pytest.mark.parametrize("line, why, detail", [
-    ("#SBATCH --gres=gpu:a100:2", "gpu_type", "a100"),
+    ("#SBATCH --exclusive", "exclusive", ""),
+    ("#SBATCH --open-mode=truncate", "open_mode", ""),
     ("#SBATCH --gres=gpu:1,nvme:1", "other_gres", "nvme:1"),
-    ("#SBATCH -N 2 --ntasks-per-node=4", "ntasks_per_node", "2"),
+    ("#SBATCH -N 2 --gres=gpu:3 --ntasks-per-node=2", "ntasks_per_node", "3 GPUs"),
+    ("#SBATCH -N 2 -n 3", "ntasks_per_node", "2"),
+    ("#SBATCH -N 2 -n 4 --gres=gpu:3", "ntasks_per_node", "3 GPUs"),
     ("#SBATCH --mem=0", "mem_all", ""),
     ("#SBATCH -t UNLIMITED", "unlimited_time", ""),
     ("#SBATCH -p a,b", "partitions", "a"),
@@ -95,6 +110,7 @@ def test_what_gpud_does_not_act_on_is_named(line, why, detail):
     ("#SBATCH --gpus=3 -N 2", "do not divide among 2 tasks"),
     ("#SBATCH --gres=gpu:many", "not a GPU count"),
     ("#SBATCH -N lots", "nodes must be a count"),
+    ("#SBATCH --ntasks-per-node=x", "ntasks-per-node must be a count"),
     ("#SBATCH --mem=lots", "memory is a number"),
     ("#SBATCH train.py", "is not an option"),
     ("#SBATCH --time", "needs a value"),
@@ -125,9 +141,9 @@ def test_submit_sends_the_translated_job_and_warns_about_the_rest(api, tmp_path,
     script.write_text(SLURM_SCRIPT)
     assert main(["submit", str(script)]) == 0
     job = api.requests[-1]["body"]
-    assert {k: job[k] for k in ("project", "name", "pool", "tasks", "gpus", "cpus", "memory_gib", "time_limit_s",
+    assert {k: job[k] for k in ("project", "name", "partition", "tasks", "gpus", "cpus", "memory_gib", "time_limit_s",
                                 "output", "error", "depends")} == {
-        "project": "vision", "name": "bert", "pool": "a100", "tasks": 2, "gpus": 4, "cpus": 8,
+        "project": "vision", "name": "bert", "partition": "a100", "tasks": 2, "gpus": 4, "cpus": 8,
         "memory_gib": pytest.approx(64000 / 1024), "time_limit_s": 36 * 3600, "output": "logs/bert-%j.out",
         "error": "/dev/null", "depends": ["afterok:12", "afterok:13"]}
     err = capsys.readouterr().err

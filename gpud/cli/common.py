@@ -27,6 +27,14 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
         super().__init__(prog, indent_increment, max_help_position, width if width is not None else _columns() - 2)
 
+    def add_argument(self, action: argparse.Action) -> None:
+        """As argparse's, but a sub-command's name counts with the indent it is shown at, so none wraps."""
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            names = [len(self._format_action_invocation(sub)) for sub in action._get_subactions()]
+            shown = max(names, default=0) + self._current_indent + self._indent_increment
+            self._action_max_length = max(self._action_max_length, shown)
+
 
 @functools.cache
 def _columns() -> int:

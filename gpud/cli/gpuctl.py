@@ -16,7 +16,7 @@ VERBS = {
     "cancel": "job_cmd", "hold": "job_cmd", "release": "job_cmd", "logs": "logs_cmd", "nodes": "nodes_cmd",
     "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
     "usage": "usage_cmd", "report": "usage_cmd",
-    "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd",
+    "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
 }
 
 EPILOG = f"""\

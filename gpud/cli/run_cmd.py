@@ -90,7 +90,13 @@ def run_interactive(args: argparse.Namespace) -> int:
         return _finish(api, args.inside, _attach(api, job_path(args.inside, "exec"), params), main=False)
     if args.command_argv is not None and not args.command_argv:
         raise UsageError("nothing to run after --; leave out -- for a shell")
-    job = build_job(args, command=args.command_argv or None)
+    return run_new(build_job(args, command=args.command_argv or None))
+
+
+def run_new(job: dict) -> int:
+    """Submit ``job`` (the API's job object) as an interactive job, wait for it and attach; returns the exit status."""
+    from gpud.client import job_path
+    api = client()
     job["interactive"] = True
     job_id = api.post("jobs", job)["ids"][0]
     print(f"gpuctl run: submitted interactive job {job_id}", file=sys.stderr)

@@ -11,9 +11,11 @@ from gpud.cli.common import UsageError
 # What each kind of ignored #SBATCH option is told, with {detail} from the translation.
 WHY = {
     "unsupported": "gpud has no such option",
-    "gpu_type": "the GPU type {detail} is not required (ask for it with --constraint and a node label)",
+    "exclusive": "a job is not given whole nodes, only what it asks for (--gres, -c, --mem)",
+    "open_mode": "gpud always appends to output files",
     "other_gres": "only gpu is read from --gres, not {detail}",
-    "ntasks_per_node": "gpud runs one task per node ({detail} in all); start more processes per node in the script",
+    "ntasks_per_node": "tasks per node that do not divide the job ({detail}) run as one task per node; "
+                       "start more processes per node in the script",
     "mem_all": "gpud cannot give a job all of a node's memory; the default --mem applies",
     "unlimited_time": "no time limit is set (the policy's, if any, applies)",
     "partitions": "a job has one pool; it goes to {detail}",
@@ -24,26 +26,35 @@ WHY = {
 
 
 def script_options(parser: argparse.ArgumentParser, text: str, source: str,
-                   job_name: str | None) -> argparse.Namespace:
+                   job_name: str | None, command_line: tuple[str, ...] = (),
+                   prog: str = "gpuctl submit") -> argparse.Namespace:
     """The options a script's own lines set: ``#SBATCH`` translated, overridden by ``#GPUD``.
 
-    Prints one warning on stderr for every ``#SBATCH`` option gpud does not
-    act on. Raises UsageError naming the script and the line of a bad option.
+    ``command_line`` holds sbatch options given on an sbatch command line,
+    which win over the script's ``#SBATCH`` lines. Prints one warning on
+    stderr (headed ``prog``) for every option gpud does not act on. Raises
+    UsageError naming the script and the line of a bad option.
     """
-    from gpud.directives import DirectiveError, parse_directives, read_directives
+    from gpud.directives import Directive, DirectiveError, parse_directives, read_directives
     try:
         translated = []
         sbatch = read_directives(text, source, prefix="#SBATCH")
+        if command_line:
+            sbatch.append(Directive(0, command_line))
         if sbatch:
             from gpud.sbatch import translate
             user = _user()
             try:
                 translation = translate(sbatch, job_name, user)
             except DirectiveError as exc:
-                raise DirectiveError(f"{source}, {exc}") from None
+                text = str(exc)
+                if text.startswith("line 0: #SBATCH "):  # the options given on sbatch's command line
+                    raise DirectiveError(f"command line: {text.removeprefix('line 0: #SBATCH ')}") from None
+                raise DirectiveError(f"{source}, {text}") from None
             translated = translation.directives
             for item in translation.ignored:
-                print(f"gpuctl submit: warning: {source}, line {item.line}: #SBATCH {item.option} ignored: "
+                where = f"{source}, line {item.line}: #SBATCH" if item.line else "command line:"
+                print(f"{prog}: warning: {where} {item.option} ignored: "
                       f"{WHY[item.why].format(detail=item.detail)}", file=sys.stderr)
         return parse_directives(parser, translated + read_directives(text, source), source)
     except DirectiveError as exc:

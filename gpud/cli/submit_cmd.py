@@ -30,13 +30,16 @@ same command over indices with --array 0-9999 (each job reads its index in
 $GPUD_ARRAY_TASK_ID), or different jobs with --from-file jobs.jsonl (up to
 10,000 per request).
 
-#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N,
---gpus-per-node/--gpus-per-task, --gpus (the job's total), -N/--nodes (one
-task per node; 2-4 makes an elastic gang), -n/--ntasks, -c, --mem (a bare
-number is MB, as in Slurm), -t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array,
--p (the pool), -A (the project), --dependency, -D, -H and --no-requeue.
-Every other #SBATCH option is named in a warning and ignored. #GPUD lines win
-over #SBATCH lines.
+#SBATCH lines are read too, so a Slurm script runs as it is: --gres=gpu:N
+(gpu:TYPE:N asks for nodes labelled gpu_type=TYPE), --gpus-per-node/-task,
+--gpus (the job's total), -N/--nodes (one task per node; 2-4 makes an
+elastic gang), --ntasks-per-node, -n/--ntasks, -c, --mem (a bare number is MB, as in Slurm),
+-t, -J, -o, -e (%j, %t, %x, %u, %A_%a), --array, -p (a pool, a partition
+the policy maps, else the default pool), -A (the project), --qos (a
+priority class), --dependency, -D, -H and --no-requeue. Every other #SBATCH
+option is named in a warning and ignored. #GPUD lines win over #SBATCH
+lines. Each task gets Slurm's SLURM_* variables; `gpuctl slurm-shims`
+writes sbatch, squeue, sacct, ... commands (docs/user-guide.md).
 
 Sizes: 16G, 20GiB, 512M (powers of 1024; a bare number is GiB).
 Times: 90 (minutes), 1:30:00, 2-00:00:00 (days), 90m, 1.5h, 30s.
@@ -85,6 +88,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="priority class (inference, build, interactive-preemptible, train) or an integer")
     add("--constraint", action="append", type=_pair, metavar="KEY=VALUE", help="node label to require (repeatable)")
     add("--pool", help="node pool (default: the policy's)")
+    add("--partition", metavar="NAME", help="a Slurm partition: the pool of that name, the pool the policy's "
+                                            "[partitions] table maps it to, or else the default pool")
+    add("--qos", metavar="NAME", help="a Slurm QOS: the priority class of that name (else ignored, with a warning)")
     add("--workdir", metavar="DIR", help="directory the tasks start in (default: the current directory)")
     add("--env", action="append", type=_env, metavar="K=V",
         help="set a variable in the job (repeatable); a bare K copies it from here")
@@ -101,7 +107,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_compute_limit", "tasks", "min_tasks", "cpus", "mem", "priority",
-           "constraint", "pool", "workdir", "env", "export_env", "time", "array", "depends", "hold",
+           "constraint", "pool", "partition", "qos", "workdir", "env", "export_env", "time", "array", "depends", "hold",
            "no_requeue", "signal", "output", "error")
 
 
@@ -165,6 +171,8 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
     if opts.constraint:
         put("constraint", dict(opts.constraint))
     put("pool", opts.pool)
+    put("partition", getattr(opts, "partition", None))
+    put("qos", getattr(opts, "qos", None))
     put("time_limit_s", opts.time)
     put("array", opts.array)
     if opts.depends:
@@ -306,7 +314,25 @@ def _print_ids(ids: list[str], parsable: bool) -> None:
         print(f"submitted {len(ids)} jobs: {ids[0]} ... {ids[-1]}")
 
 
+def print_notes(answer: dict, prog: str = "gpuctl submit") -> None:
+    """Say on stderr how the controller took a Slurm partition or QOS the job named (the answer's ``notes``)."""
+    for note in answer.get("notes") or []:
+        given = note.get("given")
+        how = note.get("how")
+        if note.get("field") == "partition" and how == "default":
+            print(f"{prog}: warning: no pool or [partitions] entry is named {given!r}; the job goes to the "
+                  f"default pool {note.get('pool')!r}", file=sys.stderr)
+        elif note.get("field") == "partition" and how == "overridden":
+            print(f"{prog}: warning: partition {given!r} ignored: the job names its pool "
+                  f"{note.get('pool')!r}", file=sys.stderr)
+        elif note.get("field") == "qos" and how == "ignored":
+            print(f"{prog}: warning: QOS {given!r} ignored: it is not a priority class of the policy", file=sys.stderr)
+        elif note.get("field") == "qos" and how == "overridden":
+            print(f"{prog}: warning: QOS {given!r} ignored: the job gives its priority", file=sys.stderr)
+
+
 def _print_submitted(answer: dict, parsable: bool) -> None:
+    print_notes(answer)
     ids = [str(i) for i in answer.get("ids", [])]
     array_id = answer.get("array_id")
     if parsable:

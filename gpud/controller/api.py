@@ -145,6 +145,9 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
     answer: dict[str, Any] = {"ids": ids}
     if single and ids and "_" in ids[0]:
         answer["array_id"] = ids[0].partition("_")[0]
+    notes = [note for s in submissions for note in s.notes]
+    if notes and single:
+        answer["notes"] = notes
     if claim is not None:
         claim.record(ctrl.persist, 201, answer)
     await commit_new(ctrl, jobs)

@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
+from gpud import slurm_env
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
@@ -150,10 +151,12 @@ class Cluster(NodeMessages):
                 added.append(template)
                 continue
             array_id = str(seq)
+            span = slurm_env.array_span(submission.array_indices)
             for index in submission.array_indices:
                 job = self._new_job(template, f"{seq}_{index}", seq, now)
                 job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
-                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index)}
+                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index),
+                           **slurm_env.array_vars(array_id, index, span)}
                 added.append(job)
                 if len(added) >= part:
                     yield self._stage_part(added, finished_states)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from gpud import slurm_env
 from gpud.controller.nodes import NodeRecord
 from gpud.jobs import Job, TaskRun, job_uid
 from gpud.policy import TimeSlicing
@@ -31,7 +32,8 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
     spec = {
         "user": job.user, "allow_root": job.allow_root, "command": job.command, "script": job.script,
         "workdir": job.workdir,
-        "env": job.env, "job_name": job.name, "project": job.project,
+        "env": slurm_env.merged_env(job.env, slurm_task_vars(job, task, node), job.array_id is not None),
+        "job_name": job.name, "project": job.project,
         "job_uid": job_uid(job), "gpu_uuids": node.uuids(placement.gpu_index), "gpu_indices": list(placement.gpu_index),
         "gpu_share": placement.gpu_share, "cpus": job.cpus, "memory_gib": job.memory_gib,
         "time_limit_s": time_limit, "stop_signal": job.stop_signal, "grace_s": grace_s,
@@ -49,6 +51,26 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
         spec["pids_max"] = pids_max
     spec.update(sharing_spec(job, placement, node, slicing or TimeSlicing()))
     return {"type": "start", "job": job.id, "task": task, "attempt": run.attempt, "spec": spec}
+
+
+def slurm_task_vars(job: Job, task: int, node: NodeRecord) -> dict[str, str]:
+    """The ``SLURM_*`` variables of one placed task of ``job`` (running on ``node``), as sbatch and srun set them.
+
+    The submit directory and host are the client's (the sbatch command puts
+    them in the job's environment); a job submitted without them gets its
+    workdir and the node of its first task.
+    """
+    placed = [(i, r.placement) for i, r in enumerate(job.runs) if r.placement is not None]
+    nodes = tuple(p.node for _, p in placed)
+    here = [p for _, p in placed if p.node == node.name]
+    facts = slurm_env.TaskFacts(
+        job_id=job.id, job_name=job.name, user=job.user, account=job.project, partition=node.pool,
+        procid=next(rank for rank, (i, _) in enumerate(placed) if i == task), nodes=nodes,
+        cpus_per_task=job.cpus, gpus_on_node=len({g for p in here for g in p.gpu_index}),
+        mem_per_node_mib=round(job.memory_gib * 1024 * len(here)),
+        submit_dir=job.env.get("SLURM_SUBMIT_DIR") or job.workdir,
+        submit_host=job.env.get("SLURM_SUBMIT_HOST") or nodes[0], restart_count=job.restart_count)
+    return slurm_env.task_vars(facts)
 
 
 def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) -> dict:

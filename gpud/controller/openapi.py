@@ -46,7 +46,7 @@ JOB_IN = {
         "priority": {"anyOf": [STR, INT]}, "constraint": STR_MAP, "pool": STR,
         "time_limit_s": {"type": "number", "exclusiveMinimum": 0}, "array": STR, "depends": STRINGS,
         "hold": BOOL, "requeue": BOOL, "stop_signal": {"enum": list(STOP_SIGNALS)}, "output": STR, "error": STR,
-        "interactive": BOOL,
+        "interactive": BOOL, "partition": STR, "qos": STR,
     },
 }
 
@@ -82,7 +82,8 @@ SCHEMAS: dict[str, Any] = {
               "properties": {"error": {"type": "string", "minLength": 1}, "field": STR, "index": INT}},
     "JobIn": JOB_IN,
     "Job": JOB_OUT,
-    "Ids": {"type": "object", "required": ["ids"], "properties": {"ids": STRINGS, "array_id": STR}},
+    "Ids": {"type": "object", "required": ["ids"], "properties": {"ids": STRINGS, "array_id": STR,
+                                                                     "notes": {"type": "array", "items": STR_MAP}}},
     "Jobs": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": _ref("Job")},
                                                                     "arrays": {"type": "object"}}},
     "JobPage": {"type": "object", "required": ["jobs", "arrays", "next_cursor"],

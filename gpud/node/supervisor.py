@@ -184,8 +184,8 @@ class TaskRun:
             finally:
                 os.chdir("/")
             try:
-                out = os.open(out_path, flags, 0o644)
-                err = out if err_path == out_path else os.open(err_path, flags, 0o644)
+                out = _open_making_dirs(out_path, flags)
+                err = out if err_path == out_path else _open_making_dirs(err_path, flags)
             except OSError as exc:
                 raise StartError(f"cannot open {exc.filename}: {exc.strerror}") from None
         return out, err
@@ -696,6 +696,19 @@ def _stop_reason(requested: object) -> str:
     return "stopped"
 
 
+def _open_making_dirs(path: str, flags: int) -> int:
+    """Open an output file, making its missing directories first (as the task's user, inside its workdir).
+
+    Tools that name a directory per job in ``-o`` (submitit's ``%j/``) make
+    it once the submit returns; a job that starts before then still runs.
+    """
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``--feed TASKS_DIR`` (orders on standard input) or one TASK_DIR whose order is written."""
     args = sys.argv[1:] if argv is None else argv
@@ -715,3 +728,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

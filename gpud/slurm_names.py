@@ -1,0 +1,61 @@
+"""A Slurm partition or QOS named in a submission, resolved into the node pool and priority class it means.
+
+Slurm scripts almost always name a partition (``#SBATCH -p gpu``) and often a
+QOS; the names are a cluster's own, so a job is not refused for them. What
+was done with each name travels back as a note (data) for the client to show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpud.policy import Policy
+
+# The ways a name can be taken, as the notes' "how".
+POOL = "pool"                # the partition is the name of a pool
+MAPPED = "mapped"            # the policy's [partitions] table maps it to a pool
+DEFAULT = "default"          # neither: the job goes to the default pool
+CLASS = "class"              # the QOS is the name of a priority class
+IGNORED = "ignored"          # the QOS names no priority class: the job keeps its own priority
+OVERRIDDEN = "overridden"    # the job also gave the pool (or priority) itself, which wins
+
+
+def resolve(payload: dict[str, Any], policy: Policy) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """``payload`` with ``partition`` and ``qos`` replaced by ``pool`` and ``priority``, and a note on each.
+
+    A partition is a pool of that name, else the pool the policy's
+    ``[partitions]`` table maps it to, else the default pool. A QOS that is a
+    priority class becomes the job's priority. An explicit ``pool`` or
+    ``priority`` in the payload wins. A partition or QOS that is not a
+    non-empty string raises ValueError.
+    """
+    out = dict(payload)
+    notes: list[dict[str, str]] = []
+    partition, qos = out.pop("partition", None), out.pop("qos", None)
+    if isinstance(partition, str) and partition:
+        pool, how = _pool_of(partition, policy)
+        if out.get("pool") is not None:
+            pool, how = str(out["pool"]), OVERRIDDEN
+        out["pool"] = pool
+        notes.append({"field": "partition", "given": partition, "how": how, "pool": pool})
+    elif partition is not None:
+        raise ValueError("partition must be a partition name")
+    if isinstance(qos, str) and qos:
+        if out.get("priority") is not None:
+            how = OVERRIDDEN
+        elif qos in policy.priority_classes:
+            out["priority"], how = qos, CLASS
+        else:
+            how = IGNORED
+        notes.append({"field": "qos", "given": qos, "how": how})
+    elif qos is not None:
+        raise ValueError("qos must be a QOS name")
+    return out, notes
+
+
+def _pool_of(partition: str, policy: Policy) -> tuple[str, str]:
+    if partition in policy.pools or partition == policy.default_pool:
+        return partition, POOL
+    if partition in policy.partitions:
+        return policy.partitions[partition], MAPPED
+    return policy.default_pool, DEFAULT
