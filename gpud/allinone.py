@@ -85,7 +85,8 @@ def default_state_dir(env: Mapping[str, str] = os.environ) -> str:
 
 
 def default_policy(gpus: int) -> str:
-    """The policy written on the first start: an open project "default" and two labs whose quotas fit ``gpus``."""
+    """The policy written on the first start: an open project "default" whose quota is all ``gpus`` (so
+    interactive work starts at once), and two labs whose quotas fit ``gpus``."""
     alice, bob = max(1, gpus // 2), max(1, gpus // 4)
     return f"""\
 # gpud policy, written by gpud up on its first start. Edit it, then run
@@ -98,13 +99,15 @@ grace_period = 10
 # Seconds a job runs before it may be preempted, so that preemption cannot thrash.
 min_runtime = 30
 
-# Anyone may submit here (no `users` list). No quota: its jobs run on GPUs
-# the labs leave idle, and give them back when a lab needs its quota.
+# Anyone may submit here (no `users` list). Its quota is every GPU of this
+# machine, so interactive work (gpuctl run, gpuctl notebook: class "build",
+# not preemptible, which runs only within quota) starts at once. Lower it
+# (`gpuctl policy reload`) to guarantee the labs below their quotas.
 [[projects]]
 name = "default"
-gpu_quota = 0
+gpu_quota = {gpus}
 
-# Two labs with guaranteed quotas; what neither uses is shared between them
+# Two labs with guaranteed quotas; what is idle is shared between them
 # (and "default") by over_quota_weight.
 [[projects]]
 name = "alice-lab"
@@ -325,6 +328,8 @@ def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, p
         lines += ["", "Next, in another terminal:",
                   f"  gpuctl submit {'' if written and project else '-p default '}--gpus 1 -- python3 -c 'import os; "
                   "print(os.environ[\"CUDA_VISIBLE_DEVICES\"])'",
+                  f"  gpuctl run {'' if written and project else '-p default '}--gpus 1"
+                  "     # a shell on one GPU (Ctrl-D ends it)",
                   "  gpuctl queue            # pending and running jobs",
                   "  gpuctl history          # finished jobs; output is in gpud-<id>.out in the workdir",
                   "  gpuctl projects         # quotas and fair shares",

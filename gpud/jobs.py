@@ -14,7 +14,8 @@ from gpud.model import JobSpec, TaskPlacement, TaskRequest
 SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workdir", "env", "gpus",
                     "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "priority_class",
                     "priority", "constraint", "pool", "time_limit_s", "array_id", "array_index",
-                    "array_limit", "depends", "requeue", "stop_signal", "output", "error", "gpu_compute_request",
+                    "array_limit", "depends", "requeue", "stop_signal", "warn_signal", "warn_lead_s",
+                    "warn_batch_only", "output", "error", "gpu_compute_request",
                     "gpu_compute_limit", "interactive", "submitted", "seq")
 
 
@@ -71,6 +72,10 @@ class Job:
     hold: bool = False
     requeue: bool = True
     stop_signal: str = "TERM"
+    # --signal SIG@LEAD: SIG goes LEAD seconds before the time limit, and at once when the job is a victim.
+    warn_signal: str | None = None
+    warn_lead_s: float = 0.0
+    warn_batch_only: bool = False  # "B:": the task's leader process alone hears it
     output: str = "gpud-%j.out"
     error: str | None = None
     gpu_compute_request: float | None = None
@@ -97,6 +102,9 @@ class Job:
     gpu_util_sum: float = 0.0    # its GPUs' utilisation samples (percent) added up, for their mean
     gpu_util_samples: int = 0
     gpu_memory_peak_gib: float | None = None  # the most GPU memory one of its GPUs held for it
+    last_checkpoint: float | None = None  # when it last reported a complete checkpoint (gpuctl checkpointed)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # the latest ones: {"at", "source", "restart"}
+    lost_gpu_seconds: float = 0.0  # GPU-seconds since the last checkpoint at each preemption, added up
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -138,7 +146,7 @@ class Job:
                        tasks=self.tasks, min_tasks=self.min_tasks, submitted=self.submitted,
                        started=self.started if running else None,
                        placements=placements if running else (), node_selector=self.constraint,
-                       pool=self.pool, seq=self.seq, user=self.user)
+                       pool=self.pool, seq=self.seq, user=self.user, checkpointed=self.last_checkpoint)
 
     def nodes(self) -> list[str]:
         """The nodes the job's tasks hold resources on, in task order, without repeats."""
@@ -158,6 +166,7 @@ class Job:
         data["command"] = list(self.command) if self.command is not None else None
         data["env"], data["constraint"] = dict(self.env), dict(self.constraint)
         data["hosts"] = list(self.hosts)
+        data["checkpoints"] = [dict(c) for c in self.checkpoints]
         data["depends"] = [{"kind": d.kind, "job": d.job, "met": d.met} for d in self.depends]
         data["runs"] = [_run_record(run) for run in self.runs]
         return data
@@ -204,7 +213,8 @@ def gpus_of(placement: TaskPlacement) -> float:
 
 
 _SCALARS = tuple(f.name for f in dataclasses.fields(Job)
-                 if f.name not in ("command", "env", "constraint", "hosts", "depends", "runs"))
+                 if f.name not in ("command", "env", "constraint", "hosts", "depends", "runs",
+                                                                "checkpoints"))
 
 
 def _run_record(run: TaskRun) -> dict[str, Any]:

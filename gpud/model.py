@@ -123,6 +123,7 @@ class JobSpec:
     pool: str | None = None
     seq: int = 0
     user: str = ""
+    checkpointed: float | None = None  # when the job last reported a complete checkpoint; None: never
 
     @property
     def gang_minimum(self) -> int:

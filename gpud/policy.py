@@ -10,6 +10,10 @@ from gpud.task_defaults import DEFAULT_TASK_PIDS_MAX
 
 DEFAULT_POOL = "default"
 DEFAULT_DEPARTMENT = "default"
+# The victim orders among jobs of one priority (docs/scheduling.md, "Victims by work lost").
+LEAST_LOST_WORK = "least_lost_work"
+YOUNGEST_FIRST = "youngest_first"
+VICTIM_ORDERS = (LEAST_LOST_WORK, YOUNGEST_FIRST)
 DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = {
     "inference": 125,
     "build": 100,
@@ -67,6 +71,7 @@ class Project(QueueSettings):
     users: tuple[str, ...] = ()
     priorities: tuple[str, ...] | None = None
     max_priority: int | None = None
+    interactive_class: str | None = None  # the class of its interactive jobs that name none; None: the policy's
     user_limits: Limits = NO_LIMITS  # for each user in the project
     job_limits: Limits = NO_LIMITS  # running and pending jobs of the whole project (its GPUs: ``limit``)
 
@@ -179,9 +184,11 @@ class Policy:
     over_quota_weights: bool = True
     priority_classes: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     idle_timeouts: Mapping[str, float] = field(default_factory=dict)  # per class: idle interactive jobs end
+    interactive_class: str = "build"  # the class of interactive jobs (gpuctl run, notebook) that name none
     min_runtime_s: float = 300.0
     grace_period_s: float = 30.0
     task_pids_max: int = DEFAULT_TASK_PIDS_MAX  # the most processes and threads one task may have at once
+    victim_order: str = LEAST_LOST_WORK  # among victims of one priority: LEAST_LOST_WORK or YOUNGEST_FIRST first
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"
     cpu_placement: str = "binpack"
@@ -216,6 +223,15 @@ class Policy:
         if settings.max_priority is not None:
             return classes, settings.max_priority
         return classes, max((self.priority_classes[name] for name in classes), default=0)
+
+    def default_class(self, project: str, interactive: bool) -> str:
+        """The priority class a job of ``project`` that names none gets: the project's or the policy's
+        ``interactive_class`` for interactive work, ``train`` for batch work."""
+        if not interactive:
+            return "train"
+        settings = self.projects.get(project)
+        chosen = settings.interactive_class if settings is not None else None
+        return chosen or self.interactive_class
 
     def department_of(self, project: str) -> Department:
         """The department a project belongs to."""

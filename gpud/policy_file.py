@@ -10,7 +10,7 @@ from gpud.accounting.decay import RESETS
 from gpud.errors import ConfigError
 from gpud.model import EPS, RESOURCES, Resources
 from gpud.policy import (DEFAULT_DEPARTMENT, DEFAULT_POOL, DEFAULT_PRIORITY_CLASSES, DEFAULT_TASK_PIDS_MAX,
-                         TIME_SLICING_MODES, Department,
+                         LEAST_LOST_WORK, TIME_SLICING_MODES, VICTIM_ORDERS, Department,
                          FairShare, Limits, NodePool, PluginSettings, Policy, Project, TimeSlicing)
 from gpud.tomlcheck import REQUIRED, Table, as_number, choices, describe, fmt, quote, read_toml, spotted, suggestion
 
@@ -26,10 +26,10 @@ class _AnyName(frozenset):
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
-               "task_pids_max",
+               "task_pids_max", "victim_order",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "partitions", "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
-               "limits")
+               "limits", "interactive_class")
 LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout")
@@ -38,8 +38,8 @@ QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gi
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
 DEPARTMENT_KEYS = ("name", *QUOTA_KEYS.values(), "over_quota_weight", "over_quota_priority", "over_quota",
                    *LIMIT_KEYS.values())
-PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority", *LIMITS_KEYS,
-                "running_jobs", "pending_jobs")
+PROJECT_KEYS = (*DEPARTMENT_KEYS, "department", "users", "priorities", "max_priority", "interactive_class",
+                *LIMITS_KEYS, "running_jobs", "pending_jobs")
 POOL_KEYS = ("name", "placement", "cpu_placement", "gpu_placement")
 PLUGIN_KEYS = ("disable", "directory")
 MAX_QUEUES = 10_000
@@ -110,6 +110,8 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
                                                priorities=_allowed_classes(table, priority_classes),
                                                max_priority=table.integer("max_priority", None, lo=-1_000_000,
                                                                           hi=1_000_000),
+                                               interactive_class=_class_name(table, "interactive_class",
+                                                                             priority_classes, None),
                                                user_limits=_user_limits(table),
                                                job_limits=Limits(running_jobs=_count(table, "running_jobs"),
                                                                  pending_jobs=_count(table, "pending_jobs")))
@@ -126,9 +128,11 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         over_quota_weights=top.boolean("over_quota_weights", True),
         priority_classes=priority_classes,
         idle_timeouts=_idle_timeouts(top),
+        interactive_class=_class_name(top, "interactive_class", priority_classes, "build") or "build",
         min_runtime_s=top.seconds("min_runtime", 300.0),
         grace_period_s=top.seconds("grace_period", 30.0),
         task_pids_max=top.integer("task_pids_max", DEFAULT_TASK_PIDS_MAX, lo=16, hi=4_194_304),
+        victim_order=_victim_order(top),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,
         cpu_placement=cpu_placement,
@@ -138,6 +142,14 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         fair_share=_fair_share(top),
         user_limits=_user_limits(top.table("limits", LIMITS_KEYS)),
     )
+
+
+def _victim_order(top: Table) -> str:
+    order = top.string("victim_order", LEAST_LOST_WORK)
+    if order not in VICTIM_ORDERS:
+        raise top.error("victim_order", f"victim_order must be one of {choices(VICTIM_ORDERS)}, not {quote(order)}"
+                                        f"{suggestion(order, VICTIM_ORDERS)}")
+    return order
 
 
 def _usage_settings(top: Table) -> dict:
@@ -233,6 +245,15 @@ def _priority_classes(top: Table) -> dict[str, int]:
         else:
             classes[name] = table.integer(name, lo=-1_000_000_000, hi=1_000_000_000)
     return classes
+
+
+def _class_name(table: Table, key: str, classes: dict[str, int], default: str | None) -> str | None:
+    """A setting that names one priority class (``interactive_class``), refused when no such class exists."""
+    name = table.string(key, default)
+    if name is not None and name not in classes:
+        raise table.error(key, f"unknown priority class {quote(name)}{suggestion(name, classes)} "
+                               f"(classes: {choices(classes)})")
+    return name
 
 
 def _allowed_classes(table: Table, classes: dict[str, int]) -> tuple[str, ...] | None:

@@ -59,7 +59,9 @@ def _rule_text(b: Blocker) -> str:
         wanted = ",".join(f"{k}={v}" for k, v in b.selector)
         return f"no node in pool {b.pool} matches constraint {wanted}"
     if rule == NODE_SIZE:
-        return f"no node in pool {b.pool} is large enough for one task ({request_text(b.request)})"
+        wanted = ",".join(f"{k}={v}" for k, v in b.selector)
+        return (f"no node in pool {b.pool}" + (f" that matches constraint {wanted}" if wanted else "")
+                + f" is large enough for one task ({request_text(b.request)})")
     if rule == LIMIT:
         return (f"{b.level} {b.name} is at its limit of {_amounts(b.bound, b.need)} "
                 f"(holds {_held(b.held, b.bound, b.need)})")

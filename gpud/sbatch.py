@@ -23,7 +23,7 @@ SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "J": "j
 FLAGS = frozenset({"hold", "no-requeue", "requeue", "exclusive"})  # the translated options that take no value
 TRANSLATED = frozenset({"gres", "gpus", "gpus-per-task", "gpus-per-node", "nodes", "ntasks", "ntasks-per-node",
                         "cpus-per-task", "mem", "time", "job-name", "output", "error", "array", "partition",
-                        "account", "dependency", "chdir", "qos", "open-mode"}) | FLAGS
+                        "account", "dependency", "chdir", "qos", "open-mode", "signal"}) | FLAGS
 # Slurm's options that take no value, read or not: on a command line the word after one is not its value.
 SWITCHES = FLAGS | frozenset({"parsable", "wait", "W", "test-only", "quiet", "Q", "verbose", "v", "overcommit", "O",
                               "contiguous", "spread-job", "use-min-nodes", "ignore-pbs", "no-kill", "k",
@@ -112,7 +112,7 @@ def translate(directives: list[Directive], job_name: str | None = None, user: st
     tasks, per_node = _tasks(seen, ignored, emit)
     _gpus(seen, tasks, per_node, ignored, emit)
     simple = {"cpus-per-task": "--cpus", "job-name": "--name", "array": "--array", "account": "--project",
-              "chdir": "--workdir", "qos": "--qos"}
+              "chdir": "--workdir", "qos": "--qos", "signal": "--signal"}
     for name, option in simple.items():
         if name in seen:
             line, value, _ = seen[name]

@@ -20,7 +20,9 @@ JOB_FIELDS = frozenset({
     "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
     "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
     "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
-    "interactive", "partition", "qos"})
+    "interactive", "partition", "qos", "warn_signal", "warn_lead_s", "warn_batch_only"})
+WARN_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "URG", "CONT", "WINCH", "ALRM")
+MAX_WARN_LEAD_S = 65535.0
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
 MAX_ARRAY_ELEMENTS = 100_000
@@ -53,6 +55,8 @@ class Capacity:
     max_cpus: float | None = None
     max_memory_gib: float | None = None
     labels: tuple[tuple[tuple[str, str], ...], ...] | None = None  # each distinct set of node labels
+    # Each distinct set of node labels with the largest node carrying it: (labels, GPUs, GPU memory, CPUs, memory).
+    sized: tuple[tuple[tuple[tuple[str, str], ...], int, float, float, float], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +103,12 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
               env=_env(r), interactive=interactive)
     _resources(r, job, capacity)
     _priority(r, job, policy)
-    if not admin and payload.get("priority") is not None:
-        _priority_allowed(job, policy)
+    if not admin and (payload.get("priority") is not None or job.interactive):
+        # An interactive job's default class is checked as if it had been asked for: no escalation by default.
+        _priority_allowed(job, policy, chosen=payload.get("priority") is not None)
     job.constraint = r.labels("constraint")
     _check_labels(job.constraint, capacity)
+    _check_fits_matching(job, capacity)
     job.pool = r.string("pool")
     known_pools = set(policy.pools) | {policy.default_pool}
     if job.pool is not None and job.pool not in known_pools:
@@ -116,6 +122,7 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     if job.stop_signal.removeprefix("SIG") not in STOP_SIGNALS:
         raise SubmitError(f"stop_signal must be one of {', '.join(STOP_SIGNALS)}", "stop_signal")
     job.stop_signal = job.stop_signal.removeprefix("SIG")
+    _warn_signal(r, job)
     job.output = _relative_path(r, "output") or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
     job.error = _relative_path(r, "error")
     array = r.string("array")
@@ -250,6 +257,35 @@ def _check_fits(job: Job, capacity: Capacity) -> None:
                           f"has {capacity.max_memory_gib:g} GiB", "memory_gib")
 
 
+def _check_fits_matching(job: Job, capacity: Capacity) -> None:
+    """Refuse a job whose tasks fit no node its constraint matches, naming the constraint (422)."""
+    wanted = {k: v for k, v in job.constraint.items() if k != "pool"}
+    if not wanted or not capacity.sized:
+        return
+    matching = [size for size in capacity.sized if all(pair in size[0] for pair in wanted.items())]
+    if not matching:
+        return  # _check_labels says no node has the labels
+    gpus = max(m[1] for m in matching)
+    gpu_memory = max(m[2] for m in matching)
+    cpus = max(m[3] for m in matching)
+    memory = max(m[4] for m in matching)
+    chosen = ", ".join(f"{k}={v}" for k, v in wanted.items())
+    if job.gpus >= 1 and job.gpus > gpus:
+        raise SubmitError(f"each task asks for {job.gpus:g} GPUs but the largest node with {chosen} has {gpus}; "
+                          "use more tasks with fewer GPUs each, or another --constraint", "constraint")
+    if job.gpus > 0 and gpus == 0:
+        raise SubmitError(f"the job asks for GPUs but no node with {chosen} has any", "constraint")
+    if job.gpu_memory_gib is not None and job.gpu_memory_gib > gpu_memory:
+        raise SubmitError(f"gpu_memory_gib {job.gpu_memory_gib:g} is more than the largest GPU's "
+                          f"{gpu_memory:g} GiB on the nodes with {chosen}", "constraint")
+    if job.cpus > cpus:
+        raise SubmitError(f"each task asks for {job.cpus:g} CPUs but the largest node with {chosen} has "
+                          f"{cpus:g}", "constraint")
+    if job.memory_gib > memory:
+        raise SubmitError(f"each task asks for {job.memory_gib:g} GiB of memory but the largest node with "
+                          f"{chosen} has {memory:g} GiB", "constraint")
+
+
 def _check_labels(constraint: dict[str, str], capacity: Capacity) -> None:
     """Refuse a constraint no node has ever had; "pool" is a node's pool, which the policy may change."""
     wanted = {k: v for k, v in constraint.items() if k != "pool"}
@@ -266,7 +302,7 @@ def _check_labels(constraint: dict[str, str], capacity: Capacity) -> None:
 def _priority(r: _Reader, job: Job, policy: Policy) -> None:
     value = r.raw("priority")
     if value is None:
-        default = "build" if job.interactive else "train"
+        default = policy.default_class(job.project, job.interactive)
         value = default if default in policy.priority_classes else None
     if value is None:
         job.priority_class, job.priority = "", 50
@@ -281,16 +317,39 @@ def _priority(r: _Reader, job: Job, policy: Policy) -> None:
         raise SubmitError("priority must be a priority class name or an integer", "priority", status=400)
 
 
-def _priority_allowed(job: Job, policy: Policy) -> None:
-    """Refuse a priority the policy does not let the users of the job's project ask for (403)."""
+def _priority_allowed(job: Job, policy: Policy, *, chosen: bool = True) -> None:
+    """Refuse a priority the policy does not let the users of the job's project ask for (403).
+
+    ``chosen`` is False for the class an interactive job gets by default, which passes the same check.
+    """
     classes, highest = policy.allowed_priorities(job.project)
     named = job.priority_class in policy.priority_classes
     if (job.priority_class in classes) if named else job.priority <= highest:
         return
     asked = f"priority class {job.priority_class!r}" if named else f"priority {job.priority}"
+    if not chosen:
+        asked += " (the policy's interactive_class, which interactive jobs get unless they name one)"
     raise SubmitError(f"project {job.project!r} does not allow {asked}; its users may use the classes "
-                      f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)",
-                      "priority", status=403)
+                      f"{', '.join(classes) or '(none)'} or an integer up to {highest} (admins may set any)"
+                      + ("" if chosen else "; name one with --priority"), "priority", status=403)
+
+
+def _warn_signal(r: Any, job: Job) -> None:
+    """``warn_signal``, ``warn_lead_s``, ``warn_batch_only``: what ``--signal SIG@LEAD`` asked for."""
+    name = r.string("warn_signal")
+    lead = r.number("warn_lead_s")
+    job.warn_batch_only = r.boolean("warn_batch_only", False)
+    if name is None:
+        if lead is not None or job.warn_batch_only:
+            raise SubmitError("warn_lead_s and warn_batch_only go with warn_signal (--signal SIG@LEAD)",
+                              "warn_signal")
+        return
+    name = name.removeprefix("SIG")
+    if name not in WARN_SIGNALS:
+        raise SubmitError(f"warn_signal must be one of {', '.join(WARN_SIGNALS)}", "warn_signal")
+    if lead is None or not 0 <= lead <= MAX_WARN_LEAD_S:
+        raise SubmitError(f"warn_lead_s must be 0 to {MAX_WARN_LEAD_S:g} seconds", "warn_lead_s")
+    job.warn_signal, job.warn_lead_s = name, float(lead)
 
 
 def _dependency(text: str) -> Dependency:

@@ -50,8 +50,12 @@ def wait_state(live, job_id: str, *states: str, timeout: float = 30) -> dict:
 
 
 def test_an_array_is_one_object_in_every_verb(live):
+    # Elements run until the test lets them end: the counts below must not move while gpuctl reads them.
+    go = live.workdir / "array-go"
+    go.unlink(missing_ok=True)
     array_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--gpus", "1", "--array", "0-5%2", "--",
-                         "sh", "-c", "echo element $GPUD_ARRAY_TASK_ID; sleep 1.5")).strip()
+                         "sh", "-c", f"echo element $GPUD_ARRAY_TASK_ID; while [ ! -e {go} ]; do sleep 0.1; done"
+                         )).strip()
     wait_for(lambda: show(live, array_id)["array"]["states"].get("RUNNING") == 2, "two elements running")
 
     queue = ok(gpuctl(live, "queue")).splitlines()
@@ -72,6 +76,7 @@ def test_an_array_is_one_object_in_every_verb(live):
     assert "the job is held" in ok(gpuctl(live, "why", array_id))
     assert f"{array_id}_5" in ok(gpuctl(live, "release", array_id))
 
+    go.touch()
     done = wait_state(live, array_id, "COMPLETED", timeout=60)
     assert done["array"]["states"] == {"COMPLETED": 6} and len(done["elements"]) == 6
     logs = ok(gpuctl(live, "logs", array_id))
@@ -185,3 +190,24 @@ def test_an_elastic_gang_that_loses_tasks_restarts_the_rest_with_the_smaller_wor
         assert any(e["kind"] == "resized" and "WORLD_SIZE=2" in e["message"] for e in shrunk["events"])
     finally:
         gpuctl(live, "cancel", gang, *([newcomer] if newcomer else []))
+
+
+def test_show_of_an_array_gives_the_reason_each_element_failed(live):
+    array_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--array", "0-1", "--", "sh", "-c",
+                         'exit "$GPUD_ARRAY_TASK_ID"')).strip()
+    done = wait_state(live, array_id, "FAILED", "COMPLETED", timeout=60)
+    failed = next(e for e in done["elements"] if e["state"] == "FAILED")
+    assert failed["reason"], done["elements"]
+    row = next(line for line in ok(gpuctl(live, "show", array_id)).splitlines()
+               if line.split() and line.split()[0] == failed["id"])
+    assert row.rstrip().endswith(failed["reason"]), row
+
+
+def test_a_refusal_names_the_job_once(live):
+    job_id = ok(gpuctl(live, "submit", "--parsable", "-p", "alpha", "--", "true")).strip()
+    wait_state(live, job_id, "COMPLETED")
+    refused = gpuctl(live, "cancel", job_id, "999999")
+    assert refused.returncode == 1
+    lines = refused.stderr.splitlines()
+    assert lines[0].startswith(f"gpuctl cancel: job {job_id} has already ended"), refused.stderr
+    assert lines[1].startswith("gpuctl cancel: ") and lines[1].count("999999") == 1, refused.stderr

@@ -63,14 +63,29 @@ def test_no_verb_prints_help_and_exits_2(argv, capsys):
     (["submit", "--time-limit", "1h", "-p", "p", "--", "x"],
      "gpuctl submit: error: unknown option --time-limit (did you mean -t/--time?)"),
     (["queue", "--mine"], "gpuctl queue: error: unknown option --mine (did you mean --me?)"),
-    (["cancel", "1", "--frobnicate"], "gpuctl cancel: error: unknown option --frobnicate; see `gpuctl cancel --help`"),
+    (["cancel", "1", "--frobnicate"], "gpuctl cancel: error: unknown option --frobnicate\n"
+                                      "usage: gpuctl cancel JOB [JOB ...]; see `gpuctl cancel --help`"),
     (["show", "1", "2"], "gpuctl show: error: unexpected argument: 2"),
 ])
 def test_argument_errors_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as done:
         main(argv)
     assert done.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    # The error, then the usage in one line: never argparse's many-line usage first.
+    first, second = err.splitlines()
+    assert first.startswith("gpuctl") and ": error: " in first, err
+    assert second.startswith("usage: gpuctl") and second.endswith("--help`"), err
+
+
+def test_a_gpud_argument_error_is_two_short_lines_from_the_sub_command(capsys):
+    from gpud.cli.gpud_main import main as gpud_main
+    with pytest.raises(SystemExit) as done:
+        gpud_main(["up", "--no-such-flag", "2"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "gpud up: error: unrecognized arguments: --no-such-flag 2", "usage: gpud up [options]; see `gpud up --help`"]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -289,7 +291,9 @@ def _try_get(url: str) -> bytes | None:
 
 FAKE_LAB = """\
 #!{python}
-import http.server, sys
+import http.server, json, sys
+with open("lab-argv.json", "w") as f:
+    json.dump(sys.argv[1:], f)
 args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
 token = args["ServerApp.token"]
 class Lab(http.server.BaseHTTPRequestHandler):
@@ -321,7 +325,9 @@ def test_notebook_prints_a_local_url_with_its_token(cluster, tmp_path):
     lab.chmod(0o755)
     env = user_env(cluster)
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpuctl", "notebook", "-p", "alpha", "--gpus", "1"],
+    (cluster.workdir / "lab-argv.json").unlink(missing_ok=True)
+    process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpuctl", "notebook", "-p", "alpha", "--gpus", "1",
+                                "--", "--notebook-dir=/srv/notebooks", "--ServerApp.iopub_data_rate_limit=1e10"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=cluster.workdir)
     try:
@@ -338,6 +344,38 @@ def test_notebook_prints_a_local_url_with_its_token(cluster, tmp_path):
     job_line = [line for line in stderr.splitlines() if "submitted interactive job" in line]
     job_id = job_line[0].rsplit(" ", 1)[1]
     assert cluster.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED")["state"] == "CANCELLED"
+    argv = json.loads((cluster.workdir / "lab-argv.json").read_text())
+    assert argv[-2:] == ["--notebook-dir=/srv/notebooks", "--ServerApp.iopub_data_rate_limit=1e10"] or \
+        argv[-3:-1] == ["--notebook-dir=/srv/notebooks", "--ServerApp.iopub_data_rate_limit=1e10"], argv
+    # The admin token's user here is the one running the tests: as root, Jupyter needs --allow-root, said aloud.
+    as_root = cluster.api("GET", "/api/v1/whoami")[1]["user"] == "root"
+    assert ("--allow-root" in argv) == as_root, argv
+    assert ("passing --allow-root" in stderr) == as_root, stderr
+
+
+@pytest.mark.parametrize("flags", [["--array", "0-3"], ["--tasks", "2"], ["--hold"], ["--min-tasks", "1"]])
+def test_notebook_and_run_refuse_batch_options(cluster, flags):
+    for verb in ("notebook", "run"):
+        result = gpuctl(cluster, verb, "-p", "alpha", *flags)
+        assert result.returncode == 2, result.stderr
+        assert f"{flags[0]} cannot be used here" in result.stderr and "gpuctl run --in" in result.stderr
+
+
+def test_run_stops_waiting_for_a_job_that_can_never_start(cluster):
+    """Class build runs only within quota; project private has none, so the job is cancelled, not waited on."""
+    result = gpuctl(cluster, "run", "-p", "private", "--gpus", "1", "--", "true")
+    assert result.returncode == 1, result.stderr
+    job_id = re.search(r"submitted interactive job (\d+)", result.stderr).group(1)
+    assert f"job {job_id} can never start as asked, so it was cancelled" in result.stderr
+    assert "quota of 0" in result.stderr and "preemptible priority" in result.stderr, result.stderr
+    assert cluster.job(job_id)["state"] == "CANCELLED"
+
+
+def test_a_terminal_without_a_size_gets_24_by_80(cluster, terminals):
+    term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--", "sh", "-c", "echo size=$(stty size)",
+                      rows=0, cols=0)
+    term.expect(r"size=24 80")
+    assert term.wait() == 0
 
 
 def test_an_idle_interactive_job_is_warned_then_released(cluster, terminals):
@@ -495,3 +533,14 @@ def test_terminals_run_as_the_jobs_user_and_nothing_new_listens_on_the_node(clus
         assert term.wait() == 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_refused_terminal_shows_the_controllers_reason_and_frees_the_job(cluster):
+    env = {**user_env(cluster), "TERM": "no such term!"}
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "-p", "alpha", "--", "true"], env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, cwd=cluster.workdir)
+    assert result.returncode == 1, result.stderr
+    assert "term must be a terminal name" in result.stderr and "HTTP 422" in result.stderr, result.stderr
+    job_id = re.search(r"submitted interactive job (\d+)", result.stderr).group(1)
+    assert f"cancelled job {job_id}" in result.stderr
+    assert cluster.wait_state(job_id, "CANCELLED")["state"] == "CANCELLED"

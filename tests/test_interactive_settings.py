@@ -87,3 +87,22 @@ def test_the_queue_place_follows_priority_then_submit_time_in_the_pool():
         "  it would start with: a larger quota",
         "  (class build is not preemptible, so it runs only within the project's quota; --priority "
         "interactive-preemptible may also use idle GPUs over it)"]
+
+
+def test_the_class_of_interactive_work_comes_from_the_policy_and_the_project():
+    policy = parse('interactive_class = "shell"\n[priority_classes]\nshell = 80\n'
+                   '[[projects]]\nname = "a"\n[[projects]]\nname = "b"\ninteractive_class = "train"\n')
+    assert policy.default_class("a", interactive=True) == "shell"
+    assert policy.default_class("b", interactive=True) == "train"
+    assert policy.default_class("a", interactive=False) == "train"
+    assert parse("[[projects]]\nname = \"a\"\n").default_class("a", interactive=True) == "build"
+
+
+@pytest.mark.parametrize("text, says", [
+    ('interactive_class = "biuld"\n', "interactive_class: unknown priority class \"biuld\"; did you mean \"build\"?"),
+    ('[[projects]]\nname = "a"\ninteractive_class = "shell"\n', "interactive_class: unknown priority class"),
+])
+def test_an_interactive_class_that_does_not_exist_is_refused(text, says):
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    assert says in str(info.value)

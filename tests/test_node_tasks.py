@@ -177,11 +177,17 @@ def test_stop_sends_term_to_the_whole_group(table, workdir):
     assert not alive(child)
 
 
+# The handler writes with os.write, which takes no lock. With print, a stop that comes while the main thread is
+# still inside print('ready') (its bytes already in the file) enters the handler there (CPython looks for
+# signals between a buffered stream's writes), and print in the handler then raises "reentrant call": the
+# task ends with code 1 a few hundredths of a second after the stop, whatever its grace.
+TRAP_TERM = ("import os, signal, time\nsignal.signal(signal.SIGTERM, lambda *a: os.write(1, b'got TERM\\n'))\n"
+             "os.write(1, b'ready\\n')\nwhile True: time.sleep(0.05)\n")
+
+
 def test_stop_waits_grace_then_kills_a_task_that_traps_term(table, workdir):
     key = TaskKey("19", 0, 0)
-    trap = ("import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('got TERM', flush=True))\n"
-            "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n")
-    table.start(key, spec(workdir, [sys.executable, "-c", trap]))
+    table.start(key, spec(workdir, [sys.executable, "-c", TRAP_TERM]))
     running(table, key)
     wait_for(lambda: "ready" in (workdir / "gpud-19.out").read_text())
     started = time.monotonic()
@@ -192,6 +198,39 @@ def test_stop_waits_grace_then_kills_a_task_that_traps_term(table, workdir):
     assert (state.term_signal, state.exit_code, state.reason) == (signal.SIGKILL, None, "stopped")
     assert "got TERM" in (workdir / "gpud-19.out").read_text()
     assert not alive(state.pid)
+
+
+def test_a_second_stop_never_cuts_the_grace_short(table, workdir):
+    key = TaskKey("19", 0, 1)
+    out = workdir / "gpud-19.out"
+    table.start(key, spec(workdir, [sys.executable, "-c", TRAP_TERM]))
+    running(table, key)
+    wait_for(lambda: "ready" in out.read_text())
+    started = time.monotonic()
+    table.stop(key, "preempted", grace_s=1.5)
+    wait_for(lambda: "got TERM" in out.read_text())
+    table.stop(key, "cancelled", grace_s=0)  # the controller says it again, with a policy reloaded meanwhile
+    state = run_to_end(table, key)
+    assert time.monotonic() - started >= 1.5
+    assert (state.term_signal, state.reason) == (signal.SIGKILL, "stopped")
+    assert out.read_text().count("got TERM") == 1, "one stop signal"
+
+
+def test_a_hastened_stop_ends_the_grace_at_once(table, workdir):
+    """A victim that reports its checkpoint within its grace is stopped then, not at the grace's end."""
+    key = TaskKey("19", 0, 2)
+    out = workdir / "gpud-19.out"
+    table.start(key, spec(workdir, [sys.executable, "-c", TRAP_TERM]))
+    running(table, key)
+    wait_for(lambda: "ready" in out.read_text())
+    started = time.monotonic()
+    table.stop(key, "preempted", grace_s=60)
+    wait_for(lambda: "got TERM" in out.read_text())
+    table.stop(key, "preempted", grace_s=0, hasten=True)
+    state = run_to_end(table, key)
+    assert time.monotonic() - started < 30
+    assert state.term_signal == signal.SIGKILL
+    assert out.read_text().count("got TERM") == 1, "one stop signal"
 
 
 def test_stop_signal_of_the_job_is_used(table, workdir):

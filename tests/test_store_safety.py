@@ -142,6 +142,8 @@ def test_a_backup_taken_while_serving_brings_the_cluster_back(cluster):
     started(cluster)
     ids = [cluster.submit(command=["true"], hold=True) for _ in range(5)]
     alice = cluster.token_for("alice")
+    cluster.token_for("bob")
+    assert cluster.api("POST", "/api/v1/tokens/revoke", {"user": "bob"})[0] == 200  # kept, not counted
     dest = cluster.root / "backup.sqlite"
     made = gpud("backup", "--config", str(cluster.config), str(dest))
     assert made.returncode == 0, made.stderr

@@ -20,8 +20,9 @@ from node_helpers import kill_everything, spec
 from test_node_link import KEY, controller, start_daemon, stop_daemon  # noqa: F401 - controller is a fixture
 
 SPIN = [sys.executable, "-c", "while True: pass"]
+# Says when its handler is in place (a stop before that would end it by SIGTERM, not by its handler).
 TRAP = [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
-                              "while True: pass\n"]
+                              "open('trap-ready', 'w').close()\nwhile True: pass\n"]
 
 
 FROZEN = ("T", "D")  # SIGSTOP shows as T; the cgroup freezer (here as root) as D
@@ -124,6 +125,8 @@ async def test_two_tasks_sharing_a_gpu_take_turns_and_a_frozen_one_stops_on_term
     await wait_until(lambda: 0 in agent.slices.slicers and len(agent.slices.slicers[0].members()) == 2)
     states = seen_states(a["pid"], 1.0)
     assert states & set(FROZEN) and "R" in states, states
+    # Sliced, the interpreter may take a while to reach its handler on a busy machine.
+    await wait_until(lambda: (workdir / "trap-ready").exists(), timeout=30)
     await controller.send({"type": "stop", "job": "70", "task": 0, "attempt": 0, "reason": "cancelled",
                            "grace_s": 30})
     exited = await report_of(controller, "70", "exited", timeout=10)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 import sys
@@ -29,6 +30,12 @@ name = "strict"
 gpu_quota = 0
 priorities = ["train", "nightly"]
 max_priority = 60
+
+[[projects]]
+name = "strict-shell"
+gpu_quota = 0
+priorities = ["train", "interactive-preemptible"]
+interactive_class = "interactive-preemptible"
 
 [priority_classes]
 nightly = 40
@@ -161,6 +168,25 @@ def test_a_user_gets_the_priorities_the_project_allows(cluster, priority):
     assert status == 201, body
 
 
+def test_an_interactive_job_gets_no_class_by_default_that_its_project_does_not_allow(cluster):
+    """The default class of interactive work (gpuctl run sends no priority) is checked as a named one is."""
+    status, body = post(cluster, cluster.alice, interactive=True)
+    assert status == 403 and body["field"] == "priority", body
+    assert "'build'" in body["error"] and "interactive_class" in body["error"] and "--priority" in body["error"]
+    status, body = post(cluster, cluster.alice, interactive=True, priority="train")
+    assert status == 201, body
+    assert cluster.job(body["ids"][0])["priority"] == 50
+
+
+def test_a_project_names_the_class_of_its_interactive_jobs(cluster):
+    status, body = post(cluster, cluster.alice, project="strict-shell", interactive=True)
+    assert status == 201, body
+    job = cluster.job(body["ids"][0])
+    assert (job["priority_class"], job["priority"]) == ("interactive-preemptible", 75)
+    status, body = post(cluster, cluster.alice, project="strict-shell", command=["true"])
+    assert status == 201 and cluster.job(body["ids"][0])["priority_class"] == "train", body
+
+
 def test_an_admin_may_set_any_priority(cluster):
     status, body = post(cluster, "admin", priority=1_000_000)
     assert status == 201, body
@@ -271,6 +297,21 @@ def test_the_last_admin_token_cannot_be_revoked(cluster):
     status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": admins[0]["id"]})
     assert status == 409 and "last admin token" in body["error"], body
     assert cluster.api("GET", "/api/v1/whoami")[0] == 200
+    # The command the message suggests works as it is written (NAME filled in).
+    hint = re.search(r"\((gpuctl token create [^)]*)\)", body["error"]).group(1)
+    made = gpuctl(cluster, *hint.replace("NAME", "ops").split()[1:], "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["admin"] is True
+
+
+def test_token_list_shows_the_date_each_token_was_made(cluster):
+    listed = gpuctl(cluster, "token", "list")
+    assert listed.returncode == 0, listed.stderr
+    tokens = cluster.api("GET", "/api/v1/tokens")[1]["tokens"]
+    rows = {row.split()[0]: row for row in listed.stdout.splitlines()[1:]}
+    for token in tokens:
+        made = time.strftime("%Y-%m-%dT%H:%M", time.localtime(token["created"]))
+        assert made in rows[token["id"]], listed.stdout
     status, body = cluster.api("POST", "/api/v1/tokens/revoke", {"id": "zz"})
     assert status == 422, body
 

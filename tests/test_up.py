@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import free_port, wait_for
+from daemons import Process, free_port, wait_for
 from node_helpers import kill_everything
 
 from gpud.allinone import CLIENT_MARK, default_policy, default_state_dir, write_client_config
@@ -122,6 +122,33 @@ def test_gpuctl_finds_gpud_up_and_a_job_runs_to_completed(ups):
     projects = up.gpuctl("projects")
     assert all(name in projects.stdout for name in ("default", "alice-lab", "bob-lab"))
     assert up.stop() == 0
+
+
+def test_gpuctl_run_starts_at_once_on_a_fresh_gpud_up(ups):
+    """Interactive work (class build, within quota only) starts: project default's quota is the machine's GPUs."""
+    up = ups("--fake-gpus", "2").start()
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "--gpus", "2", "--", "sh", "-c",
+                             "echo on $CUDA_VISIBLE_DEVICES"], env=up.env, cwd=up.workdir, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("GPU-") == 2, result.stdout
+
+
+def test_gpud_up_stops_promptly_with_another_node_daemon_connected(ups, tmp_path):
+    """A node's open WebSocket used to hold the stop for aiohttp's 60 s shutdown timeout."""
+    up = ups("--fake-gpus", "1").start()
+    node = Process(["node", "--controller", f"http://127.0.0.1:{up.port}", "--cluster-key-file",
+                    str(up.state_dir / "controller" / "cluster.key"), "--state-dir", str(tmp_path / "n2"),
+                    "--fake-gpus", "1", "--name", "n2", "--metrics-listen", "off"], tmp_path / "n2.log")
+    try:
+        wait_for(lambda: "n2 " in up.gpuctl("nodes").stdout and "up" in up.gpuctl("nodes").stdout,
+                 "node n2 to be up")
+        os.kill(up.popen.pid, signal.SIGTERM)
+        up.popen.wait(STOP_TIMEOUT_S)  # raises TimeoutExpired when the stop is held up
+        assert up.popen.returncode == 0, up.output()
+    finally:
+        node.stop(signal.SIGKILL)
+        kill_everything(str(tmp_path / "n2"))
 
 
 def test_fake_gpus_come_with_a_host_that_runs_one_job_per_gpu(ups):
@@ -250,3 +277,4 @@ def test_default_state_dir_and_policy():
     policy = parse_policy(tomllib.loads(default_policy(8)), "policy.toml", ANY_PLACEMENT)
     assert set(policy.projects) == {"default", "alice-lab", "bob-lab"}
     assert not policy.projects["default"].users
+    assert policy.projects["default"].quota_in("default").gpu == 8

@@ -76,8 +76,8 @@ def test_running_jobs_are_charged_their_gpus_fractions_cpus_and_memory(cluster):
     assert rows[("user", "default", f"alpha/{user}")]["gpu_hours"] == pytest.approx(alpha["gpu_hours"], rel=1e-6)
     with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=5) as answer:
         metrics = answer.read().decode()
-    line = next(l for l in metrics.splitlines() if l.startswith("gpud_usage_gpu_hours{") and 'name="alpha"' in l)
-    assert float(line.split()[-1]) == pytest.approx(alpha["gpu_hours"], abs=1e-5)
+    line = next(l for l in metrics.splitlines() if l.startswith("gpud_usage_gpu_seconds{") and 'name="alpha"' in l)
+    assert float(line.split()[-1]) == pytest.approx(alpha["gpu_hours"] * 3600, abs=0.01)
     assert "gpud_usage_charges_total" in metrics
     # alpha used ~2.7x beta with equal quotas: alpha's standing is below 1, beta's above.
     assert alpha["standing"] < 1 < beta["standing"]

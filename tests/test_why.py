@@ -156,3 +156,102 @@ def test_the_scheduler_gives_its_blocker_as_data_and_why_words_it():
     assert (blocker["rule"], blocker["tasks"], blocker["nodes_holding_a_task_now"]) == ("gang", 2, 1)
     assert blocker["per_task"]["gpus"] == 2 and "waiting for gang members" in blocker["message"]
     assert "1 node could hold one now" in blocker["message"]
+
+
+def test_where_the_project_stands_is_not_listed_as_a_blocker():
+    """A job short of CPUs is blocked by CPUs; its project's GPU share is context, shown apart."""
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("n1", 8, 8)])
+    submit(cluster, "p", gpus=0, cpus=7)
+    cycle(cluster)
+    job = submit(cluster, "p", gpus=1, cpus=2)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    assert "share" not in rules(answer)
+    assert [s["rule"] for s in answer["standing"]] == ["share"]
+    text = why_text(answer)
+    blocked = text.split("Blocked by:")[1].split("\n\n")[0]
+    assert "this job needs" not in blocked and "node n1 lacks 1 CPUs" in blocked, text
+    assert "Where it stands:\n  - project p in pool default: 0 GPUs allocated" in text
+
+
+def test_an_array_element_held_by_its_limit_lists_that_limit():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("n1", 8, 64)])
+    job = Job(id="", user="u", project="p", workdir="/tmp", command=["true"], gpus=1)
+    ids = cluster.submit([Submission(job, (0, 1, 2), 1)], {})
+    cycle(cluster)
+    held = cluster.jobs[ids[1]]
+    answer = explain(held, cluster)
+    assert rules(answer) == ["array_limit"], answer
+    assert (answer["blockers"][0]["limit"], answer["blockers"][0]["queued"]) == (1, 1)
+    assert conditions(answer) == ["array_element_ends"]
+    assert "its limit (%1)" in why_text(answer) and "this job needs" not in why_text(answer)
+
+
+def test_a_job_with_a_constraint_is_told_about_the_constraint():
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
+    cluster.register(NodeRecord("small", cpus=64, memory_gib=256, labels={"kind": "small"},
+                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+    cluster.take_commands()
+    job = submit(cluster, "p", gpus=2, constraint={"kind": "small"})
+    cycle(cluster)
+    answer = explain(job, cluster)
+    size = next(b for b in answer["blockers"] if b["rule"] == "node_size")
+    assert "matches constraint kind=small" in size["message"] and size["constraint"] == {"kind": "small"}
+    assert "matches constraint kind=small" in answer["reason"], answer["reason"]
+    assert any("another --constraint" in c["message"] for c in answer["would_start"])
+
+
+def test_a_never_answer_does_not_say_it_would_start():
+    cluster = make_cluster({"projects": [{"name": "small", "gpu_quota": 2}]}, [("n1", 8, 64)])
+    job = submit(cluster, "small", gpus=3, priority=100)
+    cycle(cluster)
+    text = why_text(explain(job, cluster))
+    assert "It can never start under the policy as it stands. Only these changes would let it:" in text
+    assert "It would start if" not in text
+
+
+def test_a_reclaim_held_back_by_the_minimum_run_time_says_when_it_is_due():
+    now = [1000.0]
+    cluster = Cluster(parse_policy({"min_runtime": 60, "grace_period": 5, "projects": [
+        {"name": "lab", "gpu_quota": 2}, {"name": "guest", "gpu_quota": 0}]}, "test"), make_plugin_manager(),
+        Persister(None, None), lambda: now[0])
+    cluster.register(NodeRecord("n1", cpus=64, memory_gib=256, gpus=[Gpu(i, f"GPU-{i}") for i in range(2)]),
+                     tasks=[])
+    cluster.take_commands()
+    guest = submit(cluster, "guest", gpus=2)
+    cycle(cluster)
+    assert guest.state != PENDING
+    now[0] = 1010.0
+    job = submit(cluster, "lab", gpus=1)
+    cycle(cluster)
+    answer = explain(job, cluster)
+    assert job.state == PENDING and not answer["never"]
+    [due] = answer["expected"]
+    assert (due["event"], due["jobs"], due["at"]) == ("reclaim_due", [guest.id], guest.started + 60)
+    assert "minimum run time of 60 s, in 50 s" in due["message"]
+    assert "Expected:\n  - a reclaim is due" in why_text(answer)
+    now[0] = guest.started + 60 + 1  # what it said: the reclaim comes once the victim is old enough
+    cycle(cluster)
+    assert (job.state, guest.state) == ("RUNNING", PENDING)
+
+
+def test_a_constraint_and_a_size_no_matching_node_holds_are_refused_at_submit():
+    import pytest
+
+    from gpud.submission import SubmitError, check_job
+    cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
+    cluster.register(NodeRecord("small", cpus=4, memory_gib=16, labels={"kind": "small", "rack": "r1"},
+                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+
+    def check(**fields):
+        return check_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}, user="u", admin=False,
+                         policy=cluster.policy, capacity=cluster.largest_node())
+    with pytest.raises(SubmitError) as refused:
+        check(gpus=2, constraint={"kind": "small"})
+    assert refused.value.field == "constraint"
+    assert "the largest node with kind=small has 1" in str(refused.value)
+    with pytest.raises(SubmitError) as refused:
+        check(gpus=1, cpus=8, constraint={"rack": "r1"})
+    assert "8 CPUs but the largest node with rack=r1 has 4" in str(refused.value)
+    assert check(gpus=1, constraint={"kind": "small"}).job.constraint == {"kind": "small"}
+    assert check(gpus=8).job.gpus == 8  # without a constraint, the big node holds it

@@ -30,7 +30,8 @@ def job_cpu_seconds(job: Job, now: float) -> float:
 
 def report_rows(jobs: Iterable[Job], by: str, now: float, department_of: Callable[[str], str]) -> list[dict]:
     """One row per group (sorted by GPU-hours, most first); a job run on several nodes counts once in each,
-    with an equal part of its hours."""
+    with an equal part of its hours. ``lost_gpu_hours`` is the work its preempted jobs lost: GPU-hours since
+    their last checkpoint at each preemption."""
     if by not in GROUPINGS:
         raise ValueError(f"unknown grouping {by!r}: expected one of {', '.join(GROUPINGS)}")
     groups: dict[str, dict] = {}
@@ -44,8 +45,9 @@ def report_rows(jobs: Iterable[Job], by: str, now: float, department_of: Callabl
             names = [(name, 1.0)]
         for name, part in names:
             group = groups.setdefault(name, {"gpu_s": 0.0, "cpu_s": 0.0, "jobs": 0, "waits": [], "util_sum": 0.0,
-                                             "util_n": 0, "peak": None})
+                                             "util_n": 0, "peak": None, "lost_s": 0.0})
             group["gpu_s"] += gpu_s * part
+            group["lost_s"] += job.lost_gpu_seconds * part
             group["cpu_s"] += cpu_s * part
             group["jobs"] += 1
             if job.started is not None:
@@ -57,7 +59,8 @@ def report_rows(jobs: Iterable[Job], by: str, now: float, department_of: Callabl
     rows = []
     for name, g in groups.items():
         waits = sorted(g["waits"])
-        rows.append({by: name, "gpu_hours": g["gpu_s"] / HOUR, "cpu_hours": g["cpu_s"] / HOUR, "jobs": g["jobs"],
+        rows.append({by: name, "gpu_hours": g["gpu_s"] / HOUR, "lost_gpu_hours": g["lost_s"] / HOUR,
+                     "cpu_hours": g["cpu_s"] / HOUR, "jobs": g["jobs"],
                      "mean_wait_s": sum(waits) / len(waits) if waits else None,
                      "p95_wait_s": percentile(waits, 0.95),
                      "gpu_utilization": g["util_sum"] / g["util_n"] if g["util_n"] else None,

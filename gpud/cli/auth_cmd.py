@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 from gpud.cli import render
 from gpud.cli.common import UsageError, add_verb, client, print_json
@@ -70,11 +69,10 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 
 def token_rows(tokens: list[dict]) -> str:
-    """Tokens as a table for people."""
-    now = time.time()
+    """Tokens as a table for people; when each was made, with its date (tokens live for months)."""
     return render.table(("ID", "USER", "ADMIN", "ALLOW-ROOT", "CREATED"),
                         [(t["id"], t["user"], "yes" if t["admin"] else "no", "yes" if t["allow_root"] else "no",
-                          render.when(t["created"], now)) for t in tokens])
+                          render.stamp(t["created"])) for t in tokens])
 
 
 def run_token_list(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -47,6 +48,37 @@ def _columns() -> int:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]  # None: caught
     except (AttributeError, ValueError, OSError):
         return 80
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are two short lines: the error, then the usage in one line."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error and a one-line usage to stderr; exit 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n{short_usage(self)}\n")
+
+
+def short_usage(parser: argparse.ArgumentParser) -> str:
+    """The command's usage in one line: its positionals and required options, "[options]" for the rest,
+    and where the whole help is."""
+    words = [parser.prog]
+    optional = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            words.append("COMMAND")
+        elif not action.option_strings:
+            name = action.metavar if isinstance(action.metavar, str) else action.dest
+            words.append({"?": f"[{name}]", "*": f"[{name} ...]", "+": f"{name} [{name} ...]"}.get(
+                str(action.nargs), name))
+        elif action.required:
+            words.append(f"{action.option_strings[-1]} {action.metavar or action.dest.upper()}")
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            optional = True
+    if optional:
+        words.insert(1, "[options]")
+    if parser.get_default("takes_command"):
+        words.append("[-- COMMAND ...]")
+    return f"usage: {' '.join(words)}; see `{parser.prog} --help`"
 
 
 class UsageError(Exception):
@@ -96,6 +128,14 @@ def print_json(doc: object) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False))
 
 
+def _naming(job_id: str, message: str) -> str:
+    """``message`` with the job it is about named once: prefixed with "job ID: " unless it names the job."""
+    import re
+    if re.search(rf"\b(job|array) {re.escape(job_id)}\b", message):
+        return message
+    return f"job {job_id}: {message}"
+
+
 def for_each(verb: str, ids: list[str], action: Callable[[str], object]) -> int:
     """Run ``action`` on every id, go on past failures (each printed), return the worst exit status."""
     from gpud.client import ClientError
@@ -106,6 +146,6 @@ def for_each(verb: str, ids: list[str], action: Callable[[str], object]) -> int:
         except ClientError as exc:
             if exc.exit_code == EXIT_UNREACHABLE:
                 raise  # the next ids would fail the same way
-            print(f"gpuctl {verb}: job {job_id}: {exc}", file=sys.stderr)
+            print(f"gpuctl {verb}: {_naming(job_id, str(exc))}", file=sys.stderr)
             status = max(status, exc.exit_code)
     return status

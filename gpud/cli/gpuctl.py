@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from gpud import __version__
-from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Formatter
+from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Formatter, Parser
 
 # Each verb and the module that registers it, in the order `gpuctl --help` lists them.
 VERBS = {
@@ -17,6 +17,7 @@ VERBS = {
     "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
     "usage": "usage_cmd", "report": "usage_cmd",
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
+    "checkpointed": "checkpoint_cmd",
 }
 
 EPILOG = f"""\
@@ -33,15 +34,28 @@ Run `gpuctl COMMAND --help` for a command's options and examples.
 """
 
 
+class _TopFormatter(Formatter):
+    """The top-level help: every verb beside its help, the longest (``checkpointed``) too.
+
+    argparse measures the verbs at the indent of their section, and lays them
+    out two columns further in: without the two, the longest wraps.
+    """
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += 2
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The gpuctl argument parser with every sub-command.
 
     Given the ``verb`` about to run, only that verb's module is imported and
     the other verbs are bare names, so a plain call stays fast.
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpuctl", description="Submit, watch and plan GPU jobs on a gpud cluster.", epilog=EPILOG,
-        formatter_class=Formatter)
+        formatter_class=_TopFormatter)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     modules = [VERBS[verb]] if verb in VERBS else list(dict.fromkeys(VERBS.values()))
@@ -75,7 +89,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     spelled = {option: action for action in parser._actions for option in action.option_strings}
     close = difflib.get_close_matches(name, [o for o in spelled if o.startswith("--")], n=1, cutoff=0.6)
     hint = f" (did you mean {'/'.join(spelled[close[0]].option_strings)}?)" if close else ""
-    return f"unknown option {name}{hint}; see `{parser.prog} --help`"
+    return f"unknown option {name}{hint}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if command is not None:
         if not getattr(args, "takes_command", False):
-            parser.error("only `gpuctl submit` and `gpuctl run` take a command after --")
+            parser.error("only `gpuctl submit` and `gpuctl run` take a command after -- "
+                         "(and `gpuctl notebook` Jupyter's options)")
         args.command_argv = command
     try:
         return args.func(args)

@@ -8,6 +8,7 @@ import sys
 
 from gpud import __version__
 from gpud.cli import backup_cmd, controller_cmd, dispatch, node_cmd, up_cmd
+from gpud.cli.common import Parser
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy, parse_policy, require_projects
@@ -98,7 +99,7 @@ def _node_key_warnings(node, path: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The gpud argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(prog="gpud", description="gpud daemons and admin tools.")
+    parser = Parser(prog="gpud", description="gpud daemons and admin tools.")
     parser.add_argument("--version", action="version", version=f"gpud {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     check = subparsers.add_parser("check-config", help="validate policy, controller and node files",

@@ -107,6 +107,9 @@ def show_text(job: dict, now: float) -> str:
         ("Held", "yes" if job.get("hold") else None),
         ("Requeue", "no" if job.get("requeue") is False else None),
         ("Stop signal", job.get("stop_signal")),
+        ("Signal", _warn_signal(job.get("signal"))),
+        ("Checkpoints", _checkpoints(job.get("checkpoints"))),
+        ("Lost GPU-hours", render.gpu_hours(job["lost_gpu_hours"]) if job.get("lost_gpu_hours") else None),
         ("Submitted", render.stamp(job.get("submitted"))),
         ("Started", render.stamp(job.get("started")) if job.get("started") else None),
         ("Ended", render.stamp(job.get("ended")) if job.get("ended") else None),
@@ -154,7 +157,8 @@ def array_text(view: dict, now: float) -> str:
     table = render.table(["ID", "STATE", "TIME", "NODES", "EXIT", "REASON"],
                          [[e.get("id"), e.get("state"), render.elapsed(e, now), render.nodes(e),
                            render.exit_status(e) if e.get("ended") else "-",
-                           e.get("reason") if e.get("state") == "PENDING" else ""] for e in view.get("elements", [])])
+                           "" if e.get("state") in ("RUNNING", "COMPLETED") else e.get("reason") or ""]
+                          for e in view.get("elements", [])])
     return "\n".join(out + ["", "Jobs:"] + ["  " + line for line in table.splitlines()])
 
 
@@ -277,6 +281,13 @@ def worded(item: Any) -> str:
     return describe(item)
 
 
+def expected_text(item: Any) -> str:
+    """Something the controller expects to happen for a waiting job, with the local time it is due."""
+    text = worded(item)
+    at = item.get("at") if isinstance(item, dict) else None
+    return f"{text} (at {render.when(at)})" if isinstance(at, (int, float)) else text
+
+
 _WHO = {"owner": "you", "project": "the project's users", "admin": "an admin", "cluster": "jobs ending"}
 
 
@@ -312,11 +323,36 @@ def why_text(answer: dict) -> str:
     blockers = answer.get("blockers") or []
     if blockers:
         out += ["", "Blocked by:"] + [f"  - {worded(b)}" for b in blockers]
+    standing = answer.get("standing") or []
+    if standing:
+        out += ["", "Where it stands:"] + [f"  - {worded(s)}" for s in standing]
+    expected = answer.get("expected") or []
+    if expected:
+        out += ["", "Expected:"] + [f"  - {expected_text(e)}" for e in expected]
     hints = answer.get("would_start") or []
     if answer.get("never"):
-        out += ["", "It can never start under the policy as it stands."]
-    if hints:
+        out += ["", "It can never start under the policy as it stands"
+                + (". Only these changes would let it:" if hints else ".")]
+        out += [f"  - {worded(h)}{_by(h)}" for h in hints]
+    elif hints:
         out += ["", "It would start if:"] + [f"  - {worded(h)}{_by(h)}" for h in hints]
     if state == "PENDING" and not blockers and not answer.get("reason"):
         out.append("(no scheduling cycle has looked at it yet)")
     return "\n".join(out)
+
+
+def _warn_signal(signal: dict | None) -> str | None:
+    """``--signal SIG@LEAD`` as a person reads it."""
+    if not signal:
+        return None
+    who = "its first process" if signal.get("batch_only") else "the task"
+    return (f"SIG{signal['signal']} to {who} {format_duration(signal['lead_s'])} before the time limit, "
+            f"and at once when preempted")
+
+
+def _checkpoints(checkpoints: list | None) -> str | None:
+    """Each checkpoint recorded (time, how, which run), the latest last."""
+    if not checkpoints:
+        return None
+    return f"{len(checkpoints)}: " + ", ".join(
+        f"{render.stamp(c.get('at'))} ({c.get('source')}, restart {c.get('restart')})" for c in checkpoints[-5:])

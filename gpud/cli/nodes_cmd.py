@@ -15,6 +15,11 @@ counts its used fraction) and idle (whole GPUs with nothing on them, then the
 room left on shared ones: `6 +0.8 shared`), CPUs and memory in use of the
 node's total, GPU model, and why a node is down, drained or draining, or runs
 tasks without cgroups ("limits: not enforced"). A summary per pool follows.
+
+States: up; unknown (known from before the controller started, its daemon
+not reconnected yet; down after node_timeout_s of silence); down (silent, its
+jobs requeued or failed); draining (drained, jobs still running); drained.
+Only up nodes take new work.
 """
 
 NODES_EXAMPLES = """\

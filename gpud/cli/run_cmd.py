@@ -19,8 +19,9 @@ NOTEBOOK_PORTS = (20000, 32768)
 
 RUN_DESCRIPTION = """\
 Run a shell or a command interactively on GPUs, as `srun --pty` does: submit an
-interactive job (priority class build unless --priority says otherwise: not
-preemptible, within the project's quota), wait for it, showing its place in the
+interactive job (unless --priority says otherwise, the class the policy's
+interactive_class names, build by default: not preemptible, within the
+project's quota), wait for it, showing its place in the
 queue and what holds it back, then attach this terminal to it. Keys, Ctrl-C,
 Ctrl-Z and window size changes go to the job; gpuctl exits with the command's
 exit status. With no command, the job runs your login shell in its working
@@ -69,16 +70,33 @@ def add_parsers(subparsers) -> None:
     notebook = add_verb(subparsers, "notebook", help="Jupyter Lab on GPUs, at a local URL",
                         description="Start Jupyter Lab from your own environment (the jupyter on your PATH, "
                                     "which the job's node must see too) in an interactive job, forward it here "
-                                    "and print its local URL with its token. Ctrl-C ends the notebook.",
+                                    "and print its local URL with its token. Ctrl-C ends the notebook. "
+                                    "Options after -- go to Jupyter Lab as they are. A notebook whose job runs "
+                                    "as root gets --allow-root (Jupyter refuses root without it), with a notice.",
                         examples="  gpuctl notebook -p vision --gpus 1\n"
-                                 "  gpuctl notebook -p vision --gpus 1 --port 9999\n",
+                                 "  gpuctl notebook -p vision --gpus 1 --port 9999\n"
+                                 "  gpuctl notebook -p vision --gpus 1 -- --notebook-dir=~/work "
+                                 "--ServerApp.iopub_data_rate_limit=1e10\n",
                         func=run_notebook)
     add_options(notebook)
     notebook.add_argument("--port", type=int, default=0, metavar="LOCALPORT",
                           help="local port for the notebook (default: any free one)")
+    notebook.set_defaults(takes_command=True, command_argv=None)
 
 
 # -- run and attach ----------------------------------------------------------
+
+def refuse_batch_options(args: argparse.Namespace) -> None:
+    """UsageError for options an interactive job (one task, one terminal, started now) cannot take."""
+    given = [flag for flag, value in (("--array", args.array), ("--min-tasks", args.min_tasks), ("--hold", args.hold))
+             if value is not None]
+    if args.tasks is not None and args.tasks != 1:
+        given.insert(1, "--tasks")
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot be used here: an interactive job is one task with one terminal, "
+                         "started as soon as it can be; for a gang or an array, `gpuctl submit` a batch job and "
+                         "use `gpuctl run --in JOB` in it")
+
 
 def run_interactive(args: argparse.Namespace) -> int:
     """Submit an interactive job, wait for it, and attach; or run inside a job (--in). Returns the exit status."""
@@ -90,6 +108,7 @@ def run_interactive(args: argparse.Namespace) -> int:
         return _finish(api, args.inside, _attach(api, job_path(args.inside, "exec"), params), main=False)
     if args.command_argv is not None and not args.command_argv:
         raise UsageError("nothing to run after --; leave out -- for a shell")
+    refuse_batch_options(args)
     return run_new(build_job(args, command=args.command_argv or None))
 
 
@@ -100,14 +119,23 @@ def run_new(job: dict) -> int:
     job["interactive"] = True
     job_id = api.post("jobs", job)["ids"][0]
     print(f"gpuctl run: submitted interactive job {job_id}", file=sys.stderr)
-    state = _wait(api, job_id)
+    try:
+        state = _wait(api, job_id)
+    except NeverStarts as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_REFUSED
     if state["state"] != "RUNNING":
         print(f"gpuctl run: job {job_id} ended {state['state']} before it started"
               f"{': ' + state['reason'] if state.get('reason') else ''}", file=sys.stderr)
         return EXIT_REFUSED
     nodes = ",".join(state.get("nodes") or [])
     print(f"gpuctl run: job {job_id} runs on {nodes}; attaching", file=sys.stderr)
-    return _finish(api, job_id, _attach(api, job_path(job_id, "attach"), []), main=True)
+    last = _attach(api, job_path(job_id, "attach"), [])
+    if last is not None and last.get("refused"):
+        # No terminal will ever attach to it: the job would hold its GPUs until the detach timeout.
+        api.post(job_path(job_id, "cancel"))
+        last = {**last, "error": f"{last['error']}; cancelled job {job_id}"}
+    return _finish(api, job_id, last, main=True)
 
 
 def run_attach(args: argparse.Namespace) -> int:
@@ -118,10 +146,15 @@ def run_attach(args: argparse.Namespace) -> int:
     return _finish(api, args.job, _attach(api, job_path(args.job, "attach"), []), main=True)
 
 
-def _wait(api, job_id: str) -> dict:
+class NeverStarts(Exception):
+    """The job waited for can never start as asked; it has been cancelled. The message says why."""
+
+
+def _wait(api, job_id: str, verb: str = "run") -> dict:
     """Wait until the job runs or ends, saying (when it changes) its place in the queue and why it waits.
 
-    Ctrl-C cancels the job.
+    Ctrl-C cancels the job. A job the controller says can never start as
+    asked is cancelled too, and NeverStarts says why: waiting would be forever.
     """
     from gpud.client import job_path
     shown = None
@@ -130,8 +163,11 @@ def _wait(api, job_id: str) -> dict:
             job = api.get(job_path(job_id))
             if job["state"] != "PENDING":
                 return job
-            text = waiting_text(job, api.get_all("jobs", {"state": "PENDING", "project": job["project"]})["jobs"],
-                                api.get(job_path(job_id, "why")))
+            why = api.get(job_path(job_id, "why"))
+            if why.get("never"):
+                api.post(job_path(job_id, "cancel"))
+                raise NeverStarts(never_text(job_id, why, verb))
+            text = waiting_text(job, api.get_all("jobs", {"state": "PENDING", "project": job["project"]})["jobs"], why)
             if text != shown:
                 print(text, file=sys.stderr)
                 shown = text
@@ -140,6 +176,16 @@ def _wait(api, job_id: str) -> dict:
         api.post(job_path(job_id, "cancel"))
         print(f"\ngpuctl run: cancelled job {job_id}, which had not started", file=sys.stderr)
         raise
+
+
+def never_text(job_id: str, why: dict, verb: str) -> str:
+    """Why a waited-for job was cancelled: what can never let it start, and what a person could change."""
+    from gpud.cli.job_cmd import worded
+    never = [b for b in why.get("blockers") or [] if b.get("never")] or why.get("blockers") or []
+    lines = [f"gpuctl {verb}: job {job_id} can never start as asked, so it was cancelled:"]
+    lines += [f"  - {worded(b)}" for b in never]
+    lines += [f"  it could start after: {worded(w)}" for w in why.get("would_start") or []]
+    return "\n".join(lines)
 
 
 def queue_place(job: dict, pending: list[dict]) -> tuple[int, int]:
@@ -159,6 +205,8 @@ def waiting_text(job: dict, pending: list[dict], why: dict) -> str:
     lines = [f"gpuctl run: job {job['id']} waits, {place} of {count} in project {job['project']}'s queue"
              + (f": {why['reason']}" if why.get("reason") and not blockers else "")]
     lines += [f"  - {worded(b)}" for b in blockers]
+    from gpud.cli.job_cmd import expected_text
+    lines += [f"  expected: {expected_text(e)}" for e in why.get("expected") or []]
     lines += [f"  it would start with: {worded(w)}" for w in why.get("would_start") or []]
     if blockers and job.get("priority", 0) >= NON_PREEMPTIBLE:
         lines.append(f"  (class {job.get('priority_class')} is not preemptible, so it runs only within the project's "
@@ -174,11 +222,13 @@ def _attach(api, path: str, params: list[tuple[str, str]]) -> dict | None:
         return asyncio.run(run_terminal(api.url, api.token, path, params))
     except aiohttp.WSServerHandshakeError as exc:
         from gpud.client import ClientError
+        from gpud.cli.terminal import terminal_query
+        query = {k: v for k, v in terminal_query(params) if k != "argv"}
         try:
-            api.get(path)  # the same checks without the upgrade, to say why in the controller's words
+            api.get(path, query)  # the same checks without the upgrade, to say why in the controller's words
         except ClientError as refused:
-            return {"type": "error", "error": str(refused)}
-        return {"type": "error", "error": f"the controller refused the terminal (HTTP {exc.status})"}
+            return {"type": "error", "error": str(refused), "refused": True}
+        return {"type": "error", "error": f"the controller refused the terminal (HTTP {exc.status})", "refused": True}
     except (aiohttp.ClientError, OSError) as exc:
         return {"type": "error", "error": f"cannot reach the controller at {api.url}: {exc}", "unreachable": True}
 
@@ -251,6 +301,7 @@ def _serve_forward(api, job_id: str, port: int, local: int, ready) -> int:
 def run_notebook(args: argparse.Namespace) -> int:
     """Start Jupyter Lab in an interactive job, forward it, print its URL; Ctrl-C ends it."""
     from gpud.client import ClientError, job_path
+    refuse_batch_options(args)
     lab = shutil.which("jupyter-lab")
     if lab is None:
         raise UsageError("Jupyter Lab is not installed in this environment (no jupyter-lab on PATH); install it "
@@ -258,17 +309,24 @@ def run_notebook(args: argparse.Namespace) -> int:
                          "must see too, then run gpuctl notebook again")
     token = secrets.token_hex(24)
     remote = NOTEBOOK_PORTS[0] + secrets.randbelow(NOTEBOOK_PORTS[1] - NOTEBOOK_PORTS[0])
-    command = [lab, "--no-browser", "--ip=127.0.0.1", f"--port={remote}", "--port-retries=0",
-               f"--ServerApp.token={token}", "--ServerApp.open_browser=False"]
+    command = notebook_command(lab, remote, token, list(args.command_argv or []))
+    api = client()
+    if api.get("whoami").get("user") == "root" and "--allow-root" not in command:
+        print("gpuctl notebook: the job runs as root, which Jupyter refuses unless told; passing --allow-root",
+              file=sys.stderr)
+        command.append("--allow-root")
     job = build_job(args, command=command)
     job["interactive"] = True
     job.setdefault("name", "notebook")
     job["env"] = {**job.get("env", {}), "PATH": os.environ.get("PATH", "")}
-    api = client()
     job_id = api.post("jobs", job)["ids"][0]
     print(f"gpuctl notebook: submitted interactive job {job_id}", file=sys.stderr)
     try:
-        state = _wait(api, job_id)
+        try:
+            state = _wait(api, job_id, "notebook")
+        except NeverStarts as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_REFUSED
         if state["state"] != "RUNNING":
             print(f"gpuctl notebook: job {job_id} ended {state['state']}: {state.get('reason')}", file=sys.stderr)
             return EXIT_REFUSED
@@ -282,6 +340,13 @@ def run_notebook(args: argparse.Namespace) -> int:
                 print(f"gpuctl notebook: ended job {job_id}", file=sys.stderr)
         except ClientError:
             pass
+
+
+def notebook_command(lab: str, port: int, token: str, extra: list[str]) -> list[str]:
+    """Jupyter Lab's command line: listening on the node's loopback at ``port`` with ``token``, then the
+    user's own options (``gpuctl notebook -- ARGS``), which Jupyter reads after gpuctl's and so win."""
+    return [lab, "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+            f"--ServerApp.token={token}", "--ServerApp.open_browser=False", *extra]
 
 
 def _notebook(api, job_id: str, remote: int, token: str, local: int) -> int:

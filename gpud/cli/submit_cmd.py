@@ -101,8 +101,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="afterok:ID, afterany:ID or afternotok:ID (repeatable; afterok:1:2,afterany:3 also works)")
     add("-H", "--hold", action="store_const", const=True, help="submit held until `gpuctl release`")
     add("--no-requeue", action="store_const", const=True, help="end PREEMPTED instead of waiting again")
-    add("--signal", type=_signal, metavar="SIG", help="first signal when the job is stopped (default TERM)")
-    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default gpud-%%j.out)")
+    add("--signal", type=_signal_spec, metavar="[B:]SIG[@LEAD]",
+        help="SIG alone: the first signal when the job is stopped (default TERM). SIG@LEAD: SIG goes LEAD "
+             "seconds before the time limit, and at once when the job is preempted, with at least LEAD seconds "
+             "to checkpoint before the stop; B: sends it to the task's first process alone")
+    add("-o", "--output", metavar="FILE", help="stdout file in the workdir; %%j job id, %%t task (default "
+        "gpud-%%j.out; a gang's tasks: gpud-%%j.%%t.out, one file each)")
     add("-e", "--error", metavar="FILE", help="stderr file (default: the same as --output)")
 
 
@@ -180,7 +184,15 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
     put("hold", opts.hold)
     if opts.no_requeue:
         put("requeue", False)
-    put("stop_signal", opts.signal)
+    if opts.signal is not None:
+        name, lead, batch_only = opts.signal
+        if lead is None:
+            put("stop_signal", name)
+        else:
+            put("warn_signal", name)
+            put("warn_lead_s", lead)
+            if batch_only:
+                put("warn_batch_only", True)
     put("output", opts.output)
     put("error", opts.error)
     return job
@@ -439,6 +451,26 @@ def _depends(text: str) -> list[str]:
 
 
 @_checked
+def _signal_spec(text: str) -> tuple[str, float | None, bool]:
+    """``[B:]SIG[@LEAD]`` as Slurm writes it: (signal name, lead in seconds or None, first process only)."""
+    spec = text.strip()
+    batch_only = spec[:2].upper() == "B:"
+    if batch_only:
+        spec = spec[2:]
+    name, at, lead_text = spec.partition("@")
+    if not at:
+        if batch_only:
+            raise ValueError(f"{text!r}: B: goes with SIG@LEAD, e.g. B:USR1@60")
+        return _signal(name), None, False
+    try:
+        lead = float(lead_text)
+    except ValueError:
+        raise ValueError(f"{text!r}: LEAD must be seconds, e.g. USR1@60") from None
+    if not 0 <= lead <= 65535:
+        raise ValueError(f"{text!r}: LEAD must be 0 to 65535 seconds")
+    return _signal(name or "USR1"), lead, batch_only
+
+
 def _signal(text: str) -> str:
     import signal
     name = text.strip().upper()

@@ -25,13 +25,27 @@ def ws_url(base: str, path: str) -> str:
     return f"{'wss' if scheme == 'https' else 'ws'}://{rest}/api/v1/{path.lstrip('/')}"
 
 
+DEFAULT_ROWS, DEFAULT_COLS = 24, 80  # what a terminal that reports no size (0x0: `script`, a bare pty) gets
+
+
 def window_size(fd: int) -> tuple[int, int] | None:
-    """The terminal's rows and columns, or None when ``fd`` is not a terminal."""
+    """The terminal's rows and columns (24x80 for a size it does not know), or None when ``fd`` is not one."""
     try:
         size = os.get_terminal_size(fd)
     except OSError:
         return None
-    return size.lines, size.columns
+    return size.lines or DEFAULT_ROWS, size.columns or DEFAULT_COLS
+
+
+def terminal_query(params: list[tuple[str, str]], stdin_fd: int | None = 0) -> list[tuple[str, str]]:
+    """The query of a terminal request: ``params``, then this terminal's size and TERM when known."""
+    size = window_size(stdin_fd) if stdin_fd is not None else None
+    query = list(params)
+    if size is not None:
+        query += [("rows", str(size[0])), ("cols", str(size[1]))]
+    if os.environ.get("TERM"):
+        query.append(("term", os.environ["TERM"]))
+    return query
 
 
 async def run_terminal(base: str, token: str | None, path: str, params: list[tuple[str, str]],
@@ -45,12 +59,7 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
     connection was lost (the job's terminal keeps running for a while).
     """
     import aiohttp
-    size = window_size(stdin_fd) if stdin_fd is not None else None
-    query = list(params)
-    if size is not None:
-        query += [("rows", str(size[0])), ("cols", str(size[1]))]
-    if os.environ.get("TERM"):
-        query.append(("term", os.environ["TERM"]))
+    query = terminal_query(params, stdin_fd)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     loop = asyncio.get_running_loop()
     outgoing: asyncio.Queue = asyncio.Queue()

@@ -17,8 +17,9 @@ EPILOG = """examples:
 gpud up writes the gpuctl settings (URL and admin token file, mode 0600) to
 $XDG_CONFIG_HOME/gpud/client.toml (default ~/.config/gpud/client.toml), so
 gpuctl run by the same user needs no flags. Without --policy it writes a
-policy with the projects "default", "alice-lab" and "bob-lab" into the state
-directory on its first start. Ctrl-C or SIGTERM stops gpud; running jobs keep
+policy with the projects "default" (quota: every GPU of the machine, so
+`gpuctl run` and `gpuctl notebook` start at once), "alice-lab" and "bob-lab"
+into the state directory on its first start. Ctrl-C or SIGTERM stops gpud; running jobs keep
 running and the next gpud up with the same state directory picks them up.
 """
 

@@ -126,19 +126,21 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# New fields go last, so that scripts reading the CSV by position keep working.
 REPORT_FIELDS = ("gpu_hours", "cpu_hours", "jobs", "mean_wait_s", "p95_wait_s", "gpu_utilization",
-                 "gpu_memory_peak_gib")
+                 "gpu_memory_peak_gib", "lost_gpu_hours")
 
 
 def report_table(rows: list[dict], by: str) -> str:
     """The report as an aligned table."""
-    lines = [[row.get(by), _hours(row.get("gpu_hours")), _hours(row.get("cpu_hours")), row.get("jobs"),
+    lines = [[row.get(by), _hours(row.get("gpu_hours")), _hours(row.get("lost_gpu_hours")), _hours(row.get("cpu_hours")),
+              row.get("jobs"),
               format_duration(row.get("mean_wait_s")) if row.get("mean_wait_s") is not None else "-",
               format_duration(row.get("p95_wait_s")) if row.get("p95_wait_s") is not None else "-",
               "-" if row.get("gpu_utilization") is None else f"{row['gpu_utilization']:.0f}%",
               "-" if row.get("gpu_memory_peak_gib") is None else f"{row['gpu_memory_peak_gib']:.1f} GiB"]
              for row in rows]
-    return render.table([by.upper(), "GPU-H", "CPU-H", "JOBS", "MEAN WAIT", "P95 WAIT", "GPU UTIL", "GPU MEM PEAK"],
+    return render.table([by.upper(), "GPU-H", "LOST GPU-H", "CPU-H", "JOBS", "MEAN WAIT", "P95 WAIT", "GPU UTIL", "GPU MEM PEAK"],
                         lines)
 
 

@@ -12,7 +12,8 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from gpud import __version__
-from gpud.controller import api, interactive, metrics_view, openapi, tokens_api, usage_api
+from gpud.controller import api, checkpoints_api, interactive, metrics_view, openapi, tokens_api, usage_api
+from gpud.controller.checkpoints_api import checkpoint_principal
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.node_link import node_connect
@@ -46,7 +47,7 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
                     return error(401, "nodes must present the cluster key: Authorization: Bearer <key>")
                 request[PRINCIPAL] = Principal("node", node=True)
             else:
-                principal = ctrl.auth.user(header)
+                principal = ctrl.auth.user(header) or checkpoint_principal(request, header)
                 if principal is None:
                     return error(401, "missing or unknown token: set GPUD_TOKEN (or ask an admin for one "
                                       "with gpuctl token create)" if not header else "unknown token")
@@ -96,6 +97,9 @@ async def describe(request: web.Request) -> web.Response:
     return web.json_response(openapi.document())
 
 
+LINK_CLOSE_WAIT_S = 2.0  # how long a stopping controller waits for a node to answer its close
+
+
 def make_app(config: ControllerConfig) -> web.Application:
     """The controller application; its store, loops and links start and stop with it."""
     app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
@@ -107,11 +111,20 @@ def make_app(config: ControllerConfig) -> web.Application:
     app.router.add_get(openapi.PATH, describe)
     api.add_routes(app)
     tokens_api.add_routes(app)
+    checkpoints_api.add_routes(app)
     usage_api.add_routes(app)
     app.cleanup_ctx.append(_running)
+    app.on_shutdown.append(_close_node_links)
     ui_server.mount(app)  # after _running: the dashboard starts once the controller is open, stops before it closes
     interactive.add_routes(app)
     return app
+
+
+async def _close_node_links(app: web.Application) -> None:
+    """Close every node's connection as the server stops, so that its handler ends now, not at a timeout."""
+    for link in list(app[CONTROLLER].links.values()):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(link.close(), LINK_CLOSE_WAIT_S)
 
 
 async def _running(app: web.Application) -> AsyncIterator[None]:

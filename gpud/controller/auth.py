@@ -21,6 +21,7 @@ class Principal:
     admin: bool = False
     node: bool = False
     allow_root: bool = False
+    checkpoint_job: str | None = None  # a task's checkpoint credential: records checkpoints of this job alone
 
 
 def digest(token: str) -> str:
@@ -77,6 +78,11 @@ class Auth:
     def add(self, record: TokenRecord) -> None:
         """Know one more token (already stored)."""
         self.tokens[record.hash] = record
+
+
+def bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, or None."""
+    return _bearer(header)
 
 
 def _bearer(header: str | None) -> str | None:

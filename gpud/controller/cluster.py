@@ -8,11 +8,14 @@ caller flushes the one and delivers the other (``Controller.commit``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
 from gpud import slurm_env
+from gpud.controller.checkpoints import FILE, MAX_KEPT, Preemptions, checkpoint_token, lost_gpu_seconds
+from gpud.controller.completing import Completing, completing_text
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.node_messages import NodeMessages
@@ -61,8 +64,13 @@ class Cluster(NodeMessages):
         self.evictions_by_rule: dict[str, int] = defaultdict(int)
         self.finished_by_state: dict[str, int] = defaultdict(int)
         self.timed: set[str] = set()
+        # Victims told to checkpoint before their stop, and the work preemption lost (gpud.controller.checkpoints).
+        self.preemptions = Preemptions()
+        self.task_secret = ""  # signs each job's checkpoint credential: the cluster key
         # Requeued jobs that may not run before a time (their silent node's lease and grace period), and that node.
         self.fenced: dict[str, tuple[float, str]] = {}
+        # Jobs an earlier incarnation of which a node is still stopping: they start nowhere until it has ended.
+        self.completing = Completing()
         self.wake: Callable[[], None] = lambda: None
         # Told when a task stops holding its placement, and when (usage is charged up to there).
         self.run_ended: Callable[[Job, TaskRun, float], None] = lambda job, run, end: None
@@ -77,6 +85,8 @@ class Cluster(NodeMessages):
         for node in nodes:
             node.last_seen = now
             self.nodes[node.name] = node
+            for key in node.stopping:
+                self.completing.add(node.name, key, now)
         self.nodes_changed()
         for job in jobs:
             self._add(job)
@@ -106,7 +116,8 @@ class Cluster(NodeMessages):
                 max_gpus=max(len(n.gpus) for n in nodes),
                 max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
                 max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
-                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})))
+                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})),
+                sized=_sized(nodes))
         return self._largest
 
     # ------------------------------------------------------------------- jobs
@@ -266,6 +277,9 @@ class Cluster(NodeMessages):
         A running elastic job with tasks still waiting says so: ``runs 2 of
         its 4 tasks; the others wait: ...``.
         """
+        if job.state == RUNNING and job.id in self.completing and any(run.state == "starting" for run in job.runs):
+            # Moved or restarted: its new tasks start once the old ones are gone.
+            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
         if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
             waiting = self.last_plan.pending.get(job.id) if self.last_plan is not None else None
             head = f"runs {_placed(job)} of its {job.tasks} tasks"
@@ -300,8 +314,7 @@ class Cluster(NodeMessages):
                 continue
             self.evictions_by_rule[eviction.rule or "other"] += 1
             verb = "moved" if eviction.moved else "preempted"
-            for task in eviction.tasks:
-                self._stop_run(job, task, "preempted")
+            self._tell_victim(job, eviction.tasks, now)
             self._event(verb, f"tasks {','.join(map(str, eviction.tasks))} {verb} ({eviction.rule}): "
                               f"{_eviction_words(eviction)}", job=job.id)
             if eviction.moved:
@@ -326,6 +339,71 @@ class Cluster(NodeMessages):
                 starts |= self._resize(job, size, fresh, now)
         for node in starts:
             self._send_starts(node)
+
+    def _tell_victim(self, job: Job, tasks: tuple[int, ...], now: float) -> None:
+        """Stop a victim's tasks: with its ``--signal`` and a grace of at least its lead when it has one
+        (its loss is settled when it checkpoints or the grace ends), else as any stop (its loss at once).
+
+        The whole job's work since its checkpoint counts: any stopped task restarts the whole gang.
+        """
+        lost = lost_gpu_seconds(job, now)
+        if job.warn_signal is None:
+            for task in tasks:
+                self._stop_run(job, task, "preempted")
+            self.preemptions.charge(job, lost)
+            return
+        grace = max(self.policy.grace_period_s, job.warn_lead_s)
+        stops = [(run.placement.node, task, run.attempt) for task in tasks
+                 if (run := job.runs[task]).placement is not None]
+        for task in tasks:
+            self._stop_run(job, task, "preempted", signal=job.warn_signal, grace_s=grace,
+                           leader_only=job.warn_batch_only)
+        self.preemptions.tell(job, stops, now + grace, lost)
+        self._event("signalled", f"sent SIG{job.warn_signal} to checkpoint within {grace:g} s before its stop",
+                    job=job.id)
+
+    def checkpointed(self, job: Job, at: float, source: str) -> None:
+        """Record that the job has a complete checkpoint as of ``at``; a victim within its grace is stopped
+        now and loses nothing more."""
+        job.last_checkpoint = at if job.last_checkpoint is None else max(job.last_checkpoint, at)
+        job.checkpoints.append({"at": at, "source": source, "restart": job.restart_count})
+        del job.checkpoints[:-MAX_KEPT]
+        self._event("checkpointed", f"checkpoint recorded ({source}, restart {job.restart_count})", job=job.id)
+        told = self.preemptions.checkpointed(job)
+        if told is not None:
+            for node, task, attempt in told.stops:
+                self._command(node, stop_command(job.id, task, attempt, "preempted", 0.0, job_uid(job), hasten=True))
+            self._event("stopped", "checkpointed within its grace: stopped now, no work lost", job=job.id)
+        if job.state == RUNNING and job.id in self.core.in_core:
+            self.core.reset(job.spec())
+            self.wake()
+        self.persist.job(job)
+
+    def checkpoint_marked(self, node: str, message: dict) -> bool:
+        """A node saw a new checkpoint marker file of a job it runs; True when it was recorded.
+
+        The marker's time counts, but never later than now; a marker no newer
+        than the job's last checkpoint (one seen again after a restart) is not
+        a new checkpoint.
+        """
+        job = self.jobs.get(str(message.get("job")))
+        at = message.get("at")
+        if (job is None or job_uid(job) != message.get("job_uid") or isinstance(at, bool)
+                or not isinstance(at, (int, float)) or not math.isfinite(at)):
+            return False
+        runs_there = any(run.placement is not None and run.placement.node == node for run in job.runs)
+        if not runs_there and not (job.id in self.preemptions.told and node in job.hosts):
+            return False
+        at = min(float(at), self.clock())
+        if job.last_checkpoint is not None and at <= job.last_checkpoint:
+            return False
+        self.checkpointed(job, at, FILE)
+        return True
+
+    def settle_preemptions(self) -> None:
+        """Charge the victims whose grace ended without a checkpoint with the work they lost."""
+        for job in self.preemptions.settle(self.clock(), self.jobs):
+            self.persist.job(job)
 
     def _bind(self, job: Job, binds: list, now: float) -> None:
         if job.state == PENDING:
@@ -381,6 +459,7 @@ class Cluster(NodeMessages):
             job.reason = f"requeued after preemption: {reason}"
             self._event("requeued", f"requeued (restart {job.restart_count})", job=job.id)
             self.persist.job(job)
+            self._sync_core(job)  # out of the scheduler while its old copy is still being stopped
         else:
             self._finish(job, PREEMPTED, f"preempted: {reason}", stop_reason="preempted")
 
@@ -431,6 +510,8 @@ class Cluster(NodeMessages):
                 return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
             if dep.met is None:
                 return f"waiting for job {dep.job} to end ({dep.kind})"
+        if job.id in self.completing:
+            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
         if job.id in self.fenced:
             until, node = self.fenced[job.id]
             return (f"waiting {max(0.0, until - self.clock()):.0f} s more for node {node}'s lease and grace period "
@@ -448,7 +529,7 @@ class Cluster(NodeMessages):
         """Put the job in the scheduler or take it out, whichever its state says."""
         wanted = (job.state == RUNNING or (
             job.state == PENDING and not job.hold and all(dep.met for dep in job.depends)
-            and job.id not in self.fenced and self._array_room(job)))
+            and job.id not in self.fenced and job.id not in self.completing and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
             self.core.add(job.spec())
             if job.array_id is not None:
@@ -461,7 +542,8 @@ class Cluster(NodeMessages):
             self.array_queued[job.array_id] -= 1
         self.core.remove(job.id)
 
-    def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None) -> None:
+    def _stop_run(self, job: Job, task: int, reason: str, dead_node: str | None = None, *,
+                  signal: str | None = None, grace_s: float | None = None, leader_only: bool = False) -> None:
         run = job.runs[task]
         placement = run.placement
         if placement is None:
@@ -474,9 +556,11 @@ class Cluster(NodeMessages):
         if (node is not None and placement.node != dead_node and node.state != DOWN and not never_sent
                 and run.state != "exited"):
             node.stopping[key] = list(placement.gpu_index)
+            self.completing.add(node.name, key, self.clock())
             self.persist.node(node.name, node.to_json)
-            self._command(node.name, stop_command(job.id, task, run.attempt, reason, self.policy.grace_period_s,
-                                              job_uid(job)))
+            grace = self.policy.grace_period_s if grace_s is None else grace_s
+            self._command(node.name, stop_command(job.id, task, run.attempt, reason, grace, job_uid(job),
+                                                  signal=signal, leader_only=leader_only))
         job.runs[task] = TaskRun()
 
     def _account(self, job: Job, run: TaskRun, until: float | None = None) -> None:
@@ -509,6 +593,7 @@ class Cluster(NodeMessages):
         del self.jobs[job.id]
         self.timed.discard(job.id)
         self.fenced.pop(job.id, None)
+        self.completing.forget(job.id)
         self._after_end(job)
 
     def _after_end(self, job: Job) -> None:
@@ -586,6 +671,8 @@ class Cluster(NodeMessages):
         unsent = self.unsent[name]
         for key in sorted(unsent, key=lambda k: unsent[k]):
             job_id, task = self.wanted[name][key]
+            if job_id in self.completing or job_id in self.fenced:
+                continue  # sent once every earlier incarnation of the job has surely ended (see unblock)
             job = self.jobs[job_id]
             run = job.runs[task]
             assert run.placement is not None  # a wanted task is placed
@@ -593,8 +680,9 @@ class Cluster(NodeMessages):
                 continue
             del unsent[key]
             self.sent_at[key] = self.clock()
+            token = checkpoint_token(self.task_secret, job) if self.task_secret else ""
             self._command(name, start_command(job, task, run, node, self.nodes, self.policy.grace_period_s,
-                                          self.policy.time_slicing, self.policy.task_pids_max))
+                                          self.policy.time_slicing, self.policy.task_pids_max, token))
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)
@@ -647,3 +735,15 @@ def _dependency_met(kind: str, state: str) -> bool | None:
 def _eviction_words(eviction: Eviction) -> str:
     """Why an eviction was made, for people."""
     return eviction_text(eviction.why) if eviction.why is not None else eviction.rule
+
+
+def _sized(nodes: list) -> tuple:
+    """Each distinct set of node labels with the largest sizes a node carrying it has."""
+    largest: dict[tuple, tuple[int, float, float, float]] = {}
+    for node in nodes:
+        labels = tuple(sorted(node.labels.items()))
+        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+        old = largest.get(labels)
+        largest[labels] = size if old is None else (max(old[0], size[0]), max(old[1], size[1]),
+                                                    max(old[2], size[2]), max(old[3], size[3]))
+    return tuple((labels, *size) for labels, size in sorted(largest.items()))

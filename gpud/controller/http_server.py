@@ -16,6 +16,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger("gpud.controller")
+# How long a stopping server waits for requests still being answered (a log followed, a terminal) before it
+# cancels them; aiohttp's own default, 60 s, held `gpud up` and the controller that long for a node's socket.
+SHUTDOWN_GRACE_S = 3.0
 
 
 class _JsonErrors(RequestHandler):
@@ -48,7 +51,9 @@ class _Server(web.Server):
 
 
 async def start_runner(app: web.Application, idle_timeout_s: float, **kwargs: Any) -> web.AppRunner:
-    """An AppRunner, set up, whose connections close after ``idle_timeout_s`` without a complete request."""
+    """An AppRunner, set up, whose connections close after ``idle_timeout_s`` without a complete request,
+    and whose cleanup waits at most SHUTDOWN_GRACE_S for requests still open."""
+    kwargs.setdefault("shutdown_timeout", SHUTDOWN_GRACE_S)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_timeout_s, **kwargs)
     await runner.setup()
     server = runner.server

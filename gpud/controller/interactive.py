@@ -473,8 +473,9 @@ def _size(request: web.Request) -> dict:
     term = request.query.get("term")
     if term is not None and (len(term) > 64 or not term.replace("-", "").replace(".", "").isalnum()):
         raise ApiError(422, "term must be a terminal name such as xterm-256color")
-    return {"rows": _query_int(request, "rows", None, 1, 9999), "cols": _query_int(request, "cols", None, 1, 9999),
-            "term": term}
+    # 0 is a terminal that does not know its size (`script`, a bare pty): the node gives it 24x80.
+    return {"rows": _query_int(request, "rows", 0, 0, 9999) or None,
+            "cols": _query_int(request, "cols", 0, 0, 9999) or None, "term": term}
 
 
 async def attach(request: web.Request) -> web.StreamResponse:

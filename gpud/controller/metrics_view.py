@@ -54,14 +54,20 @@ def render(ctrl: Controller) -> str:
                     [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.quota.gpu) for q in queues])
     lines += metric("gpud_evictions_total", "counter", "Evictions by rule since the controller started.",
                     [({"rule": r}, n) for r, n in sorted(cluster.evictions_by_rule.items())])
+    lines += metric("gpud_preemption_lost_gpu_seconds_total", "counter",
+                    "GPU-seconds preempted jobs had run since their last checkpoint when stopped, by project, "
+                    "since the controller started.",
+                    [({"project": p}, s) for p, s in sorted(cluster.preemptions.lost_by_project.items())])
     lines += ctrl.cycle_seconds.render()
     lines += ctrl.api_seconds.render()
     lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",
                     [({}, ctrl.persist.batches)])
     usage = ctrl.charger.decayed_usage()
-    lines += metric("gpud_usage_gpu_hours", "gauge", "Decayed GPU usage of each department and project, as of the "
-                    "last charge.", [({"level": level, "pool": pool, "name": name}, round(value / 3600.0, 6))
-                                     for (level, pool, name), value in sorted(usage.items()) if level != "user"])
+    # Seconds, Prometheus's base unit; a gauge, not a counter: decayed usage goes down as it ages.
+    lines += metric("gpud_usage_gpu_seconds", "gauge", "Decayed GPU usage of each department and project in "
+                    "GPU-seconds, as of the last charge.",
+                    [({"level": level, "pool": pool, "name": name}, round(value, 3))
+                     for (level, pool, name), value in sorted(usage.items()) if level != "user"])
     lines += metric("gpud_usage_charges_total", "counter", "Usage charges written since the controller started.",
                     [({}, ctrl.charger.charges)])
     lines += metric("gpud_usage_charge_seconds", "gauge", "Time the last usage charge took, its write included.",

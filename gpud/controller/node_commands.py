@@ -14,7 +14,8 @@ MASTER_PORT_SPAN = 2000
 
 
 def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Mapping[str, NodeRecord],
-                grace_s: float, slicing: TimeSlicing | None = None, pids_max: int | None = None) -> dict:
+                grace_s: float, slicing: TimeSlicing | None = None, pids_max: int | None = None,
+                checkpoint_token: str = "") -> dict:
     """A ``start`` message for one task incarnation (docs/api.md, node WebSocket).
 
     A task that shares its GPU also gets its memory slice and, when the
@@ -39,6 +40,8 @@ def start_command(job: Job, task: int, run: TaskRun, node: NodeRecord, nodes: Ma
         "time_limit_s": time_limit, "stop_signal": job.stop_signal, "grace_s": grace_s,
         "output": job.output, "error": job.error, "num_tasks": job.tasks,
         "restart_count": job.restart_count,
+        "warn_signal": job.warn_signal, "warn_lead_s": job.warn_lead_s, "warn_batch_only": job.warn_batch_only,
+        "last_checkpoint": job.last_checkpoint, "checkpoint_token": checkpoint_token,
         "master_addr": (master.address if master is not None and master.address else first.node),
         "master_port": MASTER_PORT_BASE + job.seq % MASTER_PORT_SPAN,
         # An elastic gang runs with the tasks it has: ranks 0..n-1 among them, WORLD_SIZE n (it restarts on a resize).
@@ -95,13 +98,23 @@ def sharing_spec(job: Job, placement, node: NodeRecord, slicing: TimeSlicing) ->
     return out
 
 
-def stop_command(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "") -> dict:
+def stop_command(job_id: str, task: int, attempt: int, reason: str, grace_s: float, job_uid: str = "", *,
+                 signal: str | None = None, leader_only: bool = False, hasten: bool = False) -> dict:
     """A ``stop`` message: the stop signal to the task's process group, SIGKILL after ``grace_s``.
 
-    ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node.
+    ``job_uid`` names which job of that id (nodes key tasks by it); "" leaves it to the node. ``signal``
+    is sent in place of the task's stop signal (a victim's ``--signal``), to its first process alone
+    with ``leader_only``. A stop said again keeps the grace of the first, unless ``hasten`` (the job itself
+    told that it may stop now, e.g. by reporting its checkpoint) lets it end the grace sooner.
     """
     command = {"type": "stop", "job": job_id, "task": task, "attempt": attempt, "reason": reason,
              "grace_s": grace_s}
+    if signal is not None:
+        command["signal"] = signal
+    if leader_only:
+        command["leader_only"] = True
+    if hasten:
+        command["hasten"] = True
     if job_uid:
         command["job_uid"] = job_uid
     return command

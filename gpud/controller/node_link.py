@@ -142,6 +142,9 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
                     hub_of(ctrl).from_node(name, message)
                     continue
+                elif kind == "checkpointed":
+                    if not ctrl.cluster.checkpoint_marked(name, message):
+                        continue
                 elif kind == "log":
                     future = ctrl.log_requests.get(str(message.get("request")))
                     if future is not None and not future.done():

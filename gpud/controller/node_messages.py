@@ -94,6 +94,7 @@ class NodeMessages:
         for key in [k for k in node.stopping if k not in reported]:
             del node.stopping[key]
             self.persist.node(name, node.to_json)
+            self.stopping_ended(name, key)
         for key, (job_id, task) in list(self.wanted[name].items()):
             if key in reported or key in self.unsent[name]:
                 continue
@@ -149,6 +150,7 @@ class NodeMessages:
                 del node.stopping[key]
                 self.persist.node(name, node.to_json)
                 self._command(name, ack)
+                self.stopping_ended(name, key)
                 self._send_starts(name)
             return exited
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
@@ -157,6 +159,9 @@ class NodeMessages:
                 self._command(name, ack)
             else:
                 node.stopping[key] = []
+                # A copy of an active job the controller did not know of (a node back from silence): the job
+                # starts nowhere else until this copy has ended.
+                self.completing.add(name, key, self.clock())
                 self._command(name, stop_command(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
             return True
         if run.state == "exited":
@@ -220,10 +225,25 @@ class NodeMessages:
         for job_id, (until, _) in list(self.fenced.items()):
             if until <= now:
                 del self.fenced[job_id]
-                job = self.jobs.get(job_id)
-                if job is not None:
-                    self._sync_core(job)
-                    self.wake()
+                self.unblock(job_id)
+
+    def stopping_ended(self, name: str, key: str) -> None:
+        """Incarnation ``key`` that node ``name`` was stopping is gone: once its job has nothing left stopping,
+        the job may be scheduled again, and its starts held back meanwhile go out."""
+        job_id = self.completing.ended(name, key)
+        if job_id is not None:
+            self.unblock(job_id)
+
+    def unblock(self, job_id: str) -> None:
+        """The job no longer waits for an earlier copy of itself (or for a silent node's lease) unless it still
+        does for another: it may be scheduled, and the starts held back meanwhile go out."""
+        job = self.jobs.get(job_id)
+        if job is None or job_id in self.completing or job_id in self.fenced:
+            return
+        self._sync_core(job)
+        for node in sorted({run.placement.node for run in job.runs if run.placement is not None}):
+            self._send_starts(node)
+        self.wake()
 
     def _node_up(self, node: NodeRecord, now: float) -> None:
         """A down node speaks again: it takes work, and the reason it was down is gone."""
@@ -250,6 +270,12 @@ class NodeMessages:
                 self._lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
         self.wanted.pop(node.name, None)
         self.unsent.pop(node.name, None)
+        for job_id, key in self.completing.on_node(node.name):
+            # What the silent node was stopping is certainly over only once its own lease has stopped it.
+            if fenced_at is not None and job_id in self.jobs:
+                until, _ = self.fenced.get(job_id, (0.0, ""))
+                self.fenced[job_id] = (max(until, fenced_at), node.name)
+            self.stopping_ended(node.name, key)
         node.stopping.clear()
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()

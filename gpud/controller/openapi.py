@@ -202,7 +202,13 @@ PATHS: dict[str, Any] = {
                            "properties": {"rule": STR, "message": STR}}},
                        "would_start": {"type": "array", "items": {
                            "type": "object", "required": ["condition", "who", "message"],
-                           "properties": {"condition": STR, "who": STR, "message": STR}}}}}),
+                           "properties": {"condition": STR, "who": STR, "message": STR}}},
+                       "standing": {"type": "array", "items": {
+                           "type": "object", "required": ["rule", "message"],
+                           "properties": {"rule": STR, "message": STR}}},
+                       "expected": {"type": "array", "items": {
+                           "type": "object", "required": ["event", "message"],
+                           "properties": {"event": STR, "at": NUM, "message": STR}}}}}),
         params=[JOB_ID])},
     "/api/v1/jobs/{id}/logs": {"get": {
         "summary": "a task's output file, from its node", "parameters": [

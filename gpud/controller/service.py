@@ -114,6 +114,7 @@ class Controller:
         if created:
             log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
+        self.cluster.task_secret = key
         if not loaded.tokens:
             token, _ = read_or_create_secret(self.config.admin_token_path, new_token)
             record = TokenRecord(digest(token), _local_user(), True, time.time(),
@@ -215,6 +216,7 @@ class Controller:
         cluster = self.cluster
         work_began = time.perf_counter()
         cluster.check_time_limits()
+        cluster.settle_preemptions()
         now = time.time()
         scheduler = cluster.core.prepare(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),

@@ -184,7 +184,7 @@ def _write_id(state_dir: str, cluster_id: str) -> None:
 def backup(state_dir: str, dest: str) -> dict[str, int]:
     """Copy the store to ``dest`` (mode 0600) with SQLite's online backup, consistent while the controller runs.
 
-    Returns what the copy holds (jobs, tokens). Refuses to overwrite ``dest``.
+    Returns what the copy holds (jobs, tokens in force: revoked ones are kept but not counted). Refuses to overwrite ``dest``.
     """
     path = os.path.join(state_dir, FILE_NAME)
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
@@ -208,7 +208,7 @@ def backup(state_dir: str, dest: str) -> dict[str, int]:
                 if check != "ok":
                     raise StateError(f"the copy of {path} failed its integrity check: {check}")
                 counts = {"jobs": target.execute("SELECT COUNT(*) FROM jobs").fetchone()[0],
-                          "tokens": target.execute("SELECT COUNT(*) FROM tokens").fetchone()[0]}
+                          "tokens": target.execute("SELECT COUNT(*) FROM tokens WHERE revoked IS NULL").fetchone()[0]}
             finally:
                 target.close()
         finally:

@@ -52,7 +52,7 @@ async def revoke_tokens(request: web.Request) -> web.Response:
     admins_left = [t for t in ctrl.auth.active() if t.admin and t not in chosen]
     if any(t.admin for t in chosen) and not admins_left:
         raise ApiError(409, "that would revoke the last admin token; create another admin token first "
-                          "(gpuctl token create NAME --admin)")
+                          "(gpuctl token create --user NAME --admin)")
     now = time.time()
     for record in chosen:
         ctrl.persist.token(TokenRecord(record.hash, record.user, record.admin, record.created,

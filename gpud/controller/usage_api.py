@@ -19,7 +19,7 @@ from gpud.accounting.standing import usage_rows
 from gpud.controller.api import ApiError, ok
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.jobs import Job
-from gpud.lifecycle import RUNNING
+from gpud.lifecycle import PENDING, RUNNING
 
 MAX_REPORT_JOBS = 1_000_000
 
@@ -92,7 +92,9 @@ async def report(request: web.Request) -> web.Response:
         raise ApiError(422, f"the window holds {len(records)} jobs, more than {MAX_REPORT_JOBS}: narrow it")
     jobs = [Job.from_record(jsontext.loads(r)) for r in records]
     if until > now:
-        jobs += [job.copy() for job in ctrl.cluster.jobs.values() if job.state == RUNNING]
+        # Running jobs, and requeued ones waiting again: both have used GPUs (and may have lost work).
+        jobs += [job.copy() for job in ctrl.cluster.jobs.values()
+                 if job.state == RUNNING or (job.state == PENDING and (job.gpu_seconds or job.lost_gpu_seconds))]
     for name, wanted in (("user", query.get("user")), ("project", query.get("project"))):
         if wanted is not None:
             jobs = [job for job in jobs if getattr(job, name) == wanted]

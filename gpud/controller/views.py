@@ -38,6 +38,10 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
         "array_index": job.array_index, "array_limit": job.array_limit,
         "depends": [f"{d.kind}:{d.job}" for d in job.depends], "hold": job.hold, "requeue": job.requeue,
         "stop_signal": job.stop_signal, "output": job.output, "error": job.error,
+        "signal": (None if job.warn_signal is None else
+                   {"signal": job.warn_signal, "lead_s": job.warn_lead_s, "batch_only": job.warn_batch_only}),
+        "last_checkpoint": job.last_checkpoint, "checkpoints": [dict(c) for c in job.checkpoints],
+        "lost_gpu_hours": round(job.lost_gpu_seconds / 3600.0, 6),
         "submitted": job.submitted, "started": job.started, "ended": job.ended,
         "restart_count": job.restart_count, "exit_code": job.exit_code, "term_signal": job.term_signal,
         # A requeued job waiting again runs nowhere; a finished one shows where it ran.

@@ -6,6 +6,9 @@ bring it about (``who``: the job's owner, the project's users, an admin, or
 the cluster as jobs end) and the amounts. ``message`` words each for people;
 nothing reads a message back. A job that can never start under the policy
 says so (``never``), and its conditions are then changes only a person makes.
+``standing`` says where the job's project stands (context, not a blocker);
+``expected`` what the controller expects to happen by itself and when (a
+reclaim once victims pass the minimum run time).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from gpud.controller.cluster import Cluster
 from gpud.controller.why_limits import limit_facts
 from gpud.jobs import Job
-from gpud.lifecycle import PENDING
+from gpud.lifecycle import PENDING, RUNNING
 from gpud.core.blockers import SHORTAGE
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, Blocker, QueueReport, Resources
 from gpud.reasons import blocker_data
@@ -32,7 +35,7 @@ def explain(job: Job, cluster: Cluster) -> dict:
     """The job's state, its blockers and what would let it start, as data (see the module)."""
     reason = cluster.reason_of(job)
     answer: dict[str, Any] = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
-              "would_start": []}
+                              "would_start": [], "standing": [], "expected": []}
     if job.state != PENDING:
         return answer
     blockers, would = answer["blockers"], answer["would_start"]
@@ -51,6 +54,26 @@ def explain(job: Job, cluster: Cluster) -> dict:
                                   "this job can never start", job=dep.job, kind=dep.kind, never=True))
             would.append(_if("resubmitted", OWNER, f"gpuctl cancel {job.id} and submit again without "
                              f"--depends {dep.kind}:{dep.job}"))
+    stopping = cluster.completing.of(job.id)
+    if stopping:
+        grace = cluster.policy.grace_period_s
+        blockers.append(_item("completing", reason, grace_s=grace, stopping=[
+            {"node": s.node, "task": s.task, "attempt": s.attempt, "since": s.since} for s in stopping]))
+        would.append(_if("previous_run_ended", CLUSTER, "its previous run ending (the node stops it, SIGKILL "
+                         f"after the {grace:g} s grace period at the latest)",
+                         nodes=sorted({s.node for s in stopping})))
+    elif job.id in cluster.fenced:
+        until, node = cluster.fenced[job.id]
+        blockers.append(_item("fenced", reason, node=node, until=until))
+        would.append(_if("lease_over", CLUSTER, f"node {node}'s lease and grace period running out", node=node,
+                         until=until))
+    if job.array_limit is not None and job.id not in cluster.core.in_core:
+        queued = cluster.array_queued.get(job.array_id, 0)
+        blockers.append(_item("array_limit", f"array {job.array_id} already has {queued} elements queued or running, "
+                              f"its limit (%{job.array_limit})", array=job.array_id, limit=job.array_limit,
+                              queued=queued))
+        would.append(_if("array_element_ends", CLUSTER, f"an element of array {job.array_id} ending",
+                         array=job.array_id))
     if blockers:
         return answer
     waiting = cluster.waiting_of(job)
@@ -62,10 +85,13 @@ def explain(job: Job, cluster: Cluster) -> dict:
     elif job.reason:  # what the controller last recorded (a requeue), until a cycle judges the job
         blockers.append(_item("scheduler", job.reason))
     facts = _Facts.of(job, cluster)
-    never = _queue_facts(job, cluster, facts, blockers, would, core)
+    never = _queue_facts(job, cluster, facts, blockers, would, core, answer["standing"])
     never = limit_facts(job, cluster, facts.want, blockers, would) or never
     never = _node_facts(job, cluster, facts, blockers, would, never, core) or never
     answer["never"] = never
+    due = None if never else _reclaim_due(job, cluster, facts, core)
+    if due is not None:
+        answer["expected"].append(due)
     if never:  # no load change starts it: only what a person changes is worth saying
         would[:] = [c for c in would if c["who"] in (OWNER, ADMIN)]
     else:
@@ -132,8 +158,9 @@ def _queue_data(report: QueueReport) -> dict:
 
 
 def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list,
-                 core: Blocker | None) -> bool:
+                 core: Blocker | None, standing: list) -> bool:
     """The project's and department's rules that hold the job back; True when no change of load can start it.
+    Where the project stands (allocated, quota, fair share) goes to ``standing``: it is context, not a blocker.
 
     The amounts are the scheduler's: what each queue holds and what its
     non-preemptible jobs hold (its reports), and, when it found the pool short
@@ -155,7 +182,7 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
         if report is not None:
             levels.append(("department", department.name, department, report))
     allocated, quota, fair = project.allocated.gpu, project.quota.gpu, project.fair_share.gpu
-    blockers.append(_item("share", f"project {job.project} in pool {pool}: {allocated:g} GPUs allocated, quota "
+    standing.append(_item("share", f"project {job.project} in pool {pool}: {allocated:g} GPUs allocated, quota "
                           f"{quota:g}, fair share {fair:.2f}; this job needs {want:g} more",
                           project=job.project, pool=pool, allocated=allocated, quota=quota,
                           fair_share=round(fair, 6), need=want))
@@ -217,6 +244,45 @@ def _queue_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, woul
     return never
 
 
+def _reclaim_due(job: Job, cluster: Cluster, facts: _Facts, core: Blocker | None) -> dict | None:
+    """When jobs of other projects over their quota, too young to be evicted, pass the minimum run time and may be
+    reclaimed for this job (None when the job is not short of GPUs within its fair share, or none are young)."""
+    plan = cluster.last_plan
+    if plan is None or core is None or core.rule != SHORTAGE or core.resource != "gpu" or facts.want <= EPS:
+        return None
+    reports = {(q.kind, q.name): q for q in plan.queues if q.pool == facts.pool}
+    mine = reports.get(("project", job.project))
+    if mine is None or mine.allocated.gpu + facts.want > mine.fair_share.gpu + EPS:
+        return None  # a queue reclaims only what keeps it within its fair share
+    now, min_runtime = cluster.clock(), cluster.policy.min_runtime_s
+    young: list[tuple[float, str, Job]] = []
+    for other in cluster.jobs.values():
+        report = reports.get(("project", other.project))
+        if (other.state != RUNNING or other.project == job.project or other.started is None or report is None
+                or other.priority >= NON_PREEMPTIBLE_PRIORITY
+                or (other.pool or cluster.policy.default_pool) != facts.pool
+                or report.allocated.gpu <= report.quota.gpu + EPS):  # a queue within its quota is never a victim
+            continue
+        due = other.started + min_runtime
+        if due > now:
+            young.append((due, other.id, other))
+    short = facts.want - max(core.free, 0.0)
+    freed = 0.0
+    chosen: list[Job] = []
+    for due, _, other in sorted(young):
+        chosen.append(other)
+        freed += other.gpus_held()
+        if freed + EPS >= short:
+            ids = ", ".join(j.id for j in chosen)
+            projects = ", ".join(sorted({j.project for j in chosen}))
+            return {"event": "reclaim_due", "at": round(due, 3), "jobs": [j.id for j in chosen],
+                    "projects": sorted({j.project for j in chosen}), "min_runtime_s": min_runtime,
+                    "message": f"a reclaim is due: job{'s' if len(chosen) > 1 else ''} {ids} of {projects}, over "
+                               f"quota, may be reclaimed for it once {'they have' if len(chosen) > 1 else 'it has'} "
+                               f"run the minimum run time of {min_runtime:g} s, in {max(0.0, due - now):.0f} s"}
+    return None
+
+
 def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would: list, never: bool,
                 core: Blocker | None) -> bool:
     """Which nodes could hold a task, now and ever (after the cycle's binds and evictions, node by node:
@@ -259,15 +325,20 @@ def _node_facts(job: Job, cluster: Cluster, facts: _Facts, blockers: list, would
             short.append((gpu_short, max(0.0, facts.cpu - free.cpu), max(0.0, facts.memory - free.memory), node.name))
     shape = _shape(facts)
     if slots_ever == 0:
-        blockers.append(_item("node_size", f"no node in pool {pool} is large enough for one task ({shape})",
-                              pool=pool, per_task=per_task, never=True))
+        wanted = ", ".join(f"{k}={v}" for k, v in job.constraint.items() if k != "pool")
+        matched = f" that matches constraint {wanted}" if wanted else ""
+        blockers.append(_item("node_size", f"no node in pool {pool}{matched} is large enough for one task ({shape})",
+                              pool=pool, per_task=per_task, never=True,
+                              **({"constraint": dict(job.constraint)} if wanted else {})))
+        with_labels = f" with {wanted}" if wanted else ""
         if facts.tasks > 1:
-            would.append(_if("larger_node", ADMIN, f"nodes for {facts.tasks} tasks of {shape} (the gang's) joining "
-                             f"pool {pool}", pool=pool, per_task=per_task, tasks=facts.tasks))
+            would.append(_if("larger_node", ADMIN, f"nodes{with_labels} for {facts.tasks} tasks of {shape} (the "
+                             f"gang's) joining pool {pool}", pool=pool, per_task=per_task, tasks=facts.tasks))
         else:
-            would.append(_if("larger_node", ADMIN, f"a node in pool {pool} holding {shape} joining", pool=pool,
-                             per_task=per_task, tasks=1))
-        would.append(_if("smaller_tasks", OWNER, "submitting it again with smaller tasks", per_task=per_task))
+            would.append(_if("larger_node", ADMIN, f"a node{with_labels} in pool {pool} holding {shape} joining",
+                             pool=pool, per_task=per_task, tasks=1))
+        would.append(_if("smaller_tasks", OWNER, "submitting it again with smaller tasks"
+                         + (" or another --constraint" if wanted else ""), per_task=per_task))
         return True
     if facts.tasks > 1:
         if slots_ever < facts.tasks:

@@ -440,7 +440,7 @@ def _cheapest_node(state: ClusterState, placer: Placer, job: JobSpec, ordered: I
 
     Victims are added in victim order, each to the nodes its tasks sit on;
     the first node that would fit is the one whose needed victims come
-    earliest in that order (lowest priority, most recently started).
+    earliest in that order (lowest priority, least work lost).
     ``usable`` remembers, by node kind, whether the node could hold a task
     of the job at all. With ``must``, the victims' tasks on the node must
     also hold at least that many GPUs, CPUs and memory; ``holdings``, at least

@@ -22,7 +22,8 @@ from gpud.model import JobSpec, Resources
 if TYPE_CHECKING:
     from gpud.core.victim import Victim
 
-__all__ = ["JobOrder", "PriorityJobOrder", "QueueOrder", "FairQueueOrder", "VictimOrder", "PriorityVictimOrder"]
+__all__ = ["JobOrder", "PriorityJobOrder", "QueueOrder", "FairQueueOrder", "VictimOrder", "PriorityVictimOrder",
+           "LeastLostWorkVictimOrder"]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -97,8 +98,24 @@ class VictimOrder:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class PriorityVictimOrder(VictimOrder):
-    """The built-in victim order: lowest priority first, then the most recently started."""
+    """The youngest-first victim order (the policy's ``victim_order = "youngest_first"``): lowest priority
+    first, then the most recently started."""
 
     def key(self, victim: Victim) -> Any:
-        """Lowest priority first, then the most recently started (least work lost)."""
+        """Lowest priority first, then the most recently started."""
         return (victim.job.priority, -victim.started, -victim.job.seq, victim.job.id)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class LeastLostWorkVictimOrder(PriorityVictimOrder):
+    """The built-in victim order: lowest priority first, then the fewest GPU-seconds lost
+    (``Victim.lost_gpu_seconds``: since the last checkpoint, or since the start), then the most
+    recently started.
+
+    The key depends on the cycle's ``now``: two jobs of different sizes may
+    change places from one cycle to the next, never within one.
+    """
+
+    def key(self, victim: Victim) -> Any:
+        """Lowest priority first, then the least work lost, then the most recently started."""
+        return (victim.job.priority, victim.lost_gpu_seconds, -victim.started, -victim.job.seq, victim.job.id)

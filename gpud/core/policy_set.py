@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator
 
 from gpud.core.hooks import traced
 from gpud.core.nodes import NodeIndex, NodeState
-from gpud.core.orders import JobOrder, QueueOrder, VictimOrder
+from gpud.core.orders import JobOrder, LeastLostWorkVictimOrder, PriorityVictimOrder, QueueOrder, VictimOrder
 from gpud.core.queues import QueueState
 from gpud.core.strategies import Strategy
 from gpud.core.victim import Victim
@@ -41,7 +41,9 @@ from gpud.model import JobSpec, Resources, TaskRequest
 class PolicySet:
     """The job order, the queue order, the victim order and the placement strategies, as the core calls them."""
 
-    def __init__(self, pm: Any) -> None:
+    def __init__(self, pm: Any, youngest_first: bool = False) -> None:
+        """Read the plugins; with ``youngest_first`` (the policy's ``victim_order``), the youngest-first
+        order stands in for the built-in least-lost-work victim order."""
         self._pm = pm
         hook = pm.hook
         asked, job_order, alone = _read(hook.gpud_job_order_key, pm, JobOrder, "")
@@ -51,6 +53,8 @@ class PolicySet:
         self.queue_order: QueueOrder = (queue_order if queue_order is not None and not asked
                                         else _AskedQueueOrder(asked, queue_order))
         asked, victim_order, _ = _read(hook.gpud_victim_order_key, pm, VictimOrder, "")
+        if youngest_first and isinstance(victim_order, LeastLostWorkVictimOrder):
+            victim_order = PriorityVictimOrder()
         self.victim_order: VictimOrder = (victim_order if victim_order is not None and not asked
                                           else _AskedVictimOrder(asked, victim_order))
         self._strategies: dict[str, Strategy] = {}

@@ -20,7 +20,7 @@ from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
 from gpud.core.victim import Victim
 from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement
-from gpud.policy import Policy
+from gpud.policy import YOUNGEST_FIRST, Policy
 
 
 
@@ -75,7 +75,7 @@ class ClusterState:
         # By job: what one task needs, stamped with the job's request (``task_need``).
         self._task_needs: Memo[str, Resources] = Memo()
         self.covers = QueueCovers(self)
-        self.policies = PolicySet(pm)
+        self.policies = PolicySet(pm, youngest_first=policy.victim_order == YOUNGEST_FIRST)
         # The user order needs a job order whose keys put priority first, and one user per group.
         self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
         self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order)

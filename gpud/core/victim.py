@@ -10,16 +10,37 @@ class Victim:
     """A running job as a candidate for eviction: the job, its queue (None for a project the policy
     no longer has) and its running tasks."""
 
-    __slots__ = ("job", "queue", "tasks", "started")
+    __slots__ = ("job", "queue", "tasks", "started", "now")
 
     def __init__(self, job: JobSpec, queue: QueueState | None, tasks: list[int], now: float) -> None:
         self.job = job
         self.queue = queue
         self.tasks = tasks
+        self.now = now
         if not job.is_running:
             self.started = now
         else:
             self.started = job.started if job.started is not None else job.submitted
+
+    @property
+    def lost_gpu_seconds(self) -> float:
+        """The GPU-seconds the job would lose if stopped now: the GPUs its tasks hold times the time since
+        its last checkpoint, or since it started when it has none (or checkpointed before this start).
+
+        Stopping any of a gang's tasks restarts the whole gang, so the whole job's GPUs count. A job the
+        running cycle placed loses nothing.
+        """
+        if not self.job.is_running:
+            return 0.0
+        gpus = 0.0
+        for placement in self.job.placements:
+            if placement is not None:
+                gpus += placement.gpu_share * len(placement.gpu_index)
+        since = self.started
+        checkpointed = self.job.checkpointed
+        if checkpointed is not None and checkpointed > since:
+            since = checkpointed
+        return gpus * max(0.0, self.now - since)
 
     @property
     def placed_this_cycle(self) -> bool:

@@ -16,6 +16,7 @@ import gpud
 from gpud.gpu import GpuBackend
 from gpud.gpu.base import MEMORY, UTILIZATION
 from gpud.node import cgroups, fence, lease, membership
+from gpud.node.ckptwatch import CheckpointWatch
 from gpud.node.config import NodeConfig
 from gpud.node.launch import child_env
 from gpud.node.link import Connector, ControllerLink
@@ -57,6 +58,7 @@ class NodeAgent:
         self.backend = backend
         self.layout = Layout(config.state_dir, config.run_dir)
         self.tasks = TaskTable(self.layout)
+        self.checkpoint_marks = CheckpointWatch(self.layout)
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
                                    reconnect_max_s=config.reconnect_max_s, connect=connect)
         self._poked = asyncio.Event()
@@ -167,6 +169,9 @@ class NodeAgent:
             if await self.link.send({"type": "task", **state.report()}):
                 self.tasks.mark_reported([state])
         states = self.tasks.states()
+        if keys is None:
+            for message in self.checkpoint_marks.new_marks(states):
+                await self.link.send(message)
         self.interactive.tasks_changed(states)
         self.slices.update(states)
         self._watch_memory(states)
@@ -348,6 +353,8 @@ class NodeAgent:
                 log.warning("not starting task %s: this node's lease has run out", key.dirname)
                 return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
+            if isinstance(spec, dict) and spec.get("checkpoint_token"):
+                spec = {**spec, "controller_url": self.config.controller_url}  # for gpuctl checkpointed
             self._ensure_fence()
             if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
                 self.poke(key)
@@ -356,7 +363,10 @@ class NodeAgent:
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
             grace = message.get("grace_s")
             grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
-            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace)
+            sig = message.get("signal")
+            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace,
+                            sig if isinstance(sig, str) else None, message.get("leader_only") is True,
+                            hasten=message.get("hasten") is True)
             self.poke(key)
         else:
             self.tasks.ack(self.tasks.resolve(key))

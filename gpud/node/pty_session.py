@@ -36,6 +36,7 @@ READ_CHUNK = 64 * 1024
 SEND_BATCH = 256 * 1024     # most output bytes in one pty_out message
 START_WAIT_S = 10.0         # how long an order waits for the task's process to be recorded
 HANGUP_GRACE_S = 2.0        # after SIGHUP, the session's process group gets SIGKILL
+DEFAULT_ROWS, DEFAULT_COLS = 24, 80  # a terminal whose client gave no size (a pipe, a 0x0 pty)
 USAGE_PERIOD_S = 2.0        # how often interactive tasks' GPU activity is sampled and reported
 BUSY_UTILIZATION = 1.0      # percent: below this a GPU counts as idle
 CGROUP_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "devices", "pids", "freezer")
@@ -346,7 +347,7 @@ class Interactive:
             order["shell"] = context.shell
         master, slave = os.openpty()
         try:
-            _set_size(master, message.get("rows"), message.get("cols"))
+            _set_size(master, message.get("rows") or DEFAULT_ROWS, message.get("cols") or DEFAULT_COLS)
             process = await asyncio.create_subprocess_exec(
                 self.python, "-m", "gpud.node.pty_exec", _json(order), stdin=slave, stdout=slave, stderr=slave,
                 start_new_session=True, close_fds=True, cwd="/",

@@ -118,6 +118,12 @@ class TaskSpec:
     near_cpus: tuple[int, ...] = ()  # the CPUs near the task's GPUs, where the node knows them; pinned there first
     # The most processes (threads included) the task may have at once: the order's, else the policy's default.
     pids_max: int = DEFAULT_TASK_PIDS_MAX
+    warn_signal: str | None = None  # --signal SIG@LEAD: SIG ``warn_lead_s`` before the time limit
+    warn_lead_s: float = 0.0
+    warn_batch_only: bool = False  # the task's first process alone hears it
+    last_checkpoint: float | None = None  # the job's last complete checkpoint (Unix time), for a restart
+    checkpoint_token: str = ""  # the job's checkpoint credential (gpuctl checkpointed)
+    controller_url: str = ""  # where gpuctl in the task reaches the controller (the node's own setting)
 
     @property
     def sliced(self) -> bool:
@@ -247,7 +253,24 @@ def parse_spec(raw: Any) -> TaskSpec:
         local_rank=_int(raw, "local_rank", 0), world_size=_int(raw, "world_size", 1) or 1,
         project=raw["project"] if isinstance(raw.get("project"), str) else "",
         time_slicing=_time_slicing(raw), memory_slice=_memory_slice(raw), near_cpus=_cpu_list(raw),
-        pids_max=_pids_max(raw))
+        pids_max=_pids_max(raw), **_checkpointing(raw))
+
+
+def _checkpointing(raw: Mapping) -> dict[str, Any]:
+    """The spec's fields for checkpoints: the early signal, the last checkpoint, the credential."""
+    warn = raw.get("warn_signal")
+    if warn is not None:
+        signal_number(warn)
+    last = raw.get("last_checkpoint")
+    if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)):
+        raise SpecError("last_checkpoint must be a Unix time")
+    token, url = raw.get("checkpoint_token") or "", raw.get("controller_url") or ""
+    if not isinstance(token, str) or not isinstance(url, str):
+        raise SpecError("checkpoint_token and controller_url must be strings")
+    return {"warn_signal": warn, "warn_lead_s": float(_number(raw, "warn_lead_s", 0.0)),
+            "warn_batch_only": raw.get("warn_batch_only") is True,
+            "last_checkpoint": None if last is None else float(last), "checkpoint_token": token,
+            "controller_url": url}
 
 
 def _pids_max(raw: Mapping) -> int:
@@ -320,6 +343,12 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
         "GPUD_RESTART_COUNT": str(spec.restart_count),
         "GPUD_CHECKPOINT_DIR": checkpoint_dir,
     })
+    if spec.last_checkpoint is not None:
+        env["GPUD_LAST_CHECKPOINT"] = f"{spec.last_checkpoint:.3f}"
+    if spec.checkpoint_token:
+        env["GPUD_CHECKPOINT_TOKEN"] = spec.checkpoint_token
+        if spec.controller_url:
+            env["GPUD_URL"] = spec.controller_url
     env.update(sharing_env(spec, env.get("PYTHONPATH")))
     if spec.num_tasks > 1:
         env.update({

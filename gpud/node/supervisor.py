@@ -131,6 +131,7 @@ class TaskRun:
         self.stopping_reason: str | None = None
         self.kill_at: float | None = None
         self.deadline: float | None = None
+        self.warned = False  # the job's --signal went ahead of its time limit
         self.next_thaw_check = 0.0
         self.leader_status: int | None = None
         self.leader_exited: float | None = None  # when the leader was reaped: the task's end, whatever lingers
@@ -309,19 +310,48 @@ class TaskRun:
         if self.spec.sliced:
             freezer.freezer_for(self.task_dir, self.pid).thaw()
 
-    def _begin_stop(self, reason: str, sig: int, grace_s: float) -> None:
+    def _begin_stop(self, reason: str, sig: int, grace_s: float, leader_only: bool = False,
+                    hasten: bool = False) -> None:
         now = time.monotonic()
         if self.stopping_reason is None:
             self.stopping_reason = reason
             if self.spec.sliced:
                 failsafe.mark_stopping(self.task_dir)
                 self._thaw()
+            if leader_only:
+                self._signal_leader(sig)
+                self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+                return
             procs.signal_group(self.pid, sig)
             if self.cgroup is not None:
                 # What left the process group hears it too; what is in it heard it once already. A second
                 # stop signal may cut a job's handler short (many take it to mean "quit now, skip saving").
                 self.cgroup.signal(sig, besides_group=self.pid)
-        self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+        if self.kill_at is None or hasten:
+            # The grace the first stop gave holds: a stop said again (perhaps with a shorter grace, after a
+            # policy reload) must not cut short the job's checkpoint, unless the job itself reported one.
+            self.kill_at = min(self.kill_at or now + grace_s, now + grace_s)
+
+    def _signal_leader(self, sig: int) -> None:
+        """Send ``sig`` to the task's first process alone (``--signal B:SIG@LEAD``)."""
+        try:
+            os.kill(self.pid, sig)
+        except OSError:
+            pass
+
+    def _warn(self) -> None:
+        """Send the job's ``--signal`` ahead of its time limit, once."""
+        self.warned = True
+        try:
+            sig = signal_number(self.spec.warn_signal or "USR1")
+        except ValueError:
+            return
+        if self.spec.warn_batch_only:
+            self._signal_leader(sig)
+            return
+        procs.signal_group(self.pid, sig)
+        if self.cgroup is not None:
+            self.cgroup.signal(sig, besides_group=self.pid)
 
     def fence(self, grace_s: float) -> None:
         """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
@@ -353,7 +383,8 @@ class TaskRun:
             sig = signal.SIGTERM
         grace = request.get("grace_s")
         grace = float(grace) if isinstance(grace, (int, float)) and grace >= 0 else self.spec.grace_s
-        self._begin_stop(_stop_reason(request.get("reason")), sig, grace)
+        self._begin_stop(_stop_reason(request.get("reason")), sig, grace, request.get("leader_only") is True,
+                         request.get("hasten") is True)
 
     def _kill(self, strays: list[int]) -> int:
         """SIGKILL the task's process group, its leader's descendants and ``strays``; returns how many were signalled."""
@@ -374,6 +405,9 @@ class TaskRun:
 
     def tick(self, now: float, strays: list[int]) -> float | None:
         """Enforce the time limit, the grace period and the slicer's fail-safe; returns when to look again."""
+        warn_at = self._warn_at()
+        if warn_at is not None and now >= warn_at and self.stopping_reason is None:
+            self._warn()
         if self.deadline is not None and now >= self.deadline and self.stopping_reason is None:
             self._begin_stop("timeout", signal_number(self.spec.stop_signal), self.spec.grace_s)
         if self.spec.sliced and now >= self.next_thaw_check:
@@ -383,10 +417,17 @@ class TaskRun:
         if self.kill_at is not None and now >= self.kill_at:
             self._kill(strays)
             self.kill_at = None
-        wakes = [t for t in (self.deadline if self.stopping_reason is None else None, self.kill_at) if t is not None]
+        wakes = [t for t in (self.deadline if self.stopping_reason is None else None, self.kill_at,
+                             self._warn_at() if self.stopping_reason is None else None) if t is not None]
         if self.spec.sliced:
             wakes.append(self.next_thaw_check)
         return min(wakes) if wakes else None
+
+    def _warn_at(self) -> float | None:
+        """When the job's ``--signal`` is due (LEAD seconds before the time limit); None when not (any more)."""
+        if self.warned or self.spec.warn_signal is None or self.deadline is None:
+            return None
+        return self.deadline - self.spec.warn_lead_s
 
     def clean_up(self, strays: list[int]) -> bool:
         """Kill whatever the task left behind (its process group, its orphans); True once all of it is gone."""

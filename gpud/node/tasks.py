@@ -95,12 +95,15 @@ class TaskTable:
         self._states[key] = state
         return state
 
-    def stop(self, key: TaskKey, reason: str, grace_s: float | None = None) -> bool:
-        """Stop a task (its stop signal, then SIGKILL after ``grace_s``); False when it is unknown or has exited."""
+    def stop(self, key: TaskKey, reason: str, grace_s: float | None = None, stop_signal: str | None = None,
+             leader_only: bool = False, *, hasten: bool = False) -> bool:
+        """Stop a task (its stop signal, or ``stop_signal``, to its first process alone with ``leader_only``;
+        then SIGKILL after ``grace_s``, which may end an earlier stop's grace sooner only with ``hasten``);
+        False when it is unknown or has exited."""
         state = self._states.get(key)
         if state is None or state.state == EXITED:
             return False
-        if not self.launcher.request_stop(state, reason, grace_s):
+        if not self.launcher.request_stop(state, reason, grace_s, stop_signal, leader_only, hasten=hasten):
             # No supervisor to do it: the processes get SIGKILL at once, and _check records the exit.
             self._states[key] = self._check(state)
         return True

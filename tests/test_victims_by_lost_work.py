@@ -1,0 +1,234 @@
+"""Victims of one priority go in order of the work they would lose: GPU-seconds since their last checkpoint.
+
+The property runs the core over random clusters of every job shape (single tasks, gangs, elastic
+gangs, fractions, memory slices, CPU-only, departments) in which many running jobs have a twin: a
+job of the same project, priority and shape, on the same node, whose GPUs hold the same others'
+shares. Evicting the twin instead is then an allowed choice under every rule (same queue, same
+resources freed in the same place), so an eviction that loses more GPU-seconds than its twin, the
+twin still running, is a wrong choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpud.core import schedule
+from gpud.core.orders import LeastLostWorkVictimOrder, PriorityVictimOrder
+from gpud.core.victim import Victim
+from gpud.errors import ConfigError
+from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
+from gpud.plugins import make_plugin_manager
+from gpud.policy import LEAST_LOST_WORK, YOUNGEST_FIRST, Department, Policy, Project, Resources
+from gpud.policy_file import parse_policy
+
+from test_properties import NOW, POOL, Room, policies, requests, run_cycles, Case
+
+PM = make_plugin_manager()
+TOL = 1e-6
+
+
+def lost(job: JobSpec, now: float) -> float:
+    """GPU-seconds the running job would lose if stopped at ``now`` (the formula of docs/scheduling.md)."""
+    gpus = sum(p.gpu_share * len(p.gpu_index) for p in job.placements if p is not None)
+    started = job.started if job.started is not None else job.submitted
+    since = max(started, job.checkpointed) if job.checkpointed is not None else started
+    return gpus * max(0.0, now - since)
+
+
+@st.composite
+def small_nodes(draw) -> list[NodeSpec]:
+    """One to three small nodes, so that twins fill them and pending jobs must evict."""
+    return [NodeSpec(name=f"n{i}", gpus=draw(st.integers(1, 4)), gpu_memory_gib=draw(st.sampled_from([40.0, 80.0])),
+                     cpus=float(draw(st.integers(4, 16))), memory_gib=float(draw(st.integers(16, 64))), pool=POOL)
+            for i in range(1, draw(st.integers(1, 3)) + 1)]
+
+
+@st.composite
+def twin_cases(draw, victim_order: str = LEAST_LOST_WORK) -> Case:
+    """A random cluster where about half the running jobs have a twin next to them."""
+    policy = draw(policies())
+    policy = dataclasses.replace(policy, victim_order=victim_order,
+                                 min_runtime_s=draw(st.sampled_from([0.0, 0.0, 0.0, policy.min_runtime_s])))
+    specs = draw(small_nodes())
+    room = Room(specs)
+    jobs: list[JobSpec] = []
+    seq = 0
+    for _ in range(draw(st.integers(1, 8))):
+        request = draw(requests())
+        tasks = draw(st.integers(1, 3))
+        min_tasks = draw(st.one_of(st.none(), st.integers(1, tasks)))
+        job = JobSpec(id=f"j{seq}", project=draw(st.sampled_from(sorted(policy.projects))), request=request,
+                      priority=draw(st.sampled_from([50, 50, 75, 100])), tasks=tasks, min_tasks=min_tasks,
+                      submitted=float(draw(st.integers(0, 300))), seq=seq, placements=(None,) * tasks)
+        seq += 1
+        copies = draw(st.sampled_from([0, 1, 2, 2, 3]))
+        if copies == 0:
+            jobs.append(job)
+            continue
+        nodes_of = [draw(st.sampled_from(sorted(room.specs))) for _ in range(draw(st.integers(job.gang_minimum,
+                                                                                             tasks)))]
+        for copy in range(copies):
+            placements = []
+            for node in nodes_of:
+                placement = room.take(node, request)
+                if placement is None:
+                    break
+                placements.append(placement)
+            if len(placements) < len(nodes_of):
+                _give_back(room, placements, request)
+                break
+            started = float(draw(st.integers(int(job.submitted), int(NOW))))
+            checkpointed = draw(st.one_of(st.none(), st.integers(int(NOW) - 200, int(NOW)).map(float)))
+            twin = dataclasses.replace(job, id=f"j{seq - 1}" if copy == 0 else f"j{seq}", seq=seq - 1 + copy,
+                                       placements=tuple(placements) + (None,) * (tasks - len(placements)),
+                                       started=started, checkpointed=checkpointed)
+            jobs.append(twin)
+            if copy:
+                seq += 1
+    # The pending job that will want room: a preemptor or a reclaimer. One alone: with several, an
+    # eviction of one action may be undone by the next, and the twin that stays is not a choice one
+    # action made.
+    running_projects = sorted({j.project for j in jobs if j.is_running}) or sorted(policy.projects)
+    for _ in range(1):
+        request = draw(requests())
+        tasks = draw(st.integers(1, 2))
+        project = draw(st.sampled_from(running_projects if draw(st.booleans()) else sorted(policy.projects)))
+        jobs.append(JobSpec(id=f"j{seq}", project=project, request=request,
+                            priority=draw(st.sampled_from([75, 100, 125])), tasks=tasks,
+                            submitted=float(draw(st.integers(0, int(NOW)))), seq=seq, placements=(None,) * tasks))
+        seq += 1
+    return Case(policy, Snapshot(tuple(specs), tuple(jobs), NOW), draw(st.integers(1, 2)))
+
+
+def _give_back(room: Room, placements: list[TaskPlacement], request: TaskRequest) -> None:
+    for placement in placements:
+        for i in placement.gpu_index:
+            room.share[placement.node][i] += placement.gpu_share
+        room.cpu[placement.node] += request.cpus
+        room.mem[placement.node] += request.memory_gib
+
+
+def _tenants(snapshot: Snapshot) -> dict[tuple[str, int], list[str]]:
+    """The jobs holding a share of each GPU, by (node, GPU index)."""
+    held: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for job in snapshot.jobs:
+        for p in job.placements:
+            if p is not None:
+                for i in p.gpu_index:
+                    held[(p.node, i)].append(job.id)
+    return held
+
+
+def _where(job: JobSpec, pair: set[str], tenants: dict[tuple[str, int], list[str]]) -> list:
+    """Where the job's tasks sit, with the other jobs on their GPUs (leaving out the pair compared)."""
+    return sorted((p.node, p.gpu_share, tuple(sorted(other for i in p.gpu_index for other in tenants[(p.node, i)]
+                                                     if other not in pair)))
+                  for p in job.placements if p is not None)
+
+
+def _twins(a: JobSpec, b: JobSpec, tenants: dict[tuple[str, int], list[str]]) -> bool:
+    """Whether evicting ``b`` instead of ``a`` is allowed under every rule: the same project, priority and
+    shape, on the same nodes, sharing their GPUs with the very same other jobs."""
+    pair = {a.id, b.id}
+    return (a.project == b.project and a.priority == b.priority and a.request == b.request and a.tasks == b.tasks
+            and a.min_tasks == b.min_tasks and dict(a.node_selector) == dict(b.node_selector) and a.pool == b.pool
+            and _where(a, pair, tenants) == _where(b, pair, tenants))
+
+
+def must_give_back(policy: Policy, preemptor: JobSpec) -> bool:
+    """Whether the preemptor's project may have to give resources back before it may take the job (no
+    going over quota, or a non-preemptible job): then victims go in victim order until it may, and
+    which of them come back depends on where the job lands, not on the order. Left out."""
+    project = policy.projects[preemptor.project]
+    department = policy.departments[project.department]
+    return (not preemptor.preemptible or not project.over_quota
+            or (not department.implicit and not department.over_quota))
+
+
+def wrong_choices(case: Case) -> list[str]:
+    """Every eviction whose still-running twin, as old and as allowed, would have lost fewer GPU-seconds."""
+    found = []
+    for before, plan, after in run_cycles(case, case.cycles):
+        now = before.now
+        old_enough = now - case.policy.min_runtime_s
+        jobs = {j.id: j for j in before.jobs}
+        tenants = _tenants(before)
+        untouched = {j.id for j in after.jobs if j.placements == jobs[j.id].placements and j.is_running}
+        for eviction in plan.evictions:
+            victim = jobs[eviction.job]
+            if eviction.rule == "preempt" and must_give_back(case.policy, jobs[eviction.for_job]):
+                continue
+            for other in before.jobs:
+                if (other.id != victim.id and other.id in untouched and other.is_running
+                        and (other.started or 0.0) <= old_enough and _twins(victim, other, tenants)
+                        and lost(victim, now) > lost(other, now) + TOL):
+                    found.append(f"{eviction.rule} evicted {victim.id} losing {lost(victim, now):g} GPU-s; "
+                                 f"its twin {other.id} would have lost {lost(other, now):g}")
+    return found
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(twin_cases())
+def test_no_eviction_loses_more_than_an_allowed_twin_would(case):
+    wrong = wrong_choices(case)
+    assert not wrong, (wrong, case.policy, case.snapshot)
+
+
+# --- the order itself ---------------------------------------------------------------------------
+
+def _running(job_id: str, gpus: int, started: float, checkpointed: float | None, node: str, first_gpu: int,
+             seq: int, priority: int = 50) -> JobSpec:
+    placement = TaskPlacement(node, tuple(range(first_gpu, first_gpu + gpus)), 1.0)
+    return JobSpec(id=job_id, project="p", request=TaskRequest(gpus=float(gpus)), priority=priority,
+                   submitted=started, started=started, placements=(placement,), seq=seq, checkpointed=checkpointed)
+
+
+def _two_train_jobs_and_an_inference(victim_order: str) -> tuple[Policy, Snapshot]:
+    policy = Policy(departments={"default": Department("default", implicit=True)},
+                    projects={"p": Project("p", quota={POOL: Resources(2.0)})}, min_runtime_s=60.0,
+                    victim_order=victim_order)
+    x = _running("x", 1, started=100.0, checkpointed=990.0, node="n1", first_gpu=0, seq=1)
+    y = _running("y", 1, started=500.0, checkpointed=None, node="n1", first_gpu=1, seq=2)
+    high = JobSpec(id="z", project="p", request=TaskRequest(gpus=1.0), priority=75, submitted=995.0, seq=3)
+    return policy, Snapshot((NodeSpec("n1", gpus=2, pool=POOL),), (x, y, high), 1000.0)
+
+
+def test_the_job_checkpointed_just_now_is_the_victim_not_the_younger_one():
+    policy, snapshot = _two_train_jobs_and_an_inference(LEAST_LOST_WORK)
+    plan = schedule(snapshot, policy, PM)
+    assert [(e.job, e.rule) for e in plan.evictions] == [("x", "preempt")]
+    assert [b.job for b in plan.binds] == ["z"]
+
+
+def test_youngest_first_keeps_the_old_order():
+    policy, snapshot = _two_train_jobs_and_an_inference(YOUNGEST_FIRST)
+    plan = schedule(snapshot, policy, PM)
+    assert [(e.job, e.rule) for e in plan.evictions] == [("y", "preempt")]
+
+
+def test_a_checkpoint_from_before_the_run_began_counts_as_none():
+    x = _running("x", 2, started=900.0, checkpointed=100.0, node="n1", first_gpu=0, seq=1)
+    victim = Victim(x, None, [0], 1000.0)
+    assert victim.lost_gpu_seconds == pytest.approx(200.0)
+    assert LeastLostWorkVictimOrder().key(victim)[:2] == (50, pytest.approx(200.0))
+    assert PriorityVictimOrder().key(victim)[:2] == (50, -900.0)
+
+
+def test_more_gpus_lose_more_for_the_same_time():
+    small = Victim(_running("s", 1, 500.0, 900.0, "n1", 0, 1), None, [0], 1000.0)
+    large = Victim(_running("l", 4, 500.0, 950.0, "n1", 1, 2), None, [0], 1000.0)
+    assert small.lost_gpu_seconds == pytest.approx(100.0) and large.lost_gpu_seconds == pytest.approx(200.0)
+    order = LeastLostWorkVictimOrder()
+    assert order.key(small) < order.key(large)
+
+
+def test_the_policy_file_names_the_victim_order():
+    assert parse_policy({"victim_order": "youngest_first"}, "p.toml").victim_order == YOUNGEST_FIRST
+    assert parse_policy({}, "p.toml").victim_order == LEAST_LOST_WORK
+    with pytest.raises(ConfigError, match="victim_order must be one of"):
+        parse_policy({"victim_order": "oldest"}, "p.toml")
