@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_RETRY_S = 60.0   # how long an idempotent request is sent again while the controller is unreachable
+DEFAULT_CONNECT_RETRY_S = 10.0  # gpuctl: how long a safe request waits for a controller that refuses connections
 STREAM_CHUNK = 64 * 1024
 
 EXIT_OK = 0
@@ -38,9 +39,11 @@ class ClientError(Exception):
 class Unreachable(ClientError):
     """The controller could not be reached or did not answer."""
 
-    def __init__(self, url: str, why: str):
-        super().__init__(f"cannot reach the controller at {url} ({why}); is it running? set GPUD_URL")
+    def __init__(self, url: str, why: str, tried_s: float = 0.0):
+        tried = f", still after {tried_s:.0f} s of retries (GPUD_RETRY sets how long)" if tried_s else ""
+        super().__init__(f"cannot reach the controller at {url} ({why}{tried}); is it running? set GPUD_URL")
         self.url = url
+        self.why = why
         self.refused = why == "connection refused"  # nothing was sent
 
 
@@ -140,7 +143,7 @@ class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retry_s: float = DEFAULT_RETRY_S):
+                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0):
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
@@ -149,25 +152,53 @@ class Client:
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
+        self.connect_retry_s = connect_retry_s
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
         """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file.
 
-        ``GPUD_TIMEOUT`` (seconds) bounds the wait for each answer.
+        ``GPUD_TIMEOUT`` (seconds) bounds the wait for each answer;
+        ``GPUD_RETRY`` (seconds, default DEFAULT_CONNECT_RETRY_S, 0: never)
+        how long a request safe to repeat waits for a controller that
+        refuses connections (one restarting, say).
         """
         settings = load_settings(env)
         try:
             timeout = float(env.get("GPUD_TIMEOUT") or DEFAULT_TIMEOUT_S)
         except ValueError:
             timeout = -1.0
-        if not timeout > 0:
+        if not timeout > 0 or timeout == float("inf"):
             raise ConfigFileError(f"GPUD_TIMEOUT must be a number of seconds, not {env.get('GPUD_TIMEOUT')!r}")
-        return cls(settings.url, settings.token, timeout)
+        text = env.get("GPUD_RETRY")
+        try:
+            connect_retry_s = float(text) if text else DEFAULT_CONNECT_RETRY_S
+        except ValueError:
+            connect_retry_s = -1.0
+        if not 0 <= connect_retry_s < float("inf"):
+            raise ConfigFileError(f"GPUD_RETRY must be a number of seconds (0: no retries), not {text!r}")
+        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s)
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
-        """GET ``/api/v1/<path>`` and return the parsed JSON answer."""
-        return self.request("GET", path, query=query)
+        """GET ``/api/v1/<path>`` and return the parsed JSON answer (a read: retried as ``request`` says)."""
+        return self.request("GET", path, query=query, retry=True)
+
+    def get_all(self, path: str, query: Mapping[str, Any] | None = None, key: str = "jobs",
+                page: int = 5000) -> Any:
+        """GET every page of a paged listing, following ``next_cursor``, as one answer.
+
+        The items of all pages are under ``key`` in order; ``arrays``
+        (summaries by array id) are merged; ``next_cursor`` is None.
+        """
+        query = {**(query or {}), "limit": page}
+        answer = self.get(path, query)
+        while answer.get("next_cursor"):
+            more = self.get(path, {**query, "cursor": answer["next_cursor"]})
+            answer[key].extend(more.get(key) or [])
+            if isinstance(more.get("arrays"), dict):
+                answer.setdefault("arrays", {}).update(more["arrays"])
+            answer["next_cursor"] = more.get("next_cursor")
+        return answer
 
     def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
         """POST a JSON body to ``/api/v1/<path>`` and return the parsed JSON answer.
@@ -187,22 +218,27 @@ class Client:
 
         With ``retry`` (for requests safe to repeat), a connection lost once the
         request may have been sent is retried, with a growing pause, until
-        ``retry_s`` has passed; a controller that refuses the first connection
-        is not running, and that is said at once.
+        ``retry_s`` has passed; while every connection is refused (the
+        controller is not running, or restarting) it is retried until
+        ``connect_retry_s`` has passed, then the refusal is said.
         """
         import time
-        deadline = time.monotonic() + self.retry_s
+        began = time.monotonic()
         pause = 0.05
-        first = True
+        never_reached = True
         while True:
             try:
                 return self._exchange(method, path, query, body, headers)
             except Unreachable as exc:
-                if not retry or (first and exc.refused) or time.monotonic() + pause > deadline:
+                never_reached = never_reached and exc.refused
+                limit = self.connect_retry_s if never_reached else self.retry_s
+                waited = time.monotonic() - began
+                if not retry or waited + pause > limit:
+                    if retry and waited >= 1.0:
+                        raise Unreachable(self.url, exc.why, waited) from None
                     raise
-            first = False
             time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            pause = min(pause * 2, 1.0)
 
     def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
                   headers: Mapping[str, str] | None) -> Any:

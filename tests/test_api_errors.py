@@ -88,3 +88,23 @@ def test_a_client_that_hangs_up_is_one_quiet_line(cluster):
     time.sleep(0.5)
     added = log.read_text(errors="replace")[len(before):]
     assert "Traceback" not in added and "ERROR" not in added, added[-3000:]
+
+
+@pytest.mark.parametrize("method, path, allowed", [
+    ("DELETE", "/api/v1/jobs", {"GET", "POST"}),
+    ("PUT", "/healthz", {"GET"}),
+    ("GET", "/api/v1/policy/reload", {"POST"}),
+])
+def test_a_405_names_the_allowed_methods_in_allow(cluster, method, path, allowed):
+    import http.client
+    import json
+    connection = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
+    try:
+        connection.request(method, path, headers={"Authorization": f"Bearer {cluster.admin_token}"})
+        answer = connection.getresponse()
+        body = json.loads(answer.read())
+    finally:
+        connection.close()
+    assert answer.status == 405, (answer.status, body)
+    assert {m.strip() for m in (answer.getheader("Allow") or "").split(",")} - {"HEAD"} == allowed
+    assert method in body["error"] and path in body["error"]

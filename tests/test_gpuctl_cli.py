@@ -118,6 +118,7 @@ def test_a_bad_directive_names_the_line(api, tmp_path, capsys):
 def test_unreachable_controller_exits_3(argv, monkeypatch, tmp_path, capsys):
     url = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("GPUD_URL", url)
+    monkeypatch.setenv("GPUD_RETRY", "0")   # at once (tests/test_gpuctl_retry.py waits for a controller)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert main(argv) == 3
     err = capsys.readouterr().err
@@ -126,7 +127,8 @@ def test_unreachable_controller_exits_3(argv, monkeypatch, tmp_path, capsys):
 
 
 def test_unreachable_from_a_real_process(tmp_path):
-    env = {**os.environ, "GPUD_URL": f"http://127.0.0.1:{closed_port()}", "XDG_CONFIG_HOME": str(tmp_path)}
+    env = {**os.environ, "GPUD_URL": f"http://127.0.0.1:{closed_port()}", "XDG_CONFIG_HOME": str(tmp_path),
+           "GPUD_RETRY": "0"}
     result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "queue"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 3
@@ -279,10 +281,27 @@ def test_queue_filters_and_me(api, capsys):
     assert main(["queue", "--me", "--project", "vision", "--state", "pd,R"]) == 0
     assert capsys.readouterr().out.split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES",
                                                "REASON"]
-    assert api.requests[1]["query"] == "state=PENDING%2CRUNNING&user=alice&project=vision"
+    assert api.requests[1]["query"] == "state=PENDING%2CRUNNING&user=alice&project=vision&limit=5000"
     assert main(["queue", "--all", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"jobs": []}
-    assert api.requests[2]["query"] == "all=1"
+    assert api.requests[2]["query"] == "all=1&limit=5000"
+
+
+def test_queue_follows_next_cursor_to_the_last_page(api, capsys):
+    pages = iter([{"jobs": [{"id": "1"}], "arrays": {}, "next_cursor": "c1"},
+                  {"jobs": [{"id": "2"}], "arrays": {"3": {"elements": 1}}, "next_cursor": "c2"},
+                  {"jobs": [{"id": "3_0", "array_id": "3"}], "arrays": {}, "next_cursor": None}])
+
+    class Paged(dict):
+        def get(self, key, default=None):
+            return (200, next(pages), {}) if key == "GET /api/v1/jobs" else super().get(key, default)
+
+    api.routes = Paged(api.routes)
+    assert main(["queue", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [job["id"] for job in answer["jobs"]] == ["1", "2", "3_0"]
+    assert answer["arrays"] == {"3": {"elements": 1}} and answer["next_cursor"] is None
+    assert [r["query"] for r in api.requests] == ["limit=5000", "limit=5000&cursor=c1", "limit=5000&cursor=c2"]
 
 
 def test_cancel_goes_on_past_a_refusal(api, capsys):

@@ -196,3 +196,62 @@ def test_gpud_up_refuses_an_emptied_store_and_says_how_to_start_afresh(tmp_path)
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "is empty (zero bytes)" in result.stderr and f"move {controller_dir} aside" in result.stderr
+
+
+def test_a_directory_in_place_of_the_store_is_named_without_a_traceback(cluster):
+    cluster.state_dir.mkdir()
+    (cluster.state_dir / "gpud.sqlite").mkdir()
+    for args in ((), ("--init",)):
+        result = controller(cluster, *args)
+        assert_refused(result, f"{cluster.state_dir / 'gpud.sqlite'} is a directory, not a file", "move it aside")
+    (cluster.state_dir / "gpud.sqlite").rmdir()
+    (cluster.state_dir / "gpud.sqlite-wal").mkdir()
+    assert_refused(controller(cluster, "--init"), f"{cluster.state_dir / 'gpud.sqlite-wal'} is a directory")
+
+
+def test_a_file_in_place_of_the_state_directory_is_named_without_a_traceback(cluster):
+    cluster.state_dir.write_text("not a directory\n")
+    result = controller(cluster, "--init")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot use the state directory {cluster.state_dir}: it is" in result.stderr, result.stderr
+    assert "not a directory" in result.stderr, result.stderr
+
+
+def test_a_missing_parent_of_the_state_directory_is_made(tmp_path):
+    live = LiveCluster(tmp_path)
+    live.state_dir = tmp_path / "not" / "yet" / "there"
+    live.config.write_text(live.config.read_text().replace(str(tmp_path / "controller"), str(live.state_dir)))
+    try:
+        live.start_controller()
+        assert live.api("GET", "/api/v1/whoami")[0] == 200
+    finally:
+        live.close()
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only tmpfs at tmp_path/ro holding a state directory with a store (skipped when mount is impossible)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a read-only filesystem needs mount (root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_an_unwritable_state_directory_is_named_without_a_traceback(tmp_path, read_only):
+    live = LiveCluster(tmp_path)
+    live.state_dir = read_only / "state"
+    live.config.write_text(live.config.read_text().replace(str(tmp_path / "controller"), str(live.state_dir)))
+    live.start_controller()            # a cluster with a store, then its filesystem made read-only
+    live.controller.stop()
+    live.controller = None
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only)], check=True)
+    result = controller(live)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot use the state directory {live.state_dir}" in result.stderr, result.stderr
+    assert "Read-only file system" in result.stderr, result.stderr

@@ -19,8 +19,9 @@ exit status: 0 ok, 1 the controller refused the request (4xx), 2 usage error,
 
 ENVIRONMENT_HELP = """\
 environment: GPUD_URL (default http://127.0.0.1:6830), GPUD_TOKEN, GPUD_TIMEOUT
-(seconds, default 30); otherwise url and token or token_file in
-$XDG_CONFIG_HOME/gpud/client.toml."""
+(seconds, default 30), GPUD_RETRY (seconds reads and submits wait for a
+controller that refuses connections, default 10, 0: none); otherwise url and
+token or token_file in $XDG_CONFIG_HOME/gpud/client.toml."""
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -75,8 +75,8 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
 def run_queue(args: argparse.Namespace) -> int:
     """Print the job list (pending and running unless --all or --state)."""
     api = client()
-    answer = api.get("jobs", {"state": ",".join(args.state) if args.state else None, "all": args.all,
-                              "user": _user(api, args), "project": args.project})
+    answer = api.get_all("jobs", {"state": ",".join(args.state) if args.state else None, "all": args.all,
+                                  "user": _user(api, args), "project": args.project})
     if args.json:
         print_json(answer)
         return 0

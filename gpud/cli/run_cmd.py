@@ -167,7 +167,7 @@ def _wait(api, job_id: str, verb: str = "run") -> dict:
             if why.get("never"):
                 api.post(job_path(job_id, "cancel"))
                 raise NeverStarts(never_text(job_id, why, verb))
-            text = waiting_text(job, api.get("jobs", {"state": "PENDING", "project": job["project"]})["jobs"], why)
+            text = waiting_text(job, api.get_all("jobs", {"state": "PENDING", "project": job["project"]})["jobs"], why)
             if text != shown:
                 print(text, file=sys.stderr)
                 shown = text

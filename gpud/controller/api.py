@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gpud import jsontext
-from gpud.controller import arrays, identity
+from gpud.controller import arrays, identity, job_list
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
 from gpud.controller.limits import pending_refusal
@@ -33,6 +33,7 @@ MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
 MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
+VIEW_SLICE = 250           # job views made between two turns of the event loop
 FREEZE_AFTER = 1000
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
@@ -160,9 +161,9 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
     waits for it is gone, so a job is never durable yet unknown, nor known
     yet lost.
     """
-    for job in jobs:
-        ctrl.persist.new_job(job)
-    flush = asyncio.ensure_future(ctrl.commit())
+    # The outcome of exactly the batch that carries these jobs (and the idempotent answer marked with them),
+    # taken now: awaiting a later flush could report another batch's success or failure.
+    flush = ctrl.persist.new_jobs(jobs)
 
     def settle(done: asyncio.Future) -> None:
         if done.cancelled() or done.exception() is not None:
@@ -224,22 +225,38 @@ async def list_jobs(request: web.Request) -> web.Response:
     if states is None:
         states = set(STATES) if query.get("all") in ("1", "true") else set(ACTIVE)
     user, project = query.get("user"), query.get("project")
+    try:
+        limit = int(query.get("limit", str(job_list.DEFAULT_LIMIT)))
+    except ValueError:
+        raise ApiError(400, "limit must be an integer", field="limit") from None
+    if not 1 <= limit <= job_list.MAX_LIMIT:
+        raise ApiError(422, f"limit must be 1 to {job_list.MAX_LIMIT}, not {limit}", field="limit")
+    try:
+        after = job_list.decode_cursor(query["cursor"]) if "cursor" in query else None
+    except job_list.CursorError as exc:
+        raise ApiError(400, str(exc), field="cursor") from None
     now = time.time()
-    jobs = [visible(principal, job, {**job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
-                                                ctrl.cluster.policy.time_slicing), **ctrl.cluster.start_of(job)})
-            for job in ctrl.cluster.jobs.values()
-            if job.state in states and (user is None or job.user == user)
-            and (project is None or job.project == project)]
+    candidates: list[Job] = list(ctrl.cluster.jobs.values())
     if states - ACTIVE:
         loop = asyncio.get_running_loop()
-        records = await loop.run_in_executor(ctrl.store_executor, lambda: ctrl.store.history(
-            since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000))
-        for job in (Job.from_record(jsontext.loads(r)) for r in records):
-            if job.state in states:
-                jobs.append(visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
-                                                             ctrl.cluster.policy.time_slicing)))
-    jobs.sort(key=lambda j: (j["submitted"], j["array_index"] if j["array_index"] is not None else -1, j["id"]))
-    return ok({"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs)})
+
+        def ended() -> list[Job]:  # read and decoded in the store's thread, off the event loop
+            records = ctrl.store.history(since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000)
+            return [Job.from_record(jsontext.loads(r)) for r in records]
+        candidates.extend(await loop.run_in_executor(ctrl.store_executor, ended))
+
+    page, last = await job_list.select_page(candidates, states, user, project, after, limit)
+    jobs = []
+    for start in range(0, len(page), VIEW_SLICE):
+        for job in page[start:start + VIEW_SLICE]:
+            active = job.id in ctrl.cluster.jobs
+            view = job_view(job, ctrl.cluster.reason_of(job) if active else job.reason, ctrl.cluster.nodes, now,
+                            ctrl.cluster.policy.time_slicing)
+            jobs.append(visible(principal, job, {**view, **ctrl.cluster.start_of(job)} if active else view))
+        await asyncio.sleep(0)
+    answer = {"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs),
+              "next_cursor": job_list.encode_cursor(last) if last is not None else None}
+    return web.Response(text=jsontext.dumps(answer), content_type="application/json")
 
 
 async def show_job(request: web.Request) -> web.Response:

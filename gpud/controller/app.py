@@ -59,10 +59,14 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
         if exc.status == 404:
             return error(404, f"no such endpoint: {request.method} {request.path} (see docs/api.md)")
         if exc.status == 405:
-            return error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
+            refused = error(405, f"{request.method} is not allowed on {request.path} (see docs/api.md)")
+            refused.headers["Allow"] = exc.headers.get("Allow", "")
+            return refused
         return error(exc.status, exc.reason)
     except StoreError as exc:
-        return error(503, str(exc))
+        refused = error(503, str(exc))
+        refused.headers["Retry-After"] = "5"
+        return refused
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:

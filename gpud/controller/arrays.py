@@ -11,6 +11,7 @@ from gpud.jobs import Job, gpus_of
 from gpud.lifecycle import ACTIVE, COMPLETED, PENDING, RUNNING, STATES
 
 # Counts by state are listed in this order: what runs, what waits, then how the others ended.
+COUNT_SLICE = 2000
 _COUNT_ORDER = (RUNNING, PENDING, *(state for state in STATES if state not in (RUNNING, PENDING)))
 # The state an array shows when no element is active: the most telling way one of them ended.
 _ENDED_ORDER = ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "PREEMPTED", COMPLETED)
@@ -107,7 +108,11 @@ async def listed_arrays(ctrl, jobs: list[dict]) -> dict[str, dict]:
         if job.get("array_id") is not None:
             live.setdefault(job["array_id"], Counter())
     for array_id, counts in live.items():
-        counts.update(job.state for job in ctrl.cluster.select(array_id))
+        jobs = ctrl.cluster.jobs
+        ids = list(ctrl.cluster.arrays.get(array_id, ()))
+        for start in range(0, len(ids), COUNT_SLICE):  # a 100,000-element array is counted a slice at a time
+            counts.update([jobs[i].state for i in ids[start:start + COUNT_SLICE] if i in jobs])
+            await asyncio.sleep(0)
     stored: dict[str, dict[str, int]] = {}
     if live and ctrl.store_executor is not None:
         loop = asyncio.get_running_loop()

@@ -725,6 +725,11 @@ class Cluster(NodeMessages):
         commands, self.outbox = self.outbox, defaultdict(list)
         return commands
 
+    def put_back_commands(self, commands: dict[str, list[dict]]) -> None:
+        """Return commands taken but not sent, ahead of those piled up since."""
+        for node, messages in commands.items():
+            self.outbox[node][:0] = messages
+
     def _event(self, kind: str, message: str, *, job: str | None = None, node: str | None = None,
                store: bool = True) -> None:
         if store:

@@ -12,9 +12,11 @@ from aiohttp import web
 
 from gpud import jsontext
 from gpud.channel import LocalEnd, local_pair, ws_texts
+from gpud.controller import node_schema
 from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
+from gpud.controller.persist import StoreError
 
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
@@ -33,10 +35,7 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
     labels = message.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ValueError("labels must be an object of strings")
-    try:
-        cpus, memory = float(message.get("cpus", 0)), float(message.get("memory_gib", 0))
-    except (TypeError, ValueError):
-        raise ValueError("cpus and memory_gib must be numbers") from None
+    cpus, memory = node_schema.quantity(message, "cpus"), node_schema.quantity(message, "memory_gib")
     pool = message.get("pool") or labels.get("pool") or "default"
     limits = message.get("limits") or {}
     if not isinstance(limits, dict) or not isinstance(limits.get("enforced", []), list):
@@ -57,10 +56,7 @@ def _lease(ctrl: Controller) -> dict:
 
 
 def _tasks(message: dict) -> list[dict]:
-    tasks = message.get("tasks") or []
-    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
-        raise ValueError("tasks must be a list of task reports")
-    return tasks
+    return node_schema.task_reports(message.get("tasks"))
 
 
 async def node_connect(request: web.Request) -> web.WebSocketResponse:
@@ -108,9 +104,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
     try:
         async for text in texts:
             try:
-                message = jsontext.loads(text)
-                if not isinstance(message, dict):
-                    raise ValueError("a message is a JSON object")
+                message = node_schema.loads_message(text)
                 kind = message.get("type")
                 if kind == "register":
                     theirs = message.get("cluster_id")
@@ -141,6 +135,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
                 elif kind == "task":
+                    node_schema.task_report(message, "task")
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
                     if not ctrl.cluster.task_report(name, message):
                         continue  # nothing waits for its changes to be durable
@@ -157,11 +152,14 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     continue
                 else:
                     raise ValueError(f"unknown message type {kind!r}")
-            except (ValueError, TypeError, KeyError) as exc:
+            except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
                 log.warning("node %s: bad message: %s", name or peer, exc)
-                await channel.send_str(jsontext.dumps({"type": "error", "error": str(exc)}))
+                await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
                 continue
-            await ctrl.commit()
+            try:
+                await ctrl.commit()
+            except StoreError as exc:  # the changes are marked again and their commands wait for them
+                log.error("node %s: %s", name, exc)
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]

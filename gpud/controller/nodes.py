@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpud.controller import node_schema
 from gpud.model import NodeSpec
 
 UP = "up"
@@ -106,11 +107,14 @@ def gpus_from_report(items: Any) -> list[Gpu]:
     if not isinstance(items, list):
         raise ValueError("gpus must be a list")
     gpus = []
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("index"), int):
-            raise ValueError("each GPU needs an integer index")
-        gpus.append(Gpu(index=item["index"], uuid=str(item.get("uuid", "")), model=str(item.get("model", "")),
-                        memory_gib=float(item.get("memory_gib", 80.0)), healthy=bool(item.get("healthy", True))))
+    for number, item in enumerate(items):
+        where = f"gpus[{number}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: a GPU is a JSON object")
+        gpus.append(Gpu(index=node_schema.index(item, "index", where), uuid=str(item.get("uuid", "")),
+                        model=str(item.get("model", "")),
+                        memory_gib=node_schema.quantity(item, "memory_gib", 80.0, where),
+                        healthy=bool(item.get("healthy", True))))
     return sorted(gpus, key=lambda gpu: gpu.index)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import sqlite3
 import time
 from concurrent.futures import Executor
 from typing import Callable, Iterable
@@ -20,12 +22,20 @@ log = logging.getLogger("gpud.controller")
 
 
 class StoreError(RuntimeError):
-    """The durable store failed a write; nothing in that batch is acknowledged.
+    """The durable store failed a write; nothing in that batch is acknowledged (the API answers 503).
 
     New things in the batch (submitted jobs, tokens, idempotent answers) are
     forgotten: their callers are told, and nothing of them is written later.
     Changes to what already exists are marked again and go in the next batch.
     """
+
+
+def store_error(exc: BaseException) -> StoreError:
+    """The StoreError that tells a caller why the store refused a write (naming the store's own error)."""
+    full = isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    full = full or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "disk is full" in str(exc)
+    hint = "; free space in the controller's state directory" if full else ""
+    return StoreError(f"the state store refused the write: {exc} (nothing of this request was accepted{hint})")
 
 
 class Persister:
@@ -34,6 +44,10 @@ class Persister:
     One batch is written at a time, on the event loop while commits are quick
     (a lone submit pays one fsync and no trip through a thread), in the store's
     thread once they are slow, so a slow disk never stalls the API.
+
+    Each batch has its own outcome (a future): whoever marked something new
+    (a job, a token, an answer) waits for exactly the batch that carries it,
+    so a request is never told of another batch's success or failure.
     """
 
     def __init__(self, store: Store, executor: Executor) -> None:
@@ -46,21 +60,27 @@ class Persister:
         self._events: list[Event] = []
         self._tokens: list[TokenRecord] = []
         self._meta: dict[str, str] = {}
-        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._next: asyncio.Future | None = None      # the outcome of the batch being gathered
+        self._flying: asyncio.Future | None = None    # the outcome of the batch being written
         self._writer: asyncio.Future | None = None
-        self._taken = 0
-        self._done = 0
         self.last_write_s = 0.0
         self.batches = 0
+        self.failed_batches = 0
         self._soon: asyncio.TimerHandle | None = None
 
     def job(self, job: Job) -> None:
         """Mark a job as changed (its record is read at the next batch)."""
         self._jobs[job.id] = job
 
-    def new_job(self, job: Job) -> None:
-        """Mark a submitted job: written by the next batch, or forgotten (never retried) when that batch fails."""
-        self._new[job.id] = job
+    def new_jobs(self, jobs: Iterable[Job]) -> asyncio.Future:
+        """Mark submitted jobs for the next batch; the returned future is that batch's outcome.
+
+        It resolves once those jobs are durable, or raises StoreError when that
+        batch failed: then they are forgotten, never written later.
+        """
+        for job in jobs:
+            self._new[job.id] = job
+        return self.ticket()
 
     def answer(self, user: str, key: str, fingerprint: str, status: int, body: str, created: float) -> None:
         """Record the answer to an idempotent request, in the same transaction as what it made."""
@@ -82,21 +102,33 @@ class Persister:
         """Record a setting."""
         self._meta[key] = value
 
-    async def flush(self) -> None:
-        """Return once every change marked before this call is durable; raises if the store failed."""
-        if self._dirty():
-            target = self._taken + 1          # the next batch will carry these changes
-        elif self._writer is not None:
-            target = self._taken              # they may be in the batch being written
-        else:
-            return
-        if target <= self._done:
-            return
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, future))
+    def ticket(self) -> asyncio.Future:
+        """The outcome of the batch that will carry what is marked now (a writer is started for it).
+
+        Await it (through ``asyncio.shield`` when the awaiting task may be
+        cancelled): it resolves when that batch is durable and raises
+        StoreError when it failed.
+        """
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+            self._next.add_done_callback(_retrieved)
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_batches())
-        await future
+        return self._next
+
+    async def flush(self) -> None:
+        """Return once every change marked before this call is durable; raises StoreError if the store failed.
+
+        Changes to existing things from a failed batch are marked again, so
+        after a failure a later flush writes them.
+        """
+        if self._dirty():
+            outcome = self.ticket()
+        elif self._flying is not None:
+            outcome = self._flying            # they may be in the batch being written
+        else:
+            return
+        await asyncio.shield(outcome)
 
     def flush_soon(self) -> None:
         """Make the changes marked so far durable within FLUSH_SOON_S, or with an earlier flush.
@@ -120,7 +152,7 @@ class Persister:
     async def _flush_quietly(self) -> None:
         try:
             await self.flush()
-        except StoreError as exc:  # nobody waits for these changes; the next flush that is waited for fails too
+        except StoreError as exc:  # nobody waits for these changes; they are marked again for the next flush
             log.error("%s", exc)
 
     def _dirty(self) -> bool:
@@ -132,10 +164,15 @@ class Persister:
         # next, so under load many requests share one transaction and fsync.
         loop = asyncio.get_running_loop()
         try:
-            while self._dirty():
+            while self._dirty() or self._next is not None:
                 await asyncio.sleep(0)        # let requests already read mark their changes
+                outcome = self._next if self._next is not None else loop.create_future()
+                self._next = None
+                if not self._dirty():         # everything marked for it went with an earlier batch
+                    outcome.set_result(None)
+                    continue
                 batch, taken, new = self._take()
-                self._taken += 1
+                self._flying = outcome
                 began = time.perf_counter()
                 try:
                     if self.last_write_s < INLINE_WRITE_S and len(batch.jobs) + len(new) <= INLINE_ROWS:
@@ -145,31 +182,28 @@ class Persister:
                         # Submitted jobs are nobody else's until written, so their rows are made in the
                         # store's thread: a 100,000-element array does not hold the event loop for it.
                         await loop.run_in_executor(self.executor, _write_with, self.store, batch, new)
-                except Exception:
+                except Exception as exc:  # noqa: BLE001 - any failure of the store refuses this batch alone
                     self._mark_again(taken)
-                    raise
+                    self.failed_batches += 1
+                    self._flying = None
+                    if not outcome.done():
+                        outcome.set_exception(store_error(exc))
+                    if self._next is None:
+                        break                 # nobody waits for a later batch: the next flush retries
+                    continue
                 self.last_write_s = time.perf_counter() - began
                 self.batches += 1
-                self._done = self._taken
-                self._wake(self._done)
-        except Exception as exc:  # the store is unusable: every waiter hears why
-            error = StoreError(f"the state store refused the write: {exc}")
-            for _, waiter in self._waiters:
-                if not waiter.done():
-                    waiter.set_exception(error)
-            self._waiters.clear()
+                self._flying = None
+                if not outcome.done():
+                    outcome.set_result(None)
         finally:
             self._writer = None
-
-    def _wake(self, done: int) -> None:
-        still = []
-        for target, waiter in self._waiters:
-            if target <= done:
-                if not waiter.done():
-                    waiter.set_result(None)
-            else:
-                still.append((target, waiter))
-        self._waiters = still
+            # Cancelled (the controller is stopping) with a batch unwritten or its outcome unknown: say so.
+            for unknown in (self._flying, self._next):
+                if unknown is not None and not unknown.done():
+                    unknown.set_exception(StoreError("the controller stopped before the write was known to be "
+                                                     "durable"))
+            self._flying = self._next = None
 
     def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict], list[Job]]:
         batch = WriteBatch()
@@ -195,6 +229,12 @@ class Persister:
         self._events[:0] = events
         for key, value in meta.items():
             self._meta.setdefault(key, value)
+
+
+def _retrieved(outcome: asyncio.Future) -> None:
+    # A failed batch nobody awaited (its changes are marked again) is not an unhandled error.
+    if not outcome.cancelled():
+        outcome.exception()
 
 
 def job_rows(jobs: Iterable[Job]) -> list[tuple[str, int, str, str, str, float, float | None, str]]:

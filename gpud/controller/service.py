@@ -154,7 +154,10 @@ class Controller:
                 await self.charger.charge()
             except Exception as exc:  # noqa: BLE001 - a failed last charge must not keep the jobs unwritten
                 log.error("the last usage charge failed: %s", exc)
-            await self.persist.flush()
+            try:
+                await self.persist.flush()
+            except StoreError as exc:  # every acknowledged change is already durable; these were never promised
+                log.error("stopping with changes not written: %s", exc)
         finally:
             self.cluster.job_events.close()
             self.store_executor.submit(self.usage_store.close).result()
@@ -166,7 +169,11 @@ class Controller:
     async def commit(self) -> None:
         """Make every change so far durable, then deliver the commands those changes made."""
         commands = self.cluster.take_commands()
-        await self.persist.flush()
+        try:
+            await self.persist.flush()
+        except StoreError:
+            self.cluster.put_back_commands(commands)  # sent after the changes that made them are durable
+            raise
         for node, messages in commands.items():
             link = self.links.get(node)
             if link is None:
@@ -196,6 +203,9 @@ class Controller:
                 await self.run_cycle()
             except asyncio.CancelledError:
                 raise
+            except StoreError as exc:  # the plan's changes are marked again; its commands wait for them
+                log.error("%s", exc)
+                await asyncio.sleep(1.0)
             except Exception:
                 log.exception("scheduling cycle failed; the scheduler is rebuilt at the next cycle")
                 self.cluster.core.rebuild()

@@ -73,11 +73,17 @@ def open_state(state_dir: str, *, init: bool, synchronous: str = "FULL") -> Open
     With ``init`` a missing or empty store becomes a new cluster, and a
     store of another cluster is adopted as this one's.
     """
+    if os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+        raise StateError(f"cannot use the state directory {state_dir}: it is {_kind(state_dir)}, not a directory")
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise StateError(f"cannot use the state directory {state_dir}: {exc.strerror or exc}") from None
-    fd = lock(state_dir)
+    try:
+        fd = lock(state_dir)
+    except OSError as exc:
+        raise StateError(f"cannot use the state directory {state_dir}: cannot write "
+                         f"{os.path.join(state_dir, LOCK_FILE)}: {exc.strerror or exc}") from None
     try:
         store, cluster_id = _open_store(state_dir, init, synchronous)
     except BaseException:
@@ -88,7 +94,14 @@ def open_state(state_dir: str, *, init: bool, synchronous: str = "FULL") -> Open
 
 def _open_store(state_dir: str, init: bool, synchronous: str) -> tuple[SQLiteStore, str]:
     path = os.path.join(state_dir, FILE_NAME)
-    recorded = _read_id(state_dir)
+    for part in (path, path + "-wal", path + "-shm"):
+        if os.path.lexists(part) and not os.path.isfile(part):
+            raise StateError(f"the store {part} is {_kind(part)}, not a file, so the controller cannot use it; "
+                             f"move it aside (gpud never made it); then, {restore_hint(state_dir)}")
+    try:
+        recorded = _read_id(state_dir)
+    except OSError as exc:
+        raise StateError(f"cannot read {os.path.join(state_dir, CLUSTER_ID_FILE)}: {exc.strerror or exc}") from None
     try:
         size = os.path.getsize(path)
     except FileNotFoundError:
@@ -100,9 +113,17 @@ def _open_store(state_dir: str, init: bool, synchronous: str) -> tuple[SQLiteSto
                          f" Otherwise, {restore_hint(state_dir)}")
     try:
         store = SQLiteStore(state_dir, synchronous=synchronous)
+    except OSError as exc:
+        raise StateError(f"cannot open the store {path}: {exc.strerror or exc}") from None
+    except sqlite3.OperationalError as exc:  # not damage: a read-only file or filesystem, a full disk
+        raise StateError(f"cannot open the store {path} for writing: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"the store {path} is damaged ({exc}); {restore_hint(state_dir, damaged=True)}") from None
+    try:
         stored = store.meta_value(META_KEY)
         populated = store.populated()
     except sqlite3.DatabaseError as exc:
+        store.close()
         raise StateError(f"the store {path} is damaged ({exc}); {restore_hint(state_dir, damaged=True)}") from None
     try:
         cluster_id = _settle_id(state_dir, store, stored, recorded, populated, init)
@@ -130,6 +151,15 @@ def _settle_id(state_dir: str, store: SQLiteStore, stored: str | None, recorded:
     if recorded != cluster_id:
         _write_id(state_dir, cluster_id)
     return cluster_id
+
+
+def _kind(path: str) -> str:
+    """What is at ``path``, in words: "a directory", "a symbolic link", "a special file"."""
+    if os.path.isdir(path):
+        return "a directory"
+    if os.path.islink(path):
+        return "a symbolic link to nothing"
+    return "a special file (a socket, a FIFO or a device)"
 
 
 def _read_id(state_dir: str) -> str | None:

@@ -127,10 +127,13 @@ class SQLiteStore:
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", batch.meta.items())
             if batch.answers:
                 db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)", batch.answers)
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls some failures back itself (a full disk at COMMIT does); never leave one open, or
+            # every later BEGIN would fail and the store would stay refused after space is freed.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
 
     def job(self, job_id: str) -> str | None:
         """One job's record, or None."""

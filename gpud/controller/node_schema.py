@@ -1,0 +1,125 @@
+"""Checking what a node sends before the cluster reads it, as API bodies are checked before a submit.
+
+A node message is JSON text within bounds (depth, values), with no NaN or
+Infinity; each task report in it has the fields and types the node writes
+(gpud/node/taskstate.py), each number finite and within range. Anything else
+is a ValueError naming the field, which the node is told; the controller
+never fails on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+from gpud.controller.body import BodyError, check_shape
+
+MAX_DEPTH = 16
+MAX_ITEMS = 5_000_000        # a heartbeat lists every task of the node, each a few values
+MAX_INDEX = (1 << 31) - 1    # tasks, attempts, pids, exit codes and signals are 32-bit on every platform
+MAX_TEXT = 4096
+MAX_QUANTITY = 1e18          # bytes, seconds, percentages: anything larger is not a measurement
+STATES = ("running", "exited")
+
+
+def loads_message(text: str | bytes) -> dict:
+    """The message's JSON object; ValueError naming what is wrong (not JSON, too deep or big, NaN, not an object)."""
+    data = text.encode() if isinstance(text, str) else text
+    try:
+        check_shape(data, MAX_DEPTH, MAX_ITEMS)
+    except BodyError as exc:
+        raise ValueError(str(exc).replace("the body", "the message")) from None
+    try:
+        message = orjson.loads(data)   # strict: NaN and Infinity are not JSON
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and json takes (an integer wider than 64 bits, a lone surrogate)
+            message = json.loads(data, parse_constant=_not_a_number)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"the message is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ValueError("a message is a JSON object")
+    return message
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def task_report(report: Any, where: str = "task report") -> dict:
+    """``report`` when it is a well-formed task report; ValueError naming the field that is not."""
+    if not isinstance(report, dict):
+        raise ValueError(f"{where}: a task report is a JSON object")
+    _text(report, "job", where, required=True)
+    _index(report, "task", where, required=True)
+    _index(report, "attempt", where, required=True)
+    if report.get("state") not in STATES:
+        raise ValueError(f"{where}: state must be one of {', '.join(STATES)} (got {_shown(report.get('state'))})")
+    _text(report, "job_uid", where)
+    _text(report, "reason", where)
+    for name in ("pid", "term_signal"):
+        _index(report, name, where)
+    _integer(report, "exit_code", where, -MAX_INDEX - 1, MAX_INDEX)
+    for name in ("started", "ended", "cpu_s", "max_rss_bytes", "gpu_util", "gpu_memory_gib", "pid_start"):
+        _quantity(report, name, where)
+    return report
+
+
+def task_reports(items: Any, where: str = "tasks") -> list[dict]:
+    """The checked task reports of a register or heartbeat message; ValueError naming the first bad one."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ValueError(f"{where} must be a list of task reports")
+    return [task_report(item, f"{where}[{index}]") for index, item in enumerate(items)]
+
+
+def quantity(message: dict, name: str, default: float = 0.0, where: str = "message") -> float:
+    """A finite, non-negative number field of a message (``default`` when absent); ValueError otherwise."""
+    if message.get(name) is None:
+        return default
+    _quantity(message, name, where)
+    return float(message[name])
+
+
+def index(message: dict, name: str, where: str = "message") -> int:
+    """A required integer field from 0 to MAX_INDEX; ValueError otherwise."""
+    _index(message, name, where, required=True)
+    return int(message[name])
+
+
+def _text(report: dict, name: str, where: str, required: bool = False) -> None:
+    value = report.get(name)
+    if value is None and not required:
+        return
+    if not isinstance(value, str) or (required and not value) or len(value) > MAX_TEXT:
+        raise ValueError(f"{where}: {name} must be {'a non-empty' if required else 'a'} text of at most "
+                         f"{MAX_TEXT} characters (got {_shown(value)})")
+
+
+def _index(report: dict, name: str, where: str, required: bool = False) -> None:
+    _integer(report, name, where, 0, MAX_INDEX, required)
+
+
+def _integer(report: dict, name: str, where: str, low: int, high: int, required: bool = False) -> None:
+    value = report.get(name)
+    if value is None and not required:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{where}: {name} must be an integer from {low} to {high} (got {_shown(value)})")
+
+
+def _quantity(report: dict, name: str, where: str) -> None:
+    value = report.get(name)
+    if value is None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 <= value <= MAX_QUANTITY):
+        raise ValueError(f"{where}: {name} must be a number from 0 to {MAX_QUANTITY:g} (got {_shown(value)})")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
