@@ -154,17 +154,21 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def dashboard(base: str, token: str, path: str, stop: asyncio.Event, counts: list[int]) -> None:
-    """One open page: the event stream, and its fragment fetched on each change."""
+    """One open page, as ui.js keeps it: its event stream, which pushes the live part on each change
+    (a "change" instead asks for a fetch of the fragment, as htmx would)."""
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
         await sign_in(session, base, token)
         await (await session.get(base + path)).read()
-        async with session.get(f"{base}/ui/events", timeout=aiohttp.ClientTimeout(total=None)) as events:
+        async with session.get(f"{base}/ui/events", params={"view": path},
+                               timeout=aiohttp.ClientTimeout(total=None)) as events:
             while not stop.is_set():
                 try:
                     line = await asyncio.wait_for(events.content.readline(), 0.5)
                 except asyncio.TimeoutError:
                     continue
-                if line == b"event: change\n":
+                if line == b"event: section\n":
+                    counts[0] += 1
+                elif line == b"event: change\n":
                     await (await session.get(base + path, headers={"HX-Request": "true"})).read()
                     counts[0] += 1
 
