@@ -123,8 +123,9 @@ async def events(request: web.Request) -> web.StreamResponse:
 
     The stream names its page (``?view=/ui/queue?state=PENDING``); the part
     is made once per change for everyone who sees the same, and each open
-    dashboard costs one write. A page without a live part, or one that
-    cannot be made (a job that is gone), gets ``event: change`` instead and
+    dashboard costs one write, none when its part did not change (an ended
+    job). A page without a live part, or one that cannot be made (a job
+    that is gone), gets ``event: change`` instead and
     fetches what it shows itself; so does a session that ended or whose
     token was revoked (its fetch then leads to the sign-in page), and its
     stream ends.
@@ -135,7 +136,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     live: Live = request.app[LIVE]
     ctrl, session, view = request.app[CONTROLLER], request[SESSION], _view(request)
     response = await _stream(request)
-    seen = live.changes
+    seen, sent = live.changes, None
     live.open += 1
     try:
         await response.write(b"retry: 3000\n\n")
@@ -155,7 +156,11 @@ async def events(request: web.Request) -> web.StreamResponse:
             if view is not None:
                 with contextlib.suppress(web.HTTPException, LookupError):
                     text = await section_text(request.app, session, principal, view)
-            await response.write(CHANGE if text is None else live.section_event(text))
+            if text is None:
+                await response.write(CHANGE)
+            elif text != sent:  # the same text as last time: the page already shows it
+                await response.write(live.section_event(text))
+                sent = text
     except ConnectionError:
         pass
     finally:

@@ -32,11 +32,16 @@ FRAGMENT_S = 10.0
 FRAGMENTS_KEPT = 256
 
 
-class Section:
-    """A page's live part as one stream or htmx request asks for it: the template, its values, whose it is."""
+ENDED = ("ended",)   # the version of what no longer changes: a job that is no longer pending or running
 
-    def __init__(self, template: str, who: tuple, values: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        self.template, self.who, self.values = template, who, values
+
+class Section:
+    """A page's live part as one stream or htmx request asks for it: the template, its values, whose it is,
+    and the version of the state it shows (the cluster's unless given)."""
+
+    def __init__(self, template: str, who: tuple, values: Callable[[], Awaitable[dict[str, Any]]],
+                 version: object = None) -> None:
+        self.template, self.who, self.values, self.version = template, who, values, version
 
 
 def _choice(query: MultiMapping[str], key: str) -> str | None:
@@ -92,22 +97,26 @@ def section(app: web.Application, session: Session, principal: Principal, view: 
 
         async def job_values() -> dict[str, Any]:
             return await data.job_page(ctrl, principal, job_id)
-        return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values)
+        # An ended job (or array) is in the store for good: its part is made again only when it expires.
+        version = None if ctrl.cluster.select(job_id) else ENDED
+        return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values, version)
     return None
 
 
 async def section_text(app: web.Application, session: Session, principal: Principal, view: URL) -> str | None:
     """The live part of the page at ``view`` as HTML, made once per cluster version for all who see the same.
 
-    Every open dashboard of the same audience gets the same text; while it
-    is being made, the others wait for it rather than make it again. Kept
+    Every open dashboard of the same audience gets the same text (the same
+    object, until the state it shows changed); while it is being made, the
+    others wait for it rather than make it again. Kept
     FRAGMENT_S at most, for what changes without a durable write
     (utilisation samples). None when the page has no live part.
     """
     part = section(app, session, principal, view)
     if part is None:
         return None
-    cache, version, now = app[FRAGMENT_KEY], app[LIVE].version(), time.monotonic()
+    cache, now = app[FRAGMENT_KEY], time.monotonic()
+    version = part.version if part.version is not None else app[LIVE].version()
     key = (str(view), part.template, part.who)
     hit = cache.get(key)
     if hit is not None and hit[0] == version and now - hit[1] < FRAGMENT_S:
