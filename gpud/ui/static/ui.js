@@ -22,13 +22,13 @@
   function listen(view) {
     if (events) { events.close(); }
     var url = body.dataset.events.split("?")[0] + "?view=" + encodeURIComponent(view);
-    events = new EventSource(url);
+    var source = events = new EventSource(url);
     events.addEventListener("change", function () {
       body.dispatchEvent(new CustomEvent("gpud:change"));
     });
     events.addEventListener("section", function (e) {
       var region = document.querySelector("[data-live]");
-      if (!region) { return; }
+      if (!region || source !== events) { return; }  // a stream for the page before a filter changed
       remember();
       region.innerHTML = e.data;
       if (window.htmx) { window.htmx.process(region); }
@@ -40,6 +40,7 @@
     // A filter or page shown through htmx changes the address: the stream follows it.
     var follow = function () { listen(location.pathname + location.search); };
     body.addEventListener("htmx:pushedIntoHistory", follow);
+    body.addEventListener("htmx:replacedInHistory", follow);
     body.addEventListener("htmx:historyRestore", follow);
     window.addEventListener("pagehide", function () { events.close(); });
   }
