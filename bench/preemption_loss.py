@@ -15,8 +15,10 @@ Checkpoint model (documented, seeded per job from a hash of --seed and the pod's
   checkpoint (since its start when it has none); a job moved by consolidation restarts too and
   counts alike. The checkpoint times travel to the core in the snapshot (JobSpec.checkpointed).
 
-Prints both totals side by side (and each order's evictions); --json prints
-{"lost_gpu_seconds": {"least_lost_work": A, "youngest_first": Y}, "ratio": A / Y, ...}.
+Prints both totals side by side (and each order's evictions, and the work lost by the rule that
+evicted: reclaim, preempt, or "moved" by consolidation); --json prints
+{"lost_gpu_seconds": {"least_lost_work": A, "youngest_first": Y}, "ratio": A / Y, "lost_by_rule": ...}.
+Both orders replay the very same jobs, nodes, projects and checkpoint intervals (one --seed).
 Arrivals come --compress times faster than in the trace (20 by default; run times are the trace's),
 so that the GPUs are contended and reclaim and preemption have work to do. --quick replays the
 trace's first --quick-jobs jobs (1,000) only.
@@ -108,6 +110,7 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
     scheduler = Scheduler(Snapshot(tuple(nodes), (), events[0][0] if events else 0.0), policy, pm)
     running: set[str] = set()
     lost = 0.0
+    by_rule: dict[str, float] = {}  # the work lost, by the rule that evicted (a move counts as "moved")
     evictions = moves = 0
     while events:
         now = events[0][0]
@@ -134,7 +137,10 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
             job = jobs[eviction.job]
             assert job.started is not None
             saved = job.checkpoints(now) * job.interval if job.interval is not None else 0.0
-            lost += job.gpus() * (now - job.started - saved)
+            this = job.gpus() * (now - job.started - saved)
+            lost += this
+            rule = "moved" if eviction.moved else eviction.rule
+            by_rule[rule] = by_rule.get(rule, 0.0) + this
             job.remaining -= saved
             job.epoch += 1
             job.started, job.told, job.placements = None, 0, ()
@@ -155,7 +161,8 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
                 job.started, job.told = now, 0
                 running.add(name)
                 heapq.heappush(events, (now + job.remaining, FINISH, 0, name, job.epoch))
-    return {"lost_gpu_seconds": lost, "evictions": evictions, "moves": moves, "jobs": len(jobs)}
+    return {"lost_gpu_seconds": lost, "evictions": evictions, "moves": moves, "jobs": len(jobs),
+            "by_rule": {rule: round(amount, 1) for rule, amount in sorted(by_rule.items())}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
            "ratio": round(a / y, 4) if y else None,
            "evictions": {o: r["evictions"] for o, r in results.items()},
            "moves": {o: r["moves"] for o, r in results.items()},
+           "lost_by_rule": {o: r["by_rule"] for o, r in results.items()},
            "jobs": results[LEAST_LOST_WORK]["jobs"], "nodes": len(nodes), "gpus": capacity,
            "model": {"never": args.never, "min_interval_s": args.min_interval, "max_interval_s": args.max_interval,
                      "seed": args.seed},
@@ -204,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     for order, result in results.items():
         print(f"{order:<18}{result['lost_gpu_seconds'] / 3600:>16.1f}{result['evictions']:>11}"
               f"{result['moves']:>7}{walls[order]:>8.1f}")
+    for order, result in results.items():
+        print(f"{order}: lost GPU-hours by rule: "
+              + ", ".join(f"{rule} {amount / 3600:.1f}" for rule, amount in result["by_rule"].items()))
     if y:
         print(f"least_lost_work loses {a / y:.2f} x what youngest_first loses (goal: at most 0.70)")
     return 0

@@ -5,12 +5,12 @@ cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core
 controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
     python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile] [--hash]
-        [--time-limits] [--reservations N]
+        [--time-limits] [--reservations N] [--victim-order least_lost_work|youngest_first]
 
 With --time-limits every job has a time limit (running jobs end within a day of now, pending
 jobs ask for 1 h, 4 h or 24 h), so reservations and backfill are planned each cycle (gpud.core.
 reservations); --reservations N sets how many jobs per pool hold one (0: none, and no estimates
-either; default: the policy's default).
+either; default: the policy's default). --victim-order sets the policy's victim_order.
 
 With --hash, each workload's plans (binds, evictions and every pending reason, cycle by cycle) are
 hashed, so that two versions of the core can be shown to decide alike: run it with each on
@@ -39,7 +39,7 @@ import gpud
 from gpud.core import COMPILED, Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
-from gpud.policy import Department, Policy, Project, Reservations
+from gpud.policy import LEAST_LOST_WORK, VICTIM_ORDERS, Department, Policy, Project, Reservations
 
 NOW = 1_000_000.0
 POOL = "default"
@@ -249,7 +249,7 @@ def measure_big(args, pm, prof: dict) -> dict:
     nodes, running, pending = (100, 600, 10_000) if args.quick else (1000, 6000, 100_000)
     t0 = time.perf_counter()
     snapshot, policy = big_cluster(args.seed, nodes, running, pending)
-    policy = with_reservations(policy, args)
+    policy = dataclasses.replace(with_reservations(policy, args), victim_order=args.victim_order)
     out = {"nodes": nodes, "gpus": nodes * 8, "projects": len(policy.projects), "jobs": len(snapshot.jobs),
            "running_tasks": sum(j.running_tasks for j in snapshot.jobs), "build_s": time.perf_counter() - t0}
     fresh = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
@@ -309,7 +309,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
 def measure_contended(args, pm, prof: dict) -> dict:
     """Workload 2: figures of the reclaim cycle, and how far the starved projects got."""
     snapshot, policy = contended_cluster(args.seed, args.contended_nodes or (100 if args.quick else 1000))
-    policy = with_reservations(policy, args)
+    policy = dataclasses.replace(with_reservations(policy, args), victim_order=args.victim_order)
     out = {"nodes": len(snapshot.nodes), "projects": len(policy.projects), "jobs": len(snapshot.jobs)}
     cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
     plan, out["cycles"] = cycles[-1][1], [figures for figures, _ in cycles]
@@ -427,6 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-dir", help="with --profile, also dump <kind>.prof pstats files here")
     parser.add_argument("--hash", action="store_true", help="hash each workload's plans (binds, evictions, "
                         "pending reasons) to compare two versions of the core")
+    parser.add_argument("--victim-order", choices=VICTIM_ORDERS, default=LEAST_LOST_WORK,
+                        help="the policy's victim_order (default least_lost_work)")
     args = parser.parse_args(argv)
     out = run(args)
     print(json.dumps(out, indent=2) if args.json else report(out))

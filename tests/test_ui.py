@@ -6,6 +6,7 @@ dashboard on another, driven over HTTP with separate cookie jars per user.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -246,6 +247,78 @@ async def test_the_event_stream_nudges_open_pages_when_a_job_is_submitted(board)
         await board.submit("alice")
         line = await stream.content.readline()
         assert line == b"event: change\n"
+
+
+async def next_event(stream: aiohttp.ClientResponse) -> tuple[str, str]:
+    """The next event on a server-sent event stream (keepalive comments skipped): its kind and its data."""
+    kind, data = "message", []
+    while True:
+        line = (await asyncio.wait_for(stream.content.readline(), 60)).decode()
+        if not line:
+            raise AssertionError("the stream ended")
+        line = line.rstrip("\n")
+        if line.startswith("event: "):
+            kind = line[len("event: "):]
+        elif line.startswith("data: "):
+            data.append(line[len("data: "):])
+        elif line == "" and (data or kind != "message"):
+            return kind, "\n".join(data)
+
+
+async def open_stream(browser: aiohttp.ClientSession, view: str) -> aiohttp.ClientResponse:
+    """The event stream for the page ``view``, past its opening ``retry``."""
+    stream = await browser.get("/ui/events", params={"view": view})
+    assert stream.status == 200 and stream.headers["Content-Type"] == "text/event-stream"
+    assert (await stream.content.readline()).startswith(b"retry:")
+    await stream.content.readline()
+    return stream
+
+
+async def test_the_event_stream_pushes_each_users_own_view_of_the_page(board):
+    job = await board.submit("alice", env=SECRET_ENV, name="pushed-job")
+    alice, bob = await board.browser("alice"), await board.browser("bob")
+    streams = [await open_stream(alice, f"/ui/jobs/{job}"), await open_stream(alice, f"/ui/jobs/{job}"),
+               await open_stream(bob, f"/ui/jobs/{job}"), await open_stream(alice, "/ui/queue?state=PENDING")]
+    try:
+        await board.submit("bob", name="second-job")
+        (k1, mine), (k2, again), (k3, theirs), (k4, queue) = [await next_event(s) for s in streams]
+        assert k1 == k2 == k3 == k4 == "section"
+        assert "sekrit-value-123" in mine and "<html" not in mine and again == mine
+        assert "sekrit-value-123" not in theirs and "WANDB_API_KEY" not in theirs and "pushed-job" in theirs
+        assert "second-job" in queue and "pushed-job" in queue and "<html" not in queue
+        # each session's forms carry its own CSRF token, never another's
+        page = await (await alice.get(f"/ui/jobs/{job}")).text()
+        assert csrf_of(page) in mine
+        assert (await alice.get(f"/ui/jobs/{job}", headers={"HX-Request": "true"})).status == 200
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+async def test_a_stream_escapes_what_it_pushes_and_nudges_a_page_it_cannot_show(board):
+    alice = await board.browser("alice")
+    escaped, gone = await open_stream(alice, "/ui/queue"), await open_stream(alice, "/ui/jobs/999")
+    try:
+        await board.submit("alice", name="<script>alert(1)</script>")
+        kind, text = await next_event(escaped)
+        assert kind == "section" and "<script>" not in text and "&lt;script&gt;" in text
+        assert await next_event(gone) == ("change", "")
+    finally:
+        escaped.close()
+        gone.close()
+
+
+async def test_a_revoked_session_gets_no_more_of_the_page(board):
+    alice = await board.browser("alice")
+    stream = await open_stream(alice, "/ui/queue")
+    try:
+        status, body = await board.call("POST", "/api/v1/tokens/revoke", body={"user": "alice"})
+        assert status == 200, body
+        await board.submit("bob", name="after-revoke")
+        assert await next_event(stream) == ("change", "")
+        assert await asyncio.wait_for(stream.content.read(), 60) == b""  # and the stream ends
+    finally:
+        stream.close()
 
 
 async def test_usage_downloads_as_csv_with_only_ones_own_jobs_unless_admin(board):

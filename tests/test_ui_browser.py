@@ -21,6 +21,7 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not in
 from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,  # noqa: E402
                                         WebDriverException)
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -162,3 +163,22 @@ def test_headless_chromium_renders_every_page(up, browser):
         assert wait_for(lambda: text_of(browser, By.TAG_NAME, "h1"), f"{path} to render") == heading, path
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert not errors, (path, errors)  # a CSP refusal or a script error shows here
+
+
+def test_a_filtered_queue_stays_filtered_as_it_updates(up, browser):
+    base = dashboard_url(up)
+    token = (up.state_dir / "controller" / "admin.token").read_text().strip()
+    sign_in(browser, base, token)
+    browser.get(base + "queue")
+    browser.execute_script("window.stillTheSamePage = true;")
+    Select(browser.find_element(By.ID, "f-state")).select_by_visible_text("RUNNING")
+    wait_for(lambda: "state=RUNNING" in browser.current_url, "the filter in the address")
+    held = up.gpuctl("submit", "--parsable", "--hold", "--name", "held-one", "--", "sleep", "300")
+    assert held.returncode == 0, held.stderr
+    running = up.gpuctl("submit", "--parsable", "--gpus", "1", "--name", "running-one", "--", "sleep", "300")
+    assert running.returncode == 0, running.stderr
+    held_id, running_id = held.stdout.strip().split(";")[0], running.stdout.strip().split(";")[0]
+    wait_for(lambda: text_of(browser, By.CSS_SELECTOR, f"#row-{running_id} .name"), "the running job in the queue")
+    # the part pushed after both submissions is the filtered one: the held (pending) job is not in it
+    assert not browser.find_elements(By.ID, f"row-{held_id}")
+    assert browser.execute_script("return window.stillTheSamePage === true;"), "the queue page reloaded"

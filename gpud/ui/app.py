@@ -46,8 +46,13 @@ def render(request: web.Request, name: str, status: int = 200, **values: Any) ->
     session: Session | None = request.get(SESSION)
     principal: Principal | None = request.get(PRINCIPAL)
     csrf = request.app[SIGNER].csrf(session.nonce) if session else values.pop("csrf", "")
-    text = request.app[TEMPLATES].get_template(name).render(csrf=csrf, me=principal, path=request.path, **values)
+    text = render_text(request.app, name, csrf, principal, request.path, view=request.path_qs, **values)
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def render_text(app: web.Application, name: str, csrf: str, me: Principal | None, path: str, **values: Any) -> str:
+    """The template ``name`` rendered for the user ``me`` on the page at ``path``, its forms carrying ``csrf``."""
+    return app[TEMPLATES].get_template(name).render(csrf=csrf, me=me, path=path, **values)
 
 
 def principal_of(ctrl: Controller, session: Session) -> Principal | None:

@@ -1,17 +1,21 @@
-"""Live updates as server-sent events: "something changed" for the open pages, and a job's log as it grows.
+"""Live updates as server-sent events: each open page's live part when the cluster changed, and a job's log.
 
-A page does not get data over the stream, only a nudge: it then fetches its
-own fragments through the same views (and the same authorisation) as a
-reload would. The controller's durable-write counter tells that something
-changed without looking at a single job, so an idle cluster costs nothing.
+The stream carries the page's fragment itself, made by the same view (and
+the same visibility rules) as a reload or an htmx request, once per change
+for all who would see the same, so ten open dashboards cost ten writes a
+change rather than ten requests. The controller's durable-write counter
+tells that something changed without looking at a single job, so an idle
+cluster costs nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from aiohttp import web
+from yarl import URL
 
 from gpud.controller import api
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
@@ -37,6 +41,16 @@ class Live:
         self.open = 0
         self.changes = 0                     # how many changes were announced so far
         self._wake = asyncio.Event()         # replaced by a fresh one at every wake-up
+        self._encoded: dict[int, tuple[str, bytes]] = {}   # by the text's identity: it is kept alive here
+
+    def section_event(self, text: str) -> bytes:
+        """``text`` as an ``event: section``, encoded once for every stream that sends the same text."""
+        hit = self._encoded.get(id(text))
+        if hit is None or hit[0] is not text:
+            if len(self._encoded) >= 64:
+                self._encoded.clear()
+            hit = self._encoded[id(text)] = (text, _event("section", text))
+        return hit[1]
 
     def version(self) -> tuple[int, int]:
         """Changes when the cluster's state does: its durable writes and the jobs it holds."""
@@ -92,13 +106,37 @@ def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
+def _view(request: web.Request) -> URL | None:
+    """The page a stream is for (its ``view``: a path and query under /ui/), or None to send only nudges."""
+    given = request.query.get("view", "")
+    if not given.startswith("/ui/") or given.startswith("//"):
+        return None
+    try:
+        view = URL(given)
+    except ValueError:
+        return None
+    return view if not view.is_absolute() else None
+
+
 async def events(request: web.Request) -> web.StreamResponse:
-    """``event: change`` whenever the cluster changed (at most every MIN_GAP_S), until the page closes."""
-    from gpud.ui.app import LIVE
+    """The page's live part as ``event: section`` whenever the cluster changed (at most every MIN_GAP_S).
+
+    The stream names its page (``?view=/ui/queue?state=PENDING``); the part
+    is made once per change for everyone who sees the same, and each open
+    dashboard costs one write, none when its part did not change (an ended
+    job). A page without a live part, or one that cannot be made (a job
+    that is gone), gets ``event: change`` instead and
+    fetches what it shows itself; so does a session that ended or whose
+    token was revoked (its fetch then leads to the sign-in page), and its
+    stream ends.
+    """
+    from gpud.ui.app import LIVE, SESSION, principal_of
+    from gpud.ui.pages import section_text
 
     live: Live = request.app[LIVE]
+    ctrl, session, view = request.app[CONTROLLER], request[SESSION], _view(request)
     response = await _stream(request)
-    seen = live.changes
+    seen, sent = live.changes, None
     live.open += 1
     try:
         await response.write(b"retry: 3000\n\n")
@@ -106,13 +144,31 @@ async def events(request: web.Request) -> web.StreamResponse:
             changes = await live.next()
             if live.closing.is_set() or _gone(request):
                 break
-            await response.write(b"event: change\ndata: \n\n" if changes != seen else b": still here\n\n")
+            if changes == seen:
+                await response.write(b": still here\n\n")
+                continue
             seen = changes
+            principal = principal_of(ctrl, session)
+            if principal is None or session.expires <= time.time():
+                await response.write(CHANGE)
+                break
+            text = None
+            if view is not None:
+                with contextlib.suppress(web.HTTPException, LookupError):
+                    text = await section_text(request.app, session, principal, view)
+            if text is None:
+                await response.write(CHANGE)
+            elif text != sent:  # the same text as last time: the page already shows it
+                await response.write(live.section_event(text))
+                sent = text
     except ConnectionError:
         pass
     finally:
         live.open -= 1
     return response
+
+
+CHANGE = b"event: change\ndata: \n\n"
 
 
 def _event(kind: str, text: str) -> bytes:

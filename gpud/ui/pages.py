@@ -1,21 +1,30 @@
-"""The dashboard's pages: each handler reads its query, asks gpud/ui/data.py, and renders a template."""
+"""The dashboard's pages: each handler reads its query, asks gpud/ui/data.py, and renders a template.
+
+A page's live part (its ``_*.html`` fragment) is made by ``section_text``
+for both the htmx request and the event stream that pushes it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import time
-from typing import Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from multidict import MultiMapping
+from yarl import URL
 
 from gpud.accounting.report import GROUPINGS
 from gpud.controller import api
+from gpud.controller.auth import Principal
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.lifecycle import ACTIVE
 from gpud.submission import is_job_id
 from gpud.ui import charts, data
-from gpud.ui.app import LIVE, render
+from gpud.ui.app import LIVE, SESSION, SIGNER, render, render_text
+from gpud.ui.session import Session
 
 WINDOWS = {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}
 USAGE_CACHE_S = 60.0
@@ -23,72 +32,145 @@ FRAGMENT_S = 10.0
 FRAGMENTS_KEPT = 256
 
 
-def live_fragment(request: web.Request, who: tuple, make: Callable[[], web.Response]) -> web.Response:
-    """A page's live part (an htmx request), made once per cluster version for all who would see the same.
+ENDED = ("ended",)   # the version of what no longer changes: a job that is no longer pending or running
 
-    ``who`` says what the fragment depends on besides the cluster and the
-    query: nothing for public content, the user and whether an admin for
-    content shown through the API's visibility rules. Kept FRAGMENT_S at
-    most, for what changes without a durable write (utilisation samples).
+
+class Section:
+    """A page's live part as one stream or htmx request asks for it: the template, its values, whose it is,
+    and the version of the state it shows (the cluster's unless given)."""
+
+    def __init__(self, template: str, who: tuple, values: Callable[[], Awaitable[dict[str, Any]]],
+                 version: object = None) -> None:
+        self.template, self.who, self.values, self.version = template, who, values, version
+
+
+def _choice(query: MultiMapping[str], key: str) -> str | None:
+    value = query.get(key, "").strip()
+    return value or None
+
+
+def _queue_query(query: MultiMapping[str]) -> tuple[dict[str, str | None], int]:
+    state = _choice(query, "state")
+    if state is not None and state.upper() not in ACTIVE:
+        raise api.ApiError(422, f"state is one of {', '.join(sorted(ACTIVE))}, not {state!r}")
+    try:
+        page = int(query.get("page", "1"))
+    except ValueError:
+        raise api.ApiError(400, "page must be a number") from None
+    return {"project": _choice(query, "project"), "user": _choice(query, "user"),
+            "state": state.upper() if state else None}, page
+
+
+def section(app: web.Application, session: Session, principal: Principal, view: URL) -> Section | None:
+    """The live part of the page at ``view`` (a path and query under /ui/) for this user; None when it has none.
+
+    ``who`` holds everything besides the cluster and the query that the
+    fragment depends on: nothing for the overview's public fields, the user
+    and whether an admin for what the API's visibility rules decide, and
+    the session's nonce where the fragment carries a form (its CSRF token).
     """
-    if not request.headers.get("HX-Request"):
-        return make()
-    cache, version, now = request.app[FRAGMENT_KEY], request.app[LIVE].version(), time.monotonic()
-    key = (request.path_qs, who)
+    ctrl = app[CONTROLLER]
+    path = view.path
+    if path == "/ui/":
+        async def overview_values() -> dict[str, Any]:
+            pools = data.gpu_cells(ctrl)
+            jobs = {"pending": 0, "running": 0}
+            for job in ctrl.cluster.jobs.values():
+                jobs["pending" if job.state == "PENDING" else "running"] += 1
+            return {"pools": pools, "counts": data.counts(pools), "jobs": jobs}
+        return Section("_overview.html", (), overview_values)
+    if path == "/ui/queue":
+        filters, page = _queue_query(view.query)
+
+        async def queue_values() -> dict[str, Any]:
+            shown = data.queue_page(ctrl, principal, filters["project"], filters["user"], filters["state"], page,
+                                    app[QUEUE_KEY], app[LIVE].version())
+            return {"q": shown, "filters": filters, "query": {k: v for k, v in filters.items() if v},
+                    "states": sorted(ACTIVE)}
+        return Section("_queue.html", (principal.user, principal.admin), queue_values)
+    if path == "/ui/nodes":
+        async def nodes_values() -> dict[str, Any]:
+            return {"nodes": data.node_views(ctrl)}
+        return Section("_nodes.html", (principal.admin, session.nonce), nodes_values)
+    if path.startswith("/ui/jobs/") and path.count("/") == 3 and is_job_id(path[len("/ui/jobs/"):]):
+        job_id = path[len("/ui/jobs/"):]
+
+        async def job_values() -> dict[str, Any]:
+            return await data.job_page(ctrl, principal, job_id)
+        # An ended job (or array) is in the store for good: its part is made again only when it expires.
+        version = None if ctrl.cluster.select(job_id) else ENDED
+        return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values, version)
+    return None
+
+
+async def section_text(app: web.Application, session: Session, principal: Principal, view: URL) -> str | None:
+    """The live part of the page at ``view`` as HTML, made once per cluster version for all who see the same.
+
+    Every open dashboard of the same audience gets the same text (the same
+    object, until the state it shows changed); while it is being made, the
+    others wait for it rather than make it again. Kept
+    FRAGMENT_S at most, for what changes without a durable write
+    (utilisation samples). None when the page has no live part.
+    """
+    part = section(app, session, principal, view)
+    if part is None:
+        return None
+    cache, now = app[FRAGMENT_KEY], time.monotonic()
+    version = part.version if part.version is not None else app[LIVE].version()
+    key = (str(view), part.template, part.who)
     hit = cache.get(key)
     if hit is not None and hit[0] == version and now - hit[1] < FRAGMENT_S:
-        return web.Response(text=hit[2], content_type="text/html", charset="utf-8")
-    response = make()
+        return await asyncio.shield(hit[2])
+
+    async def make() -> str:
+        values = await part.values()
+        return render_text(app, part.template, app[SIGNER].csrf(session.nonce), principal, view.path, **values)
+    made = asyncio.ensure_future(make())
     if len(cache) >= FRAGMENTS_KEPT:
         cache.clear()
-    cache[key] = (version, now, response.text)
-    return response
+    cache[key] = (version, now, made)
+    try:
+        return await asyncio.shield(made)
+    except BaseException:
+        if cache.get(key, (None, None, None))[2] is made:
+            del cache[key]  # a refusal (unknown job, bad filter) is not kept: the next asker gets it anew
+        raise
+
+
+async def _live(request: web.Request) -> web.Response:
+    text = await section_text(request.app, request[SESSION], request[PRINCIPAL], request.rel_url)
+    assert text is not None  # only the pages with a live part call this
+    return web.Response(text=text, content_type="text/html", charset="utf-8")
 
 
 async def overview(request: web.Request) -> web.Response:
+    if request.headers.get("HX-Request"):
+        return await _live(request)
     ctrl = request.app[CONTROLLER]
-
-    def make() -> web.Response:
-        pools = data.gpu_cells(ctrl)
-        jobs = {"pending": 0, "running": 0}
-        for job in ctrl.cluster.jobs.values():
-            jobs["pending" if job.state == "PENDING" else "running"] += 1
-        return render(request, "overview.html" if not request.headers.get("HX-Request") else "_overview.html",
-                      title="Overview", pools=pools, counts=data.counts(pools), jobs=jobs)
-    return live_fragment(request, (), make)  # public fields only: the same for every user
-
-
-def _choice(request: web.Request, key: str) -> str | None:
-    value = request.query.get(key, "").strip()
-    return value or None
+    pools = data.gpu_cells(ctrl)
+    jobs = {"pending": 0, "running": 0}
+    for job in ctrl.cluster.jobs.values():
+        jobs["pending" if job.state == "PENDING" else "running"] += 1
+    return render(request, "overview.html", title="Overview", pools=pools, counts=data.counts(pools), jobs=jobs)
 
 
 async def queue(request: web.Request) -> web.Response:
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    state = _choice(request, "state")
-    if state is not None and state.upper() not in ACTIVE:
-        raise api.ApiError(422, f"state is one of {', '.join(sorted(ACTIVE))}, not {state!r}")
-    try:
-        page = int(request.query.get("page", "1"))
-    except ValueError:
-        raise api.ApiError(400, "page must be a number") from None
-    filters = {"project": _choice(request, "project"), "user": _choice(request, "user"),
-               "state": state.upper() if state else None}
-
-    def make() -> web.Response:
-        shown = data.queue_page(ctrl, principal, filters["project"], filters["user"], filters["state"], page,
-                                request.app[QUEUE_KEY], request.app[LIVE].version())
-        query = {k: v for k, v in filters.items() if v}
-        return render(request, "_queue.html" if request.headers.get("HX-Request") else "queue.html", title="Queue",
-                      q=shown, filters=filters, query=query, states=sorted(ACTIVE))
-    return live_fragment(request, (principal.user, principal.admin), make)
+    filters, page = _queue_query(request.query)
+    if request.headers.get("HX-Request"):
+        return await _live(request)
+    shown = data.queue_page(ctrl, principal, filters["project"], filters["user"], filters["state"], page,
+                            request.app[QUEUE_KEY], request.app[LIVE].version())
+    query = {k: v for k, v in filters.items() if v}
+    return render(request, "queue.html", title="Queue", q=shown, filters=filters, query=query, states=sorted(ACTIVE))
 
 
 async def job(request: web.Request) -> web.Response:
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
+    if request.headers.get("HX-Request"):
+        return await _live(request)
     shown = await data.job_page(ctrl, principal, request.match_info["id"])
-    name = "_job.html" if request.headers.get("HX-Request") else "job.html"
-    return render(request, name, title=f"Job {shown['job']['id']}", **shown)
+    return render(request, "job.html", title=f"Job {shown['job']['id']}", **shown)
 
 
 async def change_job(request: web.Request) -> web.Response:
@@ -109,9 +191,9 @@ async def change_job(request: web.Request) -> web.Response:
 
 
 async def nodes(request: web.Request) -> web.Response:
-    ctrl = request.app[CONTROLLER]
-    name = "_nodes.html" if request.headers.get("HX-Request") else "nodes.html"
-    return render(request, name, title="Nodes", nodes=data.node_views(ctrl))
+    if request.headers.get("HX-Request"):
+        return await _live(request)
+    return render(request, "nodes.html", title="Nodes", nodes=data.node_views(request.app[CONTROLLER]))
 
 
 async def change_node(request: web.Request) -> web.Response:
