@@ -236,16 +236,16 @@ async def list_jobs(request: web.Request) -> web.Response:
     except job_list.CursorError as exc:
         raise ApiError(400, str(exc), field="cursor") from None
     now = time.time()
-    candidates: list[Job] = list(ctrl.cluster.jobs.values())
-    if states - ACTIVE:
-        loop = asyncio.get_running_loop()
 
-        def ended() -> list[Job]:  # read and decoded in the store's thread, off the event loop
-            records = ctrl.store.history(since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000)
-            return [Job.from_record(jsontext.loads(r)) for r in records]
-        candidates.extend(await loop.run_in_executor(ctrl.store_executor, ended))
+    def decode_ended() -> list[Job]:  # read and decoded in the store's thread, off the event loop
+        records = ctrl.store.history(since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000)
+        return [Job.from_record(jsontext.loads(r)) for r in records]
 
-    page, last = await job_list.select_page(candidates, states, user, project, after, limit)
+    async def read_ended() -> list[Job]:
+        return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
+
+    page, last = await job_list.select_page(ctrl.cluster.listing, read_ended if states - ACTIVE else None, states,
+                                            user, project, after, limit)
     jobs = []
     for start in range(0, len(page), VIEW_SLICE):
         for job in page[start:start + VIEW_SLICE]:

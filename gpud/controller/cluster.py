@@ -18,6 +18,7 @@ from gpud.controller.checkpoints import FILE, MAX_KEPT, Preemptions, checkpoint_
 from gpud.controller.completing import Completing, completing_text
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
+from gpud.controller.listing_order import ListingOrder
 from gpud.controller.node_messages import NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
 from gpud.controller.node_commands import purge_command, start_command, stop_command
@@ -46,6 +47,7 @@ class Cluster(NodeMessages):
         self.persist = persister
         self.clock = clock
         self.jobs: dict[str, Job] = {}
+        self.listing = ListingOrder()  # the same jobs in the job list's order: a page bisects from its cursor
         self.nodes: dict[str, NodeRecord] = {}
         self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
         self.array_queued: dict[str | None, int] = defaultdict(int)  # each array's elements in the scheduler
@@ -522,6 +524,7 @@ class Cluster(NodeMessages):
 
     def _add(self, job: Job) -> None:
         self.jobs[job.id] = job
+        self.listing.add(job)
         if job.state == RUNNING and job.time_limit_s is not None:
             self.timed.add(job.id)
         if job.array_id is not None:
@@ -624,6 +627,7 @@ class Cluster(NodeMessages):
             self._command(host, purge_command(job))
         self._core_remove(job)
         del self.jobs[job.id]
+        self.listing.remove(job)
         self.timed.discard(job.id)
         self.fenced.pop(job.id, None)
         self.completing.forget(job.id)
