@@ -414,12 +414,13 @@ async def projects(request: web.Request) -> web.Response:
     queues = []
     for queue in (plan.queues if plan is not None else ()):
         pending, running = (counts.get((queue.name, queue.pool), [0, 0]) if queue.kind == "project"
-                            else _department_counts(ctrl, counts, queue))
+                            else department_counts(ctrl, counts, queue))
         queues.append(queue_view(queue, pending, running))
     return ok({"queues": queues})
 
 
-def _department_counts(ctrl: Controller, counts: dict, queue: Any) -> list[int]:
+def department_counts(ctrl: Controller, counts: dict, queue: Any) -> list[int]:
+    """[pending, running] jobs of the projects of department ``queue`` in its pool, summed."""
     total = [0, 0]
     for (project, pool), (pending, running) in counts.items():
         known = ctrl.policy.projects.get(project)
@@ -487,7 +488,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
         raise ApiError(409, f"job {job.id} sends its {'output' if stream == 'out' else 'errors'} to {DEV_NULL}, "
                             f"so there is no log to show")
     response = None
-    if not _log_node(job, task):
+    if not log_node(job, task):
         if not follow or job.state != "PENDING":
             raise ApiError(409, f"job {job.id} task {task} has not run yet, so it has no log"
                                 + (" (gpuctl logs -f waits for it to start)" if job.state == "PENDING" else ""))
@@ -496,7 +497,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         while True:
             current = ctrl.cluster.jobs.get(job.id)
-            if current is None or _log_node(current, task) or _gone(request):
+            if current is None or log_node(current, task) or _gone(request):
                 break
             await asyncio.sleep(0.5)
         if current is None or _gone(request):  # ended (cancelled) before it ran, or the reader left
@@ -510,13 +511,14 @@ def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
-def _log_node(job: Job, task: int) -> str:
+def log_node(job: Job, task: int) -> str:
     """The node holding the task's log: where it runs, else where it last ran; empty when it never ran."""
     placement = job.runs[task].placement
     return placement.node if placement else (job.hosts[task] if task < len(job.hosts) else "")
 
 
-def _log_path(job: Job, task: int, stream: str) -> str:
+def log_path(job: Job, task: int, stream: str) -> str:
+    """The path of the task's ``out`` or ``err`` file on its node, with %j and %t filled in."""
     pattern = job.output if stream == "out" or not job.error else job.error
     return job.workdir.rstrip("/") + "/" + pattern.replace("%j", job.id).replace("%t", str(task))
 
@@ -536,7 +538,7 @@ async def _copy_log(request: web.Request, ctrl: Controller, job: Job, task: int,
     Errors become HTTP errors while nothing is sent yet; after that the
     stream just ends.
     """
-    node, path = _log_node(job, task), _log_path(job, task, stream)
+    node, path = log_node(job, task), log_path(job, task, stream)
     while True:
         try:
             chunk = await ctrl.read_log(node, job.id, task, path, offset, LOG_CHUNK, job.user)
@@ -590,14 +592,14 @@ async def _array_logs(request: web.Request, elements: list[Job], stream: str,
     await response.prepare(request)
     try:
         for job in elements:
-            node = _log_node(job, 0)
+            node = log_node(job, 0)
             if not node:
                 continue
             await response.write(f"==> {job.id} ({job.state.lower()}) <==\n".encode())
             offset = 0
             while True:
                 try:
-                    chunk = await ctrl.read_log(node, job.id, 0, _log_path(job, 0, stream), offset, LOG_CHUNK,
+                    chunk = await ctrl.read_log(node, job.id, 0, log_path(job, 0, stream), offset, LOG_CHUNK,
                                                 job.user)
                 except (LookupError, asyncio.TimeoutError):
                     chunk = {"error": f"node {node} is not connected"}

@@ -231,7 +231,7 @@ def queues(ctrl: Controller) -> list[dict]:
     views = []
     for queue in (plan.queues if plan is not None else ()):
         pending, running = (counted.get((queue.name, queue.pool), [0, 0]) if queue.kind == "project"
-                            else api._department_counts(ctrl, counted, queue))
+                            else api.department_counts(ctrl, counted, queue))
         views.append(queue_view(queue, pending, running))
     pools: dict[str, list[dict]] = {}
     for view in views:

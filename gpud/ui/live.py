@@ -189,7 +189,7 @@ async def job_log(request: web.Request) -> web.StreamResponse:
         await response.write(b"retry: 5000\n\n")
         while not _gone(request):
             current = ctrl.cluster.jobs.get(job.id) or job
-            node = api._log_node(current, 0)
+            node = api.log_node(current, 0)
             if not node:
                 if job.id not in ctrl.cluster.jobs or current.state != "PENDING":
                     await response.write(_event("end", "the job never ran, so it has no log"))
@@ -198,7 +198,7 @@ async def job_log(request: web.Request) -> web.StreamResponse:
                     break
                 continue
             try:
-                chunk = await ctrl.read_log(node, current.id, 0, api._log_path(current, 0, "out"), offset,
+                chunk = await ctrl.read_log(node, current.id, 0, api.log_path(current, 0, "out"), offset,
                                             LOG_CHUNK, current.user)
             except (LookupError, asyncio.TimeoutError):
                 chunk = {"error": f"node {node} is not connected"}
