@@ -190,7 +190,7 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
     cluster = make_cluster(nodes, gpus, PROPERTY_POLICY)
     alive: dict[tuple[str, int, int], str] = {}  # what the nodes run: (job, task, attempt) -> node
     doomed: dict[tuple[str, int, int], float] = {}  # what silent nodes run, until their lease stops it
-    silent: set[str] = set()
+    silent: dict[str, float] = {}  # silent node -> when its lease and grace have stopped all it runs
     submitted: list[str] = []
 
     def deliver(commands: dict[str, list[dict]]) -> None:
@@ -200,8 +200,11 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
                     continue
                 job, attempt = order["job"], order["attempt"]
                 older = [k for k in alive if k[0] == job and k[2] != attempt and not current(k)] + \
-                        [k for k, end in doomed.items() if k[0] == job and end > cluster.clock.now]
+                        [k for k, end in doomed.items() if k[0] == job and end > cluster.clock.now and not current(k)]
                 assert not older, f"job {job} attempt {attempt} starts on {node} while {older} still run"
+                if node in silent:  # it may get the start, but its reports never arrive and its lease ends it
+                    doomed[(job, order["task"], attempt)] = silent[node]
+                    continue
                 alive[(job, order["task"], attempt)] = node
                 report(cluster, node, order, "running", pid=attempt + 100)
 
@@ -245,11 +248,10 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
             # A node falls silent for good; its own lease stops what it runs (the stop signal, then the grace).
             name = f"n{step[1] + 1}"
             if name not in silent:
-                silent.add(name)
-                end = cluster.nodes[name].last_seen + 60 + GRACE_S
+                silent[name] = cluster.nodes[name].last_seen + 60 + GRACE_S
                 for key in [k for k, node in alive.items() if node == name]:
                     del alive[key]
-                    doomed[key] = end
+                    doomed[key] = silent[name]
             cluster.clock.now += step[2]
             heartbeats()
     cluster.clock.now += 100  # past every silent node's lease and grace
