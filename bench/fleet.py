@@ -32,7 +32,7 @@ Goal: 2,000 nodes x 8 GPUs filled by 16,000 one-GPU jobs in under 60 s,
 
     python bench/fleet.py --nodes 2000 --gpus-per-node 8 --jobs 16000 [--mix] [--task-s 60]
                           [--emulators K] [--heartbeat-s 5] [--node-timeout-s 60] [--json]
-                          [--cprofile FILE.prof] [--keep DIR]
+                          [--cprofile FILE.prof] [--profile FILE.svg|.txt] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -217,6 +217,18 @@ def stop(process: subprocess.Popen, timeout: float = 60.0) -> None:
             process.wait(10)
 
 
+def profile(pid: int, path: str) -> subprocess.Popen | None:
+    """Start `py-spy record` on ``pid`` (every thread) writing ``path``; None without py-spy."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        print("py-spy not found; no profile", file=sys.stderr)
+        return None
+    fmt = "speedscope" if path.endswith(".json") else "raw" if path.endswith(".txt") else "flamegraph"
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--output", path, "--format", fmt, "--rate", "100",
+                             "--threads", "--nonblocking"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+
+
 def tail(root: str, name: str) -> str:
     """The end of a log file in ``root``."""
     try:
@@ -251,8 +263,10 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         api = Client(url, f.read().strip(), timeout=300)
     prober = Prober(url)
     emulators: list[tuple[subprocess.Popen, str, str]] = []
+    spy = None
     figures: dict = {"nodes": args.nodes, "jobs": args.jobs}
     try:
+        spy = profile(controller.pid, args.profile) if args.profile else None
         cpu_start = cpu_seconds(controller.pid)
         began = time.time()
         prober.start()
@@ -278,6 +292,9 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         raise SystemExit(f"fleet: {exc}\n{tail(root, 'controller.log')}") from None
     finally:
         prober.stopping.set()
+        if spy is not None:
+            os.kill(spy.pid, signal.SIGINT)
+            spy.wait(120)
         for process, _, _ in emulators:
             stop(process)
         stop(controller, timeout=120.0)
@@ -339,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the controller's node_timeout_s (default 60)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on a phase after this (default 600 s)")
     parser.add_argument("--cprofile", metavar="FILE", help="run the controller under cProfile, writing FILE")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="py-spy record the controller into FILE (.svg, .json, or .txt for collapsed stacks)")
     parser.add_argument("--keep", metavar="DIR", help="keep the state, logs and reports in DIR")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)

@@ -101,6 +101,7 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
 async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], peer: str) -> None:
     """Serve one node's messages from ``texts`` (answers and commands go out on ``channel``) until they end."""
     name: str | None = None
+    gpus_seen: Any = None  # the GPUs as this node last reported them: a heartbeat saying the same is not parsed again
     try:
         async for text in texts:
             try:
@@ -126,11 +127,17 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks, checkpoints=_checkpoints(message))
+                    gpus_seen = message.get("gpus", [])
                 elif name is None:
                     raise ValueError("register first")
                 elif kind == "heartbeat":
-                    gpus = gpus_from_report(message["gpus"]) if "gpus" in message else None
-                    ctrl.cluster.heartbeat(name, gpus, _tasks(message))
+                    gpus = None
+                    if "gpus" in message and message["gpus"] != gpus_seen:
+                        gpus = gpus_from_report(message["gpus"])
+                    tasks = _tasks(message)
+                    if gpus is not None:
+                        gpus_seen = message["gpus"]
+                    ctrl.cluster.heartbeat(name, gpus, tasks)
                     if "seq" in message:
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
