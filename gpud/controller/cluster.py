@@ -58,6 +58,7 @@ class Cluster(NodeMessages):
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
         self.outbox: dict[str, list[dict]] = defaultdict(list)
+        self.commands_made = 0  # commands put in the outbox so far: whoever made some commits to send them
         self.connected: set[str] = set()
         self.wanted: dict[str, dict[str, tuple[str, int]]] = defaultdict(dict)
         self.unsent: dict[str, dict[str, float]] = defaultdict(dict)
@@ -723,6 +724,7 @@ class Cluster(NodeMessages):
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)
+        self.commands_made += 1
 
     def take_commands(self) -> dict[str, list[dict]]:
         """The commands piled up for each node since the last call."""

@@ -137,10 +137,16 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     tasks = _tasks(message)
                     if gpus is not None:
                         gpus_seen = message["gpus"]
+                    made = ctrl.cluster.commands_made
                     ctrl.cluster.heartbeat(name, gpus, tasks)
                     if "seq" in message:
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
+                    if ctrl.cluster.commands_made == made:
+                        # Nothing to send, so nothing waits for durability: this node's next heartbeat is not
+                        # held up by a batch of other changes being written.
+                        ctrl.persist.flush_soon()
+                        continue
                 elif kind == "task":
                     node_schema.task_report(message, "task")
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()

@@ -26,6 +26,7 @@ from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
+from gpud.model import Plan
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
@@ -46,6 +47,9 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 # a thread costs more than it does. Longer cycles run in their own thread so
 # the API keeps answering.
 INLINE_CYCLE_S = 0.002
+# ... unless the scheduler is to be built anew or takes in more jobs than this: a burst of submits after idle
+# cycles made an inline cycle that held the event loop for seconds.
+INLINE_OPS = 32
 
 
 def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
@@ -218,16 +222,20 @@ class Controller:
         cluster.check_time_limits()
         cluster.settle_preemptions()
         now = time.time()
-        scheduler = cluster.core.prepare(
+        heavy = cluster.core.heavy(INLINE_OPS)
+        ready = cluster.core.prepare_later(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
             lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now,
             usage=self.charger.decayed_usage())
+
+        def cycle() -> Plan:
+            return ready().cycle(now)
         began = time.perf_counter()
         try:
-            if self.last_cycle_s < INLINE_CYCLE_S:
-                plan = scheduler.cycle(now)
+            if self.last_cycle_s < INLINE_CYCLE_S and not heavy:
+                plan = cycle()
             else:
-                plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, scheduler.cycle, now)
+                plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, cycle)
         except BaseException:
             cluster.core.running = False
             cluster.core.rebuild()
