@@ -102,6 +102,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
     """Serve one node's messages from ``texts`` (answers and commands go out on ``channel``) until they end."""
     name: str | None = None
     gpus_seen: Any = None  # the GPUs as this node last reported them: a heartbeat saying the same is not parsed again
+    tasks_seen: list[dict] = []  # its last task reports, checked: those a heartbeat repeats are not checked again
     try:
         async for text in texts:
             try:
@@ -127,14 +128,15 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks, checkpoints=_checkpoints(message))
-                    gpus_seen = message.get("gpus", [])
+                    gpus_seen, tasks_seen = message.get("gpus", []), tasks
                 elif name is None:
                     raise ValueError("register first")
                 elif kind == "heartbeat":
                     gpus = None
                     if "gpus" in message and message["gpus"] != gpus_seen:
                         gpus = gpus_from_report(message["gpus"])
-                    tasks = _tasks(message)
+                    tasks = node_schema.task_reports(message.get("tasks"), checked=tasks_seen)
+                    tasks_seen = tasks
                     if gpus is not None:
                         gpus_seen = message["gpus"]
                     made = ctrl.cluster.commands_made

@@ -98,13 +98,21 @@ def task_report(report: Any, where: str = "task report") -> dict:
     return report
 
 
-def task_reports(items: Any, where: str = "tasks") -> list[dict]:
-    """The checked task reports of a register or heartbeat message; ValueError naming the first bad one."""
+def task_reports(items: Any, where: str = "tasks", checked: list[dict] | None = None) -> list[dict]:
+    """The checked task reports of a register or heartbeat message; ValueError naming the first bad one.
+
+    A report equal to the one at its position in ``checked`` (the node's last
+    list, already checked) is not checked again: that checked one is returned in
+    its place (so a value equal but of another type, ``true`` for ``1``, is never
+    what is read). A heartbeat mostly repeats the last.
+    """
     if items is None:
         return []
     if not isinstance(items, list):
         raise ValueError(f"{where} must be a list of task reports")
-    return [task_report(item, f"{where}[{index}]") for index, item in enumerate(items)]
+    known = checked or []
+    return [known[index] if index < len(known) and item == known[index] else task_report(item, f"{where}[{index}]")
+            for index, item in enumerate(items)]
 
 
 def quantity(message: dict, name: str, default: float = 0.0, where: str = "message") -> float:
