@@ -132,7 +132,7 @@ def start_controller(root: str, config: str, url: str, cprofile: str | None) -> 
     log = open(os.path.join(root, "controller.log"), "wb")
     process = subprocess.Popen([sys.executable, *profiler, "-m", "gpud.cli.gpud_main", "controller", "--config",
                                 config, "--init", "--allow-root", "--log-level", "warning"],
-                               stdout=log, stderr=subprocess.STDOUT)
+                               stdout=log, stderr=subprocess.STDOUT, cwd=root)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -161,7 +161,7 @@ def start_emulators(root: str, args: argparse.Namespace, url: str) -> list[tuple
                                     "--first", str(first), "--width", str(width),
                                     "--gpus-per-node", str(args.gpus_per_node), "--ramp-s", str(args.heartbeat_s),
                                     "--status", status, "--report", report],
-                                   stdout=log, stderr=subprocess.STDOUT)
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=root)
         emulators.append((process, status, report))
         first += nodes
     return emulators
@@ -263,6 +263,9 @@ def _run(args: argparse.Namespace, root: str) -> dict:
     url = f"http://127.0.0.1:{port}"
     load_before = os.getloadavg()
     controller = start_controller(root, write_setup(root, args, port), url, args.cprofile)
+    # Which core the controller runs (in its directory, so an installed gpud wins over this checkout).
+    compiled = subprocess.run([sys.executable, "-c", "import gpud.core; print(gpud.core.COMPILED)"], cwd=root,
+                              capture_output=True, text=True).stdout.strip() == "True"
     with open(os.path.join(root, "state", "admin.token")) as f:
         api = Client(url, f.read().strip(), timeout=300)
     prober = Prober(url)
@@ -317,7 +320,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         "fill_s": round(filled - submit_began, 2), "drain_s": round(drained - first_end, 2),
         "controller_cpu_s": round(cpu_drained - cpu_registered, 2),
         "heartbeat_p99_ms": heartbeats["p99"], "healthz_max_ms": round(probes[-1], 1) if probes else None,
-        "gpus_per_node": args.gpus_per_node, "tasks": tasks, "gpus_asked": gpus_asked, "mix": args.mix,
+        "core_compiled": compiled, "gpus_per_node": args.gpus_per_node, "tasks": tasks, "gpus_asked": gpus_asked, "mix": args.mix,
         "task_s": args.task_s, "submit_s": round(submitted - submit_began, 2),
         "drain_lag_s": round(drained - last_end, 2), "register_s": round(registered - began, 2),
         "register_cpu_s": round(cpu_registered - cpu_start, 2),
@@ -376,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures, indent=2))
     else:
         print(f"fleet: {figures['nodes']} emulated nodes x {figures['gpus_per_node']} GPUs "
-              f"({figures['emulators']} emulator processes), {figures['jobs']} jobs "
+              f"({figures['emulators']} emulator processes), scheduling core "
+              f"{'compiled' if figures['core_compiled'] else 'in Python'}, {figures['jobs']} jobs "
               f"({'mixed' if figures['mix'] else 'one GPU each'}, {figures['tasks']} tasks, `sleep {args.task_s:g}`)")
         print(f"  registration: {figures['register_s']} s, controller CPU {figures['register_cpu_s']} s")
         print(f"  fill (first submit to every task started): {figures['fill_s']} s (goal < {GOAL_FILL_S:g} s; "

@@ -16,7 +16,6 @@ from gpud.controller import node_schema
 from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
-from gpud.controller.persist import StoreError
 
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
@@ -145,9 +144,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
                     if ctrl.cluster.commands_made == made:
-                        # Nothing to send, so nothing waits for durability: this node's next heartbeat is not
-                        # held up by a batch of other changes being written.
-                        ctrl.persist.flush_soon()
+                        ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
                         continue
                 elif kind == "task":
                     node_schema.task_report(message, "task")
@@ -171,10 +168,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 log.warning("node %s: bad message: %s", name or peer, exc)
                 await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
                 continue
-            try:
-                await ctrl.commit()
-            except StoreError as exc:  # the changes are marked again and their commands wait for them
-                log.error("node %s: %s", name, exc)
+            ctrl.commit_soon()
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]

@@ -88,6 +88,8 @@ class Controller:
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
+        self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
+        self._committing: set[asyncio.Task] = set()
         self.usage_store = UsageStore(self.store.path, synchronous=config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
@@ -153,6 +155,7 @@ class Controller:
 
     async def close(self) -> None:
         """Charge and flush what is left and release the store."""
+        await asyncio.gather(*self._committing, return_exceptions=True)  # commits of node messages under way
         try:
             try:
                 await self.charger.charge()
@@ -187,6 +190,27 @@ class Controller:
                     await link.send_str(jsontext.dumps(message))
             except (ConnectionError, RuntimeError) as exc:
                 log.warning("could not send commands to node %s: %s", node, exc)
+
+    def commit_soon(self) -> None:
+        """Commit (as :meth:`commit` does) in the background, so that the caller reads on meanwhile.
+
+        For node messages: a node's next message is not held up while a
+        batch is written, and the commands it made still go out only once
+        their changes are durable. Calls before the commit begins share it.
+        """
+        if self._commit_waiting:
+            return
+        self._commit_waiting = True
+        task = asyncio.ensure_future(self._commit_in_background())
+        self._committing.add(task)
+        task.add_done_callback(self._committing.discard)
+
+    async def _commit_in_background(self) -> None:
+        self._commit_waiting = False  # from here, what is marked goes with a later commit
+        try:
+            await self.commit()
+        except StoreError as exc:  # the changes are marked again and their commands wait for them
+            log.error("%s", exc)
 
     async def scheduling_loop(self) -> None:
         """Run a cycle when something changed (debounced) and on a timer, until cancelled.
