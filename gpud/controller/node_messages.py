@@ -102,7 +102,7 @@ class NodeMessages:
             run = job.runs[task]
             if run.state == "running":
                 self._lost(job, f"node {name} no longer runs task {task}")
-            elif fresh or now - self.sent_at.get(key, 0.0) > RESEND_START_AFTER_S:
+            elif fresh or now - self.sent_at.get(key, 0.0) > self.resend_start_after_s:
                 self.unsent[name][key] = now
         self._send_starts(name)
 

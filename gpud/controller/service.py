@@ -78,6 +78,7 @@ class Controller:
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
         self.cluster.wake = self.kick.set
+        self.cluster.resend_start_after_s = max(self.cluster.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
