@@ -433,8 +433,8 @@ class TaskRun:
         """Kill whatever the task left behind (its process group, its orphans); True once all of it is gone."""
         if self.spec.sliced:
             failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
-        left = self._kill(strays)
-        if left or procs.group_alive(self.pid) or (self.cgroup is not None and self.cgroup.pids()):
+        left = self._kill(strays)  # counts what was still in the task's cgroups too
+        if left or procs.group_alive(self.pid):
             return False
         if self.cgroup is not None:
             self.usage = self.cgroup.stats()  # the empty cgroups are removed once the exit is reported
