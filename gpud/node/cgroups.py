@@ -262,10 +262,22 @@ class TaskCgroup:
         """Every directory of the task's cgroups."""
         return [*self.v1.values(), *([self.v2] if self.v2 else [])]
 
-    def create(self, limits: Limits) -> None:
-        """Make the directories and set the limits; OSError when the host refuses."""
-        for path in self.paths():
+    def create(self, limits: Limits, *, v1_ready: bool = False) -> None:
+        """Make the directories and set the limits; OSError when the host refuses.
+
+        ``v1_ready``: the v1 groups are there with these limits already (a
+        spare set renamed to this task's name): only the v2 group is made.
+        """
+        for path in ([self.v2] if self.v2 else []) if v1_ready else self.paths():
             _mkdir(path)
+        if not v1_ready:
+            self._limit_v1(limits)
+        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
+            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
+        if self.v2 and self.hierarchies.v2_controllers:
+            self._limit_v2(limits)
+
+    def _limit_v1(self, limits: Limits) -> None:
         if "cpuset" in self.v1:
             _set_cpuset(self.v1["cpuset"], limits.cpuset)
         memory = self.v1.get("memory")
@@ -293,10 +305,6 @@ class TaskCgroup:
                 _write(os.path.join(devices, "devices.allow"),
                        *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
                        f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
-        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
-            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
-        if self.v2 and self.hierarchies.v2_controllers:
-            self._limit_v2(limits)
 
     def _limit_v2(self, limits: Limits) -> None:
         assert self.v2 is not None  # called for a cgroup v2 only
