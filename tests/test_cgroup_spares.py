@@ -181,3 +181,12 @@ def test_the_spares_of_a_killed_supervisor_are_removed_when_the_node_daemon_star
     finally:
         second.launcher.close()
         first.launcher.close()
+
+
+def test_the_spares_of_a_supervisor_that_died_are_removed_by_the_daemon_that_started_it(table, workdir):
+    key = TaskKey(f"g{os.getpid()}", 0, 0)
+    table.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(table, key)
+    wait_for(lambda: _spares(table))
+    os.kill(read_state(table.layout.task_dir(key)).supervisor_pid, signal.SIGKILL)
+    wait_for(lambda: table.refresh() is not None and _groups(table.layout.tasks_dir) == [])
