@@ -138,6 +138,14 @@ def test_a_job_submitted_with_gpuctl_runs_on_a_node_over_tls(cluster, certs):
     assert f"registered with the controller at wss://127.0.0.1:{cluster.port}/" in node_log
 
 
+def test_gpuctl_checkpointed_in_a_task_reaches_the_controller_over_tls(cluster):
+    gpuctl_path = str(Path(sys.executable).parent / "gpuctl")
+    job = cluster.submit(script=f"#!/bin/sh\necho \"ca=$GPUD_CA\"\nexec {gpuctl_path} checkpointed\n", gpus=1)
+    done = cluster.wait_state(job, "COMPLETED", "FAILED")
+    assert done["state"] == "COMPLETED", done
+    assert "checkpointed" in [event["kind"] for event in done["events"]]
+
+
 def test_gpuctl_reads_the_ca_from_its_config_file(cluster, certs):
     config = cluster.root / "config-with-ca" / "gpud"
     config.mkdir(parents=True)
