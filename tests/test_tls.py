@@ -138,6 +138,16 @@ def test_a_job_submitted_with_gpuctl_runs_on_a_node_over_tls(cluster, certs):
     assert f"registered with the controller at wss://127.0.0.1:{cluster.port}/" in node_log
 
 
+def test_gpuctl_run_relays_a_terminal_over_wss(cluster, certs):
+    env = {**os.environ, "GPUD_URL": cluster.url, "GPUD_TOKEN": cluster.admin_token, "GPUD_CA": str(certs / "ca.pem"),
+           "XDG_CONFIG_HOME": str(cluster.root / "no-config")}
+    result = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "run", "-p", "alpha", "--", "sh", "-c",
+                             "while read line; do echo got:$line; done; exit 2"], env=env, input="one\ntwo\n",
+                            capture_output=True, text=True, timeout=90, cwd=cluster.workdir)
+    assert result.returncode == 2, result.stderr
+    assert "got:one" in result.stdout and "got:two" in result.stdout
+
+
 def test_gpuctl_checkpointed_in_a_task_reaches_the_controller_over_tls(cluster):
     gpuctl_path = str(Path(sys.executable).parent / "gpuctl")
     job = cluster.submit(script=f"#!/bin/sh\necho \"ca=$GPUD_CA\"\nexec {gpuctl_path} checkpointed\n", gpus=1)
@@ -288,6 +298,7 @@ def test_a_node_refuses_to_start_with_a_ca_file_it_cannot_read(tmp_path, cluster
     ("127.0.0.1:6830", None, []),
     ("[::1]:6830", None, []),
     ("localhost:6830", None, []),
+    ("[::ffff:127.0.0.1]:6830", None, []),
     ("0.0.0.0:6830", None, ["the API listens on 0.0.0.0:6830", "the dashboard listens on 0.0.0.0:6832"]),
     ("ctl.example:6830", "127.0.0.1:6832", ["the API listens on ctl.example:6830"]),
     ("127.0.0.1:6830", "10.1.2.3:8443", ["the dashboard listens on 10.1.2.3:8443"]),
