@@ -110,8 +110,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
 
 def configured_ca(env: Mapping[str, str] = os.environ) -> str | None:
     """The CA file an https controller's certificate is checked against: ``GPUD_CA``, else ``ca`` in the client
-    config file; None (the system's CA certificates) when neither names one. A ``ca`` that is not a path in
-    quotes is a ConfigFileError naming the file."""
+    config file (relative to the file's directory); None (the system's CA certificates) when neither names one.
+    A ``ca`` that is not a path in quotes is a ConfigFileError naming the file."""
     if env.get("GPUD_CA"):
         return os.path.expanduser(env["GPUD_CA"])
     path = config_path(env)
@@ -123,7 +123,7 @@ def configured_ca(env: Mapping[str, str] = os.environ) -> str | None:
     if not isinstance(ca, str) or not ca.strip():
         raise ConfigFileError(f"{path}: ca must be the path of a CA certificate in quotes, such as "
                               f"ca = \"/etc/gpud/ca.pem\"")
-    return os.path.expanduser(ca.strip())
+    return os.path.join(os.path.dirname(path), os.path.expanduser(ca.strip()))  # relative: to the file's directory
 
 
 def configured_project(env: Mapping[str, str] = os.environ) -> str | None:

@@ -165,6 +165,8 @@ def test_gpuctl_reads_the_ca_from_its_config_file(cluster, certs):
     (config / "client.toml").write_text(f'url = "{cluster.url}"\nca = 3\n')
     with pytest.raises(ConfigFileError, match="ca must be the path of a CA certificate"):
         configured_ca(env)
+    (config / "client.toml").write_text('ca = "tls/ca.pem"\n')
+    assert configured_ca(env) == str(config / "tls" / "ca.pem")  # relative to the file's directory
     (config / "client.toml").write_text(f'url = "{cluster.url}"\nca = "{certs / "ca.pem"}"\n')
     assert configured_ca(env) == str(certs / "ca.pem")
     assert configured_ca({**env, "GPUD_CA": "~/ca.pem"}) == os.path.expanduser("~/ca.pem")  # the variable wins
