@@ -115,6 +115,8 @@ class ControllerLink:
                 except aiohttp.ServerDisconnectedError as exc:
                     if not await self._serves_tls_only():
                         log.info("no controller at %s: %s", self.url, exc or type(exc).__name__)
+                except aiohttp.ClientConnectorError as exc:
+                    log.info("no controller at %s: %s", self.url, exc.os_error.strerror or exc.os_error)
                 except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                     log.info("no controller at %s: %s", self.url, exc or type(exc).__name__)
                 finally:
