@@ -23,6 +23,13 @@ store never silently becomes a new, empty cluster.
 
 The admin token's jobs run as the user who ran --init, but never as root
 unless --allow-root is given too.
+
+With --store postgresql://USER@HOST:PORT/DB (or store = "postgresql://..."
+in controller.toml) the cluster lives in PostgreSQL: --init is given once
+per cluster, and any number of controllers may point at the database. One
+leads (a lease renewed every second, taken over after [leader]
+lease_timeout_s, 6 s by default); the others are standbys that answer API
+calls with 503 and the leader's URL, and take over when it stops.
 """
 
 
@@ -37,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (overrides the file)")
     parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
+    parser.add_argument("--store", metavar="URL",
+                        help="postgresql://USER@HOST:PORT/DB: keep the cluster in PostgreSQL, shared by several "
+                             "controllers of which one leads (default: the SQLite file in the state directory)")
     parser.add_argument("--init", action="store_true",
                         help="start a new cluster when the state directory holds no store (the first start)")
     parser.add_argument("--allow-root", action="store_true",
@@ -56,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level, args.log_format)
     try:
-        config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy),
+        config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy,
+                                     store=args.store),
                          init=args.init, admin_allow_root=args.allow_root)
         app = make_app(config)
     except ConfigError as exc:
@@ -89,7 +100,8 @@ async def serve(app, config) -> None:
     stop = asyncio.Event()
     try:
         await web.TCPSite(runner, config.host, config.port).start()
-        print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
+        where = config.state_dir if config.store is None else _shown(config.store)
+        print(f"gpud controller: serving on {config.url}, state in {where}", file=sys.stderr, flush=True)
         if app[UI_SERVER].url:
             print(f"gpud controller: dashboard on {app[UI_SERVER].url}", file=sys.stderr, flush=True)
         sdnotify.ready(f"serving on {config.url}")
@@ -99,3 +111,8 @@ async def serve(app, config) -> None:
         sdnotify.stopping()
     finally:
         await runner.cleanup()
+
+
+def _shown(url: str) -> str:
+    from gpud.store.postgres import shown
+    return shown(url)

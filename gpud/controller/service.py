@@ -8,8 +8,10 @@ import getpass
 import logging
 import os
 import sqlite3
+import socket
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -65,8 +67,20 @@ class Controller:
         self.policy, self.pm, self.policy_data = load_policy_and_plugins(config.policy)
         self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
         self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
-        self.files = open_state(config.state_dir, init=config.init, synchronous=config.synchronous.upper())
-        self.store = self.files.store
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        if config.store is not None:
+            from gpud.controller.pg_state import open_pg_state
+            self.files = open_pg_state(config.store, config.state_dir, config.key_path, init=config.init,
+                                       holder=self.holder)
+        else:
+            self.files = open_state(config.state_dir, init=config.init, synchronous=config.synchronous.upper())
+        self.store: Any = self.files.store
+        # With PostgreSQL a controller leads only while it holds the lease (gpud/controller/leadership.py);
+        # until then it is a standby that sends every API call to the leader. With SQLite it always leads.
+        self.term: int | None = None
+        self.role = "standby" if config.postgres else "leader"
+        self.leader_url: str | None = None if config.postgres else config.leader_url
+        self.takeover: dict[str, float] = {}
         self.cluster_id = self.files.cluster_id
         self.persist = Persister(self.store, self.store_executor)
         self.cluster = Cluster(self.policy, self.pm, self.persist)
@@ -84,7 +98,7 @@ class Controller:
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
-        self.usage_store = UsageStore(self.store.path, synchronous=config.synchronous.upper())
+        self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
         self.cluster.run_ended = self.charger.run_ended
@@ -110,12 +124,17 @@ class Controller:
         except sqlite3.DatabaseError as exc:
             raise StateError(f"the store {self.store.path} is damaged ({exc}); "
                              f"{restore_hint(self.config.state_dir, damaged=True)}") from None
-        key, created = read_or_create_secret(self.config.key_path, new_token)
-        if created:
-            log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
+        if self.config.postgres:
+            key = loaded.meta["cluster_key"]  # made by --init (gpud/controller/pg_state.py)
+        else:
+            key, created = read_or_create_secret(self.config.key_path, new_token)
+            if created:
+                log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
         self.cluster.task_secret = key
-        if not loaded.tokens:
+        if not loaded.tokens and self.config.postgres and not self.config.init:
+            log.warning("the cluster has no token: start one controller with --init to write the admin token")
+        elif not loaded.tokens:
             token, _ = read_or_create_secret(self.config.admin_token_path, new_token)
             record = TokenRecord(digest(token), _local_user(), True, time.time(),
                                  allow_root=self.config.admin_allow_root)
@@ -150,6 +169,8 @@ class Controller:
     async def close(self) -> None:
         """Charge and flush what is left and release the store."""
         try:
+            if self.role != "leader":
+                return  # a standby, or a leader that stepped down: this process may write nothing
             try:
                 await self.charger.charge()
             except Exception as exc:  # noqa: BLE001 - a failed last charge must not keep the jobs unwritten
@@ -167,20 +188,27 @@ class Controller:
             self.cycle_executor.shutdown(cancel_futures=True)
 
     async def commit(self) -> None:
-        """Make every change so far durable, then deliver the commands those changes made."""
+        """Make every change so far durable, then deliver the commands those changes made.
+
+        With PostgreSQL each command carries this leader's term, and none is
+        sent once the lease is lost: a node ignores a command of an older term.
+        """
         commands = self.cluster.take_commands()
         try:
             await self.persist.flush()
         except StoreError:
             self.cluster.put_back_commands(commands)  # sent after the changes that made them are durable
             raise
+        if self.role != "leader":
+            return
+        term = {"term": self.term} if self.term is not None else {}
         for node, messages in commands.items():
             link = self.links.get(node)
             if link is None:
                 continue
             try:
                 for message in messages:
-                    await link.send_str(jsontext.dumps(message))
+                    await link.send_str(jsontext.dumps({**message, **term}))
             except (ConnectionError, RuntimeError) as exc:
                 log.warning("could not send commands to node %s: %s", node, exc)
 
