@@ -55,6 +55,9 @@ UPSERT_JOB = ('INSERT INTO jobs VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFL
               'seq = excluded.seq, state = excluded.state, "user" = excluded."user", project = excluded.project, '
               'submitted = excluded.submitted, ended = excluded.ended, record = excluded.record')
 STATEMENT_TIMEOUT_MS = 30_000  # a write stuck longer than this fails (503) rather than stalling the controller
+# A leader paused in the middle of a transaction holds the lease row's share lock, which a takeover waits
+# for: the server ends such a session after this long, rolling the transaction back.
+IDLE_IN_TRANSACTION_MS = 5_000
 CONNECT_TIMEOUT_S = 5
 
 
@@ -86,7 +89,8 @@ def connect(url: str, *, autocommit: bool = False, name: str = "gpud") -> Any:
     """A synchronous connection to ``url`` with gpud's timeouts and ``application_name``."""
     psycopg = driver()
     return psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S, application_name=name,
-                           options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
+                           options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                                   f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}")
 
 
 def create_schema(url: str) -> None:
