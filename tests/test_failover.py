@@ -65,6 +65,26 @@ def test_a_standby_sends_clients_to_the_leader(ha):
     assert client.get(f"jobs/{job['ids'][0]}")["state"] == "PENDING"
 
 
+def test_a_standby_keeps_the_jobs_decoded_and_a_takeover_reads_them_right(ha):
+    start_pair(ha)
+    client = ha.client()
+    first = [client.post("jobs", {"project": "alpha", "workdir": str(ha.workdir), "command": ["true"],
+                                  "hold": True, "name": f"early-{n}"}, idempotent=True)["ids"][0] for n in range(3)]
+    wait_for(lambda: ha.health(1)["warm_jobs"] == 3, "the standby to decode the jobs ahead")
+    client.post(f"jobs/{first[0]}/cancel")  # changed after the standby decoded it: no longer active
+    client.post(f"jobs/{first[1]}/release")  # changed and still active: read again, not taken as decoded
+    late = client.post("jobs", {"project": "alpha", "workdir": str(ha.workdir), "command": ["true"], "hold": True,
+                                "name": "late"}, idempotent=True)["ids"][0]
+    ha.kill(0)
+    health = ha.wait_leader(1)
+    assert health["takeover"]["warm_jobs"] >= 1  # early-2 at least: unchanged since it was decoded
+    jobs = {job["id"]: job for job in client.get_all("jobs")["jobs"]}
+    assert client.get(f"jobs/{first[0]}")["state"] == "CANCELLED"
+    assert [jobs[i]["name"] for i in (*first[1:], late)] == ["early-1", "early-2", "late"]
+    assert all(jobs[i]["state"] == "PENDING" for i in (*first[1:], late))
+    assert [jobs[i]["hold"] for i in (*first[1:], late)] == [False, True, True]
+
+
 def test_kill_9_of_the_leader_during_submits_loses_nothing_and_keeps_the_job_running(ha):
     start_pair(ha)
     long = running_job(ha)

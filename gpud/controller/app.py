@@ -100,7 +100,8 @@ async def healthz(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     return web.json_response({"ok": True, "version": __version__, "role": ctrl.role, "term": ctrl.term,
                               "leader": ctrl.leader_url, "jobs": len(ctrl.cluster.jobs),
-                              "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles, "takeover": ctrl.takeover})
+                              "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles, "takeover": ctrl.takeover,
+                              **({"warm_jobs": len(ctrl.warm)} if ctrl.role == "standby" else {})})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -175,7 +175,7 @@ PATHS: dict[str, Any] = {
             "ok": BOOL, "version": STR, "jobs": INT, "nodes": INT, "cycles": INT,
             "role": {"enum": ["leader", "standby"]}, "term": {"type": ["integer", "null"]},
             "leader": {"type": ["string", "null"]},
-            "takeover": {"type": "object", "additionalProperties": NUM}}}), public=True)},
+            "takeover": {"type": "object", "additionalProperties": NUM}, "warm_jobs": INT}}), public=True)},
     "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
                          "responses": {"200": {"description": "text exposition format",
                                                "content": {"text/plain": {"schema": STR}}}}}},

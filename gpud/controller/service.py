@@ -81,6 +81,9 @@ class Controller:
         self.role = "standby" if config.postgres else "leader"
         self.leader_url: str | None = None if config.postgres else config.leader_url
         self.takeover: dict[str, float] = {}
+        # A standby's decoded copy of the active jobs, by their stored record: decoding is most of what a
+        # takeover costs (about 0.3 ms a job), and a record unchanged since decodes to the same job.
+        self.warm: dict[str, Job] = {}
         self.cluster_id = self.files.cluster_id
         self.persist = Persister(self.store, self.store_executor)
         self.cluster = Cluster(self.policy, self.pm, self.persist)
@@ -142,7 +145,10 @@ class Controller:
             self.auth.add(record)
             log.info("wrote the admin token (user %s%s) to %s", record.user,
                      ", its jobs may run as root" if record.allow_root else "", self.config.admin_token_path)
-        jobs = [Job.from_record(jsontext.loads(record)) for record in loaded.jobs]
+        warm, self.warm = self.warm, {}
+        jobs = [warm.get(record) or Job.from_record(jsontext.loads(record)) for record in loaded.jobs]
+        if warm:
+            self.takeover["warm_jobs"] = float(sum(record in warm for record in loaded.jobs))
         nodes = [NodeRecord.from_json(record) for record in loaded.nodes.values()]
         # Job ids go on after the highest ever stored (stores written before ids were derived so kept a counter).
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
@@ -153,6 +159,14 @@ class Controller:
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
                  self.store.path, "compiled with mypyc" if COMPILED else "in Python (GPUD_COMPILE=1 compiles it)")
+
+    def warm_up(self) -> int:
+        """A standby's chore (blocking: the store's thread): decode the active jobs whose records changed since
+        the last call, so that taking over decodes only what changed after; returns how many were decoded."""
+        records = self.store.active_jobs()
+        old = self.warm
+        self.warm = {record: old.get(record) or Job.from_record(jsontext.loads(record)) for record in records}
+        return sum(record not in old for record in records)
 
     async def _stored_answer(self, user: str, key: str) -> tuple[str, int, str] | None:
         return await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.answer, user, key)

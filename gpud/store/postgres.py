@@ -171,6 +171,11 @@ class PostgresStore:
         (last_seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
         return Loaded(jobs, nodes, tokens, meta, int(last_seq))
 
+    def active_jobs(self) -> list[str]:
+        """The records of the jobs not finished, in submit order (what :meth:`load` reads of them)."""
+        return [row[0] for row in self.reader.execute("SELECT record FROM jobs WHERE state = ANY(%s) ORDER BY seq",
+                                                      (sorted(ACTIVE),))]
+
     def meta_value(self, key: str) -> str | None:
         """One setting of the meta table, or None."""
         row = self.reader.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
