@@ -177,18 +177,60 @@ class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0, ca: str | None = None):
+                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0, ca: str | None = None,
+                 remember: str | None = None):
         # Several URLs, separated by commas: the controllers of one cluster, of which one leads. The client
-        # stays with the one that answered and goes to the leader a standby names.
+        # stays with the one that answered and goes to the leader a standby names; with ``remember`` (a
+        # file), the next client given the same URLs starts with the leader this one found.
         self._urls = [_controller_url(one.strip()) for one in url.split(",") if one.strip()] or \
             [_controller_url(url)]
         self._at = 0
+        self._remember = remember if len(self._urls) > 1 else None
+        self._remembered = self._recall()
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
         self.connect_retry_s = connect_retry_s
         self.ca = ca
         self._tls: Any = None  # the ssl context of an https URL, made on the first request
+
+    def _key(self) -> str:
+        return ",".join(u for u, _ in self._urls)
+
+    def _recall(self) -> str | None:
+        """Start with the leader a client given the same URLs found last (kept in the ``remember`` file)."""
+        if self._remember is None:
+            return None
+        try:
+            with open(self._remember, encoding="utf-8") as f:
+                leader = json.load(f).get(self._key())
+        except (OSError, ValueError, AttributeError):
+            return None
+        known = [u for u, _ in self._urls]
+        if leader in known:
+            self._at = known.index(leader)
+        return leader
+
+    def _found(self) -> None:
+        """The controller at ``url`` answered: remember it for the next client, when it is a new one."""
+        if self._remember is None or self._remembered == self.url:
+            return
+        self._remembered = self.url
+        try:
+            try:
+                with open(self._remember, encoding="utf-8") as f:
+                    known = json.load(f)
+                known = known if isinstance(known, dict) else {}
+            except (OSError, ValueError):
+                known = {}
+            known[self._key()] = self.url
+            os.makedirs(os.path.dirname(self._remember), mode=0o700, exist_ok=True)
+            tmp = f"{self._remember}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(known, f)
+            os.replace(tmp, self._remember)
+        except OSError:
+            pass  # only a shortcut: the next client finds the leader again
 
     @property
     def url(self) -> str:
@@ -243,7 +285,9 @@ class Client:
             connect_retry_s = -1.0
         if not 0 <= connect_retry_s < float("inf"):
             raise ConfigFileError(f"GPUD_RETRY must be a number of seconds (0: no retries), not {text!r}")
-        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s, ca=configured_ca(env))
+        cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s, ca=configured_ca(env),
+                   remember=os.path.join(cache, "gpud", "leader.json"))
 
     def tls_context(self) -> Any:
         """The ssl context that checks the controller's certificate (against ``ca``, or the system's CAs),
@@ -310,7 +354,9 @@ class Client:
         while True:
             failure: ClientError
             try:
-                return self._exchange(method, path, query, body, headers)
+                answer = self._exchange(method, path, query, body, headers)
+                self._found()
+                return answer
             except Standby as exc:  # it did nothing: any request may go to the leader it names, or the next URL
                 round_tried += 1
                 if round_tried <= len(self._urls) and self._move(exc.leader):

@@ -58,11 +58,15 @@ def test_a_standby_sends_clients_to_the_leader(ha):
     assert "standby" in body["error"]
     # A client given the standby's URL first goes on to the leader, even with a request not safe to repeat.
     from gpud.client import Client
-    client = Client(f"{ha.urls[1]},{ha.urls[0]}", ha.admin_token)
+    remember = str(ha.root / "cache" / "leader.json")
+    client = Client(f"{ha.urls[1]},{ha.urls[0]}", ha.admin_token, remember=remember)
     job = client.post("jobs", {"project": "alpha", "workdir": str(ha.workdir), "command": ["true"], "hold": True},
                       idempotent=False)
     assert client.url == ha.urls[0]
     assert client.get(f"jobs/{job['ids'][0]}")["state"] == "PENDING"
+    # The next client (the next gpuctl command) given the same URLs starts with the leader.
+    assert Client(f"{ha.urls[1]},{ha.urls[0]}", ha.admin_token, remember=remember).url == ha.urls[0]
+    assert Client(f"{ha.urls[1]},{ha.urls[0]}", ha.admin_token).url == ha.urls[1]
 
 
 def test_a_standby_keeps_the_jobs_decoded_and_a_takeover_reads_them_right(ha):
