@@ -18,7 +18,7 @@ from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.leadership import Leadership
 from gpud.controller.node_link import node_connect
-from gpud.controller.persist import StoreError
+from gpud.controller.persist import StoreError, is_store_failure
 from gpud.controller.auth import Principal
 from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
@@ -89,7 +89,12 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
         return refused
     except (asyncio.CancelledError, ConnectionResetError):
         raise
-    except Exception:
+    except Exception as exc:
+        if is_store_failure(exc):  # a read the store failed (the database restarting, say): try again soon
+            log.error("the state store failed %s %s: %s", request.method, request.path, exc)
+            refused = error(503, f"the state store failed: {str(exc).strip()}; try again")
+            refused.headers["Retry-After"] = "5"
+            return refused
         log.exception("internal error on %s %s", request.method, request.path)
         return error(500, "internal error; the controller logged the details")
     finally:

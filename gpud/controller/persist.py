@@ -30,6 +30,11 @@ class StoreError(RuntimeError):
     """
 
 
+def is_store_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is the store's own failure (SQLite's, PostgreSQL's driver's, a fenced write)."""
+    return isinstance(exc, (sqlite3.Error, Fenced)) or type(exc).__module__.split(".")[0] == "psycopg"
+
+
 def store_error(exc: BaseException) -> StoreError:
     """The StoreError that tells a caller why the store refused a write (naming the store's own error)."""
     full = isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL

@@ -22,7 +22,7 @@ from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
-from gpud.controller.persist import Persister, StoreError
+from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
@@ -294,7 +294,9 @@ class Controller:
             try:
                 await self.commit()
                 await self.prune_answers()
-            except (StoreError, sqlite3.Error) as exc:  # marked again: the next commit retries
+            except Exception as exc:  # noqa: BLE001 - marked again: the next commit retries
+                if not (isinstance(exc, StoreError) or is_store_failure(exc)):
+                    raise
                 log.error("%s", exc)
 
     def reload_policy(self) -> Policy:
