@@ -190,7 +190,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_and_steps_down(ha, pg_url
             ha.kill(0, signal.SIGCONT)
         for sender in senders:
             sender.join(30)
-        wait_for(lambda: "stepping down" in ha.controllers[0].output(), "the old leader to step down")
+        wait_for(lambda: "stepping down" in ha.controllers[0].log.read_text(), "the old leader to step down")
         wait_for(lambda: ha.role(0) == "standby", "the old leader to come back as a standby")
         assert ha.controllers[0].pid == paused_pid and ha.controllers[0].alive()
         written = db.execute("SELECT at, tab FROM audit WHERE who LIKE %s AND at > %s",
