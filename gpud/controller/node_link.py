@@ -51,7 +51,10 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
 
 def _lease(ctrl: Controller) -> dict:
     """The lease granted with each answer: the node stops its tasks if it hears nothing for ``lease_s``."""
-    return {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
+    lease = {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
+    if ctrl.term is not None:
+        lease["term"] = ctrl.term  # a node ignores what a controller of an older term says
+    return lease
 
 
 def _tasks(message: dict) -> list[dict]:

@@ -53,7 +53,7 @@ import gpud
 from gpud import jsontext
 from gpud.gpu.base import GpuInfo
 from gpud.node.lease import FENCED_REASON
-from gpud.node.link import Connector, ControllerLink, ws_connector
+from gpud.node.link import Connector, ControllerLink, node_url, ws_connector
 from gpud.node.spec import SpecError, TaskKey
 from gpud.node.taskstate import EXITED, RUNNING, TaskState
 
@@ -280,7 +280,7 @@ class Fleet:
                  cpus: float = 64.0, memory_gib: float = 1024.0, gpu_memory_gib: float = 80.0,
                  model: str = "Emulated GPU", pool: str = "default", labels: Mapping[str, str] | None = None,
                  ramp_s: float = 0.0, reconnect_max_s: float = 10.0) -> None:
-        self.connect_url = _ws_url(controller_url)
+        self.connect_url = node_url(controller_url)
         self.key = key
         self.names = names
         self.gpus_per_node = gpus_per_node
@@ -365,13 +365,6 @@ def summary(samples: list[float]) -> dict:
 def percentile(ordered: list[float], fraction: float) -> float:
     """The ``fraction`` quantile of sorted ``ordered`` (nearest rank)."""
     return ordered[max(0, min(len(ordered) - 1, int(round(fraction * len(ordered))) - 1))]
-
-
-def _ws_url(url: str) -> str:
-    if url.startswith(("ws://", "wss://")):
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{'wss' if scheme == 'https' else 'ws'}://{rest.rstrip('/')}/api/v1/node/connect"
 
 
 def _write(path: str, data: dict) -> None:

@@ -75,6 +75,12 @@ def to_login(request: web.Request) -> web.Response:
 async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
     """Require a live session (but on the sign-in page and static files), a CSRF token on every POST,
     and answer the reused API's refusals as a page."""
+    ctrl = request.app[CONTROLLER]
+    if ctrl.role != "leader" and not request.path.startswith("/ui/static/"):
+        where = f"the leader is at {ctrl.leader_url}" if ctrl.leader_url else "no controller leads right now"
+        return render(request, "error.html", 503, title="Standby",
+                      message=f"this controller is a standby and its dashboard shows nothing; {where}, whose "
+                              f"dashboard is the cluster's")
     if not request.path.startswith(OPEN_PREFIXES) and request.path not in OPEN_PATHS:
         session = request.app[SIGNER].session(request.cookies.get(SESSION_COOKIE), time.time())
         principal = principal_of(request.app[CONTROLLER], session) if session else None
