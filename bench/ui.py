@@ -19,18 +19,21 @@ host's other work and the state that grows over a run weigh on both
 alike). Each simulated dashboard does what ui.js does on the page: holds
 /ui/events?view=<its page> open and takes the live part it pushes (or, on a
 bare "change", fetches the fragment as htmx would); four on the overview,
-four on the queue, two on a job's page. The controllers' CPU time (user +
-system, from /proc) is compared. Target: under 5 % more.
+four on the queue, two on the page of a job submitted (to both clusters)
+before they open. The controllers' CPU time (user + system, from /proc) is
+compared, --runs times; the median is judged. Target: under 5 % more.
 
 On a 2-core host shared with other work (load average 9 to 14): page 1 made
 anew 63 ms median, 133 ms worst; reused 12 ms; the last page 25 to 75 ms.
 Ten dashboards, when each fetched its fragment on a nudge: +47 % of a
 nearly idle controller's CPU (1 job a second, 0.57 s -> 0.84 s a minute),
 +24 % at 4 jobs a second. With the live part pushed over the stream, made
-once per change per audience: +18 to +21 % at 1 job a second (0.52 s ->
-0.63 s), +10 % at 4 (1.70 s -> 1.87 s); what is left is making the
-overview's and the queue's part once per change (about 0.5 ms each) and
-ten writes.
+once per change per audience, every 2 s: +15 % at 1 job a second (median
+of 3), +12 % at 4. Pushed by one watcher within a CPU budget (2 % of the
+rest of the controller's CPU, a push every 2 to 10 s under steady change):
++0.0 % at 1 job a second (median of 5: +0.0, +0.0, +5.7, +1.6, -1.8), +3.1 %
+at 4 (+1.3, +2.7, +5.6, +3.1, +3.9); a push then makes the overview's and
+the queue's part once (1 to 5 ms with ten writes), every 10 s or so.
 
     python bench/ui.py [--jobs 10000] [--repeat 20] [--seconds 60] [--rate 1] [--runs 1] [--skip-cpu] [--skip-render]
 """

@@ -123,7 +123,7 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
-    watcher = asyncio.create_task(app[LIVE].watch(), name="gpud-ui-watch")
+    watcher = asyncio.create_task(app[LIVE].watch(app), name="gpud-ui-watch")
     yield
     app[LIVE].close()
     await watcher
