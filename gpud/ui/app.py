@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIGNER: web.AppKey[Signer] = web.AppKey("ui_signer")
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("ui_templates")
 LIVE: web.AppKey[Live] = web.AppKey("ui_live")
-SESSION = "gpud_ui_session"
+SESSION: web.RequestKey[Session] = web.RequestKey("gpud_ui_session")
 OPEN_PREFIXES = ("/ui/login", "/ui/static/")
 OPEN_PATHS = frozenset({"/", "/ui"})   # they only point at /ui/
 # Scripts and styles only from the dashboard itself, no inline code, no framing by any page.
@@ -129,7 +129,7 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
-    watcher = asyncio.create_task(app[LIVE].watch(), name="gpud-ui-watch")
+    watcher = asyncio.create_task(app[LIVE].watch(app), name="gpud-ui-watch")
     yield
     app[LIVE].close()
     await watcher
