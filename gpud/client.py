@@ -2,20 +2,24 @@
 
 ``gpuctl`` must start fast, so this module imports nothing heavy: no aiohttp,
 no gpud.core, not even http.client or socket: plain HTTP goes through ``_socket``, imported
-when the first request is made.
+when the first request is made. Neither json nor urllib.parse: they import re (and
+urllib.parse ipaddress), together more than Python's own start-up; JSON goes through
+gpud.quickjson, and a URL, a path or a query of plain characters is taken apart and
+quoted here, anything else by urllib.parse.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-from collections import namedtuple
-from collections.abc import Iterator, Mapping
-from urllib.parse import quote, urlencode, urlsplit
 
-TYPE_CHECKING = False  # typing costs every gpuctl call ~2 ms; its names are needed only by type checkers
+from gpud import quickjson
+
+# typing and collections (which namedtuple and collections.abc import) cost every gpuctl call ~4 ms;
+# their names are needed only by type checkers.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
@@ -68,8 +72,24 @@ class ConfigFileError(ClientError):
     exit_code = EXIT_USAGE
 
 
-Settings = namedtuple("Settings", ["url", "token"])
-Settings.__doc__ = """Where the controller is (``url``) and the credential to show it (``token``, or None)."""
+class Settings(tuple):
+    """Where the controller is (``url``) and the credential to show it (``token``, or None): a pair."""
+
+    __slots__ = ()
+
+    def __new__(cls, url: str, token: str | None) -> "Settings":
+        return tuple.__new__(cls, (url, token))
+
+    @property
+    def url(self) -> str:
+        return self[0]
+
+    @property
+    def token(self) -> str | None:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Settings(url={self[0]!r}, token={self[1]!r})"
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> str:
@@ -144,7 +164,7 @@ class Client:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0):
-        parts = urlsplit(url if "://" in url else f"http://{url}")
+        parts = _split_url(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
         self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
@@ -248,7 +268,7 @@ class Client:
         finally:
             response.close()
         try:
-            return json.loads(data) if data else None
+            return quickjson.loads(data) if data else None
         except ValueError:
             raise ApiError(502, "the answer is not JSON") from None
 
@@ -273,7 +293,7 @@ class Client:
         target = f"{self._parts.path.rstrip('/')}/api/v1/{path.lstrip('/')}"
         pairs = {k: v for k, v in (query or {}).items() if v is not None and v is not False}
         if pairs:
-            target += "?" + urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
+            target += "?" + _urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
         return target
 
     def _open(self, method: str, path: str, query, body, streaming: bool = False,
@@ -283,7 +303,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         payload = b""
         if body is not None:
-            payload = json.dumps(body, separators=(",", ":")).encode()
+            payload = quickjson.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         try:
             response = _Response.send(self._parts, self.timeout, method, self._target(path, query), headers, payload)
@@ -420,12 +440,53 @@ class _SocketReader(io.RawIOBase):
 
 def job_path(job_id: str, *rest: str) -> str:
     """The API path of a job (``jobs/42/why``), with the id escaped."""
-    return "/".join(["jobs", quote(str(job_id), safe=""), *rest])
+    return "/".join(["jobs", _quote(str(job_id)), *rest])
+
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_HOST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+_PATH = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-~")
+
+
+class _Url:
+    """The parts of a URL the client uses, named as urllib.parse.urlsplit names them."""
+
+    __slots__ = ("scheme", "netloc", "path", "hostname", "port")
+
+    def __init__(self, scheme: str, netloc: str, path: str, hostname: str, port: int | None):
+        self.scheme, self.netloc, self.path, self.hostname, self.port = scheme, netloc, path, hostname, port
+
+
+def _split_url(url: str):
+    """``urllib.parse.urlsplit(url)`` for the parts the client uses.
+
+    A URL of the usual shape (http or https, a host name or IPv4 address, a
+    port, a plain path) is taken apart here; any other goes to urlsplit.
+    """
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    host, colon, port = netloc.partition(":")
+    if sep and scheme in ("http", "https") and host and _HOST.issuperset(host) and _PATH.issuperset(path) \
+            and (not colon or (port.isascii() and port.isdigit() and int(port) <= 65535)):
+        return _Url(scheme, netloc, slash + path, host.lower(), int(port) if colon else None)
+    from urllib.parse import urlsplit
+    return urlsplit(url)
+
+
+def _quote(text: str, plus: bool = False) -> str:
+    """``urllib.parse.quote(text, safe="")`` (``quote_plus`` with ``plus``): every byte but A-Z a-z 0-9 _ . - ~ as %XX."""
+    return "".join(chr(b) if b in _UNRESERVED else "+" if plus and b == 32 else f"%{b:02X}"
+                   for b in text.encode("utf-8"))
+
+
+def _urlencode(query: Mapping[str, Any]) -> str:
+    """``urllib.parse.urlencode(query)`` for a query of single values."""
+    return "&".join(f"{_quote(str(key), True)}={_quote(str(value), True)}" for key, value in query.items())
 
 
 def _api_error(status: int, data: bytes) -> ApiError:
     try:
-        doc = json.loads(data)
+        doc = quickjson.loads(data)
     except ValueError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
