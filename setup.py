@@ -26,5 +26,4 @@ def compiled_modules() -> list:
     return mypycify([*sources, "gpud/model.py"], opt_level="3", separate=[([*sources, "gpud/model.py"], "gpud.native")])
 
 
-# gpuctl is a plain script, not a [project.scripts] entry point: see build_support/gpuctl.
-setup(ext_modules=compiled_modules(), scripts=["build_support/gpuctl"])
+setup(ext_modules=compiled_modules())

@@ -2,25 +2,19 @@
 
 ``gpuctl`` must start fast, so this module imports nothing heavy: no aiohttp,
 no gpud.core, not even http.client or socket: plain HTTP goes through ``_socket``, imported
-when the first request is made. Neither json nor urllib.parse: they import re (and
-urllib.parse ipaddress), together more than Python's own start-up; JSON goes through
-gpud.quickjson, and a URL, a path or a query of plain characters is taken apart and
-quoted here, anything else by urllib.parse.
+when the first request is made. Nor urllib.parse (with ipaddress, about a quarter of
+Python's own start-up): a URL, a path or a query of plain characters is taken apart
+and quoted here, anything else by urllib.parse.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
-
-from gpud import quickjson
-
-# typing and collections (which namedtuple and collections.abc import) cost every gpuctl call ~4 ms;
-# their names are needed only by type checkers.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
-    from typing import Any
+from collections import namedtuple
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0
@@ -79,24 +73,8 @@ class TlsRefused(ClientError):
     """
 
 
-class Settings(tuple):
-    """Where the controller is (``url``) and the credential to show it (``token``, or None): a pair."""
-
-    __slots__ = ()
-
-    def __new__(cls, url: str, token: str | None) -> "Settings":
-        return tuple.__new__(cls, (url, token))
-
-    @property
-    def url(self) -> str:
-        return self[0]
-
-    @property
-    def token(self) -> str | None:
-        return self[1]
-
-    def __repr__(self) -> str:
-        return f"Settings(url={self[0]!r}, token={self[1]!r})"
+Settings = namedtuple("Settings", ["url", "token"])
+Settings.__doc__ = """Where the controller is (``url``) and the credential to show it (``token``, or None)."""
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> str:
@@ -309,7 +287,7 @@ class Client:
         finally:
             response.close()
         try:
-            return quickjson.loads(data) if data else None
+            return json.loads(data) if data else None
         except ValueError:
             raise ApiError(502, "the answer is not JSON") from None
 
@@ -344,7 +322,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         payload = b""
         if body is not None:
-            payload = quickjson.dumps(body).encode()
+            payload = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = "application/json"
         tls = self.tls_context()
         try:
@@ -546,7 +524,7 @@ def _urlencode(query: Mapping[str, Any]) -> str:
 
 def _api_error(status: int, data: bytes) -> ApiError:
     try:
-        doc = quickjson.loads(data)
+        doc = json.loads(data)
     except ValueError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):

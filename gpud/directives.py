@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-
-from gpud.records import Record
+from typing import NamedTuple
 
 PREFIX = "#GPUD"
 
@@ -14,7 +13,7 @@ class DirectiveError(ValueError):
     """A directive that cannot be read; the message names the script and the line."""
 
 
-class Directive(Record):
+class Directive(NamedTuple):
     """One ``#GPUD`` line: its 1-based line number and its options split as a shell would."""
 
     line: int

@@ -10,9 +10,9 @@ entry for the caller to show.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from gpud.directives import Directive, DirectiveError
-from gpud.records import Record
 
 PREFIX = "#SBATCH"
 
@@ -35,7 +35,7 @@ _MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
 
 
-class Ignored(Record):
+class Ignored(NamedTuple):
     """Part of an ``#SBATCH`` line gpud does not act on: where, what was written, and why (a code)."""
 
     line: int
@@ -45,7 +45,7 @@ class Ignored(Record):
     detail: str = ""
 
 
-class Translation(Record):
+class Translation(NamedTuple):
     """gpud's options (as ``#GPUD`` directives, keeping each one's line) and what was left out."""
 
     directives: list[Directive]

@@ -40,8 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_holds_only_the_gpud_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/", 1)[0] for name in names}
-    assert tops == {"gpud", f"gpud-{gpud.__version__}.dist-info", f"gpud-{gpud.__version__}.data"}
-    assert [n for n in names if ".data/" in n] == [f"gpud-{gpud.__version__}.data/scripts/gpuctl"]
+    assert tops == {"gpud", f"gpud-{gpud.__version__}.dist-info"}
     assert "gpud/hookspecs.py" in names and "gpud/cli/gpuctl.py" in names
     assert not [n for n in names if "/tests/" in n or n.startswith(("plugins/", "tests/")) or "gpud_" in n.split("/")[0]]
     assert not [n for n in names if n.endswith(".pyc")]
@@ -51,11 +50,7 @@ def test_the_wheel_declares_both_commands_and_the_runtime_dependencies(wheel: Pa
     archive = zipfile.ZipFile(wheel)
     info = f"gpud-{gpud.__version__}.dist-info"
     scripts = archive.read(f"{info}/entry_points.txt").decode()
-    assert "gpud = gpud.cli.gpud_main:main" in scripts
-    # gpuctl is a plain script (build_support/gpuctl): pip's entry-point scripts import re before main.
-    gpuctl = archive.read(f"gpud-{gpud.__version__}.data/scripts/gpuctl").decode()
-    assert gpuctl.startswith("#!python\n") and "from gpud.cli.gpuctl import main" in gpuctl
-    assert "import re" not in gpuctl
+    assert "gpud = gpud.cli.gpud_main:main" in scripts and "gpuctl = gpud.cli.gpuctl:main" in scripts
     metadata = archive.read(f"{info}/METADATA").decode()
     for dependency in ("aiohttp", "jinja2", "pluggy", "psutil", "nvidia-ml-py"):
         assert f"Requires-Dist: {dependency}" in metadata

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # gpuctl imports this package on every call; argparse is imported where it is used
-if TYPE_CHECKING:
-    import argparse
+import argparse
 
 
 def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse ``argv`` and run the chosen sub-command; with none, print the help and return 2."""
-    import argparse
     import sys
     argv = list(sys.argv[1:] if argv is None else argv)
     args, extras = parser.parse_known_args(argv)

@@ -1,22 +1,13 @@
-"""``gpuctl``: the command users and admins type.
-
-A plain ``gpuctl submit`` or ``gpuctl queue`` is read by gpud.cli.quickparse from
-the verb's own ``add_argument`` calls, without importing argparse; every other
-command line, and any it is not sure of, is read by argparse.
-"""
+"""``gpuctl``: the command users and admins type."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
 from gpud import __version__
-from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE
-
-TYPE_CHECKING = False  # typing costs every gpuctl call ~2 ms; argparse is imported where a parser is built
-if TYPE_CHECKING:
-    import argparse
-    from types import SimpleNamespace
+from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Formatter, Parser
 
 # Each verb and the module that registers it, in the order `gpuctl --help` lists them.
 VERBS = {
@@ -28,11 +19,6 @@ VERBS = {
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
     "checkpointed": "checkpoint_cmd",
 }
-
-# Verbs a plain command line may skip argparse for: the module, the function declaring the verb's
-# arguments (all but --json), the verb's function, and whether the verb takes --json.
-QUICK = {"submit": ("submit_cmd", "add_arguments", "run", False),
-         "queue": ("queue_cmd", "add_queue_arguments", "run_queue", True)}
 
 EPILOG = f"""\
 examples:
@@ -48,51 +34,40 @@ Run `gpuctl COMMAND --help` for a command's options and examples.
 """
 
 
-def _top_formatter():
-    import argparse
+class _TopFormatter(Formatter):
+    """The top-level help: every verb beside its help, the longest (``checkpointed``) too.
 
-    from gpud.cli.parsers import Formatter
+    argparse measures the verbs at the indent of their section, and lays them
+    out two columns further in: without the two, the longest wraps.
+    """
 
-    class TopFormatter(Formatter):
-        """The top-level help: every verb beside its help, the longest (``checkpointed``) too.
-
-        argparse measures the verbs at the indent of their section, and lays them
-        out two columns further in: without the two, the longest wraps.
-        """
-
-        def add_argument(self, action: argparse.Action) -> None:
-            super().add_argument(action)
-            if isinstance(action, argparse._SubParsersAction):
-                self._action_max_length += 2
-
-    return TopFormatter
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += 2
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The gpuctl argument parser with every sub-command.
 
     Given the ``verb`` about to run, only that verb's module is imported and
-    the others are left out (each parser argparse builds costs a call about
+    only its parsers are built (each parser argparse builds costs a call about
     half a millisecond), so a plain call stays fast; without one, every verb
     is there for the help and for naming the verbs a mistyped one is not.
     """
-    from gpud.cli.parsers import Parser
     parser = Parser(
         prog="gpuctl", description="Submit, watch and plan GPU jobs on a gpud cluster.", epilog=EPILOG,
-        formatter_class=_top_formatter())
+        formatter_class=_TopFormatter)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    if verb in VERBS:
-        importlib.import_module(f"gpud.cli.{VERBS[verb]}").add_parsers(subparsers)
-        return parser
-    for name in dict.fromkeys(VERBS.values()):
+    modules = [VERBS[verb]] if verb in VERBS else list(dict.fromkeys(VERBS.values()))
+    for name in modules:
         importlib.import_module(f"gpud.cli.{name}").add_parsers(subparsers)
     return parser
 
 
 def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The parser of the command ``argv`` names: gpuctl's own, a verb's, or a verb's sub-verb's."""
-    import argparse
     words = (arg for arg in argv if not arg.startswith("-"))
     current = parser
     while True:
@@ -116,22 +91,6 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     return f"unknown option {name}{hint}"
 
 
-def quick_parse(verb: str | None, argv: list[str]) -> SimpleNamespace | None:
-    """The arguments of a plain command line of a QUICK verb as argparse would make them, else None."""
-    if verb not in QUICK or argv[0] != verb:
-        return None
-    from gpud.cli.common import guarded
-    from gpud.cli.quickparse import OptionTable
-    module_name, declare, func_name, json_flag = QUICK[verb]
-    module = importlib.import_module(f"gpud.cli.{module_name}")
-    table = OptionTable()
-    if json_flag:
-        table.add_argument("--json", action="store_true")
-    getattr(module, declare)(table)
-    table.set_defaults(func=guarded(verb, getattr(module, func_name)))
-    return table.parse(argv[1:])
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sub-command; returns the exit status.
 
@@ -146,14 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     verb = next((arg for arg in argv if not arg.startswith("-")), None)
     if verb is not None and any(arg in ("-h", "--help") for arg in argv[:argv.index(verb)]):
         verb = None  # `gpuctl -h submit` is gpuctl's own help, which lists every verb
-    quick = quick_parse(verb, argv)
-    if quick is not None and (command is None or getattr(quick, "takes_command", False)):
-        if command is not None:
-            quick.command_argv = command
-        try:
-            return quick.func(quick)
-        except KeyboardInterrupt:
-            return 130
     parser = build_parser(verb)
     args, extras = parser.parse_known_args(argv)
     if extras:

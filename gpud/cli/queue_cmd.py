@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from gpud.cli import render
 from gpud.cli.common import UsageError, add_verb, client, print_json
 from gpud.cli.units import parse_when
-
-TYPE_CHECKING = False  # a plain queue is parsed without argparse (gpud.cli.quickparse): imported where used
-if TYPE_CHECKING:
-    import argparse
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 SHORT_STATES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
@@ -56,7 +53,12 @@ def add_parsers(subparsers) -> None:
     """Register ``queue`` and ``history`` on the gpuctl sub-command parser."""
     queue = add_verb(subparsers, "queue", help="list pending and running jobs", description=QUEUE_DESCRIPTION,
                      examples=QUEUE_EXAMPLES, func=run_queue, json_flag=True)
-    add_queue_arguments(queue)
+    _add_filters(queue)
+    queue.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
+                       help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
+    queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
+    queue.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
+    queue.add_argument("--start", action="store_true", help="pending jobs with their expected start times")
     history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
                        examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
     _add_filters(history)
@@ -64,17 +66,7 @@ def add_parsers(subparsers) -> None:
     history.add_argument("-l", "--limit", type=int, metavar="N", help="at most N jobs")
 
 
-def add_queue_arguments(queue) -> None:
-    """``queue``'s arguments but --json, on an argparse parser or a gpud.cli.quickparse table."""
-    _add_filters(queue)
-    queue.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
-                       help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
-    queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
-    queue.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
-    queue.add_argument("--start", action="store_true", help="pending jobs with their expected start times")
-
-
-def _add_filters(parser) -> None:
+def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-u", "--user", help="only this user's jobs")
     parser.add_argument("-p", "--project", help="only this project's jobs")
     parser.add_argument("--me", action="store_true", help="only my jobs")
@@ -219,7 +211,6 @@ def _states(text: str) -> list[str]:
     for part in text.upper().split(","):
         state = SHORT_STATES.get(part.strip(), part.strip())
         if state not in STATES:
-            import argparse
             raise argparse.ArgumentTypeError(f"unknown state {part!r} (states: {', '.join(STATES)})")
         states.append(state)
     return states

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
 
-from gpud.cli.common import UsageError, add_verb
+from gpud.cli.common import Formatter, UsageError, add_verb
 from gpud.cli.units import parse_array, parse_duration, parse_size_gib
-
-TYPE_CHECKING = False  # a plain submit is parsed without argparse (gpud.cli.quickparse): imported where used
-if TYPE_CHECKING:
-    import argparse
 
 MAX_BATCH = 10_000  # the API's limit for one POST /api/v1/jobs/batch
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
@@ -63,11 +60,6 @@ def add_parsers(subparsers) -> None:
     """Register ``submit`` on the gpuctl sub-command parser."""
     parser = add_verb(subparsers, "submit", help="submit a job, a batch script or a file of jobs",
                       description=DESCRIPTION, examples=EXAMPLES, func=run)
-    add_arguments(parser)
-
-
-def add_arguments(parser) -> None:
-    """``submit``'s arguments, on an argparse parser or a gpud.cli.quickparse table."""
     parser.add_argument("script", nargs="?", help="batch script to run ('-' reads it from stdin)")
     add_options(parser)
     parser.add_argument("--from-file", metavar="FILE", help="submit every job in a JSON or JSON-lines file")
@@ -75,7 +67,7 @@ def add_arguments(parser) -> None:
     parser.set_defaults(takes_command=True, command_argv=None)
 
 
-def add_options(parser) -> None:
+def add_options(parser: argparse.ArgumentParser) -> None:
     """The job options shared by the command line and ``#GPUD`` lines; every default is None (unset)."""
     add = parser.add_argument
     add("-p", "--project", help="project (queue) to charge; default $GPUD_PROJECT, "
@@ -125,9 +117,6 @@ OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_
 
 def directive_parser() -> argparse.ArgumentParser:
     """A parser for the options of ``#GPUD`` lines: the job options, no positionals."""
-    import argparse
-
-    from gpud.cli.parsers import Formatter
     parser = argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter)
     add_options(parser)
     return parser
@@ -135,7 +124,6 @@ def directive_parser() -> argparse.ArgumentParser:
 
 def merge(command_line: argparse.Namespace, directives: argparse.Namespace) -> argparse.Namespace:
     """The options in effect: the command line's where it set them, else the script's directives."""
-    import argparse
     merged = argparse.Namespace(**vars(command_line))
     for dest in OPTIONS:
         if getattr(command_line, dest, None) is None and getattr(directives, dest, None) is not None:
@@ -373,7 +361,6 @@ def _checked(convert):
         try:
             return convert(text)
         except ValueError as exc:
-            import argparse
             raise argparse.ArgumentTypeError(str(exc)) from None
     check.__name__ = convert.__name__.strip("_")
     return check

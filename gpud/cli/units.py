@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# Patterns, not compiled regexes: re is imported, and a pattern compiled, only when a value is parsed
-# (re costs a gpuctl call that parses none, such as a plain submit, about a third of Python's start-up).
+# Patterns, not compiled regexes: re compiles (and caches) one only when a value is parsed.
 _SUFFIXED = r"^(\d+(?:\.\d+)?)([smhd])$"
 _SIZE = r"(?i)^(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?$"
 _GIB_PER_UNIT = {"": 1.0, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
 MAX_CHECKED_ELEMENTS = 1_000_000  # beyond this, repeats are left to the controller to find
 _ARRAY = r"^(\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*)(?:%(\d+))?$"
-
-
-def _match(pattern: str, text: str):
-    import re
-    return re.match(pattern, text)
 
 
 def parse_duration(text: str) -> float:
@@ -34,7 +30,7 @@ def parse_duration(text: str) -> float:
 
 
 def _duration(value: str) -> float | None:
-    match = _match(_SUFFIXED, value)
+    match = re.match(_SUFFIXED, value)
     if match:
         return float(match[1]) * _UNIT_S[match[2]]
     days = 0
@@ -82,7 +78,7 @@ def parse_size_gib(text: str) -> float:
     Units are powers of 1024 whether written G, GB or GiB, as Slurm reads
     them. Raises ValueError; the result is always > 0.
     """
-    match = _match(_SIZE, text.strip())
+    match = re.match(_SIZE, text.strip())
     if not match or float(match[1]) <= 0:
         raise ValueError(f"bad size {text!r}: use a number with K, M, G or T (16G, 20GiB, 512M)")
     return float(match[1]) * _GIB_PER_UNIT[match[2].upper()]
@@ -113,7 +109,7 @@ def parse_array(text: str) -> tuple[int, int | None]:
     ``A-B:S`` steps by S. Raises ValueError when the spec is malformed, a
     range runs backwards, a step is 0, an index repeats, or the limit is 0.
     """
-    match = _match(_ARRAY, text.strip())
+    match = re.match(_ARRAY, text.strip())
     if not match:
         raise ValueError(f"bad array {text!r}: use ranges and indices such as 0-99, 1,3,5-7 or 0-99%8")
     ranges = []
@@ -146,7 +142,7 @@ def parse_when(text: str) -> float:
     import argparse
     import time
     text = text.strip()
-    if _match(_DATE, text):
+    if re.match(_DATE, text):
         from datetime import datetime
         try:
             return datetime.fromisoformat(text).timestamp()
