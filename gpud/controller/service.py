@@ -26,6 +26,7 @@ from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
+from gpud.model import Plan
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
@@ -46,6 +47,9 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 # a thread costs more than it does. Longer cycles run in their own thread so
 # the API keeps answering.
 INLINE_CYCLE_S = 0.002
+# ... unless the scheduler is to be built anew or takes in more jobs than this: a burst of submits after idle
+# cycles made an inline cycle that held the event loop for seconds.
+INLINE_OPS = 32
 
 
 def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
@@ -74,6 +78,7 @@ class Controller:
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
         self.cluster.wake = self.kick.set
+        self.cluster.resend_start_after_s = max(self.cluster.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
@@ -84,6 +89,8 @@ class Controller:
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
         self.answers_pruned = 0.0
+        self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
+        self._committing: set[asyncio.Task] = set()
         self.usage_store = UsageStore(self.store.path, synchronous=config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
@@ -149,6 +156,7 @@ class Controller:
 
     async def close(self) -> None:
         """Charge and flush what is left and release the store."""
+        await asyncio.gather(*self._committing, return_exceptions=True)  # commits of node messages under way
         try:
             try:
                 await self.charger.charge()
@@ -184,6 +192,27 @@ class Controller:
             except (ConnectionError, RuntimeError) as exc:
                 log.warning("could not send commands to node %s: %s", node, exc)
 
+    def commit_soon(self) -> None:
+        """Commit (as :meth:`commit` does) in the background, so that the caller reads on meanwhile.
+
+        For node messages: a node's next message is not held up while a
+        batch is written, and the commands it made still go out only once
+        their changes are durable. Calls before the commit begins share it.
+        """
+        if self._commit_waiting:
+            return
+        self._commit_waiting = True
+        task = asyncio.ensure_future(self._commit_in_background())
+        self._committing.add(task)
+        task.add_done_callback(self._committing.discard)
+
+    async def _commit_in_background(self) -> None:
+        self._commit_waiting = False  # from here, what is marked goes with a later commit
+        try:
+            await self.commit()
+        except StoreError as exc:  # the changes are marked again and their commands wait for them
+            log.error("%s", exc)
+
     async def scheduling_loop(self) -> None:
         """Run a cycle when something changed (debounced) and on a timer, until cancelled.
 
@@ -218,16 +247,20 @@ class Controller:
         cluster.check_time_limits()
         cluster.settle_preemptions()
         now = time.time()
-        scheduler = cluster.core.prepare(
+        heavy = cluster.core.heavy(INLINE_OPS)
+        ready = cluster.core.prepare_later(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
             lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now,
             usage=self.charger.decayed_usage())
+
+        def cycle() -> Plan:
+            return ready().cycle(now)
         began = time.perf_counter()
         try:
-            if self.last_cycle_s < INLINE_CYCLE_S:
-                plan = scheduler.cycle(now)
+            if self.last_cycle_s < INLINE_CYCLE_S and not heavy:
+                plan = cycle()
             else:
-                plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, scheduler.cycle, now)
+                plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, cycle)
         except BaseException:
             cluster.core.running = False
             cluster.core.rebuild()

@@ -98,7 +98,8 @@ class ControllerLink:
         async with contextlib.AsyncExitStack() as stack:
             connect = self.connect
             if connect is None:
-                connect = self._ws_connector(await stack.enter_async_context(aiohttp.ClientSession()))
+                connect = ws_connector(await stack.enter_async_context(aiohttp.ClientSession()), self.url, self.key,
+                                       self._tls)
             while True:
                 try:
                     async with connect() as (channel, texts):
@@ -155,17 +156,6 @@ class ControllerLink:
             self._said = text
         else:
             log.info("%s", text)
-
-    def _ws_connector(self, session: aiohttp.ClientSession) -> Connector:
-        @contextlib.asynccontextmanager
-        async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
-            headers = {"Authorization": f"Bearer {self.key}"}
-            ws = await asyncio.wait_for(session.ws_connect(self.url, headers=headers, heartbeat=30.0, ssl=self._tls,
-                                                           timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
-                                        CONNECT_TIMEOUT_S)
-            async with ws:
-                yield ws, ws_texts(ws)
-        return connect
 
     async def _serve(self, channel: Any, texts: AsyncIterator[str]) -> bool:
         """One connection; True when the node was registered on it."""
@@ -270,6 +260,23 @@ class ControllerLink:
             if len(self._sent_at) > KEPT_HEARTBEATS:
                 del self._sent_at[next(iter(self._sent_at))]
             await self.send({**self.owner.heartbeat_message(), "seq": self._seq})
+
+
+def ws_connector(session: aiohttp.ClientSession, url: str, key: str, tls: Any = True) -> Connector:
+    """How a node opens its WebSocket to ``url`` through ``session``, presenting the cluster ``key`` (``tls``: the
+    SSL context checking a wss:// controller, or True for the system's CAs).
+
+    Many links may share one session (an emulated fleet does; a node daemon has its own).
+    """
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
+        headers = {"Authorization": f"Bearer {key}"}
+        ws = await asyncio.wait_for(session.ws_connect(url, headers=headers, heartbeat=30.0, ssl=tls,
+                                                       timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
+                                    CONNECT_TIMEOUT_S)
+        async with ws:
+            yield ws, ws_texts(ws)
+    return connect
 
 
 def _cancel_requested() -> bool:
