@@ -80,9 +80,9 @@ def test_a_tasks_first_instruction_already_runs_in_all_its_groups(table, workdir
 
 
 def _held_run(tmp_path, command: list[str], hold: threading.Event) -> TaskRun:
-    """A task started by a TaskRun in this process, whose cgroup worker waits for ``hold`` before its moves."""
+    """A task started by a TaskRun in this process, whose cgroup mover waits for ``hold`` before its moves."""
     confiner = cgroups.Confiner(HOST)
-    confiner.later(hold.wait)
+    confiner.later(hold.wait, urgent=True)
     workdir = tmp_path / "work"
     workdir.mkdir()
     key = TaskKey(f"h{os.getpid()}", 0, 0)

@@ -585,19 +585,26 @@ class Confiner:
         except (OSError, ValueError):
             cpus = []
         self.cpu_use = {cpu: 0 for cpu in cpus}
-        self._worker: ThreadPoolExecutor | None = None
+        self._workers: dict[bool, ThreadPoolExecutor] = {}
 
-    def later(self, work: Callable[[], object]) -> None:
-        """Run ``work`` (a cgroup move or removal) on the one worker thread, in order, off the supervisor's loop."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
-        self._worker.submit(_logged, work)
+    def later(self, work: Callable[[], object], *, urgent: bool = False) -> None:
+        """Run ``work`` (a cgroup move or removal) on a worker thread, in order, off the supervisor's loop.
+
+        ``urgent`` work (moving a task that waits at its gate) has a thread
+        of its own, so it never waits behind the removals and resets of
+        finished tasks' groups.
+        """
+        worker = self._workers.get(urgent)
+        if worker is None:
+            worker = self._workers[urgent] = ThreadPoolExecutor(
+                1, thread_name_prefix="gpud-cgroup-moves" if urgent else "gpud-cgroups")
+        worker.submit(_logged, work)
 
     def close(self) -> None:
         """Wait for the work handed to :meth:`later`."""
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
+        for worker in self._workers.values():
+            worker.shutdown(wait=True)
+        self._workers.clear()
 
     def pick_cpus(self, cpus: float, near: tuple[int, ...] = ()) -> list[int]:
         """The CPUs for a task of ``cpus`` CPUs: of ``near`` (its GPUs' CPUs) first, least used first; [] when

@@ -277,7 +277,7 @@ class TaskRun:
             if gate_in is not None:
                 os.close(gate_in)
         if gate_out is not None and self.cgroup is not None and self.confiner is not None:
-            self.confiner.later(partial(self._settle, self.cgroup, gate_out))
+            self.confiner.later(partial(self._settle, self.cgroup, gate_out), urgent=True)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
