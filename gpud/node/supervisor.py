@@ -292,8 +292,9 @@ class TaskRun:
         group refuses, close the gate (the task exits without running its program) and say why."""
         try:
             group.settle()
-        except OSError as exc:
-            self.refused = f"cannot move the task into its cgroups: {exc.strerror or exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task must not run outside its groups
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            self.refused = f"cannot move the task into its cgroups: {detail}"
             gate.refuse(gate_out)
             return
         gate.release(gate_out)
