@@ -30,6 +30,7 @@ Where each part comes from:
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import signal
@@ -159,8 +160,18 @@ def limits_report(hierarchies: Hierarchies | None = None) -> dict:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read().strip()
+    """The text of the cgroup file at ``path``, stripped (read in one call: these files are small)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 1 << 16)
+        while len(data) % (1 << 16) == 0 and data:  # a long list (cgroup.procs of a big task)
+            more = os.read(fd, 1 << 16)
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    return data.decode("ascii").strip()
 
 
 def _write(path: str, *values: str) -> None:
@@ -181,6 +192,32 @@ def _inherit_cpuset(path: str) -> None:
             _write(os.path.join(path, name), _read(os.path.join(parent, name)))
 
 
+_parent_cpusets: dict[str, tuple[str, str]] = {}
+_no_swap_accounting: set[str] = set()  # memory hierarchies' node groups whose tasks' groups have no memsw files
+
+
+def _set_cpuset(path: str, cpus: str | None) -> None:
+    """Give the new v1 cpuset at ``path`` its parent's memory nodes and ``cpus`` (None: its parent's CPUs).
+
+    The parent's values are read once and kept: a task start then writes
+    two files and reads none. Should the host have changed them since (a
+    CPU taken offline), the write is refused, and they are read again.
+    """
+    parent = os.path.dirname(path)
+    for attempt in (0, 1):
+        known = _parent_cpusets.get(parent)
+        if known is None or attempt:
+            known = _parent_cpusets[parent] = (_read(os.path.join(parent, "cpuset.cpus")),
+                                               _read(os.path.join(parent, "cpuset.mems")))
+        try:
+            _write(os.path.join(path, "cpuset.mems"), known[1])
+            _write(os.path.join(path, "cpuset.cpus"), cpus or known[0])
+            return
+        except OSError:
+            if attempt:
+                raise
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a task may use: bytes of memory, CPUs (a quota), which CPUs, and its GPUs' device minors."""
@@ -194,8 +231,22 @@ class Limits:
 
 def cgroup_name(tasks_dir: str, dirname: str) -> str:
     """A task's cgroup name, unique on the host: the task's directory name and its node's tasks directory."""
-    tag = hashlib.sha1(os.path.realpath(tasks_dir).encode()).hexdigest()[:10]
-    return f"{tag}-{dirname}"
+    return f"{_tag(tasks_dir)}-{dirname}"
+
+
+@functools.lru_cache(maxsize=64)
+def _tag(tasks_dir: str) -> str:
+    return hashlib.sha1(os.path.realpath(tasks_dir).encode()).hexdigest()[:10]
+
+
+def _mkdir(path: str) -> None:
+    """Make the cgroup directory ``path`` (one call; its parent, the node's group, too when it went away)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
 
 
 class TaskCgroup:
@@ -211,25 +262,37 @@ class TaskCgroup:
         """Every directory of the task's cgroups."""
         return [*self.v1.values(), *([self.v2] if self.v2 else [])]
 
-    def create(self, limits: Limits) -> None:
-        """Make the directories and set the limits; OSError when the host refuses."""
-        for path in self.paths():
-            os.makedirs(path, exist_ok=True)
+    def create(self, limits: Limits, *, v1_ready: bool = False) -> None:
+        """Make the directories and set the limits; OSError when the host refuses.
+
+        ``v1_ready``: the v1 groups are there with these limits already (a
+        spare set renamed to this task's name): only the v2 group is made.
+        """
+        for path in ([self.v2] if self.v2 else []) if v1_ready else self.paths():
+            _mkdir(path)
+        if not v1_ready:
+            self._limit_v1(limits)
+        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
+            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
+        if self.v2 and self.hierarchies.v2_controllers:
+            self._limit_v2(limits)
+
+    def _limit_v1(self, limits: Limits) -> None:
         if "cpuset" in self.v1:
-            _inherit_cpuset(self.v1["cpuset"])
+            _set_cpuset(self.v1["cpuset"], limits.cpuset)
         memory = self.v1.get("memory")
         if memory and limits.memory_bytes:
             _write(os.path.join(memory, "memory.limit_in_bytes"), str(limits.memory_bytes))
-            try:  # no swapping past the limit either, where swap is accounted
-                _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory_bytes))
-            except OSError:
-                pass
+            if self.hierarchies.v1["memory"] not in _no_swap_accounting:
+                try:  # no swapping past the limit either, where swap is accounted
+                    _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory_bytes))
+                except FileNotFoundError:  # the kernel accounts no swap (decided at boot): never look again
+                    _no_swap_accounting.add(self.hierarchies.v1["memory"])
+                except OSError:
+                    pass
         cpu = self.v1.get("cpu")
-        if cpu and limits.cpus:
-            _write(os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+        if cpu and limits.cpus:  # a new group's period is the kernel's default, CPU_PERIOD_US: the quota alone
             _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
-        if "cpuset" in self.v1 and limits.cpuset:
-            _write(os.path.join(self.v1["cpuset"], "cpuset.cpus"), limits.cpuset)
         if "pids" in self.v1 and limits.pids_max:
             _write(os.path.join(self.v1["pids"], "pids.max"), str(limits.pids_max))
         devices = self.v1.get("devices")
@@ -242,10 +305,6 @@ class TaskCgroup:
                 _write(os.path.join(devices, "devices.allow"),
                        *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
                        f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
-        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
-            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
-        if self.v2 and self.hierarchies.v2_controllers:
-            self._limit_v2(limits)
 
     def _limit_v2(self, limits: Limits) -> None:
         assert self.v2 is not None  # called for a cgroup v2 only
