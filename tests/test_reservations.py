@@ -83,3 +83,12 @@ def test_without_reservations_small_jobs_take_the_room_first():
     sim = run(text.format(until=99, short_limit=20, expect='running = ["running", "small-1", "small-2", "small-3"]\n'
                                                            'started = { short = 70 }'))
     assert "gang" not in sim.reserved
+
+
+def test_a_larger_job_that_ends_in_time_backfills_behind_smaller_ones_that_cannot():
+    # The 1-GPU jobs end after the reserved start and cannot borrow; a 2-GPU job of a 20 s limit, larger
+    # than they are, can: the queue is not passed over whole for what the 1-GPU jobs found.
+    text = GANG_BEHIND_RUNNING.replace("gpus = 1\n    submitted = 70", "gpus = 2\n    submitted = 70")
+    sim = run(text.format(until=99, short_limit=20, expect='started = { short = 70 }\nfinished = ["short"]\n'
+                                                           'pending = ["gang", "small-1", "small-2", "small-3"]'))
+    assert sim.reserved["gang"] == 100

@@ -114,9 +114,11 @@ class Allocate:
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
         them waits is kept, to be worked out when read (``LateReasons``)."""
-        # Room held for a reservation may be borrowed by a group of any size that ends soon enough:
-        # the smallest groups say nothing of those (``QueueCovers`` knows no time limits).
-        if self.planner.holds_room(queue.pool) or not self.blocks.blocks_all(queue):
+        # Room held for a reservation may be borrowed by a job that ends soon enough: then the smallest
+        # groups (``QueueCovers`` compares time limits too) must each be unable to borrow as well.
+        planner = self.planner
+        borrow = planner if planner.active and planner.holds_room(queue.pool) else None
+        if not self.blocks.blocks_all(queue, borrow):
             return False
         self.late_reasons[queue] = self.blocks.late_reasons(queue)
         return True
@@ -181,14 +183,18 @@ class Blocks:
         rules = self.rules.get(queue) or self.rules.setdefault(queue, FailedShapes(self.state))
         rules.add(job, tasks, reason, "", binds)
 
-    def blocks_all(self, queue: QueueState) -> bool:
-        """True when every pending job of the queue is blocked: each of its smallest requests is."""
+    def blocks_all(self, queue: QueueState, borrow: Planner | None = None) -> bool:
+        """True when every pending job of the queue is blocked: each of its smallest requests is (and,
+        with ``borrow``, the planner of a pool that holds room, may not borrow that room either: a job
+        that ends later or is larger may not when they may not)."""
         cover = self.state.covers.of(queue)
         if not cover:
             return False
         for group in cover:
             job = group.jobs[0]
-            if self.find(job, queue, max(job.gang_minimum, 1)) is None:
+            tasks = max(job.gang_minimum, 1)
+            found = self.find(job, queue, tasks)
+            if found is None or (borrow is not None and found[1] in ROOM_KINDS and borrow.may_borrow(job, tasks)):
                 return False
         return True
 
