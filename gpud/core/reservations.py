@@ -440,10 +440,13 @@ class PoolPlan:
         # A node whose occupants all started by now only gains room as they end: its fit changes only
         # at its own ends. One with a planned start later (a reservation) is worked out at every time.
         ends = timeline.ends
-        moving = list(timeline.later)
+        # A node with a start planned later (a reservation) changes too as the job's span [t, t + runtime)
+        # comes to cover such a start, and as t passes its end: at those times only.
+        later_ends, comings = self._later_changes(nodes, timeline, runtime, predicted)
         fit: list[tuple[int, list[int]]] = [(0, [])] * len(nodes)
-        stale: set[int] = set()
-        at = 0
+        stale: set[int] = set(timeline.later)
+        at = at_later = at_coming = 0
+        near: list[tuple[float, int]] = []  # starts the span is about to cover, or just did
         tried = 0
         for t in timeline.possible_times(need_gpu, tasks * request.cpus, tasks * request.memory_gib):
             tried += 1
@@ -452,7 +455,18 @@ class PoolPlan:
             while at < len(ends) and ends[at][0] <= t:
                 stale.add(ends[at][1])
                 at += 1
-            stale.update(moving)
+            while at_later < len(later_ends) and later_ends[at_later][0] <= t:
+                stale.add(later_ends[at_later][1])
+                at_later += 1
+            # Whether t + runtime is past a start rounds either way near it: a node is worked out at every
+            # time within a second of it, and at the first after.
+            while at_coming < len(comings) and comings[at_coming][0] - 1.0 <= t:
+                near.append(comings[at_coming])
+                at_coming += 1
+            if near:
+                for _, k in near:
+                    stale.add(k)
+                near = [c for c in near if c[0] + 1.0 >= t]
             if tried == 1:  # every node's fit, first: as now where nothing ends or starts before t
                 for k, profile in enumerate(nodes):
                     if k not in stale:
@@ -485,6 +499,24 @@ class PoolPlan:
                     break
             return t, placed
         return None
+
+    def _later_changes(self, nodes: list[NodeProfile], timeline: Timeline, runtime: float,
+                       predicted: bool) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+        """For the nodes with occupants that start later: when those end, and when a span of ``runtime``
+        from t comes to cover their starts (t = start - runtime), each with its node, in order."""
+        now = self.now
+        ends: list[tuple[float, int]] = []
+        comings: list[tuple[float, int]] = []
+        for k in timeline.later:
+            for o in nodes[k].occupants:
+                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
+                if start > now:
+                    comings.append((start - runtime if runtime > 0 else start, k))
+                    if end < FOREVER:
+                        ends.append((end, k))
+        ends.sort()
+        comings.sort()
+        return ends, comings
 
     # --- holding room -------------------------------------------------------------------------------
 
@@ -610,11 +642,28 @@ class Planner:
     def plan(self, job: JobSpec, tasks: int, entitled: bool) -> None:
         """Plan the start of a job that found no room (``PoolPlan.plan``), kept in ``out``."""
         plan = self.pool(job)
-        if plan is None:
+        if plan is None or job.id in self.out:  # planned once a cycle
             return
         found = plan.plan(job, tasks, entitled)
         if found is not None:
             self.out[job.id] = found
+
+    def plans_more(self, pool: str) -> bool:
+        """True when the pool gives more jobs an estimate this cycle."""
+        name = pool or self.state.policy.default_pool
+        plan = self.pools.get(name)
+        if name not in self.pools:
+            settings = self.state.policy.reservations_in(name)
+            return bool(settings.jobs or settings.estimate_jobs)
+        return plan is not None and plan.estimates < plan.settings.estimate_jobs
+
+    def plan_new(self, job: JobSpec, tasks: int) -> bool:
+        """Plan the estimate of a job not planned yet this cycle (``PoolPlan.plan``, holding no room);
+        True when it got one."""
+        if job.id in self.out:
+            return False
+        self.plan(job, tasks, False)
+        return job.id in self.out
 
     def keeps(self) -> bool:
         """True when every pool's holding reservations still have their room (``PoolPlan.keeps``):
