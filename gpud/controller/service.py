@@ -220,7 +220,7 @@ class Controller:
         now = time.time()
         scheduler = cluster.core.prepare(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core, key=_seq_key)), now,
+            lambda: (cluster.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
             usage=self.charger.decayed_usage())
         began = time.perf_counter()
         try:
