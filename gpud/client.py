@@ -68,6 +68,13 @@ class ConfigFileError(ClientError):
     exit_code = EXIT_USAGE
 
 
+class TlsRefused(ClientError):
+    """The TLS handshake with the controller failed: its certificate does not verify, or it speaks no TLS.
+
+    Never retried: waiting does not make a certificate trusted.
+    """
+
+
 Settings = namedtuple("Settings", ["url", "token"])
 Settings.__doc__ = """Where the controller is (``url``) and the credential to show it (``token``, or None)."""
 
@@ -99,6 +106,24 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         except OSError as exc:
             raise ConfigFileError(f"{path}: token_file {token_file}: {exc.strerror or exc}") from None
     return Settings(str(url).rstrip("/"), token or None)
+
+
+def configured_ca(env: Mapping[str, str] = os.environ) -> str | None:
+    """The CA file an https controller's certificate is checked against: ``GPUD_CA``, else ``ca`` in the client
+    config file (relative to the file's directory); None (the system's CA certificates) when neither names one.
+    A ``ca`` that is not a path in quotes is a ConfigFileError naming the file."""
+    if env.get("GPUD_CA"):
+        return os.path.expanduser(env["GPUD_CA"])
+    path = config_path(env)
+    if not os.path.exists(path):
+        return None
+    ca = _read_config(path).get("ca")
+    if ca is None:
+        return None
+    if not isinstance(ca, str) or not ca.strip():
+        raise ConfigFileError(f"{path}: ca must be the path of a CA certificate in quotes, such as "
+                              f"ca = \"/etc/gpud/ca.pem\"")
+    return os.path.join(os.path.dirname(path), os.path.expanduser(ca.strip()))  # relative: to the file's directory
 
 
 def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
@@ -143,7 +168,7 @@ class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0):
+                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0, ca: str | None = None):
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
@@ -153,10 +178,13 @@ class Client:
         self.timeout = timeout
         self.retry_s = retry_s
         self.connect_retry_s = connect_retry_s
+        self.ca = ca
+        self._tls: Any = None  # the ssl context of an https URL, made on the first request
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
-        """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file.
+        """A client for the controller named by ``GPUD_URL``/``GPUD_TOKEN`` or the config file, checking an https
+        controller's certificate against ``GPUD_CA`` or the file's ``ca`` (default: the system's CAs).
 
         ``GPUD_TIMEOUT`` (seconds) bounds the wait for each answer;
         ``GPUD_RETRY`` (seconds, default DEFAULT_CONNECT_RETRY_S, 0: never)
@@ -177,7 +205,20 @@ class Client:
             connect_retry_s = -1.0
         if not 0 <= connect_retry_s < float("inf"):
             raise ConfigFileError(f"GPUD_RETRY must be a number of seconds (0: no retries), not {text!r}")
-        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s)
+        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s, ca=configured_ca(env))
+
+    def tls_context(self) -> Any:
+        """The ssl context that checks the controller's certificate (against ``ca``, or the system's CAs),
+        for https and wss; None for a plain http URL. A CA file that cannot be used is a ConfigFileError."""
+        if self._parts.scheme != "https":
+            return None
+        if self._tls is None:
+            from gpud.tls import TlsFileError, client_context
+            try:
+                self._tls = client_context(self.ca)
+            except TlsFileError as exc:
+                raise ConfigFileError(f"{exc} (set by GPUD_CA or 'ca' in the client config)") from None
+        return self._tls
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         """GET ``/api/v1/<path>`` and return the parsed JSON answer (a read: retried as ``request`` says)."""
@@ -285,11 +326,26 @@ class Client:
         if body is not None:
             payload = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = "application/json"
+        tls = self.tls_context()
         try:
-            response = _Response.send(self._parts, self.timeout, method, self._target(path, query), headers, payload)
+            response = _Response.send(self._parts, self.timeout, method, self._target(path, query), headers, payload,
+                                      tls)
             if streaming:
                 response.sock.settimeout(None)  # a followed log may stay quiet for hours
         except (OSError, ValueError) as exc:
+            if tls is not None:
+                import ssl
+                if isinstance(exc, ssl.SSLError):
+                    from gpud.tls import handshake_failure
+                    hint = "; set GPUD_CA or 'ca' in the client config to the cluster's CA certificate" \
+                        if isinstance(exc, ssl.SSLCertVerificationError) else ""
+                    raise TlsRefused(handshake_failure(exc, self.url, self.ca) + hint) from None
+            elif isinstance(exc, (ValueError, ConnectionResetError)):
+                from gpud.tls import speaks_tls
+                if speaks_tls(self._parts.hostname or "", self._parts.port or 80, self.timeout):
+                    raise TlsRefused(f"the controller at {self.url} serves TLS only: use "
+                                     f"https://{self._parts.netloc}{self._parts.path} in GPUD_URL or the client "
+                                     f"config") from None
             raise Unreachable(self.url, _why(exc)) from None
         if response.status >= 400:
             try:
@@ -317,8 +373,10 @@ class _Response:
 
     @classmethod
     def send(cls, parts, timeout: float, method: str, target: str, headers: dict[str, str],
-             payload: bytes) -> "_Response":
-        """Connect, send the request, and read the status line and headers; raises OSError or ValueError."""
+             payload: bytes, tls: Any = None) -> "_Response":
+        """Connect, send the request, and read the status line and headers; raises OSError or ValueError.
+
+        An https URL is spoken over TLS with the ssl context ``tls`` (default: the system's CAs)."""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         # An ASCII name is passed as bytes: as str, it would be encoded by the idna codec (~2 ms to import).
         host_name = parts.hostname.encode("ascii") if parts.hostname.isascii() else parts.hostname
@@ -329,8 +387,10 @@ class _Response:
             sock = _connect(host_name, port, timeout)
         try:
             if parts.scheme == "https":
-                import ssl
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+                if tls is None:
+                    import ssl
+                    tls = ssl.create_default_context()
+                sock = tls.wrap_socket(sock, server_hostname=parts.hostname)
             host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
             lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close",
                      f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in headers.items())]

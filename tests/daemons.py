@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -101,10 +102,14 @@ class LiveCluster:
     """A controller plus node daemons with fake GPUs, all separate processes, and an API client."""
 
     def __init__(self, root: Path, policy: str = POLICY, node_timeout_s: float = 60.0,
-                 heartbeat_s: float = 0.5) -> None:
+                 heartbeat_s: float = 0.5, tls_dir: Path | None = None) -> None:
+        """``tls_dir``: serve TLS with controller.pem and controller.key from there, and have the nodes and
+        this client check it against ca.pem there (the files `gpud cert` writes)."""
         self.root = root
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls_dir = tls_dir
+        self.url = f"{'https' if tls_dir else 'http'}://127.0.0.1:{self.port}"
+        self.ssl_context = ssl.create_default_context(cafile=str(tls_dir / "ca.pem")) if tls_dir else None
         self.state_dir = root / "controller"
         self.policy_file = root / "policy.toml"
         self.policy_file.write_text(policy)
@@ -112,6 +117,9 @@ class LiveCluster:
         self.config.write_text(f'listen = "127.0.0.1:{self.port}"\nstate_dir = "{self.state_dir}"\n'
                                f'policy = "{self.policy_file}"\n[scheduler]\ninterval_s = 1\n'
                                f"node_timeout_s = {node_timeout_s}\nheartbeat_s = {heartbeat_s}\n")
+        if tls_dir is not None:
+            with self.config.open("a") as f:
+                f.write(f'[tls]\ncert = "{tls_dir}/controller.pem"\nkey = "{tls_dir}/controller.key"\n')
         self.controller: Process | None = None
         self.nodes: dict[str, Process] = {}
         self.workdir = root / "work"
@@ -134,7 +142,7 @@ class LiveCluster:
         if self.controller is not None and not self.controller.alive():
             raise AssertionError(f"the controller exited:\n{self.controller.output()}")
         try:
-            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as answer:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2, context=self.ssl_context) as answer:
                 return answer.status == 200
         except OSError:
             return False
@@ -152,7 +160,8 @@ class LiveCluster:
         label_lines = "".join(f'{k} = "{v}"\n' for k, v in (labels or {}).items())
         sizes = "".join(f"{key} = {value}\n" for key, value in (("cpus", cpus), ("memory_gib", memory_gib))
                         if value is not None)
-        config.write_text(f'controller_url = "{self.url}"\ncluster_key_file = "{self.state_dir}/cluster.key"\n'
+        ca = f'ca_file = "{self.tls_dir}/ca.pem"\n' if self.tls_dir else ""
+        config.write_text(f'controller_url = "{self.url}"\n{ca}cluster_key_file = "{self.state_dir}/cluster.key"\n'
                           f'state_dir = "{self.root / name}"\nname = "{name}"\npool = "{pool}"\n'
                           f'gpu_backend = "fake"\nfake_gpus = {gpus}\n{sizes}[labels]\n{label_lines}')
         process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
@@ -191,7 +200,7 @@ class LiveCluster:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=15) as answer:
+            with urllib.request.urlopen(request, timeout=15, context=self.ssl_context) as answer:
                 payload = answer.read()
                 status = answer.status
         except urllib.error.HTTPError as exc:
@@ -212,7 +221,7 @@ class LiveCluster:
         request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method=method,
                                          headers=sent)
         try:
-            with urllib.request.urlopen(request, timeout=15) as answer:
+            with urllib.request.urlopen(request, timeout=15, context=self.ssl_context) as answer:
                 payload, status, got = answer.read(), answer.status, dict(answer.headers)
         except urllib.error.HTTPError as exc:
             payload, status, got = exc.read(), exc.code, dict(exc.headers)

@@ -56,8 +56,12 @@ def test_a_project_that_just_used_the_node_gets_less_of_it_with_history(tmp_path
         cluster.wait_state(hog, "COMPLETED")
         wait_for(lambda: usage_of(cluster, "used") > 7.0, "the used project's GPU-seconds to be charged")
         time.sleep(0.5)  # a charge after the job's end has reached the scheduler
-        used = [cluster.submit(command=["sleep", "60"], gpus=1, project="used") for _ in range(4)]
-        fresh = [cluster.submit(command=["sleep", "60"], gpus=1, project="fresh") for _ in range(4)]
+        # One batch: a cycle between separate submits would give the whole node to whoever came first.
+        batch = [{"command": ["sleep", "60"], "gpus": 1, "project": project, "workdir": str(cluster.workdir)}
+                 for project in ["used"] * 4 + ["fresh"] * 4]
+        status, body = cluster.api("POST", "/api/v1/jobs/batch", {"jobs": batch})
+        assert status == 201, (status, body)
+        used, fresh = body["ids"][:4], body["ids"][4:]
         split = (used_gets, 4 - used_gets)
         wait_for(lambda: (running_gpus(cluster, used), running_gpus(cluster, fresh)) == split,
                  f"the node split {split} between the used and the fresh project")

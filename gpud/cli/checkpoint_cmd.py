@@ -26,13 +26,13 @@ def add_parsers(subparsers) -> None:
 
 def run_checkpointed(args: argparse.Namespace) -> int:
     """Record the checkpoint; prints when it was recorded."""
-    from gpud.client import Client, load_settings
+    from gpud.client import Client, configured_ca, load_settings
     job = args.job or os.environ.get("GPUD_JOB_ID")
     if not job:
         raise UsageError("not inside a gpud task (no GPUD_JOB_ID): name the job with --job")
     token = os.environ.get("GPUD_CHECKPOINT_TOKEN") if not args.job else None
     settings = load_settings(os.environ)
-    client = Client(settings.url, token or settings.token)
+    client = Client(settings.url, token or settings.token, ca=configured_ca(os.environ))
     answer = client.post(f"jobs/{job}/checkpoints")
     if args.json:
         print_json(answer)

@@ -23,6 +23,11 @@ store never silently becomes a new, empty cluster.
 
 The admin token's jobs run as the user who ran --init, but never as root
 unless --allow-root is given too.
+
+With [tls] cert and key in controller.toml (or --tls-cert and --tls-key)
+the API, the nodes' WebSocket and the dashboard are served over TLS only
+(https://, wss://); `gpud cert` makes a CA and certificates. Listening on
+an address other than loopback without TLS is allowed, with a warning.
 """
 
 
@@ -37,6 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (overrides the file)")
     parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
+    parser.add_argument("--tls-cert", metavar="FILE",
+                        help="serve TLS with this certificate (PEM, then its chain; overrides [tls] cert)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (overrides [tls] key)")
     parser.add_argument("--init", action="store_true",
                         help="start a new cluster when the state directory holds no store (the first start)")
     parser.add_argument("--allow-root", action="store_true",
@@ -53,20 +61,26 @@ def run(args: argparse.Namespace) -> int:
     from gpud.controller.config import load_config
     from gpud.controller.state_dir import StateError
     from gpud.errors import ConfigError
+    from gpud.tls import TlsFileError, server_context
 
     setup_logging(args.log_level, args.log_format)
     try:
-        config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy),
+        config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy,
+                                     tls_cert=args.tls_cert, tls_key=args.tls_key),
                          init=args.init, admin_allow_root=args.allow_root)
+        tls = server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         app = make_app(config)
     except ConfigError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
+        return 2
+    except TlsFileError as exc:
+        print(f"gpud controller: TLS: {exc}", file=sys.stderr)
         return 2
     except StateError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1
     try:
-        asyncio.run(serve(app, config))
+        asyncio.run(serve(app, config, tls))
     except StateError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1
@@ -77,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def serve(app, config) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM; tell systemd READY=1 once listening and STOPPING=1 on the way out."""
+async def serve(app, config, tls=None) -> None:
+    """Serve ``app`` (over TLS with the ssl context ``tls``) until SIGINT or SIGTERM; tell systemd READY=1 once
+    listening and STOPPING=1 on the way out. A server listening beyond loopback without TLS is warned about."""
+    import logging
     from aiohttp import web
 
     from gpud.controller.http_server import start_runner
@@ -88,7 +104,9 @@ async def serve(app, config) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     try:
-        await web.TCPSite(runner, config.host, config.port).start()
+        await web.TCPSite(runner, config.host, config.port, ssl_context=tls).start()
+        for warning in config.plain_http_warnings():
+            logging.getLogger("gpud.controller").warning("%s", warning)
         print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
         if app[UI_SERVER].url:
             print(f"gpud controller: dashboard on {app[UI_SERVER].url}", file=sys.stderr, flush=True)

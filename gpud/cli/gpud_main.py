@@ -7,7 +7,7 @@ import os
 import sys
 
 from gpud import __version__
-from gpud.cli import backup_cmd, controller_cmd, dispatch, node_cmd, up_cmd
+from gpud.cli import backup_cmd, cert_cmd, controller_cmd, dispatch, node_cmd, up_cmd
 from gpud.cli.common import Parser
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
@@ -70,7 +70,8 @@ def _check_one(path: str, warnings: list[str]) -> str:
         from gpud.controller.config import load_config
 
         config = load_config(path)
-        return f"controller config: listens on {config.host}:{config.port}, state in {config.state_dir}"
+        warnings.extend(f"{path}: {warning}" for warning in config.plain_http_warnings())
+        return f"controller config: listens on {config.url}, state in {config.state_dir}"
     if kind == "node":
         from gpud.node.config import load_node_config
 
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cmd.add_parser(subparsers)
     node_cmd.add_parser(subparsers)
     backup_cmd.add_parser(subparsers)
+    cert_cmd.add_parser(subparsers)
     return parser
 
 

@@ -20,7 +20,7 @@ def run_node(args: argparse.Namespace) -> int:
         config = load_node_config(args.config, controller=args.controller, state_dir=args.state_dir,
                                   run_dir=args.run_dir, fake_gpus=args.fake_gpus, name=args.name,
                                   cluster_key_file=args.cluster_key_file, cpus=args.fake_cpus,
-                                  memory_gib=args.fake_memory)
+                                  memory_gib=args.fake_memory, ca_file=args.ca_file)
         if args.metrics_listen is not None:
             config = dataclasses.replace(config, metrics_listen="" if args.metrics_listen == "off"
                                          else args.metrics_listen)
@@ -44,6 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     node.add_argument("--run-dir", metavar="DIR",
                       help="where tasks' state is kept instead, e.g. /run/gpud/node on a tmpfs (overrides run_dir)")
     node.add_argument("--cluster-key-file", metavar="FILE", help="the cluster key (overrides cluster_key_file)")
+    node.add_argument("--ca-file", metavar="FILE",
+                      help="the CA certificate an https controller's certificate is checked against "
+                           "(overrides ca_file; default: the system's CAs)")
     node.add_argument("--fake-gpus", type=int, metavar="N", help="use N fake GPUs instead of NVML")
     add_fake_host_flags(node)
     node.add_argument("--name", help="the node's name (default: the host name)")

@@ -219,7 +219,7 @@ def _attach(api, path: str, params: list[tuple[str, str]]) -> dict | None:
     from gpud.cli.terminal import run_terminal
     import aiohttp
     try:
-        return asyncio.run(run_terminal(api.url, api.token, path, params))
+        return asyncio.run(run_terminal(api.url, api.token, path, params, tls=api.tls_context()))
     except aiohttp.WSServerHandshakeError as exc:
         from gpud.client import ClientError
         from gpud.cli.terminal import terminal_query
@@ -289,7 +289,7 @@ def _serve_forward(api, job_id: str, port: int, local: int, ready) -> int:
     import asyncio
     from gpud.cli.terminal import forward_port
     try:
-        asyncio.run(forward_port(api.url, api.token, job_id, port, local, ready))
+        asyncio.run(forward_port(api.url, api.token, job_id, port, local, ready, tls=api.tls_context()))
     except OSError as exc:
         print(f"gpuctl forward: cannot listen on 127.0.0.1:{local}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -359,7 +359,8 @@ def _notebook(api, job_id: str, remote: int, token: str, local: int) -> int:
         log_path = os.path.join(os.getcwd(), f"gpud-{job_id}-notebook.log")
         with open(log_path, "ab") as log:
             terminal = asyncio.create_task(run_terminal(api.url, api.token, job_path(job_id, "attach"), [],
-                                                        stdin_fd=None, stdout_fd=log.fileno()))
+                                                        stdin_fd=None, stdout_fd=log.fileno(),
+                                                        tls=api.tls_context()))
 
             def ready(listening: int) -> None:
                 print(f"gpuctl notebook: Jupyter Lab of job {job_id} (its output: {log_path}):\n"
@@ -389,12 +390,12 @@ async def _when_listening(api, job_id: str, remote: int, local: int, ready, term
     async with aiohttp.ClientSession() as http:
         while not terminal.done():
             async with http.ws_connect(ws_url(api.url, job_path(job_id, "forward")), params={"port": str(remote)},
-                                       headers=headers) as ws:
+                                       headers=headers, ssl=api.tls_context() or True) as ws:
                 frame = await ws.receive(timeout=30)
                 if frame.type == aiohttp.WSMsgType.TEXT and '"opened"' in frame.data:
                     break  # the node connected: the notebook listens
             await asyncio.sleep(0.5)
-    await forward_port(api.url, api.token, job_id, remote, local, ready)
+    await forward_port(api.url, api.token, job_id, remote, local, ready, tls=api.tls_context())
 
 
 def _ended(last: dict | None) -> str:

@@ -49,8 +49,10 @@ def terminal_query(params: list[tuple[str, str]], stdin_fd: int | None = 0) -> l
 
 
 async def run_terminal(base: str, token: str | None, path: str, params: list[tuple[str, str]],
-                       stdin_fd: int | None = 0, stdout_fd: int = 1) -> dict | None:
+                       stdin_fd: int | None = 0, stdout_fd: int = 1, tls: Any = None) -> dict | None:
     """Relay this terminal to the job's until it ends; returns the controller's last message.
+
+    ``tls``: the ssl context a wss:// connection checks the controller's certificate with (Client.tls_context).
 
     With ``stdin_fd`` None nothing is typed: the output is only written to ``stdout_fd``.
 
@@ -66,7 +68,7 @@ async def run_terminal(base: str, token: str | None, path: str, params: list[tup
     last: dict | None = None
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(ws_url(base, path), params=query, headers=headers, heartbeat=20.0,
-                                   max_msg_size=1 << 22) as ws:
+                                   max_msg_size=1 << 22, ssl=True if tls is None else tls) as ws:
             with _raw(stdin_fd) as is_tty:
                 reading = stdin_fd is not None
                 in_fd = -1 if stdin_fd is None else stdin_fd  # read only while ``reading``
@@ -169,7 +171,7 @@ def _json(text: str) -> dict:
 
 
 async def forward_port(base: str, token: str | None, job: str, port: int, local_port: int,
-                       ready: Any = None) -> None:
+                       ready: Any = None, tls: Any = None) -> None:
     """Listen on 127.0.0.1:``local_port`` and carry each connection to ``port`` of the job's node, until cancelled.
 
     ``ready(listening_port)`` is called once listening; a connection the
@@ -183,7 +185,7 @@ async def forward_port(base: str, token: str | None, job: str, port: int, local_
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 async with http.ws_connect(url, params={"port": str(port)}, headers=headers,
-                                           max_msg_size=1 << 22) as ws:
+                                           max_msg_size=1 << 22, ssl=True if tls is None else tls) as ws:
                     async def upstream() -> None:
                         while True:
                             data = await reader.read(READ_CHUNK)

@@ -11,12 +11,13 @@ from gpud.tomlcheck import Table, read_toml
 DEFAULT_PORT = 6830
 UI_PORT_OFFSET = 2  # the dashboard's default port is the API's + 2: 6831 is a node daemon's metrics port
 TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
-            "interactive", "ui")
+            "interactive", "ui", "tls")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
 STORE_KEYS = ("synchronous",)
 AUTH_KEYS = ("admin_token_file",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
 UI_KEYS = ("enabled", "listen", "secure_cookie")
+TLS_KEYS = ("cert", "key")
 API_KEYS = ("max_body_mib", "idle_timeout_s", "body_timeout_s", "submit_rate", "submit_burst")
 
 
@@ -48,6 +49,13 @@ class ControllerConfig:
     ui_host: str | None = None      # where the dashboard listens: None, the API's host
     ui_port: int | None = None      # None: the API's + UI_PORT_OFFSET (0 when the API's is 0: any free port)
     ui_secure_cookie: bool = False  # mark the session cookie Secure even over plain HTTP (behind a TLS proxy)
+    tls_cert: str | None = None     # the certificate (PEM, then its chain) the API and the dashboard serve TLS with
+    tls_key: str | None = None      # its private key
+
+    @property
+    def tls(self) -> bool:
+        """Whether the API, the node link and the dashboard are served over TLS (https, wss)."""
+        return self.tls_cert is not None
 
     @property
     def key_path(self) -> str:
@@ -69,7 +77,23 @@ class ControllerConfig:
     def url(self) -> str:
         """The URL clients use to reach the controller."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def plain_http_warnings(self) -> list[str]:
+        """A warning for each server that listens beyond this host without TLS (the API, the dashboard)."""
+        from gpud.tls import is_loopback
+        if self.tls:
+            return []
+        why = ("tokens, the cluster key and jobs' environments cross the network in clear; set [tls] cert and "
+               "key in controller.toml (docs/admin-guide.md, \"TLS\")")
+        warnings = []
+        if not is_loopback(self.host):
+            warnings.append(f"the API listens on {self.host}:{self.port} without TLS: {why}")
+        ui_host, ui_port = self.ui_address
+        if self.ui and not is_loopback(ui_host):
+            warnings.append(f"the dashboard listens on {ui_host}:{ui_port} without TLS: its sign-in tokens and "
+                            f"session cookies cross the network in clear; set [tls] cert and key in controller.toml")
+        return warnings
 
 
 def parse_listen(text: str, source: str = "--listen", where: str = "") -> tuple[str, int]:
@@ -82,8 +106,12 @@ def parse_listen(text: str, source: str = "--listen", where: str = "") -> tuple[
 
 
 def load_config(path: str | None, *, listen: str | None = None, state_dir: str | None = None,
-                policy: str | None = None) -> ControllerConfig:
-    """The configuration from ``path`` (or the defaults when None), then the flags that override it."""
+                policy: str | None = None, tls_cert: str | None = None, tls_key: str | None = None) -> ControllerConfig:
+    """The configuration from ``path`` (or the defaults when None), then the flags that override it.
+
+    ``[tls]`` needs both ``cert`` and ``key`` (or neither), as do the flags;
+    the files themselves are read when the controller starts.
+    """
     config = ControllerConfig()
     if path is not None:
         data, source = read_toml(path)
@@ -121,6 +149,12 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["ui_secure_cookie"] = ui.boolean("secure_cookie", False)
         if "listen" in ui:
             changes["ui_host"], changes["ui_port"] = parse_listen(ui.string("listen"), source, "ui.listen")
+        tls = top.table("tls", TLS_KEYS)
+        for key in TLS_KEYS:
+            if key in tls:
+                changes[f"tls_{key}"] = os.path.join(base, tls.string(key))
+        if ("cert" in tls) != ("key" in tls):
+            raise tls.error("key" if "cert" in tls else "cert", "is needed too: [tls] takes a cert and its key")
         if changes["heartbeat_s"] >= changes["node_timeout_s"]:
             raise ConfigError(source, "scheduler.heartbeat_s", "must be shorter than node_timeout_s")
         config = replace(config, **changes)
@@ -131,4 +165,9 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         config = replace(config, state_dir=os.path.abspath(state_dir))
     if policy is not None:
         config = replace(config, policy=os.path.abspath(policy))
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-key" if tls_cert else "--tls-cert", "",
+                          "is needed too: --tls-cert and --tls-key go together")
+    if tls_cert is not None and tls_key is not None:
+        config = replace(config, tls_cert=os.path.abspath(tls_cert), tls_key=os.path.abspath(tls_key))
     return config

@@ -60,7 +60,7 @@ class NodeAgent:
         self.tasks = TaskTable(self.layout)
         self.checkpoint_marks = CheckpointWatch(self.layout)
         self.link = ControllerLink(config.connect_url, config.cluster_key, self,
-                                   reconnect_max_s=config.reconnect_max_s, connect=connect)
+                                   reconnect_max_s=config.reconnect_max_s, connect=connect, ca=config.ca_file)
         self._poked = asyncio.Event()
         self._poked_keys: set[TaskKey] | None = set()  # the tasks a poke named; None: look at every task
         self._background: list[asyncio.Task] = []
@@ -354,7 +354,8 @@ class NodeAgent:
                 return None
             spec = self.interactive.holder_spec(key, message.get("spec"))
             if isinstance(spec, dict) and spec.get("checkpoint_token"):
-                spec = {**spec, "controller_url": self.config.controller_url}  # for gpuctl checkpointed
+                spec = {**spec, "controller_url": self.config.controller_url,  # for gpuctl checkpointed
+                        "controller_ca": self.config.ca_file or ""}
             self._ensure_fence()
             if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
                 self.poke(key)

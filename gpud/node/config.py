@@ -14,7 +14,7 @@ from gpud.tomlcheck import Table, choices, quote, read_toml
 
 DEFAULT_URL = "http://127.0.0.1:6830"
 DEFAULT_STATE_DIR = "/var/lib/gpud/node"
-TOP_KEYS = ("controller_url", "cluster_key_file", "state_dir", "run_dir", "name", "pool", "labels", "gpu_backend",
+TOP_KEYS = ("controller_url", "ca_file", "cluster_key_file", "state_dir", "run_dir", "name", "pool", "labels", "gpu_backend",
             "fake_gpus", "poll_s", "reconnect_max_s", "cpus", "memory_gib", "metrics_listen")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:6831"
 # A fake node looks like a real GPU server (a DGX H100 has 8 GPUs, 112 cores, 2 TiB), not like the
@@ -32,6 +32,7 @@ class NodeConfig:
     """
 
     controller_url: str = DEFAULT_URL
+    ca_file: str | None = None  # the CA certificates an https controller's certificate is checked against
     cluster_key: str = ""
     cluster_key_file: str | None = None
     state_dir: str = DEFAULT_STATE_DIR
@@ -88,7 +89,7 @@ def read_cluster_key(path: str, source: str = "", where: str = "cluster_key_file
 def load_node_config(path: str | None, *, controller: str | None = None, state_dir: str | None = None,
                      run_dir: str | None = None, fake_gpus: int | None = None, name: str | None = None,
                      cluster_key_file: str | None = None, read_key: bool = True, cpus: float | None = None,
-                     memory_gib: float | None = None) -> NodeConfig:
+                     memory_gib: float | None = None, ca_file: str | None = None) -> NodeConfig:
     """The configuration from ``path`` (or the defaults when None), then the flags that override it.
 
     Relative paths in the file are relative to the file's directory.
@@ -106,7 +107,7 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         base = os.path.dirname(os.path.abspath(path))
         if "controller_url" in top:
             changes["controller_url"] = _check_url(top.string("controller_url"), source, "controller_url")
-        for key in ("state_dir", "run_dir", "cluster_key_file"):
+        for key in ("state_dir", "run_dir", "cluster_key_file", "ca_file"):
             if key in top:
                 changes[key] = os.path.join(base, top.string(key))
         for key in ("name", "pool"):
@@ -136,6 +137,8 @@ def load_node_config(path: str | None, *, controller: str | None = None, state_d
         changes["name"] = name
     if cluster_key_file is not None:
         changes["cluster_key_file"] = os.path.abspath(cluster_key_file)
+    if ca_file is not None:
+        changes["ca_file"] = os.path.abspath(ca_file)
     if fake_gpus is not None:
         if fake_gpus < 0:
             raise ConfigError("--fake-gpus", "", f"must not be negative (got {fake_gpus})")

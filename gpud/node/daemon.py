@@ -76,6 +76,12 @@ def run(config: NodeConfig) -> None:
     """Open the backend and serve; NodeStartError when the node cannot start."""
     if not config.cluster_key:
         raise NodeStartError("no cluster key: set cluster_key_file in the node config or pass --cluster-key-file")
+    if config.ca_file:
+        from gpud.tls import TlsFileError, client_context
+        try:
+            client_context(config.ca_file)
+        except TlsFileError as exc:
+            raise NodeStartError(f"{exc} (ca_file in the node config, --ca-file)") from None
     backend = open_backend(config)
     try:
         asyncio.run(serve(config, backend))

@@ -8,6 +8,7 @@ import logging
 import random
 import time
 from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol, TypeGuard
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -49,8 +50,16 @@ class ControllerLink:
     """One WebSocket to ``url`` (or a channel from ``connect``), kept open for as long as :meth:`run` runs."""
 
     def __init__(self, url: str, key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0,
-                 connect: Connector | None = None) -> None:
+                 connect: Connector | None = None, ca: str | None = None) -> None:
+        """``ca``: the CA file a wss:// controller's certificate is checked against (None: the system's CAs);
+        a TlsFileError when it cannot be used."""
         self.url = url
+        self.ca = ca
+        self._tls: Any = True  # aiohttp's own default: the system's CAs
+        if url.startswith("wss://") and connect is None and ca is not None:
+            from gpud.tls import client_context
+            self._tls = client_context(ca)
+        self._said = ""  # the last connection problem logged as an error, not repeated at every retry
         self.connect = connect
         self.key = key
         self.owner = owner
@@ -101,6 +110,13 @@ class ControllerLink:
                                   self.url, exc.status)
                     else:
                         log.warning("cannot connect to the controller at %s: HTTP %s", self.url, exc.status)
+                except aiohttp.ClientSSLError as exc:
+                    self._tls_refused(exc)
+                except aiohttp.ServerDisconnectedError as exc:
+                    if not await self._serves_tls_only():
+                        log.info("no controller at %s: %s", self.url, exc or type(exc).__name__)
+                except aiohttp.ClientConnectorError as exc:
+                    log.info("no controller at %s: %s", self.url, exc.os_error.strerror or exc.os_error)
                 except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                     log.info("no controller at %s: %s", self.url, exc or type(exc).__name__)
                 finally:
@@ -113,11 +129,38 @@ class ControllerLink:
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, self.reconnect_max_s)
 
+    async def _serves_tls_only(self) -> bool:
+        """Whether a ws:// URL names a controller that speaks TLS only; said as an error the first time."""
+        parts = urlsplit(self.url)
+        if parts.scheme != "ws" or not parts.hostname:
+            return False
+        from gpud.tls import speaks_tls
+        if not await asyncio.to_thread(speaks_tls, parts.hostname, parts.port or 80, CONNECT_TIMEOUT_S):
+            return False
+        text = (f"the controller at {self.url} serves TLS only: set controller_url in node.toml (or --controller) "
+                f"to https://{parts.netloc}")
+        log.log(logging.INFO if text == self._said else logging.ERROR, "%s", text)
+        self._said = text
+        return True
+
+    def _tls_refused(self, exc: aiohttp.ClientSSLError) -> None:
+        """Say why the TLS handshake failed: as an error the first time, then quietly at each retry."""
+        from gpud.tls import handshake_failure
+        cause = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None) or exc
+        text = handshake_failure(cause, self.url, self.ca)
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            text += "; set ca_file in node.toml (or --ca-file) to the cluster's CA certificate"
+        if text != self._said:
+            log.error("%s; retrying", text)
+            self._said = text
+        else:
+            log.info("%s", text)
+
     def _ws_connector(self, session: aiohttp.ClientSession) -> Connector:
         @contextlib.asynccontextmanager
         async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
             headers = {"Authorization": f"Bearer {self.key}"}
-            ws = await asyncio.wait_for(session.ws_connect(self.url, headers=headers, heartbeat=30.0,
+            ws = await asyncio.wait_for(session.ws_connect(self.url, headers=headers, heartbeat=30.0, ssl=self._tls,
                                                            timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
                                         CONNECT_TIMEOUT_S)
             async with ws:
@@ -175,6 +218,7 @@ class ControllerLink:
         return beating is not None
 
     def _registered(self, message: dict) -> None:
+        self._said = ""
         heartbeat = message.get("heartbeat_s")
         if isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and heartbeat > 0:
             self.heartbeat_s = float(heartbeat)

@@ -124,6 +124,7 @@ class TaskSpec:
     last_checkpoint: float | None = None  # the job's last complete checkpoint (Unix time), for a restart
     checkpoint_token: str = ""  # the job's checkpoint credential (gpuctl checkpointed)
     controller_url: str = ""  # where gpuctl in the task reaches the controller (the node's own setting)
+    controller_ca: str = ""  # the CA file gpuctl in the task checks the controller's certificate with (GPUD_CA)
 
     @property
     def sliced(self) -> bool:
@@ -264,13 +265,13 @@ def _checkpointing(raw: Mapping) -> dict[str, Any]:
     last = raw.get("last_checkpoint")
     if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)):
         raise SpecError("last_checkpoint must be a Unix time")
-    token, url = raw.get("checkpoint_token") or "", raw.get("controller_url") or ""
-    if not isinstance(token, str) or not isinstance(url, str):
-        raise SpecError("checkpoint_token and controller_url must be strings")
+    token, url, ca = raw.get("checkpoint_token") or "", raw.get("controller_url") or "", raw.get("controller_ca") or ""
+    if not isinstance(token, str) or not isinstance(url, str) or not isinstance(ca, str):
+        raise SpecError("checkpoint_token, controller_url and controller_ca must be strings")
     return {"warn_signal": warn, "warn_lead_s": float(_number(raw, "warn_lead_s", 0.0)),
             "warn_batch_only": raw.get("warn_batch_only") is True,
             "last_checkpoint": None if last is None else float(last), "checkpoint_token": token,
-            "controller_url": url}
+            "controller_url": url, "controller_ca": ca}
 
 
 def _pids_max(raw: Mapping) -> int:
@@ -349,6 +350,8 @@ def task_env(spec: TaskSpec, key: TaskKey, checkpoint_dir: str, home: str | None
         env["GPUD_CHECKPOINT_TOKEN"] = spec.checkpoint_token
         if spec.controller_url:
             env["GPUD_URL"] = spec.controller_url
+        if spec.controller_ca:
+            env["GPUD_CA"] = spec.controller_ca
     env.update(sharing_env(spec, env.get("PYTHONPATH")))
     if spec.num_tasks > 1:
         env.update({

@@ -40,8 +40,17 @@ async def _serving(app: web.Application) -> AsyncIterator[None]:
     runner = web.AppRunner(ui, access_log=None, keepalive_timeout=ctrl.config.idle_timeout_s, shutdown_timeout=2.0)
     await runner.setup()
     host, port = ctrl.config.ui_address
+    config = ctrl.config
     try:
-        await web.TCPSite(runner, host, port).start()
+        from gpud.tls import TlsFileError, server_context
+        tls = server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
+    except TlsFileError as exc:
+        log.error("the dashboard is not served: %s", exc)
+        await runner.cleanup()
+        yield
+        return
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
     except OSError as exc:
         # The API matters more than its dashboard: the controller goes on without it.
         log.error("the dashboard is not served: cannot listen on %s:%d (%s); set [ui] listen in controller.toml",
@@ -51,7 +60,7 @@ async def _serving(app: web.Application) -> AsyncIterator[None]:
         return
     bound = runner.addresses[0][1] if runner.addresses else port
     shown = f"[{host}]" if ":" in host else host
-    app[UI_SERVER].url = f"http://{shown}:{bound}/ui/"
+    app[UI_SERVER].url = f"{'https' if tls else 'http'}://{shown}:{bound}/ui/"
     log.info("dashboard on %s", app[UI_SERVER].url)
     try:
         yield
