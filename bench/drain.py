@@ -10,7 +10,9 @@ Where the time went, per job: gpud up's event loop thread on a CPU,
 waiting for one, or blocked (from /proc/PID/task/*/schedstat), the CPU of
 the node's task supervisor and of the tasks it reaped (from /proc/PID/stat),
 and how busy the whole machine was. With --repeat N, N drains (a fresh
-gpud up each) and the median one. The store is on the disk (fsync'd); the
+gpud up each) and the median one. With --cgroups both, the drains alternate
+between per-task cgroups on and off (``GPUD_CGROUPS=off``), N of each, so
+both see the same load; it prints each side's median and their ratio. The store is on the disk (fsync'd); the
 running tasks' state on a tmpfs (`gpud up --run-dir`), as the shipped
 node.toml keeps it in /run/gpud/node, or with --tasks-on disk beside the
 store.
@@ -18,7 +20,7 @@ Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
     python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--store-sync normal] [--repeat 5]
-                          [--tasks-on tmpfs|disk]
+                          [--tasks-on tmpfs|disk] [--cgroups on|off|both]
                           [--json] [--profile FILE.svg|.json|.txt]
 """
 
@@ -40,9 +42,11 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpud.client import Client, ClientError  # noqa: E402
+from gpud.node.cgroups import CGROUPS_ENV  # noqa: E402
 
 SLURM_S, SLURM_JOBS = 29.8, 1000
 TARGET_S = 3.0
+CGROUPS_TARGET_RATIO = 1.10  # a drain with per-task cgroups takes at most 10 % longer than without
 TMPFS = "/dev/shm"
 TASKS_ON = {"tmpfs": f"a tmpfs ({TMPFS})", "disk": "the disk, in the state directory"}
 START_TIMEOUT_S = 30.0
@@ -56,12 +60,17 @@ def free_port() -> int:
 
 
 def start_up(root: str, gpus: int, store_sync: str = "full",
-             run_dir: str | None = None) -> tuple[subprocess.Popen, Client]:
-    """Start `gpud up --fake-gpus GPUS` in ``root``; returns the process and an admin client once its node is up."""
+             run_dir: str | None = None, cgroups: bool = True) -> tuple[subprocess.Popen, Client]:
+    """Start `gpud up --fake-gpus GPUS` in ``root``; returns the process and an admin client once its node is up.
+
+    ``cgroups`` False runs its tasks without cgroups (``GPUD_CGROUPS=off``).
+    """
     port = free_port()
     env = {**os.environ, "HOME": os.path.join(root, "home"), "XDG_CONFIG_HOME": os.path.join(root, "config")}
-    for key in ("GPUD_URL", "GPUD_TOKEN"):
+    for key in ("GPUD_URL", "GPUD_TOKEN", CGROUPS_ENV):
         env.pop(key, None)
+    if not cgroups:
+        env[CGROUPS_ENV] = "off"
     log = open(os.path.join(root, "up.log"), "wb")
     process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", str(gpus),
                                 "--port", str(port), "--state-dir", os.path.join(root, "state"),
@@ -175,22 +184,22 @@ def profile(pid: int, path: str) -> subprocess.Popen | None:
                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Run the drain once; returns its figures."""
+def run(args: argparse.Namespace, cgroups: bool = True) -> dict:
+    """Run the drain once (tasks in cgroups or not); returns its figures."""
     root = tempfile.mkdtemp(prefix="gpud-drain-")
     workdir = os.path.join(root, "work")
     os.makedirs(workdir)
     run_dir = tempfile.mkdtemp(prefix="gpud-drain-", dir=TMPFS) if args.tasks_on == "tmpfs" else None
     try:
-        return _drain(args, root, workdir, run_dir)
+        return _drain(args, root, workdir, run_dir, cgroups)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | None) -> dict:
-    process, api = start_up(root, args.gpus, args.store_sync, run_dir)
+def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | None, cgroups: bool) -> dict:
+    process, api = start_up(root, args.gpus, args.store_sync, run_dir, cgroups)
     spy = None
     try:
         jobs = [job(workdir) for _ in range(args.jobs)]
@@ -206,8 +215,9 @@ def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | Non
         cpu_after, machine_after = thread_times(process.pid), machine_ticks()
         supervisor_after = supervisor_cpu(process.pid)
         history = api.get("history", {"limit": args.jobs + 10})["jobs"]
+        limits = sorted({how for node in api.get("nodes")["nodes"] for how in node["limits"]["enforced"]})
     except ClientError as exc:
-        raise SystemExit(f"drain: {exc}\n{_tail(root)}")
+        raise SystemExit(f"drain: {exc}\n{_tail(root)}") from None
     finally:
         if spy is not None:
             os.kill(spy.pid, signal.SIGINT)
@@ -219,7 +229,8 @@ def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | Non
     last_end = max((j["ended"] for j in done.values() if j.get("ended")), default=seen_empty)
     wall = last_end - began
     figures = {"jobs": args.jobs, "gpus": args.gpus, "submit": "one-by-one" if args.one_by_one else "batch",
-               "store_sync": args.store_sync, "tasks_on": args.tasks_on,
+               "store_sync": args.store_sync, "tasks_on": args.tasks_on, "cgroups": "on" if cgroups else "off",
+               "limits_enforced": limits,
                "submit_s": round(submitted - began, 3), "wall_s": round(wall, 3),
                "jobs_per_s": round(args.jobs / wall, 1), "observed_wall_s": round(seen_empty - began, 3),
                "median_submit_to_running_s": round(statistics.median(waits), 3) if waits else None,
@@ -247,8 +258,58 @@ def _per_job(before: dict, after: dict, wall: float, jobs: int) -> dict[str, flo
             "threads_cpu": ms(after["threads"][0] - before["threads"][0])}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The median drain of ``runs`` (the lower middle one of an even number), with every wall time and problem."""
+    runs = sorted(runs, key=lambda f: f["wall_s"])
+    figures = dict(runs[(len(runs) - 1) // 2])
+    figures["wall_s_each"] = [f["wall_s"] for f in runs]
+    figures["load_1m_each"] = [f["load_1m"] for f in runs]
+    if any("problem" in f for f in runs):
+        figures["problem"] = "; ".join(f["problem"] for f in runs if "problem" in f)
+    return figures
+
+
+def show(figures: dict) -> None:
+    """Print one side's median drain as text."""
+    slurm_rate = SLURM_JOBS / SLURM_S
+    print(f"drain: {figures['jobs']} jobs (`true`, 1 fake GPU each) on {figures['gpus']} GPUs, "
+          f"submitted {figures['submit']} in {figures['submit_s']:.2f} s, store sync {figures['store_sync']}, "
+          f"tasks' state on {TASKS_ON[figures['tasks_on']]}, per-task cgroups {figures['cgroups']} "
+          f"(limits enforced: {', '.join(figures['limits_enforced']) or 'none'})")
+    if len(figures["wall_s_each"]) > 1:
+        print(f"  {len(figures['wall_s_each'])} drains, wall times {', '.join(f'{w:.2f}' for w in figures['wall_s_each'])} s; "
+              f"the median one:")
+    print(f"  wall time (first submit to last end): {figures['wall_s']:.2f} s   "
+          f"({figures['jobs_per_s']:.1f} jobs/s; Slurm: {SLURM_S} s for {SLURM_JOBS}, {slurm_rate:.1f} jobs/s; "
+          f"target < {TARGET_S * figures['jobs'] / SLURM_JOBS:.1f} s)")
+    print(f"  submit -> RUNNING: median {figures['median_submit_to_running_s']} s, "
+          f"p95 {figures['p95_submit_to_running_s']} s")
+    if figures["ms_per_job"]:
+        t = figures["ms_per_job"]
+        print(f"  per job, gpud up's event loop thread: {t['wall']} ms of wall time = {t['main_cpu']} on a CPU "
+              f"+ {t['main_runqueue']} waiting for a CPU + {t['main_blocked']} blocked (disk, sleep, idle); "
+              f"its other threads: {t['threads_cpu']} ms on a CPU")
+    print(f"  per job, the node's task supervisor: {figures['supervisor_cpu_ms_per_job']} ms on a CPU; "
+          f"the task (`true`): {figures['task_cpu_ms_per_job']} ms")
+    print(f"  machine: {figures['machine_cpus']} CPUs, {figures['machine_busy_pct']}% busy during the drain "
+          f"(every process, ours and others'), load average {figures['load_1m']}")
+    print(f"  exit codes recorded: {figures['exit_code_0']}/{figures['jobs']} are 0")
+    if "problem" in figures:
+        print(f"  PROBLEM: {figures['problem']}")
+
+
+def compare(on: dict, off: dict) -> dict:
+    """What per-task cgroups cost: the median drains' wall times, per-job supervisor CPU and start delay, on / off."""
+    def per(key: str) -> float | None:
+        return round(on[key] / off[key], 3) if on.get(key) and off.get(key) else None
+    return {"wall_ratio": per("wall_s"), "wall_s": [on["wall_s"], off["wall_s"]],
+            "supervisor_cpu_ms_per_job": [on["supervisor_cpu_ms_per_job"], off["supervisor_cpu_ms_per_job"]],
+            "median_submit_to_running_s": [on["median_submit_to_running_s"], off["median_submit_to_running_s"]],
+            "target_ratio": CGROUPS_TARGET_RATIO}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse the flags, run the drain and print the figures; 1 when a job was lost or failed."""
+    """Parse the flags, run the drains and print the figures; 1 when a job was lost or failed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs to drain (default 1000)")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node (default 8)")
@@ -261,44 +322,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-on", choices=tuple(TASKS_ON), default="tmpfs" if os.path.isdir(TMPFS) else "disk",
                         help="where gpud up keeps the running tasks' state (--run-dir): a tmpfs, as the shipped "
                              "node.toml's /run/gpud/node, or the disk beside the store (default tmpfs)")
-    parser.add_argument("--repeat", type=int, default=1, help="drains to run; the median one is shown (default 1)")
+    parser.add_argument("--cgroups", choices=("on", "off", "both"), default="on",
+                        help="run the tasks in per-task cgroups (on, where the host lets root make them), without "
+                             "(off: GPUD_CGROUPS=off), or both, alternating drain by drain, and compare (default on)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="drains to run (of each, with --cgroups both); the median one is shown (default 1)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs = min(args.jobs, 100)
-    runs = sorted((run(args) for _ in range(max(1, args.repeat))), key=lambda f: f["wall_s"])
-    figures = runs[(len(runs) - 1) // 2]  # the median drain (the lower middle one of an even number)
-    figures["wall_s_each"] = [f["wall_s"] for f in runs]
-    if any("problem" in f for f in runs):
-        figures["problem"] = "; ".join(f["problem"] for f in runs if "problem" in f)
+    sides = {"both": (True, False), "on": (True,), "off": (False,)}[args.cgroups]
+    runs: dict[bool, list[dict]] = {side: [] for side in sides}
+    for _ in range(max(1, args.repeat)):
+        for side in sides:
+            runs[side].append(run(args, cgroups=side))
+    medians = {"on" if side else "off": median_run(found) for side, found in runs.items()}
+    result: dict = medians["on" if sides[0] else "off"] if len(sides) == 1 else \
+        {**medians, "cgroups_cost": compare(medians["on"], medians["off"])}
+    problem = any("problem" in figures for figures in medians.values())
     if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        slurm_rate = SLURM_JOBS / SLURM_S
-        print(f"drain: {figures['jobs']} jobs (`true`, 1 fake GPU each) on {figures['gpus']} GPUs, "
-              f"submitted {figures['submit']} in {figures['submit_s']:.2f} s, store sync {figures['store_sync']}, "
-              f"tasks' state on {TASKS_ON[figures['tasks_on']]}")
-        if len(runs) > 1:
-            print(f"  {len(runs)} drains, wall times {', '.join(f'{w:.2f}' for w in figures['wall_s_each'])} s; "
-                  f"the median one:")
-        print(f"  wall time (first submit to last end): {figures['wall_s']:.2f} s   "
-              f"({figures['jobs_per_s']:.1f} jobs/s; Slurm: {SLURM_S} s for {SLURM_JOBS}, {slurm_rate:.1f} jobs/s; "
-              f"target < {TARGET_S * figures['jobs'] / SLURM_JOBS:.1f} s)")
-        print(f"  submit -> RUNNING: median {figures['median_submit_to_running_s']} s, "
-              f"p95 {figures['p95_submit_to_running_s']} s")
-        if figures["ms_per_job"]:
-            t = figures["ms_per_job"]
-            print(f"  per job, gpud up's event loop thread: {t['wall']} ms of wall time = {t['main_cpu']} on a CPU "
-                  f"+ {t['main_runqueue']} waiting for a CPU + {t['main_blocked']} blocked (disk, sleep, idle); "
-                  f"its other threads: {t['threads_cpu']} ms on a CPU")
-        print(f"  per job, the node's task supervisor: {figures['supervisor_cpu_ms_per_job']} ms on a CPU; "
-              f"the task (`true`): {figures['task_cpu_ms_per_job']} ms")
-        print(f"  machine: {figures['machine_cpus']} CPUs, {figures['machine_busy_pct']}% busy during the drain "
-              f"(every process, ours and others'), load average {figures['load_1m']}")
-        print(f"  exit codes recorded: {figures['exit_code_0']}/{figures['jobs']} are 0")
-        if "problem" in figures:
-            print(f"  PROBLEM: {figures['problem']}")
-    return 1 if "problem" in figures else 0
+        print(json.dumps(result, indent=2))
+        return 1 if problem else 0
+    for figures in medians.values():
+        show(figures)
+    if len(sides) == 2:
+        cost = result["cgroups_cost"]
+        on, off = medians["on"], medians["off"]
+        print(f"per-task cgroups, on / off (median drains, alternated): wall {on['wall_s']:.2f} / {off['wall_s']:.2f} s "
+              f"= {cost['wall_ratio']} (target <= {CGROUPS_TARGET_RATIO}); supervisor CPU "
+              f"{on['supervisor_cpu_ms_per_job']} / {off['supervisor_cpu_ms_per_job']} ms per job; submit -> RUNNING "
+              f"median {on['median_submit_to_running_s']} / {off['median_submit_to_running_s']} s; load average "
+              f"{', '.join(map(str, on['load_1m_each']))} / {', '.join(map(str, off['load_1m_each']))}")
+    return 1 if problem else 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 ``gpuctl`` must start fast, so this module imports nothing heavy: no aiohttp,
 no gpud.core, not even http.client or socket: plain HTTP goes through ``_socket``, imported
-when the first request is made.
+when the first request is made. Nor urllib.parse (with ipaddress, about a quarter of
+Python's own start-up): a URL, a path or a query of plain characters is taken apart
+and quoted here, anything else by urllib.parse.
 """
 
 from __future__ import annotations
@@ -12,11 +14,7 @@ import json
 import os
 from collections import namedtuple
 from collections.abc import Iterator, Mapping
-from urllib.parse import quote, urlencode, urlsplit
-
-TYPE_CHECKING = False  # typing costs every gpuctl call ~2 ms; its names are needed only by type checkers
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0
@@ -45,6 +43,15 @@ class Unreachable(ClientError):
         self.url = url
         self.why = why
         self.refused = why == "connection refused"  # nothing was sent
+
+
+class Standby(ClientError):
+    """A standby controller answered (503): it did nothing; ``leader`` is the leader's URL when it names one."""
+
+    def __init__(self, url: str, leader: str | None):
+        where = f"the leader is at {leader}" if leader else "no controller leads right now"
+        super().__init__(f"the controller at {url} is a standby and {where}; is the leader's URL in GPUD_URL?")
+        self.leader = leader
 
 
 class ApiError(ClientError):
@@ -168,18 +175,89 @@ class Client:
     """Calls the controller's ``/api/v1`` endpoints and returns their JSON, or raises ClientError."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0, ca: str | None = None):
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT")
-        self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
-        self._parts = parts
+                 retry_s: float = DEFAULT_RETRY_S, connect_retry_s: float = 0.0, ca: str | None = None,
+                 remember: str | None = None):
+        # Several URLs, separated by commas: the controllers of one cluster, of which one leads. The client
+        # stays with the one that answered and goes to the leader a standby names; with ``remember`` (a
+        # file), the next client given the same URLs starts with the leader this one found.
+        self._urls = [_controller_url(one.strip()) for one in url.split(",") if one.strip()] or \
+            [_controller_url(url)]
+        self._at = 0
+        self._remember = remember if len(self._urls) > 1 else None
+        self._remembered = self._recall()
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
         self.connect_retry_s = connect_retry_s
         self.ca = ca
         self._tls: Any = None  # the ssl context of an https URL, made on the first request
+
+    def _key(self) -> str:
+        return ",".join(u for u, _ in self._urls)
+
+    def _recall(self) -> str | None:
+        """Start with the leader a client given the same URLs found last (kept in the ``remember`` file)."""
+        if self._remember is None:
+            return None
+        try:
+            with open(self._remember, encoding="utf-8") as f:
+                leader = json.load(f).get(self._key())
+        except (OSError, ValueError, AttributeError):
+            return None
+        known = [u for u, _ in self._urls]
+        if leader in known:
+            self._at = known.index(leader)
+        return leader
+
+    def _found(self) -> None:
+        """The controller at ``url`` answered: remember it for the next client, when it is a new one."""
+        if self._remember is None or self._remembered == self.url:
+            return
+        self._remembered = self.url
+        try:
+            try:
+                with open(self._remember, encoding="utf-8") as f:
+                    known = json.load(f)
+                known = known if isinstance(known, dict) else {}
+            except (OSError, ValueError):
+                known = {}
+            known[self._key()] = self.url
+            os.makedirs(os.path.dirname(self._remember), mode=0o700, exist_ok=True)
+            tmp = f"{self._remember}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(known, f)
+            os.replace(tmp, self._remember)
+        except OSError:
+            pass  # only a shortcut: the next client finds the leader again
+
+    @property
+    def url(self) -> str:
+        """The controller URL the client uses now (the leader, once one answered)."""
+        return self._urls[self._at][0]
+
+    @property
+    def _parts(self) -> Any:
+        return self._urls[self._at][1]
+
+    def _move(self, leader: str | None = None) -> bool:
+        """Go to ``leader`` (added when it is not among the URLs), else to the next URL; True when that is new.
+
+        False when the next URL is the first again: every URL was tried once.
+        """
+        if leader:
+            try:
+                wanted = _controller_url(leader)
+            except ConfigFileError:
+                wanted = None
+            if wanted is not None and wanted[0] != self.url:
+                known = [u for u, _ in self._urls]
+                if wanted[0] not in known:
+                    self._urls.append(wanted)
+                    known.append(wanted[0])
+                self._at = known.index(wanted[0])
+                return True
+        self._at = (self._at + 1) % len(self._urls)
+        return self._at != 0
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> "Client":
@@ -205,7 +283,9 @@ class Client:
             connect_retry_s = -1.0
         if not 0 <= connect_retry_s < float("inf"):
             raise ConfigFileError(f"GPUD_RETRY must be a number of seconds (0: no retries), not {text!r}")
-        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s, ca=configured_ca(env))
+        cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return cls(settings.url, settings.token, timeout, connect_retry_s=connect_retry_s, ca=configured_ca(env),
+                   remember=os.path.join(cache, "gpud", "leader.json"))
 
     def tls_context(self) -> Any:
         """The ssl context that checks the controller's certificate (against ``ca``, or the system's CAs),
@@ -267,17 +347,38 @@ class Client:
         began = time.monotonic()
         pause = 0.05
         never_reached = True
+        several = len(self._urls) > 1
+        round_tried = 0
         while True:
+            failure: ClientError
             try:
-                return self._exchange(method, path, query, body, headers)
+                answer = self._exchange(method, path, query, body, headers)
+                self._found()
+                return answer
+            except Standby as exc:  # it did nothing: any request may go to the leader it names, or the next URL
+                round_tried += 1
+                if round_tried <= len(self._urls) and self._move(exc.leader):
+                    continue
+                failure, refused, why = exc, True, "a standby, and no controller leads right now"
             except Unreachable as exc:
-                never_reached = never_reached and exc.refused
-                limit = self.connect_retry_s if never_reached else self.retry_s
-                waited = time.monotonic() - began
-                if not retry or waited + pause > limit:
-                    if retry and waited >= 1.0:
-                        raise Unreachable(self.url, exc.why, waited) from None
-                    raise
+                # Refused: nothing was sent, so any request may go to the next controller; a lost answer only
+                # when the request is safe to repeat.
+                if several and (exc.refused or retry):
+                    round_tried += 1
+                    if round_tried < len(self._urls) and self._move():
+                        continue
+                failure, refused, why = exc, exc.refused, exc.why
+            round_tried = 0
+            never_reached = never_reached and refused
+            limit = self.connect_retry_s if never_reached else self.retry_s
+            if several and never_reached and self.connect_retry_s > 0:
+                limit = max(limit, self.retry_s)  # a takeover takes the lease's timeout and more: wait it out
+            waited = time.monotonic() - began
+            # With several controllers, one refusing and the others standing by is a takeover under way.
+            if not (retry or (several and never_reached)) or waited + pause > limit:
+                if (retry or several) and waited >= 1.0:
+                    raise Unreachable(self.url, why, waited) from None
+                raise failure
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
@@ -314,7 +415,7 @@ class Client:
         target = f"{self._parts.path.rstrip('/')}/api/v1/{path.lstrip('/')}"
         pairs = {k: v for k, v in (query or {}).items() if v is not None and v is not False}
         if pairs:
-            target += "?" + urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
+            target += "?" + _urlencode({k: (1 if v is True else v) for k, v in pairs.items()})
         return target
 
     def _open(self, method: str, path: str, query, body, streaming: bool = False,
@@ -349,9 +450,14 @@ class Client:
             raise Unreachable(self.url, _why(exc)) from None
         if response.status >= 400:
             try:
-                raise _api_error(response.status, self._read(response))
+                data = self._read(response)
             finally:
                 response.close()
+            if response.status == 503:
+                standby = _standby(data)
+                if standby is not None:
+                    raise Standby(self.url, standby or None)
+            raise _api_error(response.status, data)
         return response
 
     def _read(self, response: "_Response") -> bytes:
@@ -480,7 +586,68 @@ class _SocketReader(io.RawIOBase):
 
 def job_path(job_id: str, *rest: str) -> str:
     """The API path of a job (``jobs/42/why``), with the id escaped."""
-    return "/".join(["jobs", quote(str(job_id), safe=""), *rest])
+    return "/".join(["jobs", _quote(str(job_id)), *rest])
+
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_HOST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+_PATH = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-~")
+
+
+class _Url:
+    """The parts of a URL the client uses, named as urllib.parse.urlsplit names them."""
+
+    __slots__ = ("scheme", "netloc", "path", "hostname", "port")
+
+    def __init__(self, scheme: str, netloc: str, path: str, hostname: str, port: int | None):
+        self.scheme, self.netloc, self.path, self.hostname, self.port = scheme, netloc, path, hostname, port
+
+
+def _split_url(url: str):
+    """``urllib.parse.urlsplit(url)`` for the parts the client uses.
+
+    A URL of the usual shape (http or https, a host name or IPv4 address, a
+    port, a plain path) is taken apart here; any other goes to urlsplit.
+    """
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    host, colon, port = netloc.partition(":")
+    if sep and scheme in ("http", "https") and host and _HOST.issuperset(host) and _PATH.issuperset(path) \
+            and (not colon or (port.isascii() and port.isdigit() and int(port) <= 65535)):
+        return _Url(scheme, netloc, slash + path, host.lower(), int(port) if colon else None)
+    from urllib.parse import urlsplit
+    return urlsplit(url)
+
+
+def _quote(text: str, plus: bool = False) -> str:
+    """``urllib.parse.quote(text, safe="")`` (``quote_plus`` with ``plus``): every byte but A-Z a-z 0-9 _ . - ~ as %XX."""
+    return "".join(chr(b) if b in _UNRESERVED else "+" if plus and b == 32 else f"%{b:02X}"
+                   for b in text.encode("utf-8"))
+
+
+def _urlencode(query: Mapping[str, Any]) -> str:
+    """``urllib.parse.urlencode(query)`` for a query of single values."""
+    return "&".join(f"{_quote(str(key), True)}={_quote(str(value), True)}" for key, value in query.items())
+
+
+def _controller_url(url: str) -> tuple[str, Any]:
+    """One controller URL, normalised, and its parts; ConfigFileError when it is not http(s)://HOST:PORT."""
+    parts = _split_url(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigFileError(f"bad controller URL {url!r}: use http://HOST:PORT (several: separated by commas)")
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}", parts
+
+
+def _standby(data: bytes) -> str | None:
+    """The leader's URL ("" when none leads) when ``data`` is a standby's answer; None when it is not one."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("role") != "standby":
+        return None
+    leader = doc.get("leader")
+    return leader if isinstance(leader, str) else ""
 
 
 def _api_error(status: int, data: bytes) -> ApiError:

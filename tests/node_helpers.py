@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Callable
 
-from gpud.node import cgroups, fence, freezer, procs
+from gpud.node import cgroups, cgspares, fence, freezer, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
 from gpud.node.tasks import TaskTable
@@ -55,7 +55,7 @@ def running(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:
 
 def kill_everything(state_dir: str) -> None:
     """SIGKILL the node's fence, every supervisor and task process group recorded in a node state directory;
-    remove task cgroups.
+    remove task cgroups and the killed supervisors' spare cgroups.
 
     Supervisors that have not recorded a task yet are found by their
     command line, which names the tasks directory or their task's directory.
@@ -66,7 +66,8 @@ def kill_everything(state_dir: str) -> None:
     fenced_by = fence.fence_pid(Layout(str(state_dir)).run_root)
     if fenced_by is not None:
         _kill(fenced_by)
-    for pid in _supervisors_under(tasks_dir):
+    supervisors = _supervisors_under(tasks_dir)
+    for pid in supervisors:
         _kill(pid)
     for name in os.listdir(tasks_dir):
         group = freezer.task_cgroup(os.path.join(tasks_dir, name))
@@ -78,6 +79,7 @@ def kill_everything(state_dir: str) -> None:
             continue
         if procs.same_process(state.supervisor_pid, state.supervisor_start):
             _kill(state.supervisor_pid)
+            supervisors.append(state.supervisor_pid)
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             procs.signal_group(state.pid, signal.SIGKILL)
     for name in os.listdir(tasks_dir):
@@ -91,6 +93,9 @@ def kill_everything(state_dir: str) -> None:
         while freezer.task_cgroup(task_dir) and time.monotonic() < deadline:
             freezer.remove_task_cgroup(task_dir)  # once its killed processes are gone
             time.sleep(0.02)
+    while any(procs.same_process(pid, None) for pid in supervisors) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    cgspares.remove_stale(tasks_dir)  # the spare cgroups the killed supervisors kept
 
 
 def _supervisors_under(tasks_dir: str) -> list[int]:

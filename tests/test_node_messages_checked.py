@@ -100,3 +100,12 @@ async def answer(ws: aiohttp.ClientWebSocketResponse) -> dict:
         message = json.loads(frame.data)
         if message["type"] in ("registered", "lease", "error", "refused"):
             return message
+
+
+def test_a_repeated_report_is_read_as_it_was_checked():
+    from gpud.controller.node_schema import task_reports
+    first = task_reports([{"job": "1", "task": 1, "attempt": 0, "state": "running", "pid": 7}])
+    again = task_reports([{"job": "1", "task": True, "attempt": 0, "state": "running", "pid": 7.0}], checked=first)
+    assert again[0] is first[0] and type(again[0]["task"]) is int and type(again[0]["pid"]) is int
+    with pytest.raises(ValueError, match=r"tasks\[1\]: pid"):
+        task_reports([first[0], {"job": "1", "task": 2, "attempt": 0, "state": "running", "pid": -1}], checked=first)

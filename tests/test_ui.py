@@ -308,6 +308,27 @@ async def test_a_stream_escapes_what_it_pushes_and_nudges_a_page_it_cannot_show(
         gone.close()
 
 
+async def test_a_part_that_did_not_change_is_not_sent_again(board):
+    ended = await board.submit("alice", name="ended-job")
+    status, body = await board.call("POST", f"/api/v1/jobs/{ended}/cancel", "alice")
+    assert status == 200, body
+    alice = await board.browser("alice")
+    job, queue = await open_stream(alice, f"/ui/jobs/{ended}"), await open_stream(alice, "/ui/queue")
+    try:
+        await board.submit("alice", name="first-change")
+        (k1, shown), (k2, listed) = await next_event(job), await next_event(queue)
+        assert k1 == k2 == "section" and "ended-job" in shown and "first-change" in listed
+        await board.submit("alice", name="second-change")
+        kind, listed = await next_event(queue)
+        assert kind == "section" and "second-change" in listed
+        # the ended job's page was pushed in the same pass, had it changed: its stream stays quiet
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(job.content.readline(), 1.0)
+    finally:
+        job.close()
+        queue.close()
+
+
 async def test_a_revoked_session_gets_no_more_of_the_page(board):
     alice = await board.browser("alice")
     stream = await open_stream(alice, "/ui/queue")

@@ -24,6 +24,13 @@ store never silently becomes a new, empty cluster.
 The admin token's jobs run as the user who ran --init, but never as root
 unless --allow-root is given too.
 
+With --store postgresql://USER@HOST:PORT/DB (or store = "postgresql://..."
+in controller.toml) the cluster lives in PostgreSQL: --init is given once
+per cluster, and any number of controllers may point at the database. One
+leads (a lease renewed every second, taken over after [leader]
+lease_timeout_s, 6 s by default); the others are standbys that answer API
+calls with 503 and the leader's URL, and take over when it stops.
+
 With [tls] cert and key in controller.toml (or --tls-cert and --tls-key)
 the API, the nodes' WebSocket and the dashboard are served over TLS only
 (https://, wss://); `gpud cert` makes a CA and certificates. Listening on
@@ -42,6 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (overrides the file)")
     parser.add_argument("--state-dir", metavar="DIR", help="where the SQLite store and keys live")
     parser.add_argument("--policy", metavar="FILE", help="the policy file (overrides the file)")
+    parser.add_argument("--store", metavar="URL",
+                        help="postgresql://USER@HOST:PORT/DB: keep the cluster in PostgreSQL, shared by several "
+                             "controllers of which one leads (default: the SQLite file in the state directory)")
     parser.add_argument("--tls-cert", metavar="FILE",
                         help="serve TLS with this certificate (PEM, then its chain; overrides [tls] cert)")
     parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (overrides [tls] key)")
@@ -66,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format)
     try:
         config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy,
-                                     tls_cert=args.tls_cert, tls_key=args.tls_key),
+                                     tls_cert=args.tls_cert, tls_key=args.tls_key, store=args.store),
                          init=args.init, admin_allow_root=args.allow_root)
         tls = server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         app = make_app(config)
@@ -107,7 +117,8 @@ async def serve(app, config, tls=None) -> None:
         await web.TCPSite(runner, config.host, config.port, ssl_context=tls).start()
         for warning in config.plain_http_warnings():
             logging.getLogger("gpud.controller").warning("%s", warning)
-        print(f"gpud controller: serving on {config.url}, state in {config.state_dir}", file=sys.stderr, flush=True)
+        where = config.state_dir if config.store is None else _shown(config.store)
+        print(f"gpud controller: serving on {config.url}, state in {where}", file=sys.stderr, flush=True)
         if app[UI_SERVER].url:
             print(f"gpud controller: dashboard on {app[UI_SERVER].url}", file=sys.stderr, flush=True)
         sdnotify.ready(f"serving on {config.url}")
@@ -117,3 +128,8 @@ async def serve(app, config, tls=None) -> None:
         sdnotify.stopping()
     finally:
         await runner.cleanup()
+
+
+def _shown(url: str) -> str:
+    from gpud.store.postgres import shown
+    return shown(url)

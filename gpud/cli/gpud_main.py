@@ -7,7 +7,7 @@ import os
 import sys
 
 from gpud import __version__
-from gpud.cli import backup_cmd, cert_cmd, controller_cmd, dispatch, node_cmd, up_cmd
+from gpud.cli import backup_cmd, cert_cmd, controller_cmd, dispatch, node_cmd, store_cmd, up_cmd
 from gpud.cli.common import Parser
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     node_cmd.add_parser(subparsers)
     backup_cmd.add_parser(subparsers)
     cert_cmd.add_parser(subparsers)
+    store_cmd.add_parser(subparsers)
     return parser
 
 

@@ -16,8 +16,9 @@ from gpud.controller import api, checkpoints_api, interactive, metrics_view, ope
 from gpud.controller.checkpoints_api import checkpoint_principal
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.leadership import Leadership
 from gpud.controller.node_link import node_connect
-from gpud.controller.persist import StoreError
+from gpud.controller.persist import StoreError, is_store_failure
 from gpud.controller.auth import Principal
 from gpud.controller.service import Controller
 from gpud.controller.state_view import live_state
@@ -26,6 +27,23 @@ from gpud.ui import server as ui_server
 log = logging.getLogger("gpud.controller")
 OPEN_PATHS = frozenset({"/healthz", "/metrics", openapi.PATH})
 NODE_PATH = "/api/v1/node/connect"
+
+
+STANDBY_PATHS = frozenset({"/healthz", "/metrics"})  # what a standby answers itself
+LEADER_HEADER = "X-Gpud-Leader"
+
+
+def not_leader(ctrl) -> web.Response:
+    """503 from a standby: the leader's URL in the body and in the X-Gpud-Leader header, when one leads."""
+    leader = ctrl.leader_url
+    where = f"the leader is at {leader}" if leader else "no controller leads right now; try again in a moment"
+    refused = web.Response(text=json.dumps({"error": f"this controller is a standby; {where}", "leader": leader,
+                                            "role": ctrl.role}),
+                           status=503, content_type="application/json")
+    refused.headers["Retry-After"] = "1"
+    if leader:
+        refused.headers[LEADER_HEADER] = leader
+    return refused
 
 
 def error(status: int, message: str) -> web.Response:
@@ -40,6 +58,8 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
     route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unknown"
     ctrl = request.app[CONTROLLER]
     try:
+        if ctrl.role != "leader" and request.path not in STANDBY_PATHS:
+            return not_leader(ctrl)
         if request.path not in OPEN_PATHS:
             header = request.headers.get("Authorization")
             if request.path == NODE_PATH:
@@ -69,7 +89,12 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
         return refused
     except (asyncio.CancelledError, ConnectionResetError):
         raise
-    except Exception:
+    except Exception as exc:
+        if is_store_failure(exc):  # a read the store failed (the database restarting, say): try again soon
+            log.error("the state store failed %s %s: %s", request.method, request.path, exc)
+            refused = error(503, f"the state store failed: {str(exc).strip()}; try again")
+            refused.headers["Retry-After"] = "5"
+            return refused
         log.exception("internal error on %s %s", request.method, request.path)
         return error(500, "internal error; the controller logged the details")
     finally:
@@ -78,8 +103,10 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
 
 async def healthz(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
-    return web.json_response({"ok": True, "version": __version__, "jobs": len(ctrl.cluster.jobs),
-                              "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles})
+    return web.json_response({"ok": True, "version": __version__, "role": ctrl.role, "term": ctrl.term,
+                              "leader": ctrl.leader_url, "jobs": len(ctrl.cluster.jobs),
+                              "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles, "takeover": ctrl.takeover,
+                              **({"warm_jobs": len(ctrl.warm)} if ctrl.role == "standby" else {})})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -129,11 +156,21 @@ async def _close_node_links(app: web.Application) -> None:
 
 async def _running(app: web.Application) -> AsyncIterator[None]:
     ctrl = app[CONTROLLER]
-    await ctrl.open()
-    loops = [asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"),
-             asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch"),
-             asyncio.create_task(ctrl.charger.loop(), name="gpud-charging")]
-    ctrl.kick.set()
+    loops: list[asyncio.Task] = []
+
+    def start() -> None:
+        loops.extend([asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"),
+                      asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch"),
+                      asyncio.create_task(ctrl.charger.loop(), name="gpud-charging")])
+        ctrl.kick.set()
+
+    leadership = None
+    if ctrl.config.postgres:  # serve as a standby at once; lead once the lease is this controller's
+        leadership = Leadership(ctrl, start)
+        loops.append(asyncio.create_task(leadership.run(), name="gpud-leadership"))
+    else:
+        await ctrl.open()
+        start()
     yield
     for task in loops:
         task.cancel()
@@ -143,3 +180,5 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
     for link in list(ctrl.links.values()):
         await link.close()
     await ctrl.close()
+    if leadership is not None:
+        await leadership.resign()

@@ -19,7 +19,7 @@ from gpud.controller.completing import Completing, completing_text
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
 from gpud.controller.listing_order import ListingOrder
-from gpud.controller.node_messages import NodeMessages
+from gpud.controller.node_messages import RESEND_START_AFTER_S, NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
 from gpud.controller.node_commands import purge_command, start_command, stop_command
 from gpud.controller.persist import Persister
@@ -61,10 +61,16 @@ class Cluster(NodeMessages):
         self.dependents: dict[str, set[str]] = defaultdict(set)
         self.next_seq = 1
         self.outbox: dict[str, list[dict]] = defaultdict(list)
+        self.commands_made = 0  # commands put in the outbox so far: whoever made some commits to send them
         self.connected: set[str] = set()
         self.wanted: dict[str, dict[str, tuple[str, int]]] = defaultdict(dict)
         self.unsent: dict[str, dict[str, float]] = defaultdict(dict)
         self.sent_at: dict[str, float] = {}
+        # How long a start may go unseen in the node's heartbeats before it is sent again on the same connection.
+        # A WebSocket loses no order, so a heartbeat without the task was most likely written before the order
+        # arrived and read late by a busy controller: resending then only adds to the work (the controller sets
+        # this to the node's lease; a node that reconnects is sent its starts again at once).
+        self.resend_start_after_s = RESEND_START_AFTER_S
         self.last_plan: Plan | None = None
         self.evictions_by_rule: dict[str, int] = defaultdict(int)
         self.finished_by_state: dict[str, int] = defaultdict(int)
@@ -733,6 +739,7 @@ class Cluster(NodeMessages):
 
     def _command(self, node: str, message: dict) -> None:
         self.outbox[node].append(message)
+        self.commands_made += 1
 
     def take_commands(self) -> dict[str, list[dict]]:
         """The commands piled up for each node since the last call."""

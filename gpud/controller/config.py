@@ -11,9 +11,12 @@ from gpud.tomlcheck import Table, read_toml
 DEFAULT_PORT = 6830
 UI_PORT_OFFSET = 2  # the dashboard's default port is the API's + 2: 6831 is a node daemon's metrics port
 TOP_KEYS = ("listen", "state_dir", "policy", "cluster_key_file", "scheduler", "store", "auth", "api",
-            "interactive", "ui", "tls")
+            "interactive", "ui", "tls", "leader")
 SCHEDULER_KEYS = ("interval_s", "debounce_ms", "node_timeout_s", "heartbeat_s")
-STORE_KEYS = ("synchronous",)
+STORE_KEYS = ("synchronous", "url")
+LEADER_KEYS = ("lease_timeout_s", "renew_s", "url")
+DEFAULT_LEASE_TIMEOUT_S = 6.0  # a standby takes over this long after the leader's last renewal
+DEFAULT_RENEW_S = 1.0
 AUTH_KEYS = ("admin_token_file",)
 INTERACTIVE_KEYS = ("detach_timeout_s",)
 UI_KEYS = ("enabled", "listen", "secure_cookie")
@@ -52,10 +55,31 @@ class ControllerConfig:
     tls_cert: str | None = None     # the certificate (PEM, then its chain) the API and the dashboard serve TLS with
     tls_key: str | None = None      # its private key
 
+    store: str | None = None        # postgresql://USER@HOST:PORT/DB; None: the SQLite file in state_dir
+    lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S  # PostgreSQL only: a leader silent this long is replaced
+    renew_s: float = DEFAULT_RENEW_S                  # how often the leader renews its lease
+    advertise_url: str | None = None  # the URL other controllers send clients to when this one leads
+
     @property
     def tls(self) -> bool:
         """Whether the API, the node link and the dashboard are served over TLS (https, wss)."""
         return self.tls_cert is not None
+
+    @property
+    def postgres(self) -> bool:
+        """True when the store is a PostgreSQL database (several controllers, one leader)."""
+        return self.store is not None
+
+    @property
+    def leader_url(self) -> str:
+        """The URL a standby names when this controller leads: ``[leader] url``, else the listen address."""
+        if self.advertise_url:
+            return self.advertise_url
+        if self.host in ("0.0.0.0", "::", ""):
+            import socket
+            host = socket.getfqdn()
+            return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+        return self.url
 
     @property
     def key_path(self) -> str:
@@ -105,8 +129,19 @@ def parse_listen(text: str, source: str = "--listen", where: str = "") -> tuple[
     return host, int(port)
 
 
+def check_store(text: str, source: str = "--store", where: str = "") -> str:
+    """A PostgreSQL URL as given; a ConfigError for anything else (SQLite is the default: no setting)."""
+    from urllib.parse import urlsplit
+    if not text.startswith(("postgresql://", "postgres://")) or not urlsplit(text).hostname and "host=" not in text:
+        raise ConfigError(source, where, f"expected a PostgreSQL URL such as postgresql://gpud@db-host:5432/gpud, "
+                                         f"got {text.split('@')[-1]!r} (leave it out for the SQLite file in the "
+                                         f"state directory)")
+    return text
+
+
 def load_config(path: str | None, *, listen: str | None = None, state_dir: str | None = None,
-                policy: str | None = None, tls_cert: str | None = None, tls_key: str | None = None) -> ControllerConfig:
+                policy: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                store: str | None = None) -> ControllerConfig:
     """The configuration from ``path`` (or the defaults when None), then the flags that override it.
 
     ``[tls]`` needs both ``cert`` and ``key`` (or neither), as do the flags;
@@ -128,10 +163,16 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["debounce_ms"] = sched.number("debounce_ms", config.debounce_ms, lo=0)
         changes["node_timeout_s"] = sched.number("node_timeout_s", config.node_timeout_s, lo=0.1)
         changes["heartbeat_s"] = sched.number("heartbeat_s", config.heartbeat_s, lo=0.05)
-        store = top.table("store", STORE_KEYS)
-        changes["synchronous"] = store.string("synchronous", config.synchronous)
+        if isinstance(top.data.get("store"), str):  # store = "postgresql://..."
+            changes["store"] = check_store(top.string("store"), source, "store")
+            stored = Table({}, source, "store", STORE_KEYS)
+        else:
+            stored = top.table("store", STORE_KEYS)
+            if "url" in stored:
+                changes["store"] = check_store(stored.string("url"), source, "store.url")
+        changes["synchronous"] = stored.string("synchronous", config.synchronous)
         if changes["synchronous"] not in ("full", "normal"):
-            raise store.error("synchronous", 'expected "full" (survives power loss) or "normal" '
+            raise stored.error("synchronous", 'expected "full" (survives power loss) or "normal" '
                                              '(survives a controller crash)')
         auth = top.table("auth", AUTH_KEYS)
         if "admin_token_file" in auth:
@@ -144,6 +185,14 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         changes["body_timeout_s"] = api.number("body_timeout_s", config.body_timeout_s, lo=0.1)
         changes["submit_rate"] = api.number("submit_rate", config.submit_rate, lo=0)
         changes["submit_burst"] = api.number("submit_burst", config.submit_burst, lo=0)
+        leader = top.table("leader", LEADER_KEYS)
+        changes["lease_timeout_s"] = leader.number("lease_timeout_s", config.lease_timeout_s, lo=0.5)
+        changes["renew_s"] = leader.number("renew_s", config.renew_s, lo=0.05)
+        if changes["renew_s"] * 2 > changes["lease_timeout_s"]:
+            raise ConfigError(source, "leader.renew_s", "must be at most half of lease_timeout_s, so that one "
+                                                        "late renewal does not hand the lease over")
+        if "url" in leader:
+            changes["advertise_url"] = leader.string("url").rstrip("/")
         ui = top.table("ui", UI_KEYS)
         changes["ui"] = ui.boolean("enabled", True)
         changes["ui_secure_cookie"] = ui.boolean("secure_cookie", False)
@@ -165,6 +214,8 @@ def load_config(path: str | None, *, listen: str | None = None, state_dir: str |
         config = replace(config, state_dir=os.path.abspath(state_dir))
     if policy is not None:
         config = replace(config, policy=os.path.abspath(policy))
+    if store is not None:
+        config = replace(config, store=check_store(store))
     if (tls_cert is None) != (tls_key is None):
         raise ConfigError("--tls-key" if tls_cert else "--tls-cert", "",
                           "is needed too: --tls-cert and --tls-key go together")

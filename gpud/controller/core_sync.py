@@ -60,23 +60,42 @@ class CoreSync:
 
         ``usage``: the decayed usage charged so far (``Snapshot.usage``); none given means none.
         """
+        return self.prepare_later(nodes, specs, now, usage)()
+
+    def prepare_later(self, nodes: Iterable[NodeSpec], specs: Callable[[], Iterable[JobSpec]],
+                      now: float, usage: Mapping[tuple[str, str, str], float] | None = None
+                      ) -> Callable[[], Scheduler]:
+        """As :meth:`prepare`, but what costs (building the scheduler anew, applying the queued operations) is
+        left to the call returned, which may run in the cycle's thread: what it needs is read here."""
         usage = {} if usage is None else usage
-        if self.rebuild_needed or self.scheduler is None:
-            self.scheduler = Scheduler(Snapshot(tuple(nodes), tuple(specs()), now, usage), self.policy, self.pm)
-            self.rebuild_needed = False
-        else:
-            self.scheduler.set_usage(usage)
-            for op, job_id, spec in self.ops:
-                if op == "finish":
-                    self.scheduler.finish(job_id)
-                else:
-                    assert spec is not None  # an "add" carries its spec
-                    self.scheduler.finish(job_id)
-                    self.scheduler.submit(spec)
-        self.ops.clear()
+        ops, self.ops = self.ops, []
         self.touched = set()
         self.running = True
-        return self.scheduler
+        if self.rebuild_needed or self.scheduler is None:
+            snapshot = Snapshot(tuple(nodes), tuple(specs()), now, usage)
+            policy, pm = self.policy, self.pm
+            self.rebuild_needed = False
+            self.scheduler = None
+
+            def build() -> Scheduler:
+                self.scheduler = Scheduler(snapshot, policy, pm)
+                return self.scheduler
+            return build
+        scheduler = self.scheduler
+
+        def apply() -> Scheduler:
+            scheduler.set_usage(usage)
+            for op, job_id, spec in ops:
+                scheduler.finish(job_id)
+                if op != "finish":
+                    assert spec is not None  # an "add" carries its spec
+                    scheduler.submit(spec)
+            return scheduler
+        return apply
+
+    def heavy(self, ops: int) -> bool:
+        """Whether the next cycle has much to take in: a scheduler to build anew, or more than ``ops`` operations."""
+        return self.rebuild_needed or self.scheduler is None or len(self.ops) > ops
 
     def finished(self, plan: Plan) -> tuple[Plan | None, set[str]]:
         """After a cycle: the plan to carry out (None when void) and the jobs whose actions to skip."""

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from gpud.controller.auth import Principal
     from gpud.controller.service import Controller
 
 CONTROLLER: web.AppKey["Controller"] = web.AppKey("controller")
-PRINCIPAL = "gpud_principal"
+PRINCIPAL: web.RequestKey["Principal"] = web.RequestKey("gpud_principal")

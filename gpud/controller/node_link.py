@@ -16,7 +16,6 @@ from gpud.controller import node_schema
 from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
-from gpud.controller.persist import StoreError
 
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
@@ -52,7 +51,10 @@ def node_from_register(message: dict, peer: str) -> NodeRecord:
 
 def _lease(ctrl: Controller) -> dict:
     """The lease granted with each answer: the node stops its tasks if it hears nothing for ``lease_s``."""
-    return {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
+    lease = {"lease_s": ctrl.config.node_timeout_s, "grace_s": ctrl.cluster.policy.grace_period_s}
+    if ctrl.term is not None:
+        lease["term"] = ctrl.term  # a node ignores what a controller of an older term says
+    return lease
 
 
 def _tasks(message: dict) -> list[dict]:
@@ -101,6 +103,8 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
 async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], peer: str) -> None:
     """Serve one node's messages from ``texts`` (answers and commands go out on ``channel``) until they end."""
     name: str | None = None
+    gpus_seen: Any = None  # the GPUs as this node last reported them: a heartbeat saying the same is not parsed again
+    tasks_seen: list[dict] = []  # its last task reports, checked: those a heartbeat repeats are not checked again
     try:
         async for text in texts:
             try:
@@ -126,14 +130,25 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
                     ctrl.cluster.register(node, tasks, checkpoints=_checkpoints(message))
+                    gpus_seen, tasks_seen = message.get("gpus", []), tasks
                 elif name is None:
                     raise ValueError("register first")
                 elif kind == "heartbeat":
-                    gpus = gpus_from_report(message["gpus"]) if "gpus" in message else None
-                    ctrl.cluster.heartbeat(name, gpus, _tasks(message))
+                    gpus = None
+                    if "gpus" in message and message["gpus"] != gpus_seen:
+                        gpus = gpus_from_report(message["gpus"])
+                    tasks = node_schema.task_reports(message.get("tasks"), checked=tasks_seen)
+                    tasks_seen = tasks
+                    if gpus is not None:
+                        gpus_seen = message["gpus"]
+                    made = ctrl.cluster.commands_made
+                    ctrl.cluster.heartbeat(name, gpus, tasks)
                     if "seq" in message:
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
+                    if ctrl.cluster.commands_made == made:
+                        ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
+                        continue
                 elif kind == "task":
                     node_schema.task_report(message, "task")
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
@@ -156,10 +171,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                 log.warning("node %s: bad message: %s", name or peer, exc)
                 await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
                 continue
-            try:
-                await ctrl.commit()
-            except StoreError as exc:  # the changes are marked again and their commands wait for them
-                log.error("node %s: %s", name, exc)
+            ctrl.commit_soon()
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]

@@ -102,7 +102,7 @@ class NodeMessages:
             run = job.runs[task]
             if run.state == "running":
                 self._lost(job, f"node {name} no longer runs task {task}")
-            elif fresh or now - self.sent_at.get(key, 0.0) > RESEND_START_AFTER_S:
+            elif fresh or now - self.sent_at.get(key, 0.0) > self.resend_start_after_s:
                 self.unsent[name][key] = now
         self._send_starts(name)
 
@@ -144,19 +144,18 @@ class NodeMessages:
             job = None  # another job that had this id: not ours to account, to be stopped
         if exited:
             _add_usage(job, report)
-        ack = ack_command(job_id, task, attempt, uid)
         if key in node.stopping:
             if exited:
                 del node.stopping[key]
                 self.persist.node(name, node.to_json)
-                self._command(name, ack)
+                self._command(name, ack_command(job_id, task, attempt, uid))
                 self.stopping_ended(name, key)
                 self._send_starts(name)
             return exited
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
         if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
             if exited:
-                self._command(name, ack)
+                self._command(name, ack_command(job_id, task, attempt, uid))
             else:
                 node.stopping[key] = []
                 # A copy of an active job the controller did not know of (a node back from silence): the job
@@ -165,7 +164,7 @@ class NodeMessages:
                 self._command(name, stop_command(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
             return True
         if run.state == "exited":
-            self._command(name, ack)
+            self._command(name, ack_command(job_id, task, attempt, uid))
             return True
         if not exited:
             _add_gpu_sample(job, report)
@@ -179,7 +178,7 @@ class NodeMessages:
         run.reason = str(report.get("reason") or "")
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
-        self._command(name, ack)
+        self._command(name, ack_command(job_id, task, attempt, uid))
         self._task_exited(job, task, run, self._exit_time(report.get("ended"), run))
         return True
 

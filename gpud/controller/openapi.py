@@ -171,8 +171,11 @@ def _change(verb: str) -> dict:
 
 PATHS: dict[str, Any] = {
     "/healthz": {"get": _op("liveness and counts", _answer("200", "alive", {
-        "type": "object", "required": ["ok"], "properties": {"ok": BOOL, "version": STR, "jobs": INT, "nodes": INT,
-                                                             "cycles": INT}}), public=True)},
+        "type": "object", "required": ["ok", "role"], "properties": {
+            "ok": BOOL, "version": STR, "jobs": INT, "nodes": INT, "cycles": INT,
+            "role": {"enum": ["leader", "standby"]}, "term": {"type": ["integer", "null"]},
+            "leader": {"type": ["string", "null"]},
+            "takeover": {"type": "object", "additionalProperties": NUM}, "warm_jobs": INT}}), public=True)},
     "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
                          "responses": {"200": {"description": "text exposition format",
                                                "content": {"text/plain": {"schema": STR}}}}}},

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 
 from gpud import jsontext
 from gpud.jobs import Job
-from gpud.store import Event, Store, TokenRecord, WriteBatch
+from gpud.store import Event, Fenced, Store, TokenRecord, WriteBatch
 
 
 INLINE_WRITE_S = 0.001
@@ -28,6 +28,11 @@ class StoreError(RuntimeError):
     forgotten: their callers are told, and nothing of them is written later.
     Changes to what already exists are marked again and go in the next batch.
     """
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is the store's own failure (SQLite's, PostgreSQL's driver's, a fenced write)."""
+    return isinstance(exc, (sqlite3.Error, Fenced)) or type(exc).__module__.split(".")[0] == "psycopg"
 
 
 def store_error(exc: BaseException) -> StoreError:
@@ -67,6 +72,8 @@ class Persister:
         self.batches = 0
         self.failed_batches = 0
         self._soon: asyncio.TimerHandle | None = None
+        # Called with the store's refusal when another controller took the lease (Fenced).
+        self.on_fenced: Callable[[BaseException], None] | None = None
 
     def job(self, job: Job) -> None:
         """Mark a job as changed (its record is read at the next batch)."""
@@ -183,6 +190,8 @@ class Persister:
                         # store's thread: a 100,000-element array does not hold the event loop for it.
                         await loop.run_in_executor(self.executor, _write_with, self.store, batch, new)
                 except Exception as exc:  # noqa: BLE001 - any failure of the store refuses this batch alone
+                    if self.on_fenced is not None and isinstance(exc, Fenced):
+                        self.on_fenced(exc)
                     self._mark_again(taken)
                     self.failed_batches += 1
                     self._flying = None

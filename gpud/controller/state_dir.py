@@ -15,7 +15,9 @@ import os
 import sqlite3
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+from gpud.store.base import StoreVersionError
 from gpud.store.sqlite import FILE_NAME, SQLiteStore
 
 CLUSTER_ID_FILE = "cluster.id"
@@ -31,7 +33,7 @@ class StateError(RuntimeError):
 class OpenState:
     """An open, locked state directory: the store, this cluster's id, and the lock held while it runs."""
 
-    store: SQLiteStore
+    store: Any  # SQLiteStore, or gpud.store.postgres.PostgresStore (gpud/controller/pg_state.py)
     cluster_id: str
     lock_fd: int
 
@@ -119,6 +121,8 @@ def _open_store(state_dir: str, init: bool, synchronous: str) -> tuple[SQLiteSto
         raise StateError(f"cannot open the store {path} for writing: {exc}") from None
     except sqlite3.DatabaseError as exc:
         raise StateError(f"the store {path} is damaged ({exc}); {restore_hint(state_dir, damaged=True)}") from None
+    except StoreVersionError as exc:
+        raise StateError(str(exc)) from None
     try:
         stored = store.meta_value(META_KEY)
         populated = store.populated()

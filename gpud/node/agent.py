@@ -59,7 +59,7 @@ class NodeAgent:
         self.layout = Layout(config.state_dir, config.run_dir)
         self.tasks = TaskTable(self.layout)
         self.checkpoint_marks = CheckpointWatch(self.layout)
-        self.link = ControllerLink(config.connect_url, config.cluster_key, self,
+        self.link = ControllerLink(config.connect_urls, config.cluster_key, self,
                                    reconnect_max_s=config.reconnect_max_s, connect=connect, ca=config.ca_file)
         self._poked = asyncio.Event()
         self._poked_keys: set[TaskKey] | None = set()  # the tasks a poke named; None: look at every task

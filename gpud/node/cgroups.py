@@ -2,7 +2,10 @@
 
 The supervisor makes a task's cgroups before it starts the task and starts
 the task inside them (it steps into them for the fork, then back out), so
-nothing the task ever forks can be outside them. Stopping the task signals
+nothing the task ever forks can be outside them. On a hybrid host it steps
+into the v2 group alone; the task starts at a gate that waits until the
+supervisor's cgroup worker has moved it into its v1 groups, and only then
+runs the task's own program (see ``gpud.node.gate``). Stopping the task signals
 and then kills every process in them, whatever left the process group
 (setsid, double forks, ``env -i``, nohup, respawners); they are removed
 once empty, after their peak memory and CPU time are read.
@@ -30,6 +33,7 @@ Where each part comes from:
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import signal
@@ -50,7 +54,6 @@ V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
 # The hybrid v2 group tracks, kills and times every process; the v1 pids group is kept: it counts (and may cap)
 # the task's processes, which nothing in a controller-less v2 group does.
 V1_REPLACED_BY_V2 = ("cpuacct", "freezer")
-SETTLE_PASSES = 50
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
@@ -73,6 +76,11 @@ class Hierarchies:
         """Which limits hold (of memory, cpu, cpuset, pids, devices); empty: none, tasks run as without cgroups."""
         return tuple(name for name in LIMITS if name in self.v1 or name in self.v2_controllers
                      or (name == "devices" and self.device_programs))
+
+    def gated(self) -> bool:
+        """True on a hybrid host: a task is forked in its v2 group alone and must wait at a gate
+        (``gpud.node.gate``) until :meth:`TaskCgroup.settle` has moved it into its v1 groups."""
+        return bool(self.v1) and self.v2 is not None
 
     def tracked(self) -> bool:
         """True when every process of a task can be found (and killed) through its cgroups."""
@@ -159,8 +167,18 @@ def limits_report(hierarchies: Hierarchies | None = None) -> dict:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read().strip()
+    """The text of the cgroup file at ``path``, stripped (read in one call: these files are small)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 1 << 16)
+        while len(data) % (1 << 16) == 0 and data:  # a long list (cgroup.procs of a big task)
+            more = os.read(fd, 1 << 16)
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    return data.decode("ascii").strip()
 
 
 def _write(path: str, *values: str) -> None:
@@ -181,6 +199,32 @@ def _inherit_cpuset(path: str) -> None:
             _write(os.path.join(path, name), _read(os.path.join(parent, name)))
 
 
+_parent_cpusets: dict[str, tuple[str, str]] = {}
+_no_swap_accounting: set[str] = set()  # memory hierarchies' node groups whose tasks' groups have no memsw files
+
+
+def _set_cpuset(path: str, cpus: str | None) -> None:
+    """Give the new v1 cpuset at ``path`` its parent's memory nodes and ``cpus`` (None: its parent's CPUs).
+
+    The parent's values are read once and kept: a task start then writes
+    two files and reads none. Should the host have changed them since (a
+    CPU taken offline), the write is refused, and they are read again.
+    """
+    parent = os.path.dirname(path)
+    for attempt in (0, 1):
+        known = _parent_cpusets.get(parent)
+        if known is None or attempt:
+            known = _parent_cpusets[parent] = (_read(os.path.join(parent, "cpuset.cpus")),
+                                               _read(os.path.join(parent, "cpuset.mems")))
+        try:
+            _write(os.path.join(path, "cpuset.mems"), known[1])
+            _write(os.path.join(path, "cpuset.cpus"), cpus or known[0])
+            return
+        except OSError:
+            if attempt:
+                raise
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a task may use: bytes of memory, CPUs (a quota), which CPUs, and its GPUs' device minors."""
@@ -194,8 +238,22 @@ class Limits:
 
 def cgroup_name(tasks_dir: str, dirname: str) -> str:
     """A task's cgroup name, unique on the host: the task's directory name and its node's tasks directory."""
-    tag = hashlib.sha1(os.path.realpath(tasks_dir).encode()).hexdigest()[:10]
-    return f"{tag}-{dirname}"
+    return f"{_tag(tasks_dir)}-{dirname}"
+
+
+@functools.lru_cache(maxsize=64)
+def _tag(tasks_dir: str) -> str:
+    return hashlib.sha1(os.path.realpath(tasks_dir).encode()).hexdigest()[:10]
+
+
+def _mkdir(path: str) -> None:
+    """Make the cgroup directory ``path`` (one call; its parent, the node's group, too when it went away)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
 
 
 class TaskCgroup:
@@ -211,25 +269,37 @@ class TaskCgroup:
         """Every directory of the task's cgroups."""
         return [*self.v1.values(), *([self.v2] if self.v2 else [])]
 
-    def create(self, limits: Limits) -> None:
-        """Make the directories and set the limits; OSError when the host refuses."""
-        for path in self.paths():
-            os.makedirs(path, exist_ok=True)
+    def create(self, limits: Limits, *, v1_ready: bool = False) -> None:
+        """Make the directories and set the limits; OSError when the host refuses.
+
+        ``v1_ready``: the v1 groups are there with these limits already (a
+        spare set renamed to this task's name): only the v2 group is made.
+        """
+        for path in ([self.v2] if self.v2 else []) if v1_ready else self.paths():
+            _mkdir(path)
+        if not v1_ready:
+            self._limit_v1(limits)
+        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
+            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
+        if self.v2 and self.hierarchies.v2_controllers:
+            self._limit_v2(limits)
+
+    def _limit_v1(self, limits: Limits) -> None:
         if "cpuset" in self.v1:
-            _inherit_cpuset(self.v1["cpuset"])
+            _set_cpuset(self.v1["cpuset"], limits.cpuset)
         memory = self.v1.get("memory")
         if memory and limits.memory_bytes:
             _write(os.path.join(memory, "memory.limit_in_bytes"), str(limits.memory_bytes))
-            try:  # no swapping past the limit either, where swap is accounted
-                _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory_bytes))
-            except OSError:
-                pass
+            if self.hierarchies.v1["memory"] not in _no_swap_accounting:
+                try:  # no swapping past the limit either, where swap is accounted
+                    _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory_bytes))
+                except FileNotFoundError:  # the kernel accounts no swap (decided at boot): never look again
+                    _no_swap_accounting.add(self.hierarchies.v1["memory"])
+                except OSError:
+                    pass
         cpu = self.v1.get("cpu")
-        if cpu and limits.cpus:
-            _write(os.path.join(cpu, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+        if cpu and limits.cpus:  # a new group's period is the kernel's default, CPU_PERIOD_US: the quota alone
             _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
-        if "cpuset" in self.v1 and limits.cpuset:
-            _write(os.path.join(self.v1["cpuset"], "cpuset.cpus"), limits.cpuset)
         if "pids" in self.v1 and limits.pids_max:
             _write(os.path.join(self.v1["pids"], "pids.max"), str(limits.pids_max))
         devices = self.v1.get("devices")
@@ -242,10 +312,6 @@ class TaskCgroup:
                 _write(os.path.join(devices, "devices.allow"),
                        *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
                        f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
-        if self.v2 and self.hierarchies.device_programs and limits.gpu_minors is not None:
-            devfilter.restrict(self.v2, gpu_devices_allowed(limits.gpu_minors))
-        if self.v2 and self.hierarchies.v2_controllers:
-            self._limit_v2(limits)
 
     def _limit_v2(self, limits: Limits) -> None:
         assert self.v2 is not None  # called for a cgroup v2 only
@@ -274,33 +340,21 @@ class TaskCgroup:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def settle(self) -> None:
-        """Move every process of a task forked in its v2 group into its v1 groups too.
+        """Move the processes of a task forked in its v2 group into its v1 groups too; OSError when one refuses.
 
-        Run just after the task started, off the supervisor's loop: each
-        move waits for the kernel (an RCU grace period), and the task is
-        tracked from its first instant by its v2 group anyway. A process
-        forked by one already moved is born in the v1 groups; one forked
-        before shows in the v2 group's list, read again until no process in
-        it is new.
+        Run off the supervisor's loop, while the task waits at its gate
+        (only the gate's process is there then): each move waits for the
+        kernel (an RCU grace period). A process that is gone (the task was
+        stopped at its gate) is passed over.
         """
         if not self.v2 or not self.v1:
             return
-        moved: set[int] = set()
-        for _ in range(SETTLE_PASSES):
-            fresh = [pid for pid in self.pids() if pid not in moved]
-            if not fresh:
-                return
-            for pid in fresh:
-                moved.add(pid)
-                for path in self.v1.values():
-                    try:
-                        _write(os.path.join(path, "cgroup.procs"), str(pid))
-                    except ProcessLookupError:
-                        break
-                    except OSError:
-                        if not os.path.isdir(path):
-                            return  # the task is over and its groups removed
-                        raise
+        for pid in self.pids():
+            for path in self.v1.values():
+                try:
+                    _write(os.path.join(path, "cgroup.procs"), str(pid))
+                except ProcessLookupError:
+                    break
 
     def leave(self, pid: int, home: dict[str, str]) -> None:
         """Move process ``pid`` back where it came from: ``home`` maps each hierarchy's mount to its cgroup there."""
@@ -531,19 +585,26 @@ class Confiner:
         except (OSError, ValueError):
             cpus = []
         self.cpu_use = {cpu: 0 for cpu in cpus}
-        self._worker: ThreadPoolExecutor | None = None
+        self._workers: dict[bool, ThreadPoolExecutor] = {}
 
-    def later(self, work: Callable[[], object]) -> None:
-        """Run ``work`` (a cgroup move or removal) on the one worker thread, in order, off the supervisor's loop."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
-        self._worker.submit(_logged, work)
+    def later(self, work: Callable[[], object], *, urgent: bool = False) -> None:
+        """Run ``work`` (a cgroup move or removal) on a worker thread, in order, off the supervisor's loop.
+
+        ``urgent`` work (moving a task that waits at its gate) has a thread
+        of its own, so it never waits behind the removals and resets of
+        finished tasks' groups.
+        """
+        worker = self._workers.get(urgent)
+        if worker is None:
+            worker = self._workers[urgent] = ThreadPoolExecutor(
+                1, thread_name_prefix="gpud-cgroup-moves" if urgent else "gpud-cgroups")
+        worker.submit(_logged, work)
 
     def close(self) -> None:
         """Wait for the work handed to :meth:`later`."""
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
+        for worker in self._workers.values():
+            worker.shutdown(wait=True)
+        self._workers.clear()
 
     def pick_cpus(self, cpus: float, near: tuple[int, ...] = ()) -> list[int]:
         """The CPUs for a task of ``cpus`` CPUs: of ``near`` (its GPUs' CPUs) first, least used first; [] when

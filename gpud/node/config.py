@@ -50,17 +50,28 @@ class NodeConfig:
 
     @property
     def connect_url(self) -> str:
-        """The WebSocket URL of the controller's node endpoint."""
-        parts = urlsplit(self.controller_url)
-        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/api/v1/node/connect"
+        """The WebSocket URL of the (first) controller's node endpoint."""
+        return self.connect_urls[0]
+
+    @property
+    def connect_urls(self) -> list[str]:
+        """The WebSocket URLs of the node endpoints of every controller named (comma-separated URLs)."""
+        urls = []
+        for url in self.controller_url.split(","):
+            parts = urlsplit(url.strip())
+            scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+            urls.append(f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/api/v1/node/connect")
+        return urls
 
 
 def _check_url(url: str, source: str, where: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
-        raise ConfigError(source, where, f"expected a URL such as {DEFAULT_URL}, got {quote(url)}")
-    return url
+    """One controller URL, or several separated by commas (the controllers of one cluster)."""
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+            raise ConfigError(source, where, f"expected a URL such as {DEFAULT_URL} (or several, separated by "
+                                             f"commas), got {quote(one.strip() or url)}")
+    return ",".join(one.strip() for one in url.split(","))
 
 
 def _check_listen(value: str, source: str) -> str:

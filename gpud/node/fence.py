@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from gpud.node import cgroups, failsafe, freezer, lease, procs
+from gpud.node import cgroups, cgspares, failsafe, freezer, lease, procs
 from gpud.node.spec import signal_number
 from gpud.node.taskstate import EXITED, ORDER_FILE, TaskState, read_json, read_state, write_state
 
@@ -210,6 +210,7 @@ class Fence:
         if group is not None:
             group.remove()
         freezer.remove_task_cgroup(task_dir)
+        cgspares.remove_stale(os.path.dirname(task_dir))  # the spare cgroups its supervisor left
         write_state(task_dir, state.exited(reason=lease.FENCED_REASON, ended=time.time()))
         print(f"gpud fence: task {os.path.basename(task_dir)} stopped", file=sys.stderr, flush=True)
         del self.fenced[task_dir]

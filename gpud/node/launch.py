@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import gpud
 from gpud import jsontext
-from gpud.node import procs
+from gpud.node import cgspares, procs
 from gpud.node.cgroups import CGROUPS_ENV
 from gpud.node.freezer import FREEZER_ENV
 from gpud.node.spec import TaskKey, TaskSpec
@@ -56,6 +56,7 @@ class Launcher:
         self._children: dict[TaskKey, subprocess.Popen] = {}
         self._handed: dict[TaskKey, subprocess.Popen] = {}
         self._server: subprocess.Popen | None = None
+        self._swept: subprocess.Popen | None = None  # the exited node-wide supervisor whose spares were looked at
 
     def launch(self, key: TaskKey, spec: TaskSpec) -> TaskState:
         """Hand the task to a supervisor, which writes its directory and starts it.
@@ -174,12 +175,15 @@ class Launcher:
         return True
 
     def reap(self) -> None:
-        """Collect the exit status of finished supervisors this daemon started."""
+        """Collect the exit status of finished supervisors this daemon started; remove the spare cgroups of one
+        that died (one that exits removes its own)."""
         for key, child in list(self._children.items()):
             if child.poll() is not None:
                 del self._children[key]
-        if self._server is not None:
-            self._server.poll()
+        if self._server is not None and self._server.poll() is not None and self._swept is not self._server:
+            self._swept = self._server
+            if self._server.returncode != 0:
+                cgspares.remove_stale(self.layout.tasks_dir)
 
     def forget(self, key: TaskKey) -> None:
         """Delete a finished task's directory (its output files in the workdir stay)."""

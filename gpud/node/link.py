@@ -49,14 +49,18 @@ class LinkOwner(Protocol):
 class ControllerLink:
     """One WebSocket to ``url`` (or a channel from ``connect``), kept open for as long as :meth:`run` runs."""
 
-    def __init__(self, url: str, key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0,
+    def __init__(self, url: str | list[str], key: str, owner: LinkOwner, *, reconnect_max_s: float = 10.0,
                  connect: Connector | None = None, ca: str | None = None) -> None:
         """``ca``: the CA file a wss:// controller's certificate is checked against (None: the system's CAs);
         a TlsFileError when it cannot be used."""
-        self.url = url
+        # Several URLs: the controllers of one cluster, of which one leads. The link stays with the one that
+        # took it, and tries the next when a connection fails or a standby answers 503.
+        self.urls = [url] if isinstance(url, str) else list(url)
+        self._at = 0
+        self.term = 0  # the highest leader term heard; what an older term says is ignored
         self.ca = ca
         self._tls: Any = True  # aiohttp's own default: the system's CAs
-        if url.startswith("wss://") and connect is None and ca is not None:
+        if any(u.startswith("wss://") for u in self.urls) and connect is None and ca is not None:
             from gpud.tls import client_context
             self._tls = client_context(ca)
         self._said = ""  # the last connection problem logged as an error, not repeated at every retry
@@ -75,6 +79,22 @@ class ControllerLink:
         self._seq = 0
         self._sent_at: dict[int, float] = {}  # heartbeats sent and not answered yet, by their seq
         self._dropping = False
+        self._gave_up = False  # the last connection was dropped for unanswered heartbeats
+
+    @property
+    def url(self) -> str:
+        """The controller URL the link uses now."""
+        return self.urls[self._at]
+
+    def _next_url(self, leader: str | None = None) -> bool:
+        """Move to the leader a standby named (when it is one of ours), else to the next URL; True at a new round."""
+        if leader:
+            wanted = node_url(leader)
+            if wanted in self.urls:
+                self._at = self.urls.index(wanted)
+                return False
+        self._at = (self._at + 1) % len(self.urls)
+        return self._at == 0
 
     async def send(self, message: dict) -> bool:
         """Send one message if registered with the controller; False when it could not be sent."""
@@ -98,16 +118,23 @@ class ControllerLink:
         async with contextlib.AsyncExitStack() as stack:
             connect = self.connect
             if connect is None:
-                connect = self._ws_connector(await stack.enter_async_context(aiohttp.ClientSession()))
+                connect = ws_connector(await stack.enter_async_context(aiohttp.ClientSession()),
+                                       lambda: self.url, self.key, self._tls)
             while True:
+                leader: str | None = None
+                served = False
                 try:
                     async with connect() as (channel, texts):
-                        if await self._serve(channel, texts):
+                        served = await self._serve(channel, texts)
+                        if served:
                             backoff = FIRST_BACKOFF_S
                 except aiohttp.WSServerHandshakeError as exc:
                     if exc.status in (401, 403):
                         log.error("the controller at %s refused this node's cluster key (HTTP %s)",
                                   self.url, exc.status)
+                    elif exc.status == 503 and len(self.urls) > 1:
+                        leader = exc.headers.get("X-Gpud-Leader") if exc.headers else None
+                        log.info("the controller at %s is a standby (the leader: %s)", self.url, leader or "none yet")
                     else:
                         log.warning("cannot connect to the controller at %s: HTTP %s", self.url, exc.status)
                 except aiohttp.ClientSSLError as exc:
@@ -126,8 +153,13 @@ class ControllerLink:
                     # Python 3.11's asyncio.wait_for swallows a cancel that races the connect's own outcome:
                     # without this the loop would reconnect forever and a stopping daemon would never stop.
                     raise asyncio.CancelledError
+                if len(self.urls) > 1 and (not served or self._gave_up) and not self._next_url(leader):
+                    await asyncio.sleep(FIRST_BACKOFF_S / 4)  # the next controller of the cluster, at once
+                    continue
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, self.reconnect_max_s)
+                # With several controllers a takeover is a few seconds' matter: look again often.
+                backoff = min(backoff * 2, self.reconnect_max_s if len(self.urls) == 1 else
+                              min(self.reconnect_max_s, 1.0))
 
     async def _serves_tls_only(self) -> bool:
         """Whether a ws:// URL names a controller that speaks TLS only; said as an error the first time."""
@@ -156,20 +188,10 @@ class ControllerLink:
         else:
             log.info("%s", text)
 
-    def _ws_connector(self, session: aiohttp.ClientSession) -> Connector:
-        @contextlib.asynccontextmanager
-        async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
-            headers = {"Authorization": f"Bearer {self.key}"}
-            ws = await asyncio.wait_for(session.ws_connect(self.url, headers=headers, heartbeat=30.0, ssl=self._tls,
-                                                           timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
-                                        CONNECT_TIMEOUT_S)
-            async with ws:
-                yield ws, ws_texts(ws)
-        return connect
-
     async def _serve(self, channel: Any, texts: AsyncIterator[str]) -> bool:
         """One connection; True when the node was registered on it."""
         self._ws = channel
+        self._gave_up = False
         self.lease_expires, self._sent_at = None, {}
         register_sent = time.monotonic()
         await channel.send_str(jsontext.dumps(self.owner.register_message()))
@@ -184,6 +206,10 @@ class ControllerLink:
                     log.warning("ignoring a frame from the controller that is not JSON")
                     continue
                 if not isinstance(message, dict):
+                    continue
+                if self._stale(message):
+                    if message.get("type") == "registered":
+                        break
                     continue
                 if message.get("type") == "refused":
                     log.error("the controller at %s refused this node: %s", self.url, message.get("error"))
@@ -216,6 +242,18 @@ class ControllerLink:
                 await asyncio.gather(beating, return_exceptions=True)
         log.info("the controller closed the connection")
         return beating is not None
+
+    def _stale(self, message: dict) -> bool:
+        """True when ``message`` comes from a leader of an older term than one already heard (it is ignored)."""
+        term = message.get("term")
+        if not isinstance(term, int) or isinstance(term, bool):
+            return False
+        if term < self.term:
+            log.warning("ignoring %s from the controller at %s: its term %d is over (term %d leads)",
+                        message.get("type"), self.url, term, self.term)
+            return True
+        self.term = term
+        return False
 
     def _registered(self, message: dict) -> None:
         self._said = ""
@@ -254,13 +292,17 @@ class ControllerLink:
             self._heartbeat_now.clear()
             now = time.monotonic()
             oldest = next(iter(self._sent_at.values()), now)
-            if self.lease_expires is not None and len(self._sent_at) >= 2 \
-                    and now - oldest > self.lease_s + self.heartbeat_s:
+            # With several controllers, a leader that stopped answering (paused, or its host lost) is left for
+            # the next one after a few heartbeats, long before the lease would run out.
+            patience = self.lease_s + self.heartbeat_s if len(self.urls) == 1 else \
+                min(self.lease_s + self.heartbeat_s, 3 * self.heartbeat_s + 2.0)
+            if self.lease_expires is not None and len(self._sent_at) >= 2 and now - oldest > patience:
                 # Heartbeats unanswered for longer than the lease: the connection is dead (a cut link can leave
                 # it open for minutes); a new one gets through as soon as the link is back. (One unanswered
                 # heartbeat may only mean this process was stopped: its answer is waiting to be read.)
                 log.warning("no answer from the controller for %.0f s: this node's lease ran out; reconnecting",
                             now - oldest)
+                self._gave_up = True
                 if serving is not None:
                     self._dropping = True
                     serving.cancel()
@@ -270,6 +312,36 @@ class ControllerLink:
             if len(self._sent_at) > KEPT_HEARTBEATS:
                 del self._sent_at[next(iter(self._sent_at))]
             await self.send({**self.owner.heartbeat_message(), "seq": self._seq})
+
+
+def ws_connector(session: aiohttp.ClientSession, url: str | Callable[[], str], key: str,
+                 tls: Any = True) -> Connector:
+    """How a node opens its WebSocket to ``url`` (or to what ``url()`` names at each connect: the controller a
+    node follows may change) through ``session``, presenting the cluster ``key`` (``tls``: the SSL context
+    checking a wss:// controller, or True for the system's CAs).
+
+    Many links may share one session (an emulated fleet does; a node daemon has its own).
+    """
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[Any, AsyncIterator[str]]]:
+        headers = {"Authorization": f"Bearer {key}"}
+        target = url() if callable(url) else url
+        ws = await asyncio.wait_for(session.ws_connect(target, headers=headers, heartbeat=30.0, ssl=tls,
+                                                       timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S)),
+                                    CONNECT_TIMEOUT_S)
+        async with ws:
+            yield ws, ws_texts(ws)
+    return connect
+
+
+def node_url(base: str) -> str:
+    """The WebSocket URL of the node endpoint of the controller at ``base`` (http:// or ws://)."""
+    parts = urlsplit(base)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/api/v1/node/connect"):
+        path += "/api/v1/node/connect"
+    return f"{scheme}://{parts.netloc}{path}"
 
 
 def _cancel_requested() -> bool:

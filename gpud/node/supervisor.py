@@ -32,9 +32,10 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 
 from gpud import jsontext
-from gpud.node import cgroups, failsafe, freezer, lease, procs
+from gpud.node import cgroups, cgspares, failsafe, freezer, gate, lease, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
@@ -116,10 +117,12 @@ class TaskRun:
     """One task under a supervisor: started, watched, stopped, cleaned up and recorded in its task directory."""
 
     def __init__(self, task_dir: str, order: dict, owner: tuple[int, int | None], notify: Notifier,
-                 confiner: cgroups.Confiner | None = None) -> None:
+                 confiner: cgroups.Confiner | None = None, spares: cgspares.Spares | None = None) -> None:
         self.task_dir = task_dir
         self.confiner = confiner
+        self.spares = spares
         self.cgroup: cgroups.TaskCgroup | None = None
+        self.limits = cgroups.Limits()
         self.pinned: list[int] = []
         self.memory_limit: int | None = None
         self.usage: dict = {}
@@ -137,6 +140,7 @@ class TaskRun:
         self.leader_exited: float | None = None  # when the leader was reaped: the task's end, whatever lingers
         self.pid = 0
         self.proc: subprocess.Popen | None = None
+        self.refused: str | None = None  # why the cgroup worker kept the task at its gate (set on that thread)
         self._stop_seen: tuple[int, int] | None = None
         run_root = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
         self.heartbeat = failsafe.heartbeat_path(run_root)
@@ -230,16 +234,33 @@ class TaskRun:
                 os.close(script_fd)
             raise
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
-        self._confine()
+        gated = self.confiner is not None and self.confiner.hierarchies.gated()
+        gate_in = gate_out = None
+        try:
+            if gated:
+                with acting_as(who):
+                    gate.check_runnable(argv[0], env.get("PATH", os.defpath), self.spec.workdir)
+            self._confine()
+        except BaseException as exc:
+            for fd in {out, err, *([] if script_fd is None else [script_fd])}:
+                os.close(fd)
+            if isinstance(exc, OSError):
+                raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            raise
+        if gated:
+            gate_in, gate_out = gate.open_pipe()
         try:
             proc = subprocess.Popen(
-                argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                gate.wrap(argv, env) if gated else argv, cwd=self.spec.workdir, env=env,
+                stdin=subprocess.DEVNULL if gate_in is None else gate_in, stdout=out, stderr=err,
                 start_new_session=True, close_fds=True, pass_fds=() if script_fd is None else (script_fd,),
                 user=who.uid if who.switch else None, group=who.gid if who.switch else None,
                 extra_groups=list(who.groups) if who.switch else None)
         except BaseException as exc:
             self._step_out()
             self._unconfine()  # nothing runs in its cgroups: they go now, not with a task that never was
+            if gate_out is not None:
+                gate.refuse(gate_out)
             if isinstance(exc, OSError):
                 raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
             if isinstance(exc, subprocess.SubprocessError):
@@ -253,8 +274,10 @@ class TaskRun:
                 os.close(err)
             if script_fd is not None:
                 os.close(script_fd)
-        if self.cgroup is not None and self.confiner is not None:
-            self.confiner.later(self.cgroup.settle)
+            if gate_in is not None:
+                os.close(gate_in)
+        if gate_out is not None and self.cgroup is not None and self.confiner is not None:
+            self.confiner.later(partial(self._settle, self.cgroup, gate_out), urgent=True)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
@@ -263,6 +286,18 @@ class TaskRun:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
+
+    def _settle(self, group: cgroups.TaskCgroup, gate_out: int) -> None:
+        """On the cgroup worker: move the task waiting at its gate into its v1 groups, then let it run; when a
+        group refuses, close the gate (the task exits without running its program) and say why."""
+        try:
+            group.settle()
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task must not run outside its groups
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            self.refused = f"cannot move the task into its cgroups: {detail}"
+            gate.refuse(gate_out)
+            return
+        gate.release(gate_out)
 
     def _confine(self) -> None:
         """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
@@ -274,13 +309,13 @@ class TaskRun:
         self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
                                          self.confiner.hierarchies, skip=("cpu",) if exact else ())
         self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
-        limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
-                                cpuset=",".join(map(str, self.pinned)) or None,
-                                gpu_minors=tuple(self.spec.gpu_indices), pids_max=self.spec.pids_max)
+        limits = self.limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
+                                              cpuset=",".join(map(str, self.pinned)) or None,
+                                              gpu_minors=tuple(self.spec.gpu_indices), pids_max=self.spec.pids_max)
         try:
             with open(os.path.join(self.task_dir, CGROUPS_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(f"{path}\n" for path in self.cgroup.paths()))
-            self.cgroup.create(limits)
+            self.cgroup.create(limits, v1_ready=self.spares is not None and self.spares.take(self.cgroup, limits))
             self.cgroup.enter(os.getpid())
         except OSError as exc:
             self._step_out()
@@ -433,8 +468,8 @@ class TaskRun:
         """Kill whatever the task left behind (its process group, its orphans); True once all of it is gone."""
         if self.spec.sliced:
             failsafe.mark_stopping(self.task_dir)  # the slicer must not freeze what is being killed
-        left = self._kill(strays)
-        if left or procs.group_alive(self.pid) or (self.cgroup is not None and self.cgroup.pids()):
+        left = self._kill(strays)  # counts what was still in the task's cgroups too
+        if left or procs.group_alive(self.pid):
             return False
         if self.cgroup is not None:
             self.usage = self.cgroup.stats()  # the empty cgroups are removed once the exit is reported
@@ -449,6 +484,8 @@ class TaskRun:
         """Record the task's exit code or terminating signal, why it ended, and what it used."""
         used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
         reason = self.stopping_reason
+        if reason is None and self.refused is not None:
+            reason = f"failed to start: {self.refused}"
         if reason is None and self.usage.get("oom_kills") and self.memory_limit:
             reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
         if self.leader_status == LOST_STATUS:
@@ -504,13 +541,16 @@ class Supervisor:
         self.owner = (os.getpid(), procs.start_ticks(os.getpid()))
         self.notify = Notifier()
         self.confiner = cgroups.Confiner()
+        self.spares = cgspares.Spares()
         self.runs: dict[TaskKey, TaskRun] = {}
         self.by_pid: dict[int, TaskRun] = {}
         self._buffer = b""
         self._look_at_stops = False
         self._terminate = False
         self._next_lease_check = 0.0
-        self._doomed: list[cgroups.TaskCgroup] = []  # empty cgroups of finished tasks, to remove
+        # Empty cgroups of finished tasks, with their limits and whether they may serve another task: to keep
+        # as spares or remove.
+        self._doomed: list[tuple[cgroups.TaskCgroup, cgroups.Limits, bool]] = []
 
     def add(self, task_dir: str, order: object, *, announce: bool = False) -> None:
         """Take on the task whose order is ``order`` and start it (or record why it could not start).
@@ -521,7 +561,8 @@ class Supervisor:
         """
         try:
             _make_dir(task_dir, 0o700)
-            run = TaskRun(task_dir, order, self.owner, self.notify, self.confiner)  # type: ignore[arg-type]
+            run = TaskRun(task_dir, order, self.owner, self.notify, self.confiner,  # type: ignore[arg-type]
+                          self.spares)
         except (KeyError, TypeError, ValueError, OSError) as exc:
             print(f"gpud supervisor: ignoring the order for {task_dir}: {exc}", file=sys.stderr, flush=True)
             return
@@ -673,7 +714,7 @@ class Supervisor:
         run.finish()
         del self.runs[run.key]
         if run.cgroup is not None:
-            self._doomed.append(run.cgroup)
+            self._doomed.append((run.cgroup, run.limits, not run.usage.get("oom_kills")))
         return now + IDLE_POLL_S
 
     def run(self, tasks: tuple[tuple[str, dict], ...] = ()) -> int:
@@ -697,8 +738,8 @@ class Supervisor:
         while self.feed is not None or self.runs or self._doomed:
             self.notify.flush()
             doomed, self._doomed = self._doomed, []
-            for group in doomed:  # after the exits are reported, off this loop: removing cgroups is slow
-                self.confiner.later(group.remove)
+            for group, limits, reusable in doomed:  # after the exits are reported, off this loop: it is slow
+                self.confiner.later(partial(self.spares.park, group, limits, reusable))
             readable, _, _ = select.select([rfd] + ([self.feed] if self.feed is not None else []), [], [],
                                            max(0.0, wake - time.monotonic()))
             if rfd in readable:
@@ -712,6 +753,7 @@ class Supervisor:
             wake = self._step(time.monotonic())
         self.notify.flush()
         self.confiner.close()
+        self.spares.clear()
         # Whatever is left is a stray of a finished task.
         for pid in procs.children(os.getpid()):
             procs.kill_tree(pid)

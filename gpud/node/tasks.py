@@ -9,7 +9,7 @@ import signal
 import time
 from typing import Any, Mapping
 
-from gpud.node import cgroups, failsafe, procs
+from gpud.node import cgroups, cgspares, failsafe, procs
 from gpud.node.freezer import freezer_for, remove_task_cgroup
 from gpud.node.launch import Launcher
 from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, is_job_uid, parse_spec
@@ -43,6 +43,7 @@ class TaskTable:
             self._states[key] = state
         for key in list(self._states):
             self._states[key] = self._check(self._states[key])
+        cgspares.remove_stale(self.layout.tasks_dir)  # those of a supervisor that died with the node
         return sorted(self._states.values(), key=lambda s: s.key)
 
     def resolve(self, key: TaskKey) -> TaskKey:
@@ -207,6 +208,7 @@ class TaskTable:
         if group is not None:
             group.remove()
         remove_task_cgroup(task_dir)  # its supervisor would have, had it lived
+        cgspares.remove_stale(self.layout.tasks_dir)  # and its spare cgroups, when it exited
         reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
         lost = state.exited(reason=reason, ended=time.time())
         # A node-wide supervisor that died before it took the order never made the task's directory.

@@ -6,6 +6,25 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+# The version of the tables every backend writes (meta key ``schema_version``); a store written by a later
+# gpud, with a higher version, is refused rather than misread.
+SCHEMA_VERSION = 1
+
+
+class StoreVersionError(RuntimeError):
+    """The store was written by a newer gpud than this one; the message says so."""
+
+
+class Fenced(RuntimeError):
+    """Another controller took the lease: this one's term is over, and the write was refused whole."""
+
+    def __init__(self, mine: int, current: int | None) -> None:
+        super().__init__(f"this controller's term {mine} is over (the lease is now at term {current}); "
+                         f"another controller leads, and nothing of this write was stored")
+        self.mine = mine
+        self.current = current
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """Something that happened, for ``gpuctl show`` and for accounting: one line about one job or node."""
@@ -99,6 +118,9 @@ class Store(Protocol):
 
     def forget_answers(self, before: float) -> int:
         """Delete the answers to idempotent requests made before ``before``; returns how many."""
+
+    def usage(self, synchronous: str = "FULL") -> Any:
+        """The decayed-usage tables of this store (load, save, ended_between, close), on their own connection."""
 
     def close(self) -> None:
         """Release the store's files or connections."""

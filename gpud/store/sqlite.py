@@ -6,7 +6,8 @@ import os
 import sqlite3
 
 from gpud.lifecycle import ACTIVE
-from gpud.store.base import Event, Loaded, TokenRecord, WriteBatch
+from gpud.store.base import SCHEMA_VERSION, Event, Loaded, StoreVersionError, TokenRecord, WriteBatch
+from gpud.store.usage import UsageStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -44,13 +45,19 @@ def private(path: str) -> None:
         pass
 
 
-def migrate(db: sqlite3.Connection) -> None:
-    """Bring a store written by an earlier gpud up to this schema (columns added since)."""
+def migrate(db: sqlite3.Connection, path: str) -> None:
+    """Bring a store written by an earlier gpud up to this schema (columns added since); refuse a later one's."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        raise StoreVersionError(f"the store {path} was written by a newer gpud (schema {row[0]}; this gpud "
+                                f"knows {SCHEMA_VERSION}): upgrade gpud on this host")
     columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
     if "allow_root" not in columns:
         db.execute("ALTER TABLE tokens ADD COLUMN allow_root INTEGER NOT NULL DEFAULT 0")
     if "revoked" not in columns:
         db.execute("ALTER TABLE tokens ADD COLUMN revoked REAL")
+    if row is None or int(row[0]) < SCHEMA_VERSION:
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
 
 class SQLiteStore:
@@ -68,7 +75,12 @@ class SQLiteStore:
         self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
-        migrate(self.db)
+        self.synchronous = synchronous
+        try:
+            migrate(self.db, self.path)
+        except StoreVersionError:
+            self.db.close()
+            raise
         for path in (self.path, self.path + "-wal", self.path + "-shm"):
             private(path)
         self._reader: sqlite3.Connection | None = None
@@ -189,6 +201,10 @@ class SQLiteStore:
     def forget_answers(self, before: float) -> int:
         """Delete the answers to idempotent requests made before ``before``; returns how many."""
         return self.db.execute("DELETE FROM answers WHERE created < ?", (before,)).rowcount
+
+    def usage(self, synchronous: str | None = None) -> UsageStore:
+        """The decayed-usage tables of this file, on a connection of their own."""
+        return UsageStore(self.path, synchronous=synchronous or self.synchronous)
 
     def close(self) -> None:
         """Close the database file."""

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIGNER: web.AppKey[Signer] = web.AppKey("ui_signer")
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("ui_templates")
 LIVE: web.AppKey[Live] = web.AppKey("ui_live")
-SESSION = "gpud_ui_session"
+SESSION: web.RequestKey[Session] = web.RequestKey("gpud_ui_session")
 OPEN_PREFIXES = ("/ui/login", "/ui/static/")
 OPEN_PATHS = frozenset({"/", "/ui"})   # they only point at /ui/
 # Scripts and styles only from the dashboard itself, no inline code, no framing by any page.
@@ -75,6 +75,12 @@ def to_login(request: web.Request) -> web.Response:
 async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
     """Require a live session (but on the sign-in page and static files), a CSRF token on every POST,
     and answer the reused API's refusals as a page."""
+    ctrl = request.app[CONTROLLER]
+    if ctrl.role != "leader" and not request.path.startswith("/ui/static/"):
+        where = f"the leader is at {ctrl.leader_url}" if ctrl.leader_url else "no controller leads right now"
+        return render(request, "error.html", 503, title="Standby",
+                      message=f"this controller is a standby and its dashboard shows nothing; {where}, whose "
+                              f"dashboard is the cluster's")
     if not request.path.startswith(OPEN_PREFIXES) and request.path not in OPEN_PATHS:
         session = request.app[SIGNER].session(request.cookies.get(SESSION_COOKIE), time.time())
         principal = principal_of(request.app[CONTROLLER], session) if session else None
@@ -123,7 +129,7 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
-    watcher = asyncio.create_task(app[LIVE].watch(), name="gpud-ui-watch")
+    watcher = asyncio.create_task(app[LIVE].watch(app), name="gpud-ui-watch")
     yield
     app[LIVE].close()
     await watcher

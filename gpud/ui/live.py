@@ -1,98 +1,258 @@
 """Live updates as server-sent events: each open page's live part when the cluster changed, and a job's log.
 
 The stream carries the page's fragment itself, made by the same view (and
-the same visibility rules) as a reload or an htmx request, once per change
-for all who would see the same, so ten open dashboards cost ten writes a
-change rather than ten requests. The controller's durable-write counter
-tells that something changed without looking at a single job, so an idle
-cluster costs nothing.
+the same visibility rules) as a reload or an htmx request. One watcher
+pushes to every open stream: it looks at the controller's durable-write
+counter (so an idle cluster costs nothing), and on a change (as often as
+its CPU budget allows: gpud/ui/pacing.py) makes each open page's
+part once for all who see the same (an audience) and writes the same bytes
+to each of them; an audience whose part came out as before gets nothing,
+and a part whose state cannot have changed (an ended job's) is not made
+again. The streams themselves wait without a timer or a task wake-up of
+their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Coroutine, Generator
 
 from aiohttp import web
 from yarl import URL
 
 from gpud.controller import api
+from gpud.controller.auth import Principal
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.service import Controller
+from gpud.ui.pacing import PushBudget
+from gpud.ui.session import Session
 
-POLL_S = 1.0          # how often a stream looks for a change
-MIN_GAP_S = 2.0       # at most one nudge per stream this often, however busy the cluster
-KEEPALIVE_S = 15.0    # a comment line this often keeps proxies from closing a quiet stream
+if TYPE_CHECKING:
+    from gpud.ui.pages import Section
+
+log = logging.getLogger("gpud.ui")
+
+POLL_S = 1.0          # how often the watcher looks for a change
+KEEPALIVE_S = 15.0    # a comment line on a stream quiet this long keeps proxies from closing it
+FRAGMENT_S = 10.0     # a part is made again this often at most when only samples changed (no durable write)
+ENDED = ("ended",)    # the version of what no longer changes: a job that is no longer pending or running
 LOG_CHUNK = 64 * 1024
 
 
-class Live:
-    """The dashboard's open streams and the one watcher that wakes them.
+@dataclass(eq=False, slots=True)
+class Stream:
+    """One open page's event stream: who asked, for which page, and what it was last sent."""
 
-    One task looks at the cluster's version every POLL_S and wakes every
-    open stream at once (a change, at most every MIN_GAP_S, or a keepalive),
-    so a stream costs nothing between wake-ups: no timer of its own.
-    """
+    request: web.Request
+    response: web.StreamResponse
+    session: Session
+    who: tuple[str, bool]               # the user and whether an admin, as when the stream opened
+    audience: "Audience | None"         # None: the page has no live part, it is only nudged
+    sent: bytes | None = None           # the last part written (the same object for its whole audience)
+    behind: bool = False                # a push found its connection still busy: it gets the part later
+    last_write: float = 0.0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(eq=False, slots=True)
+class Audience:
+    """The open streams that see the same live part (same page, same user where it matters), and that part."""
+
+    key: tuple
+    part: "Section"
+    streams: list[Stream] = field(default_factory=list)
+    version: object = None
+    made: float = 0.0
+    event: bytes | None = None          # the part as an ``event: section``, or None when it cannot be made
+
+
+class Live:
+    """The dashboard's open streams and the one watcher that pushes to them, as often as its
+    ``PushBudget`` allows (gpud/ui/pacing.py)."""
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
         self.closing = asyncio.Event()
-        self.open = 0
-        self.changes = 0                     # how many changes were announced so far
-        self._wake = asyncio.Event()         # replaced by a fresh one at every wake-up
-        self._encoded: dict[int, tuple[str, bytes]] = {}   # by the text's identity: it is kept alive here
+        self.streams: list[Stream] = []
+        self.audiences: dict[tuple, Audience] = {}
+        self.changes = 0                 # how many pushes were made so far
+        self.budget = PushBudget()
 
-    def section_event(self, text: str) -> bytes:
-        """``text`` as an ``event: section``, encoded once for every stream that sends the same text."""
-        hit = self._encoded.get(id(text))
-        if hit is None or hit[0] is not text:
-            if len(self._encoded) >= 64:
-                self._encoded.clear()
-            hit = self._encoded[id(text)] = (text, _event("section", text))
-        return hit[1]
+    @property
+    def open(self) -> int:
+        """How many streams are open."""
+        return len(self.streams)
 
     def version(self) -> tuple[int, int]:
         """Changes when the cluster's state does: its durable writes and the jobs it holds."""
         ctrl = self.ctrl
         return ctrl.persist.batches, len(ctrl.cluster.jobs)
 
-    async def watch(self) -> None:
-        """Wake the open streams on each change (at most every MIN_GAP_S) and every KEEPALIVE_S; until closed."""
-        seen, quiet = self.version(), 0.0
+    def join(self, request: web.Request, response: web.StreamResponse, session: Session, principal: Principal,
+             part: "Section | None", view: URL | None) -> Stream:
+        """Add an open stream for the page ``view`` whose live part is ``part`` (None: nudges only)."""
+        audience = None
+        if part is not None and view is not None:
+            key = (str(view), part.template, part.who)
+            audience = self.audiences.get(key)
+            if audience is None:
+                audience = self.audiences[key] = Audience(key, part)
+            audience.streams.append(stream := Stream(request, response, session, (principal.user, principal.admin),
+                                                     audience))
+        else:
+            stream = Stream(request, response, session, (principal.user, principal.admin), None)
+        stream.last_write = time.monotonic()
+        self.streams.append(stream)
+        return stream
+
+    def leave(self, stream: Stream) -> None:
+        """Forget a stream that ended."""
+        stream.done.set()
+        with contextlib.suppress(ValueError):
+            self.streams.remove(stream)
+        audience = stream.audience
+        if audience is not None:
+            with contextlib.suppress(ValueError):
+                audience.streams.remove(stream)
+            if not audience.streams and self.audiences.get(audience.key) is audience:
+                del self.audiences[audience.key]
+
+    async def watch(self, app: web.Application) -> None:
+        """Push to the open streams on each change, as often as the budget allows, until closed."""
+        seen, budget = self.version(), self.budget
         while await self.pause(POLL_S):
-            quiet += POLL_S
-            now = self.version()
-            if now != seen:
-                seen, quiet = now, 0.0
+            budget.earn(time.process_time())
+            if not self.streams:
+                seen = self.version()
+                continue
+            now, version = time.monotonic(), self.version()
+            if version != seen and budget.may_push(now):
+                seen = version
                 self.changes += 1
-                self._wake_all()
-                if not await self.pause(MIN_GAP_S - POLL_S):
-                    break
-            elif quiet >= KEEPALIVE_S:
-                quiet = 0.0
-                self._wake_all()
-        self._wake_all()
+                push = OwnTime(self.push(app))
+                try:
+                    await push
+                except Exception:  # one bad part must not stop every dashboard's updates
+                    log.exception("the dashboard's live parts could not be pushed")
+                budget.paid(now, push.cpu)
+            else:
+                tend = OwnTime(self.tend(now))
+                await tend
+                budget.charge(tend.cpu)
+        for stream in list(self.streams):
+            stream.done.set()
 
-    def _wake_all(self) -> None:
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
+    async def push(self, app: web.Application) -> None:
+        """Each audience's part made anew where its state changed, and written to whoever has not got it."""
+        from gpud.ui.pages import part_text
 
-    async def next(self) -> int:
-        """Wait for the next wake-up; returns how many changes were announced by then."""
-        await self._wake.wait()
-        return self.changes
+        ctrl, now = self.ctrl, time.time()
+        for stream in list(self.streams):
+            principal = _principal(ctrl, stream.session)
+            if principal is None or stream.session.expires <= now or \
+                    (principal.user, principal.admin) != stream.who:
+                # Signed out, revoked or changed: its fetch leads to the sign-in page, or a stream for who it is.
+                await self._write(stream, CHANGE)
+                self.leave(stream)
+            elif stream.audience is None:
+                await self._write(stream, CHANGE)
+        for audience in list(self.audiences.values()):
+            if not audience.streams:
+                continue
+            part, made = audience.part, time.monotonic()
+            version = part.version()
+            stale = version is not ENDED and made - audience.made >= FRAGMENT_S
+            if audience.version != version or stale:
+                first = audience.streams[0]
+                principal = _principal(ctrl, first.session)
+                if principal is None:  # revoked while this push went on: the next push ends its streams
+                    continue
+                text = None
+                with contextlib.suppress(web.HTTPException, LookupError):
+                    text = await part_text(app, first.session, principal, part)
+                audience.version, audience.made = version, made
+                event = _event("section", text) if text is not None else None
+                if event is None or event != audience.event:  # the same bytes as before: nobody needs them
+                    audience.event = event
+            for stream in list(audience.streams):
+                if audience.event is None:
+                    await self._write(stream, CHANGE)
+                elif stream.sent is not audience.event:
+                    if await self._write(stream, audience.event):
+                        stream.sent = audience.event
+
+    async def tend(self, now: float) -> None:
+        """Between pushes: end the streams whose browser left, catch up those that were busy, keep quiet ones open."""
+        for stream in list(self.streams):
+            if _gone(stream.request):
+                self.leave(stream)
+            elif stream.behind and stream.audience is not None and stream.audience.event is not None:
+                if await self._write(stream, stream.audience.event):
+                    stream.sent = stream.audience.event
+            elif now - stream.last_write >= KEEPALIVE_S:
+                await self._write(stream, KEEPALIVE)
+
+    async def _write(self, stream: Stream, data: bytes) -> bool:
+        """Write ``data`` to ``stream`` unless its connection is gone (it ends) or still busy (it is behind)."""
+        transport = stream.request.transport
+        if transport is None or transport.is_closing():
+            self.leave(stream)
+            return False
+        if transport.get_write_buffer_size() > 0:  # a slow reader holds up neither the watcher nor the others
+            stream.behind = True
+            return False
+        try:
+            await stream.response.write(data)
+        except (ConnectionError, RuntimeError):
+            self.leave(stream)
+            return False
+        stream.behind, stream.last_write = False, time.monotonic()
+        return True
 
     def close(self) -> None:
         """End every open stream (the server is stopping)."""
         self.closing.set()
-        self._wake_all()
+        for stream in list(self.streams):
+            stream.done.set()
 
     async def pause(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the server is stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.closing.wait(), seconds)
         return not self.closing.is_set()
+
+
+class OwnTime:
+    """Await a coroutine, counting the CPU time it takes itself (``cpu``, seconds), not that of the other
+    tasks that run while it waits."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        self.coroutine, self.cpu = coroutine, 0.0
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            began = time.thread_time()
+            try:
+                waiting = self.coroutine.send(value) if error is None else self.coroutine.throw(error)
+            except StopIteration:
+                return
+            finally:
+                self.cpu += time.thread_time() - began
+            try:
+                value, error = (yield waiting), None
+            except BaseException as exc:  # a cancellation goes on into the coroutine, as a plain await would
+                value, error = None, exc
+
+
+def _principal(ctrl: Controller, session: Session) -> Principal | None:
+    from gpud.ui.app import principal_of
+    return principal_of(ctrl, session)
 
 
 async def _stream(request: web.Request) -> web.StreamResponse:
@@ -119,7 +279,7 @@ def _view(request: web.Request) -> URL | None:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """The page's live part as ``event: section`` whenever the cluster changed (at most every MIN_GAP_S).
+    """The page's live part as ``event: section`` whenever the cluster changed (as often as the budget allows).
 
     The stream names its page (``?view=/ui/queue?state=PENDING``); the part
     is made once per change for everyone who sees the same, and each open
@@ -130,45 +290,30 @@ async def events(request: web.Request) -> web.StreamResponse:
     token was revoked (its fetch then leads to the sign-in page), and its
     stream ends.
     """
-    from gpud.ui.app import LIVE, SESSION, principal_of
-    from gpud.ui.pages import section_text
+    from gpud.ui.app import LIVE, SESSION
+    from gpud.ui.pages import section
 
     live: Live = request.app[LIVE]
-    ctrl, session, view = request.app[CONTROLLER], request[SESSION], _view(request)
+    session, principal, view = request[SESSION], request[PRINCIPAL], _view(request)
+    part = None
+    if view is not None:
+        with contextlib.suppress(web.HTTPException, LookupError):
+            part = section(request.app, session, principal, view)
     response = await _stream(request)
-    seen, sent = live.changes, None
-    live.open += 1
+    stream = live.join(request, response, session, principal, part, view)
     try:
         await response.write(b"retry: 3000\n\n")
-        while not live.closing.is_set() and not _gone(request):
-            changes = await live.next()
-            if live.closing.is_set() or _gone(request):
-                break
-            if changes == seen:
-                await response.write(b": still here\n\n")
-                continue
-            seen = changes
-            principal = principal_of(ctrl, session)
-            if principal is None or session.expires <= time.time():
-                await response.write(CHANGE)
-                break
-            text = None
-            if view is not None:
-                with contextlib.suppress(web.HTTPException, LookupError):
-                    text = await section_text(request.app, session, principal, view)
-            if text is None:
-                await response.write(CHANGE)
-            elif text != sent:  # the same text as last time: the page already shows it
-                await response.write(live.section_event(text))
-                sent = text
+        if not live.closing.is_set():
+            await stream.done.wait()
     except ConnectionError:
         pass
     finally:
-        live.open -= 1
+        live.leave(stream)
     return response
 
 
 CHANGE = b"event: change\ndata: \n\n"
+KEEPALIVE = b": still here\n\n"
 
 
 def _event(kind: str, text: str) -> bytes:

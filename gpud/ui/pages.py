@@ -24,24 +24,22 @@ from gpud.lifecycle import ACTIVE
 from gpud.submission import is_job_id
 from gpud.ui import charts, data
 from gpud.ui.app import LIVE, SESSION, SIGNER, render, render_text
+from gpud.ui.live import ENDED, FRAGMENT_S
 from gpud.ui.session import Session
 
 WINDOWS = {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}
 USAGE_CACHE_S = 60.0
-FRAGMENT_S = 10.0
 FRAGMENTS_KEPT = 256
-
-
-ENDED = ("ended",)   # the version of what no longer changes: a job that is no longer pending or running
 
 
 class Section:
     """A page's live part as one stream or htmx request asks for it: the template, its values, whose it is,
-    and the version of the state it shows (the cluster's unless given)."""
+    the page's path, and ``version()``, the version of the state it shows (``ENDED`` for what no longer
+    changes)."""
 
-    def __init__(self, template: str, who: tuple, values: Callable[[], Awaitable[dict[str, Any]]],
-                 version: object = None) -> None:
-        self.template, self.who, self.values, self.version = template, who, values, version
+    def __init__(self, template: str, who: tuple, values: Callable[[], Awaitable[dict[str, Any]]], path: str,
+                 version: Callable[[], object]) -> None:
+        self.template, self.who, self.values, self.path, self.version = template, who, values, path, version
 
 
 def _choice(query: MultiMapping[str], key: str) -> str | None:
@@ -69,7 +67,7 @@ def section(app: web.Application, session: Session, principal: Principal, view: 
     and whether an admin for what the API's visibility rules decide, and
     the session's nonce where the fragment carries a form (its CSRF token).
     """
-    ctrl = app[CONTROLLER]
+    ctrl, cluster_version = app[CONTROLLER], app[LIVE].version
     path = view.path
     if path == "/ui/":
         async def overview_values() -> dict[str, Any]:
@@ -78,7 +76,7 @@ def section(app: web.Application, session: Session, principal: Principal, view: 
             for job in ctrl.cluster.jobs.values():
                 jobs["pending" if job.state == "PENDING" else "running"] += 1
             return {"pools": pools, "counts": data.counts(pools), "jobs": jobs}
-        return Section("_overview.html", (), overview_values)
+        return Section("_overview.html", (), overview_values, path, cluster_version)
     if path == "/ui/queue":
         filters, page = _queue_query(view.query)
 
@@ -87,19 +85,20 @@ def section(app: web.Application, session: Session, principal: Principal, view: 
                                     app[QUEUE_KEY], app[LIVE].version())
             return {"q": shown, "filters": filters, "query": {k: v for k, v in filters.items() if v},
                     "states": sorted(ACTIVE)}
-        return Section("_queue.html", (principal.user, principal.admin), queue_values)
+        return Section("_queue.html", (principal.user, principal.admin), queue_values, path, cluster_version)
     if path == "/ui/nodes":
         async def nodes_values() -> dict[str, Any]:
             return {"nodes": data.node_views(ctrl)}
-        return Section("_nodes.html", (principal.admin, session.nonce), nodes_values)
+        return Section("_nodes.html", (principal.admin, session.nonce), nodes_values, path, cluster_version)
     if path.startswith("/ui/jobs/") and path.count("/") == 3 and is_job_id(path[len("/ui/jobs/"):]):
         job_id = path[len("/ui/jobs/"):]
 
         async def job_values() -> dict[str, Any]:
             return await data.job_page(ctrl, principal, job_id)
-        # An ended job (or array) is in the store for good: its part is made again only when it expires.
-        version = None if ctrl.cluster.select(job_id) else ENDED
-        return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values, version)
+        def job_version() -> object:
+            # An ended job (or array) is in the store for good: what its page shows no longer changes.
+            return cluster_version() if ctrl.cluster.select(job_id) else ENDED
+        return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values, path, job_version)
     return None
 
 
@@ -116,16 +115,12 @@ async def section_text(app: web.Application, session: Session, principal: Princi
     if part is None:
         return None
     cache, now = app[FRAGMENT_KEY], time.monotonic()
-    version = part.version if part.version is not None else app[LIVE].version()
+    version = part.version()
     key = (str(view), part.template, part.who)
     hit = cache.get(key)
-    if hit is not None and hit[0] == version and now - hit[1] < FRAGMENT_S:
+    if hit is not None and hit[0] == version and (version is ENDED or now - hit[1] < FRAGMENT_S):
         return await asyncio.shield(hit[2])
-
-    async def make() -> str:
-        values = await part.values()
-        return render_text(app, part.template, app[SIGNER].csrf(session.nonce), principal, view.path, **values)
-    made = asyncio.ensure_future(make())
+    made = asyncio.ensure_future(part_text(app, session, principal, part))
     if len(cache) >= FRAGMENTS_KEPT:
         cache.clear()
     cache[key] = (version, now, made)
@@ -135,6 +130,12 @@ async def section_text(app: web.Application, session: Session, principal: Princi
         if cache.get(key, (None, None, None))[2] is made:
             del cache[key]  # a refusal (unknown job, bad filter) is not kept: the next asker gets it anew
         raise
+
+
+async def part_text(app: web.Application, session: Session, principal: Principal, part: Section) -> str:
+    """The live part ``part`` made now as HTML for this session (its forms carry the session's CSRF token)."""
+    values = await part.values()
+    return render_text(app, part.template, app[SIGNER].csrf(session.nonce), principal, part.path, **values)
 
 
 async def _live(request: web.Request) -> web.Response:

@@ -1,0 +1,192 @@
+"""Spare cgroups: a finished task's v1 groups serve the next task with the same limits, under its name.
+
+Runs where the host has writable cgroup v1 hierarchies (root); every group a
+test makes is gone when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gpud.node import cgroups, cgspares, procs
+from gpud.node.spec import TaskKey
+from gpud.node.taskstate import Layout, read_state
+from gpud.node.tasks import TaskTable
+from node_helpers import kill_everything, run_to_end, running, spec, wait_for
+
+HOST = cgroups.detect()
+pytestmark = pytest.mark.skipif(not HOST.v1, reason="this host lets us make no cgroup v1 group (not root, or none "
+                                                    "writable)")
+MIB = 1 << 20
+# Peak memory: touches 150 MiB, so a later task's peak shows whether the group's peak was reset.
+HOG = "b = bytearray(150 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    path = tmp_path / "state"
+    yield path
+    kill_everything(str(path))
+    for group in _groups(Layout(str(path)).tasks_dir):
+        task = cgroups.TaskCgroup(os.path.basename(group), cgroups.Hierarchies(v1={"any": os.path.dirname(group)}))
+        task.kill()
+        task.remove()
+
+
+@pytest.fixture
+def table(state_dir):
+    table = TaskTable(Layout(str(state_dir)))
+    table.adopt()
+    yield table
+    table.launcher.close()
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def _groups(tasks_dir: str, part: str = "") -> list[str]:
+    """This node's cgroup directories (named after a task directory, or spares: ``part`` "spare-") now."""
+    prefix = cgroups.cgroup_name(tasks_dir, part)
+    found = []
+    for base in [*HOST.v1.values(), *([HOST.v2] if HOST.v2 else [])]:
+        if os.path.isdir(base):
+            found += [os.path.join(base, name) for name in os.listdir(base) if name.startswith(prefix)]
+    return sorted(found)
+
+
+def _spares(table: TaskTable) -> list[str]:
+    return _groups(table.layout.tasks_dir, "spare-")
+
+
+def _one_v1(paths: list[str]) -> str:
+    """Of a task's or a spare's directories, the one in the first v1 hierarchy."""
+    base = next(iter(HOST.v1.values()))
+    return next(path for path in paths if os.path.dirname(path) == base)
+
+
+def _task_spec(workdir, command: list[str], **fields) -> dict:
+    return spec(workdir, command, cpus=0.5, memory_gib=0.5, gpu_uuids=["GPU-fake-0"], gpu_indices=[0], **fields)
+
+
+def test_the_next_task_with_the_same_limits_gets_the_finished_tasks_groups_under_its_own_name(table, workdir):
+    first = TaskKey(f"a{os.getpid()}", 0, 0)
+    table.start(first, _task_spec(workdir, [sys.executable, "-c", HOG]))
+    assert run_to_end(table, first, timeout=60).max_rss_bytes >= 150 * MIB
+    wait_for(lambda: _groups(table.layout.tasks_dir, first.dirname) == [] and _spares(table))
+    spare = _one_v1(_spares(table))
+    kept = os.stat(spare).st_ino
+
+    second = TaskKey(f"b{os.getpid()}", 0, 0)
+    table.start(second, _task_spec(workdir, ["sleep", "0.5"]))
+    running(table, second)
+    mine = _groups(table.layout.tasks_dir, second.dirname)
+    assert len(mine) == len(HOST.v1) + (1 if HOST.v2 else 0)
+    assert os.stat(_one_v1(mine)).st_ino == kept, "the spare's v1 groups, renamed"
+    assert not os.path.exists(spare)
+    if "memory" in HOST.v1:
+        memory = os.path.join(HOST.v1["memory"], cgroups.cgroup_name(table.layout.tasks_dir, second.dirname))
+        assert int(open(os.path.join(memory, "memory.limit_in_bytes")).read()) == 512 * MIB
+    state = run_to_end(table, second)
+    assert state.exit_code == 0
+    if "memory" in HOST.v1:
+        assert state.max_rss_bytes is not None and state.max_rss_bytes < 100 * MIB, "the peak starts again"
+
+
+def test_a_task_with_other_limits_gets_groups_of_its_own(table, workdir):
+    first = TaskKey(f"c{os.getpid()}", 0, 0)
+    table.start(first, _task_spec(workdir, ["true"]))
+    run_to_end(table, first)
+    wait_for(lambda: _spares(table))
+    spare = _one_v1(_spares(table))
+    kept = os.stat(spare).st_ino
+    second = TaskKey(f"d{os.getpid()}", 0, 0)
+    table.start(second, spec(workdir, ["sleep", "0.5"], cpus=0.5, memory_gib=0.25, gpu_uuids=["GPU-fake-0"],
+                             gpu_indices=[0]))
+    running(table, second)
+    assert os.stat(_one_v1(_groups(table.layout.tasks_dir, second.dirname))).st_ino != kept
+    assert os.path.exists(spare), "kept for a task with its limits"
+    run_to_end(table, second)
+
+
+@pytest.mark.skipif("memory" not in HOST.v1, reason="the host has no writable memory cgroup")
+def test_the_groups_of_a_task_killed_out_of_memory_are_removed_not_kept(table, workdir):
+    key = TaskKey(f"o{os.getpid()}", 0, 0)
+    hog = "b = bytearray(400 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+    table.start(key, spec(workdir, [sys.executable, "-c", hog], memory_gib=100 / 1024))
+    assert run_to_end(table, key, timeout=30).reason.startswith("out of memory")
+    # A task started after it, with other limits: once its groups are parked, the OOM-killed task's were looked at.
+    marker = TaskKey(f"p{os.getpid()}", 0, 0)
+    table.start(marker, spec(workdir, ["true"], memory_gib=50 / 1024))
+    run_to_end(table, marker)
+    wait_for(lambda: _groups(table.layout.tasks_dir, key.dirname) == [] and _spares(table))
+    assert len({os.path.basename(path) for path in _spares(table)}) == 1, "the marker's alone"
+    assert _groups(table.layout.tasks_dir, marker.dirname) == []
+
+
+def test_a_group_with_a_process_left_in_it_is_never_kept(tmp_path):
+    group = cgroups.TaskCgroup(cgroups.cgroup_name(str(tmp_path), f"x{os.getpid()}.0.0"), HOST)
+    limits = cgroups.Limits(memory_bytes=256 * MIB)
+    group.create(limits)
+    lingering = subprocess.Popen(["sleep", "60"])
+    try:
+        for path in group.v1.values():
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(lingering.pid))
+        spares = cgspares.Spares()
+        spares.park(group, limits, reusable=True)
+        assert spares.count() == 0
+        assert all(os.path.isdir(path) for path in group.v1.values()), "left where it is, with its process"
+    finally:
+        os.kill(lingering.pid, signal.SIGKILL)
+        lingering.wait()
+        group.kill()
+        assert group.remove()
+
+
+def test_a_supervisor_removes_its_spares_when_it_exits(table, workdir):
+    key = TaskKey(f"e{os.getpid()}", 0, 0)
+    table.start(key, _task_spec(workdir, ["true"]))
+    supervisor = running(table, key).supervisor_pid
+    run_to_end(table, key)
+    wait_for(lambda: _spares(table))
+    table.launcher.close()
+    wait_for(lambda: not procs.same_process(supervisor, None))
+    assert _groups(table.layout.tasks_dir) == []
+
+
+def test_the_spares_of_a_killed_supervisor_are_removed_when_the_node_daemon_starts_again(state_dir, workdir):
+    first = TaskTable(Layout(str(state_dir)))
+    first.adopt()
+    key = TaskKey(f"k{os.getpid()}", 0, 0)
+    first.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(first, key)
+    wait_for(lambda: _spares(first))
+    supervisor = read_state(first.layout.task_dir(key)).supervisor_pid
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not procs.same_process(supervisor, None))
+    assert _spares(first), "left behind by the killed supervisor"
+    second = TaskTable(Layout(str(state_dir)))
+    try:
+        second.adopt()
+        assert _groups(second.layout.tasks_dir) == []
+    finally:
+        second.launcher.close()
+        first.launcher.close()
+
+
+def test_the_spares_of_a_supervisor_that_died_are_removed_by_the_daemon_that_started_it(table, workdir):
+    key = TaskKey(f"g{os.getpid()}", 0, 0)
+    table.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(table, key)
+    wait_for(lambda: _spares(table))
+    os.kill(read_state(table.layout.task_dir(key)).supervisor_pid, signal.SIGKILL)
+    wait_for(lambda: table.refresh() is not None and _groups(table.layout.tasks_dir) == [])
