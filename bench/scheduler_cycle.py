@@ -223,6 +223,9 @@ def plan_digest(plan) -> str:
     if pending is None:  # a core that keeps the reasons as data names them so
         pending = plan.pending
     text = repr((plan.binds, plan.evictions, sorted(pending.items())))
+    reservations = getattr(plan, "reservations", None)
+    if reservations:  # planned starts too, where any (none without time limits: the hash is as before)
+        text += repr(sorted(reservations.items()))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
