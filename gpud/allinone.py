@@ -38,6 +38,7 @@ class UpOptions:
     demo: bool = False
     exit_when_idle: bool = False
     store_sync: str = "full"
+    store: str | None = None  # a PostgreSQL URL; None: the SQLite file in the state directory
     run_dir: str | None = None
     fake_cpus: float | None = None
     fake_memory_gib: float | None = None
@@ -227,12 +228,12 @@ def controller_config(options: UpOptions) -> ControllerConfig:
     # A state directory gpud up has never used becomes a new cluster; a store that went missing or empty
     # in one it has used is refused, as by gpud controller.
     fresh = not any(os.path.exists(os.path.join(options.controller_dir, name))
-                    for name in (CLUSTER_ID_FILE, FILE_NAME))
+                    for name in (CLUSTER_ID_FILE, FILE_NAME)) or options.store is not None  # --init: idempotent there
     # gpud up's token runs jobs as the user who started it: when that is root, as root. Its jobs run on this
     # host alone, so a user with no account here is refused at submit (as non-root, jobs run as the starter).
     return ControllerConfig(host="127.0.0.1", port=options.port, state_dir=options.controller_dir,
                             policy=options.policy_path, interval_s=2.0, synchronous=options.store_sync,
-                            init=fresh, admin_allow_root=root, local_node=root)
+                            init=fresh, admin_allow_root=root, local_node=root, store=options.store)
 
 
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
