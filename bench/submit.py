@@ -73,8 +73,8 @@ class Controller:
         (self.dir / "policy.toml").write_text(POLICY)
         (self.dir / "controller.toml").write_text(
             f'listen = "127.0.0.1:{self.port}"\nstate_dir = "state"\npolicy = "policy.toml"\n'
-            + (f'store = "{store}"\n' if store else "")
-            + f'[scheduler]\nheartbeat_s = 5\n[store]\nsynchronous = "{synchronous}"\n')
+            f'[scheduler]\nheartbeat_s = 5\n[store]\nsynchronous = "{synchronous}"\n'
+            + (f'url = "{store}"\n' if store else ""))
         self.log = open(self.dir / "controller.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config", str(self.dir / "controller.toml"),
