@@ -70,6 +70,8 @@ def main() -> int:
         server.stop()
     medians = {side: {key: round(statistics.median(run[key] for run in found), 1)
                       for key in ("one_client_jobs_per_s", "clients_jobs_per_s")} | {
+                          "one_client_each": [round(run["one_client_jobs_per_s"], 1) for run in found],
+                          "clients_each": [round(run["clients_jobs_per_s"], 1) for run in found],
                           "load_1m_each": [round(run["load_1m"], 2) for run in found]}
                for side, found in runs.items()}
     ratio = {key: round(medians["postgresql"][key] / medians["sqlite"][key], 3)

@@ -9,6 +9,7 @@ reports in ``pg_stat_ssl``.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,31 @@ def test_store_copy_honours_sslmode(tmp_path, certs, database):
     assert PASSWORD not in copied.stdout + copied.stderr
     with psycopg.connect(store, autocommit=True) as db:
         assert db.execute("SELECT state FROM jobs WHERE id = %s", (job,)).fetchone() == ("PENDING",)
+
+
+def test_gpud_up_keeps_its_cluster_in_postgresql_over_tls(tmp_path, certs, database):
+    from test_up import Up
+    from node_helpers import kill_everything
+
+    store = with_tls(database, certs / "ca" / "ca.pem", password=True)
+    up = Up(tmp_path, "--fake-gpus", "2", "--store", store)
+    try:
+        up.start()
+        submitted = up.gpuctl("submit", "--parsable", "--gpus", "1", "--", "true")
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.strip()
+        assert up.wait_state(job, "COMPLETED")["exit_code"] == 0
+        with psycopg.connect(store, autocommit=True) as db:
+            assert db.execute("SELECT state FROM jobs WHERE id = %s", (job,)).fetchone() == ("COMPLETED",)
+        assert all(encrypted(store, "gpud controller"))
+        assert up.stop() == 0
+        assert PASSWORD not in up.output()
+    finally:
+        up.stop(signal.SIGKILL)
+        kill_everything(str(up.state_dir / "node"))
+
+    (tmp_path / "wrong").mkdir()
+    wrong = Up(tmp_path / "wrong", "--fake-gpus", "2", "--store", with_tls(database, certs / "other" / "ca.pem"))
+    wrong.start(wait=False)
+    assert wrong.popen.wait(60) == 1
+    assert "certificate verify failed" in wrong.output() and "Traceback" not in wrong.output()
