@@ -1,17 +1,23 @@
-"""Benchmark of a plain `gpuctl submit` and `gpuctl queue` against the Python start-up floor.
+"""Benchmark of one `gpuctl submit`, `gpuctl queue` and `sbatch --parsable` call against Python's start-up floor.
+
+gpuctl is installed the regular way (not editable) into a temporary venv, `pip install --no-deps .` from
+this checkout (GPUD_COMPILE=1 in the environment compiles the core, as for a real install); --python
+names an installed one instead (the current venv: --python .venv/bin/python). The Slurm shims are
+written by that gpuctl (`gpuctl slurm-shims`). A real controller (`gpud controller`, SQLite store in a
+temporary directory, run by the interpreter running this script) serves on 127.0.0.1, found through a
+client.toml as `gpud up` writes it; --stand-in answers from this process instead (canned answers, no
+store), which leaves gpuctl's own cost alone.
 
 Runs, interleaved round by round so that machine load hits each alike:
-  python -c pass                              the floor: this interpreter, its site-packages, nothing else;
-  python -c "import gpud.cli.gpuctl"          importing the command line;
-  gpuctl submit -p bench -- true              one submit, the way a shell loop calls it;
-  gpuctl queue                                the job table (50 jobs);
-  gpuctl submit --array 0-999 -- true         1,000 jobs in one call, per job.
-gpuctl finds a stand-in controller in this process on 127.0.0.1 (canned answers, no store) through
-a client.toml as `gpud up` writes it, so the figures are gpuctl's own cost: start-up, reading its
-config, parsing, one HTTP exchange, printing.
-Prints the median wall time of each and its minimum, the median CPU time (user + system: steadier on
-a loaded machine), and each median minus the floor's.
-    python bench/cli_startup.py [--runs 40] [--json]
+  python -c pass                    the floor: the install's interpreter, its site-packages, nothing else;
+  gpuctl submit -p bench -- true    one submit, the way a shell loop calls it;
+  gpuctl queue                      the job table (50 jobs and more);
+  sbatch --parsable --wrap true     one submit through the Slurm shim.
+Prints the median wall time of each, its minimum, the median CPU time (user + system of the process:
+steadier on a loaded machine), and each median minus the floor's; with --instructions, the instructions
+each executes once (valgrind) and their ratio to the floor's, which load does not move: wall time on a
+quiet machine goes nearly as that ratio. --json prints one JSON document.
+    python bench/cli_startup.py [--runs 20] [--python PATH] [--stand-in] [--instructions] [--json]
 """
 
 from __future__ import annotations
@@ -21,31 +27,42 @@ import json
 import os
 import platform
 import resource
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POLICY = """\
+[[projects]]
+name = "bench"
+gpu_quota = 100000
+cpu_quota = 10000000
+memory_quota_gib = 100000000
+"""
 QUEUE = {"jobs": [{"id": str(i), "name": f"train-{i}", "user": "ann", "project": "bench",
                    "state": "RUNNING" if i < 8 else "PENDING", "started": time.time() - 60 * i if i < 8 else None,
                    "gpus": 1, "tasks": 1, "nodes": ["n1"] if i < 8 else [], "reason": "" if i < 8 else
                    "waiting for GPUs"} for i in range(50)]}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _StandIn(BaseHTTPRequestHandler):
+    """Canned answers: a submit gets id 1, a listing the 50 jobs of QUEUE."""
+
     protocol_version = "HTTP/1.1"
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
+        self.rfile.read(length)
         path = self.path.partition("?")[0]
-        if self.command == "POST" and body and body.get("array"):
-            doc = {"ids": [f"1_{i}" for i in range(1000)], "array_id": "1"}
-        elif self.command == "POST":
-            doc = {"ids": ["1"]}
+        if self.command == "POST":
+            doc: dict = {"ids": ["1"]}
         elif path == "/api/v1/jobs":
             doc = QUEUE
         else:
@@ -63,15 +80,83 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def gpuctl_argv(scratch: str) -> list[str]:
-    """The installed gpuctl script beside this interpreter, else a script that does what it does."""
-    script = os.path.join(os.path.dirname(sys.executable), "gpuctl")
-    if os.path.exists(script):
-        return [script]
-    script = os.path.join(scratch, "gpuctl")
-    with open(script, "w") as f:
-        f.write("import sys\nfrom gpud.cli.gpuctl import main\nsys.exit(main())\n")
-    return [sys.executable, script]
+class Controller:
+    """A real `gpud controller` process with its own state directory on 127.0.0.1, stopped by pid."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, "controller")
+        os.makedirs(self.dir)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        with open(os.path.join(self.dir, "policy.toml"), "w") as f:
+            f.write(POLICY)
+        config = os.path.join(self.dir, "controller.toml")
+        with open(config, "w") as f:
+            f.write(f'listen = "127.0.0.1:{self.port}"\nstate_dir = "state"\npolicy = "policy.toml"\n')
+        self.log = open(os.path.join(self.dir, "controller.log"), "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config", config,
+             "--log-level", "warning", "--init", "--allow-root"], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not self._healthy():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(os.path.join(self.dir, "controller.log")) as f:
+                    raise SystemExit(f"the controller did not start:\n{f.read()}")
+            time.sleep(0.05)
+        with open(os.path.join(self.dir, "state", "admin.token")) as f:
+            self.token = f.read().strip()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM the controller, SIGKILL it if it is still there 20 s later, and reap it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.log.close()
+
+
+def install(scratch: str) -> str:
+    """A temporary venv with gpud installed from this checkout the regular way; returns its python."""
+    venv = os.path.join(scratch, "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    print(f"installing gpud from {ROOT} into {venv} ...", file=sys.stderr)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", ROOT], check=True,
+                   stdout=subprocess.DEVNULL)
+    return python
+
+
+def compiled_core(python: str) -> bool:
+    """Whether the gpud that ``python`` imports has its core compiled by mypyc (a C extension beside it)."""
+    done = subprocess.run([python, "-c", "import gpud, os; print(os.path.dirname(gpud.__file__))"],
+                          capture_output=True, text=True, cwd="/", check=True)
+    package = done.stdout.strip()
+    return any(name.endswith(".so") for folder in (package, os.path.join(package, "core"))
+               for name in os.listdir(folder))
+
+
+def instructions(argv: list[str], env: dict[str, str], cwd: str) -> int | None:
+    """Instructions the process executes, counted by valgrind (steady however loaded the machine); None without it."""
+    try:
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], env=env,
+                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        return None
+    counted = [line.rsplit(":", 1)[1] for line in done.stderr.splitlines() if "Collected :" in line]
+    return int(counted[0]) if done.returncode == 0 and counted else None
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
@@ -86,41 +171,41 @@ def timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]
     return elapsed, (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    with tempfile.TemporaryDirectory() as home:
-        gpuctl = gpuctl_argv(home)
-        # The client config as `gpud up` writes it: finding the controller reads it on every call.
-        # (Not in the directory the commands run in: `python -c` would import that gpud/ folder as gpud.)
-        config = os.path.join(home, "config")
-        os.makedirs(os.path.join(config, "gpud"))
-        with open(os.path.join(config, "gpud", "client.toml"), "w") as f:
-            f.write(f'url = "http://127.0.0.1:{server.server_address[1]}"\ntoken = "t"\n')
-        env = {**os.environ, "XDG_CONFIG_HOME": config}
-        for name in ("GPUD_PROJECT", "GPUD_URL", "GPUD_TOKEN"):
-            env.pop(name, None)
-        cases = {
-            "python -c pass": [sys.executable, "-c", "pass"],
-            "import gpud.cli.gpuctl": [sys.executable, "-c", "import gpud.cli.gpuctl"],
-            "gpuctl submit": gpuctl + ["submit", "-p", "bench", "--", "true"],
-            "gpuctl queue": gpuctl + ["queue"],
-            "gpuctl submit --array 0-999": gpuctl + ["submit", "-p", "bench", "--array", "0-999", "--", "true"],
-        }
-        wall: dict[str, list[float]] = {name: [] for name in cases}
-        cpu: dict[str, list[float]] = {name: [] for name in cases}
-        for name, argv in cases.items():  # one untimed run each: page cache, .pyc files
-            timed(argv, env, home)
-        for _ in range(args.runs):
-            for name, argv in cases.items():
-                elapsed, used = timed(argv, env, home)
-                wall[name].append(elapsed)
-                cpu[name].append(used)
-    server.shutdown()
+def measure(python: str, url: str, token: str, home: str, runs: int, count: bool) -> list[dict]:
+    """Run every case ``runs`` times, interleaved; one row of figures per case."""
+    bindir = os.path.dirname(python)
+    gpuctl = os.path.join(bindir, "gpuctl")
+    # The client config as `gpud up` writes it: finding the controller reads it on every call.
+    # (Not in the directory the commands run in: `python -c` would import a gpud/ folder there as gpud.)
+    config = os.path.join(home, "config")
+    os.makedirs(os.path.join(config, "gpud"))
+    with open(os.path.join(config, "gpud", "client.toml"), "w") as f:
+        f.write(f'url = "{url}"\ntoken = "{token}"\n')
+    env = {**os.environ, "XDG_CONFIG_HOME": config}
+    for name in ("GPUD_PROJECT", "GPUD_URL", "GPUD_TOKEN", "GPUD_RETRY", "GPUD_TIMEOUT", "PYTHONPATH"):
+        env.pop(name, None)
+    work = os.path.join(home, "work")
+    shims = os.path.join(home, "shims")
+    os.makedirs(work)
+    subprocess.run([gpuctl, "slurm-shims", "--dir", shims], env=env, check=True, stdout=subprocess.DEVNULL)
+    # A queue worth listing: 50 pending jobs before the first timed call.
+    subprocess.run([gpuctl, "submit", "-p", "bench", "--array", "0-49", "--", "true"], env=env, cwd=work,
+                   check=True, stdout=subprocess.DEVNULL)
+    cases = {
+        "python -c pass": [python, "-c", "pass"],
+        "gpuctl submit": [gpuctl, "submit", "-p", "bench", "--", "true"],
+        "gpuctl queue": [gpuctl, "queue"],
+        "sbatch --parsable": [os.path.join(shims, "sbatch"), "--parsable", "-A", "bench", "--wrap", "true"],
+    }
+    wall: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    for name, argv in cases.items():  # one untimed run each: page cache, .pyc files
+        timed(argv, env, work)
+    for _ in range(runs):
+        for name, argv in cases.items():
+            elapsed, used = timed(argv, env, work)
+            wall[name].append(elapsed)
+            cpu[name].append(used)
     floor, cpu_floor = statistics.median(wall["python -c pass"]), statistics.median(cpu["python -c pass"])
     rows = []
     for name in cases:
@@ -128,16 +213,64 @@ def main() -> int:
         rows.append({"case": name, "median_ms": round(median, 1), "min_ms": round(min(wall[name]), 1),
                      "over_floor_ms": round(median - floor, 1), "cpu_median_ms": round(cpu_median, 1),
                      "cpu_over_floor_ms": round(cpu_median - cpu_floor, 1)})
-    print(f"{args.runs} runs each, interleaved; wall time, and CPU time (user + system) of the process\n"
-          f"{'':30} {'median':>8} {'min':>7} {'- floor':>8}   {'CPU med':>8} {'- floor':>8}", file=sys.stderr)
+    if count:
+        for row, argv in zip(rows, cases.values()):
+            row["instructions"] = instructions(argv, env, work)
+        floor_count = rows[0]["instructions"]
+        for row in rows:
+            row["instructions_x_floor"] = round(row["instructions"] / floor_count, 2) if floor_count else None
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20, help="timed runs of each case (default 20)")
+    parser.add_argument("--python", metavar="PATH",
+                        help="the interpreter of an installed gpud, with gpuctl beside it (default: install "
+                             "this checkout into a temporary venv)")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="answer from this process (canned answers) instead of a real controller")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each case's instructions once with valgrind, and their ratio to the "
+                             "floor's: figures a loaded machine does not move")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        python = os.path.abspath(args.python) if args.python else install(home)
+        if not os.path.exists(os.path.join(os.path.dirname(python), "gpuctl")):
+            raise SystemExit(f"no gpuctl beside {python}: install gpud there")
+        server = controller = None
+        try:
+            if args.stand_in:
+                server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                url, token = f"http://127.0.0.1:{server.server_address[1]}", "t"
+            else:
+                controller = Controller(home)
+                url, token = controller.url, controller.token
+            rows = measure(python, url, token, home, args.runs, args.instructions)
+            compiled = compiled_core(python)
+        finally:
+            if server is not None:
+                server.shutdown()
+            if controller is not None:
+                controller.stop()
+    server_kind = "a stand-in in this process" if args.stand_in else "a real controller"
+    print(f"{args.runs} runs each, interleaved, {server_kind} on 127.0.0.1; wall time, and CPU time (user + system) "
+          f"of the process\n{'':20} {'median':>8} {'min':>7} {'- floor':>8}   {'CPU med':>8} {'- floor':>8}",
+          file=sys.stderr)
     for row in rows:
-        print(f"{row['case']:30} {row['median_ms']:8.1f} {row['min_ms']:7.1f} {row['over_floor_ms']:+8.1f}   "
-              f"{row['cpu_median_ms']:8.1f} {row['cpu_over_floor_ms']:+8.1f}", file=sys.stderr)
-    array = next(r for r in rows if r["case"].endswith("0-999"))
-    print(f"the array call submits 1,000 jobs: {array['median_ms'] / 1000:.3f} ms per job", file=sys.stderr)
+        counted = f"   {row['instructions'] / 1e6:7.1f} M instructions, {row['instructions_x_floor']:.2f} x the floor" \
+            if row.get("instructions") else ""
+        print(f"{row['case']:20} {row['median_ms']:8.1f} {row['min_ms']:7.1f} {row['over_floor_ms']:+8.1f}   "
+              f"{row['cpu_median_ms']:8.1f} {row['cpu_over_floor_ms']:+8.1f}{counted}", file=sys.stderr)
     if args.json:
         print(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                      "platform": platform.platform()}, "runs": args.runs, "cases": rows}, indent=2))
+                                      "platform": platform.platform(), "load": os.getloadavg()},
+                          "install": "given" if args.python else "temporary venv, pip install --no-deps",
+                          "compiled_core": compiled,
+                          "controller": "stand-in" if args.stand_in else "real",
+                          "runs": args.runs, "cases": rows}, indent=2))
     return 0
 
 

@@ -9,7 +9,11 @@ With --instructions, each core runs once under valgrind's callgrind, which
 counts the instructions the cycles execute: the same count at every run, so
 a change of 1% shows (valgrind must be installed; the big workload takes
 about ten minutes under it, --quick about one).
-    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick] [--users N] [--instructions]
+    python bench/compare_cores.py OTHER_CHECKOUT [--rounds 6] [--quick | --size huge] [--users N]
+        [--instructions]
+
+--size picks the big workload's size as bench/scheduler_cycle.py does (huge: 2,000 nodes, 300,000
+pending jobs); --users N gives every job one of N users per project, so the user order runs.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
+# (nodes, running tasks, pending jobs) at each --size, as bench/scheduler_cycle.py has them.
+SIZES = {"quick": (100, 600, 10_000), "big": (1000, 6000, 100_000), "huge": (2000, 12_000, 300_000)}
 
 # Run in a fresh interpreter per checkout, with that checkout first on sys.path: CPU seconds of a
 # cycle from a fresh snapshot, and the median of three warm cycles after a warm-up one.
 RUN_ONE = r"""
-import dataclasses, gc, json, random, statistics, sys, time
-root, quick, users = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+import dataclasses, gc, inspect, json, random, statistics, sys, time
+root, size, users = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 sys.path[:0] = [root, root + "/bench"]
 import gpud
 assert gpud.__file__.startswith(root), f"imported {gpud.__file__}, not the checkout at {root}"
@@ -38,7 +44,7 @@ from scheduler_cycle import big_cluster, timed_warm
 from gpud.core import Scheduler
 from gpud.model import JobSpec
 from gpud.plugins import make_plugin_manager
-snapshot, policy = big_cluster(1, *((100, 600, 10_000) if quick else (1000, 6000, 100_000)))
+snapshot, policy = big_cluster(1, *size)
 if users and "user" in JobSpec.__dataclass_fields__:  # a checkout that knows users: the jobs get some
     pick = random.Random(5)
     snapshot = dataclasses.replace(snapshot, jobs=tuple(dataclasses.replace(job, user=f"u{pick.randrange(users)}")
@@ -48,12 +54,11 @@ start = time.process_time()
 scheduler = Scheduler(snapshot, policy, make_plugin_manager())
 scheduler.cycle()
 fresh = time.process_time() - start
+# Submissions get users too where the checkout's timed_warm gives them.
+warm_users = {"users": users} if users and "users" in inspect.signature(timed_warm).parameters else {}
 rng, warm = random.Random(8), []
-for cycle in range(4):
-    gc.collect()
-    start = time.process_time()
-    timed_warm(scheduler, rng, cycle, 100)
-    warm.append(time.process_time() - start)
+for cycle in range(4):  # timed_warm's own CPU seconds: the submissions and completions and the cycle, not
+    warm.append(timed_warm(scheduler, rng, cycle, 100, **warm_users)["cpu_s"])  # the making of them
 print(json.dumps({"fresh": fresh, "warm": statistics.median(warm[1:])}))
 """
 
@@ -61,8 +66,8 @@ print(json.dumps({"fresh": fresh, "warm": statistics.median(warm[1:])}))
 # The same workload, for callgrind: only what runs inside exec() is counted (--toggle-collect), so the
 # workload's own making is left out. One phase per run: the fresh cycle, or three warm cycles after one.
 RUN_COUNTED = r"""
-import gc, random, sys
-root, quick, phase = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+import gc, json, random, sys
+root, size, phase = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 sys.path[:0] = [root, root + "/bench"]
 import gpud
 assert gpud.__file__.startswith(root), f"imported {gpud.__file__}, not the checkout at {root}"
@@ -70,7 +75,7 @@ from scheduler_cycle import big_cluster, pending_job
 from gpud.core import Scheduler
 from gpud.plugins import make_plugin_manager
 gc.disable()
-snapshot, policy = big_cluster(1, *((100, 600, 10_000) if quick else (1000, 6000, 100_000)))
+snapshot, policy = big_cluster(1, *size)
 pm = make_plugin_manager()
 if phase == "fresh":
     exec("Scheduler(snapshot, policy, pm).cycle()")
@@ -93,7 +98,7 @@ else:
 """
 
 
-def count_instructions(checkouts: list[pathlib.Path], quick: bool) -> dict[tuple[pathlib.Path, str], int]:
+def count_instructions(checkouts: list[pathlib.Path], size: str) -> dict[tuple[pathlib.Path, str], int]:
     """Instructions of each checkout's fresh cycle and three warm cycles, counted by callgrind, two runs at once."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -107,7 +112,7 @@ def count_instructions(checkouts: list[pathlib.Path], quick: bool) -> dict[tuple
                 out = pathlib.Path(scratch) / f"{len(counts) + len(procs)}.out"
                 argv = [valgrind, "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=builtin_exec*",
                         f"--callgrind-out-file={out}", sys.executable, "-c", RUN_COUNTED, str(checkout),
-                        "1" if quick else "0", phase]
+                        json.dumps(SIZES[size]), phase]
                 env = {**os.environ, "PYTHONHASHSEED": "0"}  # sets and dicts of strings in one order every run
                 procs.append((checkout, phase, out, subprocess.Popen(argv, cwd="/", env=env, text=True,
                                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
@@ -121,7 +126,7 @@ def count_instructions(checkouts: list[pathlib.Path], quick: bool) -> dict[tuple
     return counts
 
 
-def run_round(checkouts: list[pathlib.Path], cpus: list[int], quick: bool, users: int = 0) -> list[dict]:
+def run_round(checkouts: list[pathlib.Path], cpus: list[int], size: str, users: int = 0) -> list[dict]:
     """Both checkouts at once, the i-th on CPU ``cpus[i]`` when it can be pinned; their figures in order.
 
     ``users``: the jobs of a checkout whose jobs have users get one of that many each.
@@ -129,7 +134,7 @@ def run_round(checkouts: list[pathlib.Path], cpus: list[int], quick: bool, users
     taskset = shutil.which("taskset")
     procs = []
     for checkout, cpu in zip(checkouts, cpus):
-        argv = [sys.executable, "-c", RUN_ONE, str(checkout), "1" if quick else "0", str(users)]
+        argv = [sys.executable, "-c", RUN_ONE, str(checkout), json.dumps(SIZES[size]), str(users)]
         procs.append(subprocess.Popen(([taskset, "-c", str(cpu)] if taskset else []) + argv, cwd="/",
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     figures = []
@@ -146,17 +151,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("other", type=pathlib.Path, help="another checkout of gpud (e.g. a git worktree)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds, CPUs swapped each round (default 6)")
-    parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending")
+    parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending "
+                        "(--size quick)")
+    parser.add_argument("--size", choices=SIZES, default="big", help="the workload's size: quick, big (1,000 "
+                        "nodes, 100,000 pending; the default) or huge (2,000 nodes, 300,000 pending)")
     parser.add_argument("--users", type=int, default=0,
                         help="give each job one of N users, where the checkout's jobs have users (default 0)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions under valgrind instead of timing (one run, the same every time)")
     args = parser.parse_args(argv)
+    size = "quick" if args.quick else args.size
     other = args.other.resolve()
     if not (other / "gpud" / "core").is_dir():
         raise SystemExit(f"{other} is not a gpud checkout (no gpud/core)")
     if args.instructions:
-        counts = count_instructions([other, HERE], args.quick)
+        counts = count_instructions([other, HERE], size)
         for kind, what in (("fresh", "the fresh cycle"), ("warm", "three warm cycles")):
             mine, theirs = counts[(HERE, kind)], counts[(other, kind)]
             print(f"{kind:<6} instructions of {what}: other {theirs / 1e6:,.1f} M, this {mine / 1e6:,.1f} M; "
@@ -168,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[pathlib.Path, list[dict]] = {other: [], HERE: []}
     for n in range(args.rounds):
         order = [other, HERE] if n % 2 == 0 else [HERE, other]
-        for checkout, figures in zip(order, run_round(order, cpus, args.quick, args.users)):
+        for checkout, figures in zip(order, run_round(order, cpus, size, args.users)):
             results[checkout].append(figures)
     for name, checkout in (("other", other), ("this", HERE)):
         for kind in ("fresh", "warm"):

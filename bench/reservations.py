@@ -20,8 +20,8 @@ size (1, 2-8, 9-32, over 32 GPUs), jobs still waiting at the end counting their 
 bound B is the longest time limit times one plus the most gangs waiting at once: a gang waits at most for
 the running jobs' limits and the gangs ahead of it. Start estimates are judged as the share of jobs that
 waited whose estimate made at submission was within max(10 min, 25 % of the actual wait) of their start:
-gpud's estimate (predicted run times: the mean of the user's last two jobs of the same shape, capped at
-the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
+gpud's estimate (predicted run times as the controller predicts them, gpud.prediction: the mean of the
+user's last two jobs of the same shape, capped at the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
 same plan, in the replays with reservations on.
 
     python bench/reservations.py [--quick] [--json] [--jobs N] [--seed 1]
@@ -43,6 +43,7 @@ from gpud.core import Scheduler
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project, Reservations
+from gpud.prediction import RuntimePredictor
 from gpud.trace.alibaba import read_pods
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
     until = jobs[-1].submitted + max(j.limit for j in jobs)
     scheduler = Scheduler(Snapshot(nodes, (), jobs[0].submitted), policy(reservations), PM)
     out = Replay()
-    history: dict[tuple[str, float, int], list[float]] = {}
+    predictor = RuntimePredictor()
     by_id = {job.id: job for job in jobs}
     ends: dict[str, float] = {}
     now, at, seq = jobs[0].submitted, 0, 0
@@ -106,8 +107,7 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
         fresh = []
         while at < len(jobs) and jobs[at].submitted <= now:
             job = jobs[at]
-            past = history.get((job.user, job.gpus, job.tasks))
-            predicted = min(sum(past) / len(past), job.limit) if past else None
+            predicted = predictor.predict(job.user, job.gpus, job.tasks, job.limit)
             scheduler.submit(JobSpec(job.id, "p", TaskRequest(gpus=job.gpus, cpus=1.0, memory_gib=1.0),
                                      tasks=job.tasks, submitted=job.submitted, seq=seq, user=job.user,
                                      time_limit=job.limit, predicted_runtime=predicted))
@@ -117,9 +117,7 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
         for job_id in [j for j, end in ends.items() if end <= now]:
             scheduler.finish(job_id)
             done = by_id[job_id]
-            past = history.setdefault((done.user, done.gpus, done.tasks), [])
-            past.append(done.runtime)
-            del past[:-2]
+            predictor.record(done.user, done.gpus, done.tasks, done.runtime)
             del ends[job_id]
         plan = scheduler.cycle(now)
         out.cycles += 1

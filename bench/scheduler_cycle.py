@@ -1,11 +1,17 @@
 """Benchmark of one gpud scheduling cycle (`gpud.core.schedule`) on large, seeded workloads.
 
-big: 1,000 nodes x 8 GPUs, 100 projects, 6,000 running tasks, 100,000 pending jobs; (a) a full
+big: 1,000 nodes x 8 GPUs, 100 projects, 6,000 running tasks, 100,000 pending jobs (--size huge:
+2,000 nodes, 12,000 running tasks, 300,000 pending; --quick: 100, 600, 10,000); (a) a full
 cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core.Scheduler`, as the
 controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
-    python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick] [--json] [--profile] [--hash]
-        [--time-limits] [--reservations N] [--victim-order least_lost_work|youngest_first]
+    python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick | --size big|huge] [--users N]
+        [--json] [--profile] [--hash] [--time-limits] [--reservations N]
+        [--victim-order least_lost_work|youngest_first]
+
+With --users N every job belongs to one of N users of its project (u0 ... u{N-1}, drawn at random),
+so the user order (fair share between a project's users) sorts each project's jobs; without it every
+job has the one user "".
 
 With --time-limits every job has a time limit (running jobs end within a day of now, pending
 jobs ask for 1 h, 4 h or 24 h), so reservations and backfill are planned each cycle (gpud.core.
@@ -47,6 +53,8 @@ TRAIN, INTERACTIVE, BUILD, INFERENCE = 50, 75, 100, 125
 TARGETS = {"fresh": 1.0, "steady": 0.050}
 PENDING_LIMITS = (3600.0, 4 * 3600.0, 24 * 3600.0)
 TIME_LIMITS = False  # --time-limits: every job gets one
+# (nodes, running tasks, pending jobs) of the big workload at each --size.
+SIZES = {"quick": (100, 600, 10_000), "big": (1000, 6000, 100_000), "huge": (2000, 12_000, 300_000)}
 
 
 def limited(job: JobSpec, rng: random.Random) -> JobSpec:
@@ -134,6 +142,16 @@ def pending_job(rng: random.Random, job_id: str, project: str, seq: int, submitt
                            submitted=submitted, seq=seq), rng)
 
 
+def with_users(snapshot: Snapshot, users: int, seed: int) -> Snapshot:
+    """The snapshot with each job given one of ``users`` users (u0, u1, ...), drawn at random; as it
+    is for 0."""
+    if not users:
+        return snapshot
+    pick = random.Random(seed + 5)
+    return dataclasses.replace(snapshot, jobs=tuple(dataclasses.replace(job, user=f"u{pick.randrange(users)}")
+                                                    for job in snapshot.jobs))
+
+
 def big_cluster(seed: int, nodes: int, running_tasks: int, pending: int) -> tuple[Snapshot, Policy]:
     """The issue-target workload: the cluster, 100 projects, placed running tasks and a long queue."""
     rng = random.Random(seed)
@@ -205,6 +223,9 @@ def plan_digest(plan) -> str:
     if pending is None:  # a core that keeps the reasons as data names them so
         pending = plan.pending
     text = repr((plan.binds, plan.evictions, sorted(pending.items())))
+    reservations = getattr(plan, "reservations", None)
+    if reservations:  # planned starts too, where any (none without time limits: the hash is as before)
+        text += repr(sorted(reservations.items()))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -246,9 +267,10 @@ def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | No
 
 def measure_big(args, pm, prof: dict) -> dict:
     """Workload 1: figures of fresh cycles and of steady cycles under churn."""
-    nodes, running, pending = (100, 600, 10_000) if args.quick else (1000, 6000, 100_000)
+    nodes, running, pending = SIZES[args.size]
     t0 = time.perf_counter()
     snapshot, policy = big_cluster(args.seed, nodes, running, pending)
+    snapshot = with_users(snapshot, args.users, args.seed)
     policy = dataclasses.replace(with_reservations(policy, args), victim_order=args.victim_order)
     out = {"nodes": nodes, "gpus": nodes * 8, "projects": len(policy.projects), "jobs": len(snapshot.jobs),
            "running_tasks": sum(j.running_tasks for j in snapshot.jobs), "build_s": time.perf_counter() - t0}
@@ -264,7 +286,8 @@ def measure_big(args, pm, prof: dict) -> dict:
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
         profiled = bool(prof) and cycle == args.warmup + args.repeat
         plans: list = []
-        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None, plans)
+        figures = timed_warm(scheduler, rng, cycle, args.churn, prof["steady"] if profiled else None, plans,
+                             args.users)
         if not profiled:
             out["steady"].append({**figures, "warmup": cycle < args.warmup})
             if args.hash:
@@ -275,10 +298,10 @@ def measure_big(args, pm, prof: dict) -> dict:
 
 
 def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
-               profile: cProfile.Profile | None = None, plans: list | None = None) -> dict:
+               profile: cProfile.Profile | None = None, plans: list | None = None, users: int = 0) -> dict:
     """Figures of one warm cycle: ``count`` completions and ``count`` submissions handed to the
     running scheduler, then its cycle 10 s later; the time covers both. The plan is added to
-    ``plans`` when given."""
+    ``plans`` when given; with ``users``, each submission belongs to one of that many users."""
     jobs = scheduler.jobs()
     running = [j.id for j in jobs if j.is_running]
     done = rng.sample(running, min(count, len(running)))
@@ -287,6 +310,8 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
     now = scheduler.state.now + 10.0
     new = [pending_job(rng, f"s{cycle}-{i}", rng.choice(names), seq + i, now - 10 + i * 0.01)
            for i in range(count)]
+    if users:
+        new = [dataclasses.replace(job, user=f"u{rng.randrange(users)}") for job in new]
     gc.collect()
     if profile is not None:
         profile.enable()
@@ -308,7 +333,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
 
 def measure_contended(args, pm, prof: dict) -> dict:
     """Workload 2: figures of the reclaim cycle, and how far the starved projects got."""
-    snapshot, policy = contended_cluster(args.seed, args.contended_nodes or (100 if args.quick else 1000))
+    snapshot, policy = contended_cluster(args.seed, args.contended_nodes or SIZES[args.size][0])
     policy = dataclasses.replace(with_reservations(policy, args), victim_order=args.victim_order)
     out = {"nodes": len(snapshot.nodes), "projects": len(policy.projects), "jobs": len(snapshot.jobs)}
     cycles = [timed(snapshot, policy, pm) for _ in range(args.repeat)]
@@ -344,7 +369,7 @@ def run(args) -> dict:
     pm = make_plugin_manager()
     out = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
            "machine": platform.machine(), "cpu_count": os.cpu_count(), "seed": args.seed,
-           "repeat": args.repeat, "quick": args.quick,  # a hash of the gpud sources measured:
+           "repeat": args.repeat, "size": args.size, "users": args.users,  # a hash of the gpud sources measured:
            "gpud_sources": hashlib.sha1(b"".join(  # others edit them while benchmarks run
                p.read_bytes() for p in sorted(pathlib.Path(gpud.__file__).parent.rglob("*.py")))).hexdigest()[:12],
            "load_average": os.getloadavg()[0], "core": "compiled (mypyc)" if COMPILED else "Python"}
@@ -374,7 +399,8 @@ def report(out: dict) -> str:
                                      c["evictions"], c["moves"], c["pending"])
     lines = [f"Python {out['python']} ({out['implementation']}) on {out['machine']}, os.cpu_count()="
              f"{out['cpu_count']}, load average {out['load_average']:.1f}, seed {out['seed']}, repeat "
-             f"{out['repeat']}, gpud sources {out['gpud_sources']}, core {out['core']}" + (", QUICK" if out["quick"] else "")]
+             f"{out['repeat']}, gpud sources {out['gpud_sources']}, core {out['core']}" + f", size {out['size']}"
+             + (f", {out['users']} users per project" if out["users"] else "")]
     summary = [f"\n  {'measure (median)':<36}{'wall s':>10}{'target':>9}{'ratio':>8}"]
     if "big" in out:
         big = out["big"]
@@ -413,7 +439,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed cycles per measure (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the workloads (default 1)")
-    parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending")
+    parser.add_argument("--quick", action="store_true", help="100 nodes, 600 running tasks, 10,000 pending "
+                        "(--size quick)")
+    parser.add_argument("--size", choices=SIZES, default="big", help="the big workload's size: quick (100 nodes), "
+                        "big (1,000 nodes, 100,000 pending; the default) or huge (2,000 nodes, 300,000 pending)")
+    parser.add_argument("--users", type=int, default=0, help="users per project, each job one of them at random "
+                        "(default 0: every job has the user \"\")")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steady cycles first (default 1)")
     parser.add_argument("--churn", type=int, default=100, help="submissions and completions per steady cycle")
@@ -430,6 +461,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--victim-order", choices=VICTIM_ORDERS, default=LEAST_LOST_WORK,
                         help="the policy's victim_order (default least_lost_work)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.size = "quick"
+    if args.users < 0:
+        parser.error(f"--users must be 0 or more, not {args.users}")
     out = run(args)
     print(json.dumps(out, indent=2) if args.json else report(out))
 

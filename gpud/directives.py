@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFIX = "#GPUD"
 
@@ -13,8 +13,7 @@ class DirectiveError(ValueError):
     """A directive that cannot be read; the message names the script and the line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Directive:
+class Directive(NamedTuple):
     """One ``#GPUD`` line: its 1-based line number and its options split as a shell would."""
 
     line: int

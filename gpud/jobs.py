@@ -138,8 +138,9 @@ class Job:
         """Where each task holds resources now (None for a task that holds none)."""
         return tuple(run.placement for run in self.runs)
 
-    def spec(self) -> JobSpec:
-        """The job as the scheduling core sees it."""
+    def spec(self, predicted_runtime: float | None = None) -> JobSpec:
+        """The job as the scheduling core sees it (``predicted_runtime``: for its start estimates and those
+        of the jobs behind it, ``gpud.prediction``)."""
         placements = self.placements()
         running = any(p is not None for p in placements)
         return JobSpec(id=self.id, project=self.project, request=self.request, priority=self.priority,
@@ -147,7 +148,7 @@ class Job:
                        started=self.started if running else None,
                        placements=placements if running else (), node_selector=self.constraint,
                        pool=self.pool, seq=self.seq, user=self.user, checkpointed=self.last_checkpoint,
-                       time_limit=self.time_limit_s)
+                       time_limit=self.time_limit_s, predicted_runtime=predicted_runtime)
 
     def nodes(self) -> list[str]:
         """The nodes the job's tasks hold resources on, in task order, without repeats."""

@@ -210,6 +210,7 @@ class Policy:
     grace_period_s: float = 30.0
     task_pids_max: int = DEFAULT_TASK_PIDS_MAX  # the most processes and threads one task may have at once
     victim_order: str = LEAST_LOST_WORK  # among victims of one priority: LEAST_LOST_WORK or YOUNGEST_FIRST first
+    age_weight: float = 0.0  # priority points a pending job gains per hour it waits, in its project's order
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"
     cpu_placement: str = "binpack"

@@ -10,7 +10,7 @@ entry for the caller to show.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpud.directives import Directive, DirectiveError
 
@@ -35,8 +35,7 @@ _MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
 
 
-@dataclass(frozen=True, slots=True)
-class Ignored:
+class Ignored(NamedTuple):
     """Part of an ``#SBATCH`` line gpud does not act on: where, what was written, and why (a code)."""
 
     line: int
@@ -46,8 +45,7 @@ class Ignored:
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Translation:
+class Translation(NamedTuple):
     """gpud's options (as ``#GPUD`` directives, keeping each one's line) and what was left out."""
 
     directives: list[Directive]

@@ -1,8 +1,19 @@
-"""Fixtures shared by many test files: one throwaway PostgreSQL server per session, started only when asked for."""
+"""Settings and fixtures shared by many test files.
+
+Hypothesis times each example against a 200 ms deadline unless a test says otherwise; on a loaded host (CI
+runs the suite twice, the machine may run other work) one slow example then fails a pure property by chance.
+How fast things run is measured by bench/, never by a unit test, so no property has a deadline.
+
+One throwaway PostgreSQL server per session is started only when a test asks for it.
+"""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("gpud", deadline=None)
+settings.load_profile("gpud")
 
 
 @pytest.fixture(scope="session")

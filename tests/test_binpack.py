@@ -131,3 +131,41 @@ def test_bin_pack_offers_every_node_that_holds_the_task_least_left_free_first(st
         chosen = next(n for n in index.nodes if n.name == found.node)
         assert expected_leftover(chosen, largest) <= min(expected_leftover(n, largest) for n in index.nodes
                                                          if n.name in holders) + 1e-12
+
+
+def walk_order(request: TaskRequest, index) -> list:
+    """The nodes that might hold the task in the order the index walks them, each once: a fraction's
+    partly used GPUs first, then nodes by whole GPUs free (CPU-only: by CPUs free)."""
+    if not request.uses_gpu:
+        nodes = list(index.with_free_cpus(request.cpus))
+    elif request.is_shared:
+        nodes = ([node for node, _ in index.shared_gpus(request.gpus, cpus=request.cpus)]
+                 + list(index.with_free_gpus(1, cpus=request.cpus)))
+    else:
+        nodes = list(index.with_free_gpus(request.whole_gpus, cpus=request.cpus))
+    return list({node.name: node for node in reversed(nodes)}.values())[::-1]
+
+
+@st.composite
+def churned_clusters(draw):
+    """A busy cluster some of whose tasks then ended, so that nodes moved both ways between buckets."""
+    state = draw(busy_clusters())
+    running = sorted(job_id for job_id, slots in state.placements.items() if slots[0] is not None)
+    ended = draw(st.lists(st.sampled_from(running), unique=True)) if running else []
+    stmt = Statement(state)
+    for job_id in ended:
+        stmt.evict(state.jobs[job_id], 0, "reclaim", None, None)
+    return state
+
+
+@SETTINGS
+@given(churned_clusters(), requests)
+def test_among_nodes_left_equally_free_bin_pack_takes_the_first_the_index_walks(state, request):
+    # Identical nodes are left equally free: which one is taken must not depend on how the best is found.
+    index = state.indexes["default"]
+    largest = (max(n.gpus for n in index.nodes), max(n.spec.cpus for n in index.nodes),
+               max(n.spec.memory_gib for n in index.nodes))
+    walked = [n for n in walk_order(request, index) if holds(n, request)]
+    offered = list(BinPack().candidates("binpack", request, index))
+    assert [n.name for n in offered] == [n.name for _, _, n in sorted(
+        (expected_leftover(n, largest), i, n) for i, n in enumerate(walked))]

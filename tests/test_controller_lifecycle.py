@@ -63,12 +63,14 @@ def test_cancel_sends_term_then_kill_after_the_grace_period(cluster):
     job_id = cluster.submit(command=["sh", "-c", script], gpus=1)
     cluster.wait_state(job_id, "RUNNING")
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the task to start"))
+    cancelled = time.monotonic()
     status, body = cluster.api("POST", f"/api/v1/jobs/{job_id}/cancel")
     assert status == 200 and body["ids"] == [job_id]
     assert cluster.job(job_id)["state"] == "CANCELLED"
-    time.sleep(1.0)
-    assert alive(pid), "the task ignores SIGTERM, so it lives until the grace period (2 s) ends"
-    wait_for(lambda: not alive(pid), "SIGKILL after the grace period", timeout=10)
+    wait_for(lambda: not alive(pid), "SIGKILL after the grace period", timeout=15)
+    # Seen dead no sooner than the grace after the cancel was asked for: a bound no slow host can break, where
+    # a check that it still lived 1 s after the cancel's answer failed when the answer itself came late.
+    assert time.monotonic() - cancelled >= 2.0, "the task ignores SIGTERM, so it lives until the grace period ends"
     # The GPU came back: a new job runs on it.
     cluster.wait_state(cluster.submit(command=["true"], gpus=1), "COMPLETED")
 

@@ -74,7 +74,8 @@ def test_a_change_not_safe_to_repeat_is_refused_at_once(stopped):
     cancel = gpuctl(stopped, "cancel", "1")
     out, err = cancel.communicate(timeout=60)
     assert cancel.returncode == 3 and "connection refused)" in err, err
-    assert time.monotonic() - began < 8
+    # At once: well before the 30 s a retried call would take, with room for a slow start of Python.
+    assert time.monotonic() - began < 20
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])

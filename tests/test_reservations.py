@@ -83,3 +83,44 @@ def test_without_reservations_small_jobs_take_the_room_first():
     sim = run(text.format(until=99, short_limit=20, expect='running = ["running", "small-1", "small-2", "small-3"]\n'
                                                            'started = { short = 70 }'))
     assert "gang" not in sim.reserved
+
+
+def test_a_larger_job_that_ends_in_time_backfills_behind_smaller_ones_that_cannot():
+    # The 1-GPU jobs end after the reserved start and cannot borrow; a 2-GPU job of a 20 s limit, larger
+    # than they are, can: the queue is not passed over whole for what the 1-GPU jobs found.
+    text = GANG_BEHIND_RUNNING.replace("gpus = 1\n    submitted = 70", "gpus = 2\n    submitted = 70")
+    sim = run(text.format(until=99, short_limit=20, expect='started = { short = 70 }\nfinished = ["short"]\n'
+                                                           'pending = ["gang", "small-1", "small-2", "small-3"]'))
+    assert sim.reserved["gang"] == 100
+
+
+def test_jobs_behind_one_of_their_shape_get_their_estimates_in_turn():
+    # Three 8-GPU jobs wait behind one that holds the node until 100 s: the first of them is planned as it
+    # finds no room; the others, passed over with it, are planned after the walk, each behind the last.
+    sim = run("""
+        until = 10
+        [policy]
+        [[policy.projects]]
+        name = "p"
+        [[nodes]]
+        name = "n1"
+        gpus = 8
+        [[jobs]]
+        name = "running"
+        project = "p"
+        gpus = 8
+        running_on = ["n1"]
+        started = 0
+        time_limit = 100
+        [[jobs]]
+        name = "next"
+        count = 3
+        project = "p"
+        gpus = 8
+        submitted = 5
+        time_limit = 100
+        [expect]
+        estimated_start = { next-1 = 100, next-2 = 200, next-3 = 300 }
+    """)
+    assert sim.reserved["next-1"] == 100
+    assert "next-2" not in sim.reserved  # an estimate: the room is held for the first only

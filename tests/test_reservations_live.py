@@ -65,3 +65,20 @@ def test_a_gang_holds_its_start_and_a_short_job_backfills(cluster):
     for job_id in small:
         job = cluster.wait_state(job_id, "RUNNING", timeout=30)
         assert job["started"] >= started_gang["started"], f"{job_id} started before the gang"
+
+
+def test_estimates_use_the_run_times_of_the_users_last_jobs_of_the_shape(cluster):
+    # A 4-GPU job of this user ran about a second; the next, of a 60 s limit, is expected to end as soon:
+    # the gang behind it is told it may start long before the limit ends, which its reservation keeps.
+    first = cluster.submit(gpus=4, time_limit_s=60, command=["sleep", "1"])
+    cluster.wait_state(first, "COMPLETED")
+    holder = cluster.submit(gpus=4, time_limit_s=60, command=["sleep", "1000"])
+    running = cluster.wait_state(holder, "RUNNING")
+    gang = cluster.submit(gpus=8, time_limit_s=60, command=["sleep", "2"])
+
+    def planned():
+        job = cluster.job(gang)
+        return job if job.get("reserved_start") is not None else None
+    planned_gang = wait_for(planned, "the gang to hold a reservation")
+    assert planned_gang["reserved_start"] == pytest.approx(running["started"] + 60, abs=1.0)
+    assert planned_gang["estimated_start"] < planned_gang["reserved_start"] - 30

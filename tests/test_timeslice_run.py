@@ -321,16 +321,27 @@ def test_a_shortfall_is_carried_into_the_next_plans(standin):
     slicer.set_members([Member(k, "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for k, p in procs.items()])
     slicer.start()
     deadline = time.monotonic() + 30
-    while len(slicer.history) < 6 and time.monotonic() < deadline:
+    while len(slicer.history) < 7 and time.monotonic() < deadline:
         time.sleep(0.05)
     slicer.close()
-    later = slicer.history[2:6]
-    assert all(r.shares["a"] == pytest.approx(0.5) for r in later)
-    # Each plan's carry follows the noise of the one before, so the claim is on the mean: with no carry
-    # every target would be exactly 0.5; the 80 % meter leaves job a owed about 0.05 per plan.
-    targets = [r.targets["a"] for r in later]
-    assert sum(targets) / len(targets) > 0.52, [r.targets for r in later]
-    got = [r.delivered["a"] / (r.delivered["a"] + r.delivered["b"]) for r in later]
+    plans = slicer.history[1:7]
+    assert len(plans) == 6, f"{len(slicer.history)} plans in 30 s"
+    # Each plan's targets are the shares plus what the plan before left owed, by what the meter counted then:
+    # a's 80 % meter makes it owed time whenever its processes ran about as long as b's. What they really ran
+    # is up to a busy host (a may even run more and be owed less), so the rule is checked against the counts.
+    short = 0
+    for plan, following in zip(plans, plans[1:]):
+        assert plan.shares == pytest.approx({"a": 0.5, "b": 0.5})
+        scale = sum(plan.targets.values()) / sum(plan.delivered.values())  # a loss both suffer is nobody's debt
+        owed = {k: max(-PRECISION, min(PRECISION, plan.targets[k] - plan.delivered[k] * scale)) for k in procs}
+        assert following.targets == pytest.approx({k: max(0.0, min(1.0, 0.5 + owed[k])) for k in procs},
+                                                  abs=1e-9), (plan, following)
+        if owed["a"] > 0:
+            short += 1
+            assert following.targets["a"] > 0.5, "a shortfall is made up in the next plan"
+    if not short:
+        pytest.skip("machine too busy to measure time-slicing: job a ran more than its share in every plan")
+    got = [r.delivered["a"] / (r.delivered["a"] + r.delivered["b"]) for r in plans[1:5]]
     error = abs(sum(got) / len(got) - 0.5) * 100
     if error > BOUND_PP:
         pytest.skip(f"machine too busy to measure time-slicing: delivered share of a off by {error:.1f} pp")

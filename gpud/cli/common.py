@@ -7,9 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-TYPE_CHECKING = False  # typing costs every gpuctl call ~2 ms; NoReturn is needed only by type checkers
-if TYPE_CHECKING:
-    from typing import NoReturn
+from typing import NoReturn
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

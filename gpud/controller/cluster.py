@@ -25,7 +25,8 @@ from gpud.controller.node_commands import purge_command, start_command, stop_com
 from gpud.controller.persist import Persister
 from gpud.jobs import Job, TaskRun, gpus_of, job_uid, new_uid
 from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUNNING, TIMEOUT, is_finished
-from gpud.model import Eviction, Plan, TaskPlacement, Waiting
+from gpud.model import Eviction, JobSpec, Plan, TaskPlacement, Waiting
+from gpud.prediction import RuntimePredictor
 from gpud.policy import Policy
 from gpud.reasons import eviction_text, waiting_text
 from gpud.store import Event
@@ -47,6 +48,8 @@ class Cluster(NodeMessages):
         self.persist = persister
         self.clock = clock
         self.jobs: dict[str, Job] = {}
+        # Run times of the jobs that completed, by user and shape: predicted ends for start estimates.
+        self.predictor = RuntimePredictor()
         self.listing = ListingOrder()  # the same jobs in the job list's order: a page bisects from its cursor
         self.nodes: dict[str, NodeRecord] = {}
         self.arrays: dict[str, dict[str, None]] = {}  # each array's active elements, in order
@@ -416,7 +419,7 @@ class Cluster(NodeMessages):
                 self._command(node, stop_command(job.id, task, attempt, "preempted", 0.0, job_uid(job), hasten=True))
             self._event("stopped", "checkpointed within its grace: stopped now, no work lost", job=job.id)
         if job.state == RUNNING and job.id in self.core.in_core:
-            self.core.reset(job.spec())
+            self.core.reset(self.core_spec(job))
             self.wake()
         self.persist.job(job)
 
@@ -573,7 +576,7 @@ class Cluster(NodeMessages):
             job.state == PENDING and not job.hold and all(dep.met for dep in job.depends)
             and job.id not in self.fenced and job.id not in self.completing and self._array_room(job)))
         if wanted and job.id not in self.core.in_core:
-            self.core.add(job.spec())
+            self.core.add(self.core_spec(job))
             if job.array_id is not None:
                 self.array_queued[job.array_id] += 1
         elif not wanted and job.id in self.core.in_core:
@@ -612,6 +615,11 @@ class Cluster(NodeMessages):
             job.gpu_seconds += max(0.0, end - run.since) * gpus_of(run.placement)
             run.since = None
 
+    def core_spec(self, job: Job) -> JobSpec:
+        """The job as the scheduling core is given it: with its run time predicted from its user's last
+        jobs of its shape (``gpud.prediction``), as ``gpuctl simulate``'s replays and the bench predict it."""
+        return job.spec(self.predictor.predict(job.user, job.gpus, job.tasks, job.time_limit_s))
+
     def _finish(self, job: Job, state: str, reason: str, *, stop_reason: str = "job ended",
                 exit_from: TaskRun | None = None, dead_node: str | None = None, ended: float | None = None) -> None:
         """End the job in ``state``; ``ended`` is when (the node's time of the exit), by default now."""
@@ -623,6 +631,8 @@ class Cluster(NodeMessages):
         if exit_from is not None:
             job.exit_code, job.term_signal = exit_from.exit_code, exit_from.term_signal
         self.finished_by_state[state] += 1
+        if state == COMPLETED:
+            self.predictor.record(job.user, job.gpus, job.tasks, job.elapsed(ended))
         self.recently_ended[job.id] = state
         if len(self.recently_ended) > RECENTLY_ENDED:
             del self.recently_ended[next(iter(self.recently_ended))]

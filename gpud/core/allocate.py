@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+import heapq
+from typing import TYPE_CHECKING, Final, Iterator
 
 from gpud.core.admission import refusal
 from gpud.core.backlog import Group
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 
 ROOM_KINDS: Final = (WAITING, FRAGMENTED)  # failures for lack of free room now, not of a rule or a size
+LOOKS: Final = 16  # jobs of a queue looked at in a row for one more estimate after the walk
 
 
 class Allocate:
@@ -56,6 +58,35 @@ class Allocate:
         for job in walk:
             if not self.allocate(job):
                 walk.pass_over(self.blocked_as_before)
+        if self.planner.active:
+            self.estimate_the_rest()
+
+    def estimate_the_rest(self) -> None:
+        """Plan the starts of waiting jobs the walk passed over with their group or queue, while their
+        pools plan more (``estimate_jobs``): each queue's in its order, the queues in turn. Only a job
+        that waits for room gets one; none of them holds room."""
+        state, planner = self.state, self.planner
+        touched, placements = state.touched, state.placements
+        runs = []
+        for queue, groups in state.backlog.by_queue.items():
+            if planner.plans_more(queue.pool):
+                runs.append((queue, _in_order(list(groups.values()))))
+        while runs:
+            left = []
+            for queue, jobs in runs:
+                if not planner.plans_more(queue.pool):
+                    continue
+                # A queue's turn ends with its next job planned; one whose next jobs wait on a queue rule,
+                # or never fit, gives up its turns after a few.
+                for _, job in zip(range(LOOKS), jobs):
+                    if job.id in touched and None not in placements[job.id]:
+                        continue  # started this cycle
+                    tasks = gang_tasks(state, job)
+                    found = self.blocks.find(job, queue, tasks)
+                    if found is not None and found[1] in ROOM_KINDS and planner.plan_new(job, tasks):
+                        left.append((queue, jobs))
+                        break
+            runs = left
 
     def allocate(self, job: JobSpec) -> bool:
         """Place the job's pending tasks if they fit and no earlier failure says they cannot; else
@@ -82,8 +113,7 @@ class Allocate:
                                   lambda: self.placer.place(self.stmt, job, pending, minimum) > 0):
                     started(self.session, job, queue)
                     return True
-                fair = queue.fair_share.gpu
-                planner.plan(job, tasks, not job.request.uses_gpu or state.need(job, tasks).gpu <= fair + EPS)
+                plan_start(state, planner, job, queue, tasks)
         self.reasons[job.id] = (queue, found[0])
         return False
 
@@ -114,9 +144,11 @@ class Allocate:
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
         them waits is kept, to be worked out when read (``LateReasons``)."""
-        # Room held for a reservation may be borrowed by a group of any size that ends soon enough:
-        # the smallest groups say nothing of those (``QueueCovers`` knows no time limits).
-        if self.planner.holds_room(queue.pool) or not self.blocks.blocks_all(queue):
+        # Room held for a reservation may be borrowed by a job that ends soon enough: then the smallest
+        # groups (``QueueCovers`` compares time limits too) must each be unable to borrow as well.
+        planner = self.planner
+        borrow = planner if planner.active and planner.holds_room(queue.pool) else None
+        if not self.blocks.blocks_all(queue, borrow):
             return False
         self.late_reasons[queue] = self.blocks.late_reasons(queue)
         return True
@@ -181,14 +213,18 @@ class Blocks:
         rules = self.rules.get(queue) or self.rules.setdefault(queue, FailedShapes(self.state))
         rules.add(job, tasks, reason, "", binds)
 
-    def blocks_all(self, queue: QueueState) -> bool:
-        """True when every pending job of the queue is blocked: each of its smallest requests is."""
+    def blocks_all(self, queue: QueueState, borrow: Planner | None = None) -> bool:
+        """True when every pending job of the queue is blocked: each of its smallest requests is (and,
+        with ``borrow``, the planner of a pool that holds room, may not borrow that room either: a job
+        that ends later or is larger may not when they may not)."""
         cover = self.state.covers.of(queue)
         if not cover:
             return False
         for group in cover:
             job = group.jobs[0]
-            if self.find(job, queue, max(job.gang_minimum, 1)) is None:
+            tasks = max(job.gang_minimum, 1)
+            found = self.find(job, queue, tasks)
+            if found is None or (borrow is not None and found[1] in ROOM_KINDS and borrow.may_borrow(job, tasks)):
                 return False
         return True
 
@@ -227,6 +263,24 @@ class LateReasons(PassedOver):
         blocker = found[0]
         free = self.free.get(blocker.pool) if blocker is not None and not blocker.selector else None
         return self.queue, restate_learnt(state, job, tasks, blocker, free)
+
+
+def _in_order(groups: list[Group]) -> Iterator[JobSpec]:
+    """The jobs of one queue's groups, in the queue's job order."""
+    heap = [(group.keys[0], group.seq, 0, group) for group in groups if group.jobs]
+    heapq.heapify(heap)
+    while heap:
+        _, seq, i, group = heapq.heappop(heap)
+        yield group.jobs[i]
+        if i + 1 < len(group.jobs):
+            heapq.heappush(heap, (group.keys[i + 1], seq, i + 1, group))
+
+
+def plan_start(state: ClusterState, planner: Planner, job: JobSpec, queue: QueueState, tasks: int) -> None:
+    """Plan the start of a job that finds no room now (``Planner.plan``); it may hold room only for
+    what its queue's fair share entitles it to."""
+    fair = queue.fair_share.gpu
+    planner.plan(job, tasks, not job.request.uses_gpu or state.need(job, tasks).gpu <= fair + EPS)
 
 
 def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:

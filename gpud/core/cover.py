@@ -21,6 +21,9 @@ class StateView(Protocol):
         """The node pool a job runs in."""
 
 
+Sized = tuple[Dims, float]  # a group's failure dimensions and its jobs' time limit (inf: none)
+
+
 class _Cover:
     """One queue's groups by class with their dimensions, the minimal ones, and the backlog version seen."""
 
@@ -28,8 +31,8 @@ class _Cover:
 
     def __init__(self) -> None:
         self.version = -1
-        self.by_class: dict[tuple, dict[Group, Dims]] = {}
-        self.minimal: dict[tuple, list[tuple[Dims, Group]]] = {}
+        self.by_class: dict[tuple, dict[Group, Sized]] = {}
+        self.minimal: dict[tuple, list[tuple[Sized, Group]]] = {}
         self.class_of: dict[Group, tuple] = {}
         self.partly_running: set[Group] = set()
         self.groups: list[Group] | None = []
@@ -40,7 +43,8 @@ class QueueCovers:
 
     Shapes compare as the failure memory compares them (gpud.core.shapes),
     class by class, on size, CPUs, memory, the tasks that must start
-    together and non-preemptibility. A queue with a group of a job that
+    together and non-preemptibility, and on the time limit (a job that
+    ends later is no easier to fit before a reservation starts). A queue with a group of a job that
     runs some of its tasks already has no cover: how many tasks it still
     needs changes as it runs. Kept across cycles: groups are added as they
     come, and a class is worked out afresh only when one of its minimal
@@ -50,7 +54,7 @@ class QueueCovers:
     def __init__(self, state: StateView) -> None:
         self.state = state
         self._covers: dict[QueueState, _Cover] = {}
-        self._by_shape: dict[tuple, tuple[tuple, Dims]] = {}  # a group's shape: its class and dimensions
+        self._by_shape: dict[tuple, tuple[tuple, Sized]] = {}  # a group's shape: its class and dimensions
 
     def of(self, queue: QueueState) -> list[Group] | None:
         """The queue's covering groups (empty when it has none waiting), None when it has no cover."""
@@ -98,23 +102,25 @@ class QueueCovers:
             job = group.jobs[0]
             state = self.state
             klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
-            dims = failure_dims(base, max(job.gang_minimum, 1), 0 if job.preemptible else 1)
-            known = self._by_shape[group.shape] = (klass, dims)
-        klass, dims = known
+            limit = job.time_limit if job.time_limit is not None else float("inf")
+            known = (klass, (failure_dims(base, max(job.gang_minimum, 1), 0 if job.preemptible else 1), limit))
+            self._by_shape[group.shape] = known
+        klass, sized = known
         cover.class_of[group] = klass
-        cover.by_class.setdefault(klass, {})[group] = dims
+        cover.by_class.setdefault(klass, {})[group] = sized
         if klass not in stale:
-            _keep_minimal(cover.minimal.setdefault(klass, []), dims, group)
+            _keep_minimal(cover.minimal.setdefault(klass, []), sized, group)
 
 
-def _keep_minimal(found: list[tuple[Dims, Group]], dims: Dims, group: Group) -> None:
-    """Add a group to a class's minimal groups unless one of them is at most as large."""
+def _keep_minimal(found: list[tuple[Sized, Group]], sized: Sized, group: Group) -> None:
+    """Add a group to a class's minimal groups unless one of them is at most as large (time limit included)."""
     covers_some = False
+    dims, limit = sized
     for other, _ in found:  # a loop, not any() over a generator: every group of a fresh backlog passes here
-        if at_least(dims, other):
+        if limit >= other[1] and at_least(dims, other[0]):
             return
-        if not covers_some and at_least(other, dims):
+        if not covers_some and other[1] >= limit and at_least(other[0], dims):
             covers_some = True
     if covers_some:
-        found[:] = [(other, g) for other, g in found if not at_least(other, dims)]
-    found.append((dims, group))
+        found[:] = [(other, g) for other, g in found if not (other[1] >= limit and at_least(other[0], dims))]
+    found.append((sized, group))

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Final, Iterable, Iterator, Mapping
 
 from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
 
 SHARE_BUCKETS: Final = 100
 CPU_CLASSES: Final = 9
+
+# What bin-pack's leftover counts, each resource relative to the pool's largest node: GPUs (whole and
+# the free part of shared ones) most, as they are what strands; CPUs and memory less, so nodes with
+# host resources to spare stay free for the tasks that need them. Chosen on the Alibaba trace
+# (docs/trace.md): GPUs weighed 1-4 against CPUs, memory 0-1.
+GPU_WEIGHT: Final = 1.0
+CPU_WEIGHT: Final = 1.0 / 3.0
+MEMORY_WEIGHT: Final = 0.1
+
+# A bucket's nodes by leftover: (leftover, stamp, node), sorted. The stamp numbers the node's entry
+# into its bucket, so among equal leftovers the nodes keep the bucket's own order (the dict's).
+FitEntry = tuple[float, int, "NodeState"]
 
 
 def cpu_class(cpus: float) -> int:
@@ -34,7 +47,7 @@ class NodeState:
 
     __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
                  "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket",
-                 "_cpu_class", "version", "kind")
+                 "_cpu_class", "version", "kind", "_whole_fit", "_cpu_fit")
 
     def __init__(self, spec: NodeSpec, kind: int = 0) -> None:
         self.spec = spec
@@ -54,6 +67,9 @@ class NodeState:
         self._cpu_bucket = -1
         self._share_bucket: list[int] = [-1] * spec.gpus
         self._cpu_class = -1
+        # Its entries in the index's lists by leftover (``NodeIndex.fit_whole``, ``fit_cpu``), once in them.
+        self._whole_fit: FitEntry | None = None
+        self._cpu_fit: FitEntry | None = None
         # Bumped on every take and give_back, so plugins can memoise what they derive from a node.
         self.version = 0
 
@@ -119,6 +135,25 @@ class NodeState:
         return placement
 
 
+def leftover(node: NodeState, index: NodeIndex) -> float:
+    """The node's free capacity, weighted (``GPU_WEIGHT``, ``CPU_WEIGHT``, ``MEMORY_WEIGHT``), each
+    resource as a share of the largest node of the pool: 0 for a full node, up to the weights' sum.
+
+    A task takes the same from any node that holds it, so ranking nodes by this
+    before placement ranks them by what the task would leave free."""
+    return (GPU_WEIGHT * sum(node.free_share) / max(index.max_gpus, 1)
+            + CPU_WEIGHT * node.free_cpu / max(index.max_cpus, 1)
+            + MEMORY_WEIGHT * node.free_mem / max(index.max_memory, 1.0))
+
+
+def _refit(fits: list[FitEntry], old: FitEntry | None, entry: FitEntry) -> FitEntry:
+    """Put ``entry`` into the sorted list ``fits`` in place of ``old`` (None: not in it); ``entry``."""
+    if old is not None:
+        del fits[bisect.bisect_left(fits, old)]
+    bisect.insort(fits, entry)
+    return entry
+
+
 def _share_bucket(free: float) -> int:
     if free >= 1.0 - EPS or free < EPS:
         return -1
@@ -131,6 +166,11 @@ class NodeIndex:
     Placement strategies walk the buckets in the order they prefer, so finding
     a node costs about the number of buckets, not the number of nodes. The
     iterators are lazy: a caller stops iterating before it changes a node.
+
+    Each bucket by whole GPUs and CPU class, and each by free CPUs, also
+    keeps its nodes sorted by leftover (``fit_whole``, ``fit_cpu``), ties in
+    the bucket's own order: bin-pack's best fit reads a bucket's best node
+    from the front instead of scoring all of them.
     """
 
     def __init__(self, pool: str, nodes: list[NodeState]) -> None:
@@ -149,6 +189,10 @@ class NodeIndex:
         self.by_share: list[list[dict[tuple[NodeState, int], None]]] = [[{} for _ in range(CPU_CLASSES)]
                                                                         for _ in range(SHARE_BUCKETS)]
         self.share_counts = [0] * SHARE_BUCKETS  # GPUs in each row of by_share, so empty rows are passed over
+        self.fit_whole: list[list[list[FitEntry]]] = [[[] for _ in range(CPU_CLASSES)]
+                                                      for _ in range(self.max_gpus + 1)]
+        self.fit_cpu: list[list[FitEntry]] = [[] for _ in range(self.max_cpus + 1)]
+        self._stamp = 0  # entries into a bucket so far: the stamp of the next one
         self.free_gpu = float(self.capacity.gpu)
         self.free_cpu = float(self.capacity.cpu)
         self.free_mem = float(self.capacity.memory)
@@ -172,17 +216,33 @@ class NodeIndex:
         moved_class = klass != old_class
         node._cpu_class = klass
         whole = node.free_whole
+        score = leftover(node, self)
+        entry = node._whole_fit
         if whole != node._whole_bucket or moved_class:
             if node._whole_bucket >= 0:
                 del self.by_whole[node._whole_bucket][old_class][node]
+                assert entry is not None
+                del self.fit_whole[node._whole_bucket][old_class][bisect.bisect_left(
+                    self.fit_whole[node._whole_bucket][old_class], entry)]
             self.by_whole[whole][klass][node] = None
             node._whole_bucket = whole
+            node._whole_fit = _refit(self.fit_whole[whole][klass], None, (score, self._stamp, node))
+            self._stamp += 1
+        elif entry is not None and entry[0] != score:
+            node._whole_fit = _refit(self.fit_whole[whole][klass], entry, (score, entry[1], node))
         cpu = max(0, min(self.max_cpus, int(node.free_cpu + EPS)))
+        entry = node._cpu_fit
         if cpu != node._cpu_bucket:
             if node._cpu_bucket >= 0:
                 del self.by_cpu[node._cpu_bucket][node]
+                assert entry is not None
+                del self.fit_cpu[node._cpu_bucket][bisect.bisect_left(self.fit_cpu[node._cpu_bucket], entry)]
             self.by_cpu[cpu][node] = None
             node._cpu_bucket = cpu
+            node._cpu_fit = _refit(self.fit_cpu[cpu], None, (score, self._stamp, node))
+            self._stamp += 1
+        elif entry is not None and entry[0] != score:
+            node._cpu_fit = _refit(self.fit_cpu[cpu], entry, (score, entry[1], node))
         shares, buckets = node.free_share, node._share_bucket
         changed = range(len(shares)) if gpus is None or moved_class else gpus if len(gpus) < 2 else sorted(gpus)
         for i in changed:

@@ -22,7 +22,7 @@ from gpud.model import JobSpec, Resources
 if TYPE_CHECKING:
     from gpud.core.victim import Victim
 
-__all__ = ["JobOrder", "PriorityJobOrder", "QueueOrder", "FairQueueOrder", "VictimOrder", "PriorityVictimOrder",
+__all__ = ["JobOrder", "PriorityJobOrder", "AgedJobOrder", "QueueOrder", "FairQueueOrder", "VictimOrder", "PriorityVictimOrder",
            "LeastLostWorkVictimOrder"]
 
 
@@ -53,6 +53,28 @@ class PriorityJobOrder(JobOrder):
     def key(self, job: JobSpec) -> Any:
         """Higher priority first, then earlier submission (then the order of submission and the id)."""
         return (-job.priority, job.submitted, job.seq, job.id)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class AgedJobOrder(JobOrder):
+    """The built-in job order with aging (the policy's ``age_weight``): a job's priority grows by
+    ``weight`` points for each hour it waits, so the job with the higher ``priority + weight x hours
+    waited`` comes first, then the earlier submitted.
+
+    Every job ages alike, so two jobs compare at any moment as their
+    ``priority - weight x submitted hours`` do: the key is fixed at
+    submission, as the backlog keeps it, and the order still changes with
+    the wait (a job passes a newer one of a higher priority once it has
+    waited ``priority difference / weight`` hours longer).
+    """
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+
+    def key(self, job: JobSpec) -> Any:
+        """Lower ``weight x submitted hours - priority`` first, then earlier submission (then the order
+        of submission and the id)."""
+        return (self.weight * job.submitted / 3600.0 - job.priority, job.submitted, job.seq, job.id)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -31,7 +31,8 @@ from typing import Any, Iterable, Iterator
 
 from gpud.core.hooks import traced
 from gpud.core.nodes import NodeIndex, NodeState
-from gpud.core.orders import JobOrder, LeastLostWorkVictimOrder, PriorityVictimOrder, QueueOrder, VictimOrder
+from gpud.core.orders import (AgedJobOrder, JobOrder, LeastLostWorkVictimOrder, PriorityJobOrder, PriorityVictimOrder,
+                              QueueOrder, VictimOrder)
 from gpud.core.queues import QueueState
 from gpud.core.strategies import Strategy
 from gpud.core.victim import Victim
@@ -41,12 +42,17 @@ from gpud.model import JobSpec, Resources, TaskRequest
 class PolicySet:
     """The job order, the queue order, the victim order and the placement strategies, as the core calls them."""
 
-    def __init__(self, pm: Any, youngest_first: bool = False) -> None:
+    def __init__(self, pm: Any, youngest_first: bool = False, age_weight: float = 0.0) -> None:
         """Read the plugins; with ``youngest_first`` (the policy's ``victim_order``), the youngest-first
-        order stands in for the built-in least-lost-work victim order."""
+        order stands in for the built-in least-lost-work victim order, and with an ``age_weight`` above 0
+        the aged order (``AgedJobOrder``) for the built-in job order."""
         self._pm = pm
         hook = pm.hook
         asked, job_order, alone = _read(hook.gpud_job_order_key, pm, JobOrder, "")
+        # Aging is the built-in order's: an order of one's own, even one made from it, keeps its keys.
+        if age_weight > 0 and isinstance(job_order, PriorityJobOrder) and type(job_order).key is PriorityJobOrder.key:
+            job_order = AgedJobOrder(age_weight)
+            alone = job_order if alone is not None else None
         self.job_order: JobOrder = (job_order if job_order is not None and not asked
                                     else _AskedJobOrder(asked, job_order, alone))
         asked, queue_order, _ = _read(hook.gpud_queue_order_key, pm, QueueOrder, "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Final, TYPE_CHECKING
+from typing import Any, Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.allocate import gang_tasks, needed_tasks, started
@@ -11,6 +11,7 @@ from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
+from gpud.core.orders import JobOrder
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import Victim
@@ -122,7 +123,8 @@ class Preempt:
         if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
             self.refuse_over_quota(job, queue, tasks, need)
             return self.hopeless
-        preemptor = _Preemptor(self.lists, job, queue, need)
+        preemptor = _Preemptor(self.lists, job, queue, need,
+                               None if self.priority_first else state.backlog.order)
         limit = ShareLimit(queue)
         must: tuple[float, float, float] | None = None
         if refused is None:
@@ -174,15 +176,22 @@ class Preempt:
 class _Preemptor:
     """A pending job trying to preempt: why its victims go, and whether its queue may take it yet."""
 
-    def __init__(self, lists: VictimLists, job: JobSpec, queue: QueueState, need: Resources) -> None:
+    def __init__(self, lists: VictimLists, job: JobSpec, queue: QueueState, need: Resources,
+                 order: JobOrder | None = None) -> None:
+        """``order``: the job order, when one of a lower priority may come first in it (aging)."""
         self.lists = lists
         self.job = job
         self.queue = queue
         self.need = need
+        self.order = order
+        self.key: Any = order.key(job) if order is not None else None
 
-    def eligible(self, victim: Victim) -> Evicted:
-        """Why the victim goes: the preemptor outranks it."""
-        job = self.job
+    def eligible(self, victim: Victim) -> Evicted | None:
+        """Why the victim goes: the preemptor outranks it. None for a job placed this cycle that comes
+        before the preemptor in the job order (one aged past it): the order this cycle served stands."""
+        job, order = self.job, self.order
+        if order is not None and victim.placed_this_cycle and order.key(victim.job) < self.key:
+            return None
         return Evicted(RULE, job.id, self.queue.name, job.priority, victim.job.id, victim.job.priority)
 
     def ready(self) -> bool:

@@ -14,8 +14,9 @@ ends: nothing is kept that a restart could lose.
 
 from __future__ import annotations
 
+import bisect
 import math
-from typing import Callable, Final
+from typing import Callable, Final, Iterator
 
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.shapes import FailedShapes
@@ -72,13 +73,59 @@ class Occupant:
 
 
 class NodeProfile:
-    """One node's occupants over time: running tasks and the reservations planned on it."""
+    """One node's occupants over time: running tasks and the reservations planned on it; ``index``: its
+    place in its pool's list of profiles."""
 
-    __slots__ = ("node", "occupants")
+    __slots__ = ("node", "occupants", "index", "version", "_now_at", "_now_gpus", "_all_at", "_all_free",
+                 "_all_most", "_all_whole")
 
-    def __init__(self, node: NodeState) -> None:
+    def __init__(self, node: NodeState, index: int = 0) -> None:
         self.node = node
         self.occupants: list[Occupant] = []
+        self.index = index
+        self.version = 0  # moves with every occupant added or taken out
+        self._now_at = [-1, -1]  # by predicted (0, 1): the version the GPUs free now were worked out at
+        self._now_gpus: list[list[float]] = [[], []]
+        self._all_at = [-1, -1]  # the same for the room free now of every occupant (``free_at_now``)
+        self._all_free: list[tuple[list[float], float, float]] = [([], 0.0, 0.0), ([], 0.0, 0.0)]
+        self._all_most = [0.0, 0.0]  # the most free of one GPU, in that room
+        self._all_whole = [0, 0]  # its wholly free GPUs
+
+    def free_at_now(self, now: float, predicted: bool) -> tuple[list[float], float, float]:
+        """``free_over`` the instant now, every occupant counted (kept until the occupants change): the
+        room free over any time from now to a later one for a node with nothing ending or starting
+        between the two."""
+        which = 1 if predicted else 0
+        if self._all_at[which] != self.version:
+            free = self._all_free[which] = self.free_over(now, now + EPS, predicted, ESTIMATE)
+            self._all_most[which] = max(free[0], default=0.0)
+            self._all_whole[which] = sum(1 for g in free[0] if g >= 1.0 - EPS)
+            self._all_at[which] = self.version
+        return self._all_free[which]
+
+    def may_fit_now(self, request: TaskRequest, predicted: bool) -> bool:
+        """False when not one task of ``request`` fits in the room ``free_at_now`` found last: a quick
+        answer for the many full nodes of a busy pool."""
+        which = 1 if predicted else 0
+        free = self._all_free[which]
+        if free[1] < request.cpus - EPS or free[2] < request.memory_gib - EPS:
+            return False
+        if not request.uses_gpu:
+            return True
+        if request.is_shared:
+            memory = self.node.gpu_memory_gib
+            if request.gpu_memory_gib is not None and request.gpu_memory_gib > memory + EPS:
+                return False
+            return self._all_most[which] >= request.gpu_share_on(memory) - EPS
+        return self._all_whole[which] >= request.whole_gpus
+
+    def free_now(self, now: float, predicted: bool) -> list[float]:
+        """The share of each GPU free now, counting running tasks only (kept until the occupants change)."""
+        which = 1 if predicted else 0
+        if self._now_at[which] != self.version:
+            self._now_gpus[which] = self.free_over(now, now + EPS, predicted, RUNNING)[0]
+            self._now_at[which] = self.version
+        return self._now_gpus[which]
 
     def free_over(self, t0: float, t1: float, predicted: bool, most_kind: int) -> tuple[list[float], float, float]:
         """The share of each GPU, the CPUs and the memory free for the whole of [t0, t1) (the instant
@@ -124,6 +171,86 @@ class NodeProfile:
             if cpu < -EPS or mem < -EPS or any(g < -EPS for g in gpus):
                 return True
         return False
+
+
+class Timeline:
+    """The room of a list of node profiles over time, kept as occupants come and go: the room free now,
+    summed, the changes to come in time order, the ends of what runs now by node, and the nodes with
+    a start planned later (``predicted``: by predicted starts and ends)."""
+
+    def __init__(self, nodes: list[NodeProfile], now: float, predicted: bool) -> None:
+        self.now = now
+        self.predicted = predicted
+        self.gpu = self.cpu = self.mem = 0.0  # free now, summed
+        self.events: list[tuple[float, float, float, float]] = []  # (time, GPUs, CPUs, memory) freed (<0: taken)
+        self.ends: list[tuple[float, int]] = []  # (end, node) of occupants that started by now
+        self.later: dict[int, int] = {}  # node -> how many of its occupants start later
+        for k, profile in enumerate(nodes):
+            spec = profile.node.spec
+            self.gpu += spec.usable_gpus
+            self.cpu += spec.cpus
+            self.mem += spec.memory_gib
+            for o in profile.occupants:
+                self._count(o, k, 1, False)
+        self.events.sort()
+        self.ends.sort()
+
+    def _count(self, o: Occupant, k: int, sign: int, keep_order: bool) -> None:
+        """Count the occupant on node ``k`` in (sign 1) or out (sign -1); ``keep_order``: into sorted lists."""
+        now = self.now
+        start, end = (o.pstart, o.pend) if self.predicted else (o.start, o.end)
+        g = o.share * len(o.gpus)
+        changes: list[tuple[float, float, float, float]] = []
+        if start <= now:
+            self.gpu -= sign * g
+            self.cpu -= sign * o.cpu
+            self.mem -= sign * o.mem
+            if now < end < FOREVER:
+                self._edit(self.ends, (end, k), sign, keep_order)
+        else:
+            changes.append((start, -g, -o.cpu, -o.mem))
+            self.later[k] = self.later.get(k, 0) + sign
+            if not self.later[k]:
+                del self.later[k]
+        if end < FOREVER:
+            changes.append((end, g, o.cpu, o.mem))
+        for change in changes:
+            self._edit(self.events, change, sign, keep_order)
+
+    @staticmethod
+    def _edit(items: list, item: tuple, sign: int, keep_order: bool) -> None:
+        if sign < 0:
+            del items[bisect.bisect_left(items, item)]
+        elif keep_order:
+            bisect.insort(items, item)
+        else:
+            items.append(item)
+
+    def add(self, o: Occupant, k: int) -> None:
+        """Count a new occupant of node ``k``."""
+        self._count(o, k, 1, True)
+
+    def remove(self, o: Occupant, k: int) -> None:
+        """Count out an occupant of node ``k`` counted before."""
+        self._count(o, k, -1, True)
+
+    def possible_times(self, gpu: float, cpu: float, mem: float) -> Iterator[float]:
+        """The times, in order, at which something ends (and now) when the nodes have, summed, at least
+        the GPUs, CPUs and memory asked free: a job cannot start at any other."""
+        free_gpu, free_cpu, free_mem = self.gpu, self.cpu, self.mem
+        events = self.events
+        i, n = 0, len(events)
+        at = self.now
+        while True:
+            while i < n and events[i][0] <= at:
+                _, g, c, m = events[i]
+                free_gpu, free_cpu, free_mem = free_gpu + g, free_cpu + c, free_mem + m
+                i += 1
+            if free_gpu >= gpu - EPS and free_cpu >= cpu - EPS and free_mem >= mem - EPS:
+                yield at
+            if i >= n:
+                return
+            at = events[i][0]
 
 
 def tasks_fitting(request: TaskRequest, node: NodeState, gpus: list[float], cpu: float, mem: float,
@@ -173,11 +300,43 @@ class PoolPlan:
         # harder): one as large that ends as late fails too, while allocation only takes room.
         self.borrow_failed = FailedShapes(state)
         self.profiles: dict[str, NodeProfile] = {}
+        self.nodes: list[NodeProfile] = []
         for node in index.nodes:
-            profile = self.profiles[node.name] = NodeProfile(node)
+            profile = self.profiles[node.name] = NodeProfile(node, len(self.nodes))
             profile.occupants = self._running_on(node)
+            self.nodes.append(profile)
         # Whether some running job is expected to end before its limit: else estimates are the starts.
-        self.predicts = any(o.pend < o.end for p in self.profiles.values() for o in p.occupants)
+        self.predicts = any(o.pend < o.end for p in self.nodes for o in p.occupants)
+        # The pool's room over time by limits, and as predicted once asked, kept as occupants come and go.
+        self.timelines: list[Timeline] = [Timeline(self.nodes, self.now, False)]
+        # Jobs that ask for no more CPUs and memory than every node has, and select no nodes, may run on
+        # every node: they read the pool's timelines.
+        self.least_cpu = min(p.node.spec.cpus for p in self.nodes)
+        self.least_mem = min(p.node.spec.memory_gib for p in self.nodes)
+        self.kept: dict[NodeState, int] = {}  # held nodes found to keep their reservations, at their version
+
+    def _timeline(self, predicted: bool) -> Timeline:
+        """The pool's timeline, by limits or as predicted."""
+        if not predicted:
+            return self.timelines[0]
+        if len(self.timelines) == 1:
+            self.timelines.append(Timeline(self.nodes, self.now, True))
+        return self.timelines[1]
+
+    def _occupy(self, profile: NodeProfile, o: Occupant) -> None:
+        """Add an occupant to a node's profile, and to the pool's timelines."""
+        profile.occupants.append(o)
+        profile.version += 1
+        for timeline in self.timelines:
+            timeline.add(o, profile.index)
+
+    def _truncate(self, profile: NodeProfile, size: int) -> None:
+        """Take out the node's occupants after its first ``size``."""
+        for o in profile.occupants[size:]:
+            for timeline in self.timelines:
+                timeline.remove(o, profile.index)
+        del profile.occupants[size:]
+        profile.version += 1
 
     def _running_on(self, node: NodeState) -> list[Occupant]:
         """The tasks on the node as occupants until their jobs' limits end (room held is none of them)."""
@@ -198,6 +357,10 @@ class PoolPlan:
         its reservation no more)."""
         placements, now = self.state.placements, self.now
         for node in self.held_nodes:
+            # A node unchanged since it was found to keep them still does: reserved jobs that started
+            # since need less of it, not more.
+            if self.kept.get(node, -1) == node.version:
+                continue
             profile = self.profiles[node.name]
             planned = [o for o in profile.occupants if o.kind != RUNNING]
             check = NodeProfile(node)
@@ -205,6 +368,7 @@ class PoolPlan:
                 o for o in planned if o.kind == HOLDING and None in placements.get(o.job, (None,))]
             if check.overbooked(now):
                 return False
+            self.kept[node] = node.version
         return True
 
     # --- planning a job ---------------------------------------------------------------------------
@@ -239,8 +403,8 @@ class PoolPlan:
                 groups = [((i,), share * gpus.count(i)) for i in sorted(set(gpus))] or [((), 0.0)]
             for index, (indices, amount) in enumerate(groups):
                 host = count if index == 0 else 0
-                node.occupants.append(Occupant(indices, amount, request.cpus * host, request.memory_gib * host,
-                                               start, start + limit, estimate, estimate + runtime, kind, job.id))
+                self._occupy(node, Occupant(indices, amount, request.cpus * host, request.memory_gib * host,
+                                            start, start + limit, estimate, estimate + runtime, kind, job.id))
         if estimate < start:
             self.predicts = True
         if hold:
@@ -260,42 +424,60 @@ class PoolPlan:
         """The earliest time ``tasks`` tasks of the job fit together for ``runtime`` seconds, and where."""
         now = self.now
         request, selector = job.request, job.node_selector
-        nodes = [p for p in self.profiles.values()
-                 if (not selector or p.node.matches(selector)) and request.cpus <= p.node.spec.cpus + EPS
-                 and request.memory_gib <= p.node.spec.memory_gib + EPS]
-        if not nodes:
-            return None
+        # Most jobs may run on every node of the pool: its timeline, kept, serves. Others get their own.
+        if not selector and request.cpus <= self.least_cpu + EPS and request.memory_gib <= self.least_mem + EPS:
+            nodes = self.nodes
+            timeline = self._timeline(predicted)
+        else:
+            nodes = [p for p in self.nodes
+                     if (not selector or p.node.matches(selector)) and request.cpus <= p.node.spec.cpus + EPS
+                     and request.memory_gib <= p.node.spec.memory_gib + EPS]
+            if not nodes:
+                return None
+            timeline = Timeline(nodes, now, predicted)
         need_gpu = tasks * (request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared
                             else float(request.whole_gpus))
-        times = self._possible_times(nodes, predicted, need_gpu, tasks * request.cpus, tasks * request.memory_gib)
-        free_now = {p.node.name: p.free_over(now, now + EPS, predicted, RUNNING)[0] for p in nodes}
         # A node whose occupants all started by now only gains room as they end: its fit changes only
         # at its own ends. One with a planned start later (a reservation) is worked out at every time.
-        changes: list[tuple[float, int]] = []
-        moving: list[int] = []
-        for k, profile in enumerate(nodes):
-            later = False
-            for o in profile.occupants:
-                start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
-                if start > now:
-                    later = True
-                elif now < end < FOREVER:
-                    changes.append((end, k))
-            if later:
-                moving.append(k)
-        changes.sort()
+        ends = timeline.ends
+        # A node with a start planned later (a reservation) changes too as the job's span [t, t + runtime)
+        # comes to cover such a start, and as t passes its end: at those times only.
+        later_ends, comings = self._later_changes(nodes, timeline, runtime, predicted)
         fit: list[tuple[int, list[int]]] = [(0, [])] * len(nodes)
-        stale: set[int] = set(range(len(nodes)))
-        at = 0
-        for t in times[:MAX_TIMES]:
-            while at < len(changes) and changes[at][0] <= t:
-                stale.add(changes[at][1])
+        stale: set[int] = set(timeline.later)
+        at = at_later = at_coming = 0
+        near: list[tuple[float, int]] = []  # starts the span is about to cover, or just did
+        tried = 0
+        for t in timeline.possible_times(need_gpu, tasks * request.cpus, tasks * request.memory_gib):
+            tried += 1
+            if tried > MAX_TIMES:
+                return None
+            while at < len(ends) and ends[at][0] <= t:
+                stale.add(ends[at][1])
                 at += 1
-            stale.update(moving)
+            while at_later < len(later_ends) and later_ends[at_later][0] <= t:
+                stale.add(later_ends[at_later][1])
+                at_later += 1
+            # Whether t + runtime is past a start rounds either way near it: a node is worked out at every
+            # time within a second of it, and at the first after.
+            while at_coming < len(comings) and comings[at_coming][0] - 1.0 <= t:
+                near.append(comings[at_coming])
+                at_coming += 1
+            if near:
+                for _, k in near:
+                    stale.add(k)
+                near = [c for c in near if c[0] + 1.0 >= t]
+            if tried == 1:  # every node's fit, first: as now where nothing ends or starts before t
+                for k, profile in enumerate(nodes):
+                    if k not in stale:
+                        gpus, cpu, mem = profile.free_at_now(now, predicted)
+                        if profile.may_fit_now(request, predicted):
+                            fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem,
+                                                   profile.free_now(now, predicted))
             for k in stale:
                 profile = nodes[k]
                 gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted, ESTIMATE)
-                fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem, free_now[profile.node.name])
+                fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem, profile.free_now(now, predicted))
             stale = set()
             total = 0
             fits = []
@@ -318,41 +500,23 @@ class PoolPlan:
             return t, placed
         return None
 
-    def _possible_times(self, nodes: list[NodeProfile], predicted: bool, gpu: float, cpu: float,
-                        mem: float) -> list[float]:
-        """The times, in order, at which something ends on ``nodes`` (and now) when they have, summed,
-        at least the GPUs, CPUs and memory asked free: a job cannot start at any other."""
+    def _later_changes(self, nodes: list[NodeProfile], timeline: Timeline, runtime: float,
+                       predicted: bool) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+        """For the nodes with occupants that start later: when those end, and when a span of ``runtime``
+        from t comes to cover their starts (t = start - runtime), each with its node, in order."""
         now = self.now
-        free_gpu = free_cpu = free_mem = 0.0
-        events: list[tuple[float, float, float, float]] = []
-        for profile in nodes:
-            spec = profile.node.spec
-            free_gpu += spec.usable_gpus
-            free_cpu += spec.cpus
-            free_mem += spec.memory_gib
-            for o in profile.occupants:
+        ends: list[tuple[float, int]] = []
+        comings: list[tuple[float, int]] = []
+        for k in timeline.later:
+            for o in nodes[k].occupants:
                 start, end = (o.pstart, o.pend) if predicted else (o.start, o.end)
-                g = o.share * len(o.gpus)
-                if start <= now:
-                    free_gpu, free_cpu, free_mem = free_gpu - g, free_cpu - o.cpu, free_mem - o.mem
-                else:
-                    events.append((start, -g, -o.cpu, -o.mem))
-                if end < FOREVER:
-                    events.append((end, g, o.cpu, o.mem))
-        events.sort()
-        times: list[float] = []
-        i, n = 0, len(events)
-        at = now
-        while True:
-            while i < n and events[i][0] <= at:
-                _, g, c, m = events[i]
-                free_gpu, free_cpu, free_mem = free_gpu + g, free_cpu + c, free_mem + m
-                i += 1
-            if free_gpu >= gpu - EPS and free_cpu >= cpu - EPS and free_mem >= mem - EPS:
-                times.append(at)
-            if i >= n:
-                return times
-            at = events[i][0]
+                if start > now:
+                    comings.append((start - runtime if runtime > 0 else start, k))
+                    if end < FOREVER:
+                        ends.append((end, k))
+        ends.sort()
+        comings.sort()
+        return ends, comings
 
     # --- holding room -------------------------------------------------------------------------------
 
@@ -404,8 +568,8 @@ class PoolPlan:
         for placement in placements:
             profile = self.profiles.get(placement.node)
             if profile is not None:
-                profile.occupants.append(Occupant(placement.gpu_index, placement.gpu_share, request.cpus,
-                                                  request.memory_gib, now, end, now, pend, RUNNING))
+                self._occupy(profile, Occupant(placement.gpu_index, placement.gpu_share, request.cpus,
+                                               request.memory_gib, now, end, now, pend, RUNNING))
 
     def borrow(self, stmt: Statement, job: JobSpec, place: Callable[[], bool]) -> bool:
         """Try the job on the room held too: kept only if it delays no holding reservation (it ends
@@ -424,7 +588,7 @@ class PoolPlan:
             self.placed(job, new)
             if any(profile.overbooked(self.now) for profile in touched.values()):
                 for name, profile in touched.items():
-                    del profile.occupants[sizes[name]:]
+                    self._truncate(profile, sizes[name])
                 stmt.rollback(mark)
                 ok = False
         for node in held:
@@ -478,11 +642,28 @@ class Planner:
     def plan(self, job: JobSpec, tasks: int, entitled: bool) -> None:
         """Plan the start of a job that found no room (``PoolPlan.plan``), kept in ``out``."""
         plan = self.pool(job)
-        if plan is None:
+        if plan is None or job.id in self.out:  # planned once a cycle
             return
         found = plan.plan(job, tasks, entitled)
         if found is not None:
             self.out[job.id] = found
+
+    def plans_more(self, pool: str) -> bool:
+        """True when the pool gives more jobs an estimate this cycle."""
+        name = pool or self.state.policy.default_pool
+        plan = self.pools.get(name)
+        if name not in self.pools:
+            settings = self.state.policy.reservations_in(name)
+            return bool(settings.jobs or settings.estimate_jobs)
+        return plan is not None and plan.estimates < plan.settings.estimate_jobs
+
+    def plan_new(self, job: JobSpec, tasks: int) -> bool:
+        """Plan the estimate of a job not planned yet this cycle (``PoolPlan.plan``, holding no room);
+        True when it got one."""
+        if job.id in self.out:
+            return False
+        self.plan(job, tasks, False)
+        return job.id in self.out
 
     def keeps(self) -> bool:
         """True when every pool's holding reservations still have their room (``PoolPlan.keeps``):

@@ -75,7 +75,8 @@ class ClusterState:
         # By job: what one task needs, stamped with the job's request (``task_need``).
         self._task_needs: Memo[str, Resources] = Memo()
         self.covers = QueueCovers(self)
-        self.policies = PolicySet(pm, youngest_first=policy.victim_order == YOUNGEST_FIRST)
+        self.policies = PolicySet(pm, youngest_first=policy.victim_order == YOUNGEST_FIRST,
+                                  age_weight=policy.age_weight)
         # The user order needs a job order whose keys put priority first, and one user per group.
         self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
         self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order)

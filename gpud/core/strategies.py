@@ -18,20 +18,12 @@ from typing import Final, Iterable, Iterator
 
 from mypy_extensions import mypyc_attr
 
-from gpud.core.nodes import NodeIndex, NodeState
-from gpud.model import EPS, TaskRequest
+from gpud.core.nodes import (CPU_WEIGHT, GPU_WEIGHT, MEMORY_WEIGHT, FitEntry, NodeIndex, NodeState, cpu_class,
+                             leftover)
+from gpud.model import TaskRequest
 
 __all__ = ["CPU_WEIGHT", "GPU_WEIGHT", "MEMORY_WEIGHT", "BinPack", "Spread", "Strategy", "leftover",
            "smallest_share", "unique"]
-
-
-# What bin-pack's leftover counts, each resource relative to the pool's largest node: GPUs (whole and
-# the free part of shared ones) most, as they are what strands; CPUs and memory less, so nodes with
-# host resources to spare stay free for the tasks that need them. Chosen on the Alibaba trace
-# (docs/trace.md): GPUs weighed 1-4 against CPUs, memory 0-1.
-GPU_WEIGHT: Final = 1.0
-CPU_WEIGHT: Final = 1.0 / 3.0
-MEMORY_WEIGHT: Final = 0.1
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -65,48 +57,37 @@ class BinPack(Strategy):
     def candidates(self, strategy: str, request: TaskRequest, index: NodeIndex) -> Iterator[NodeState]:
         """Every node that holds the task, the one the task would leave least free first (``leftover``:
         GPUs, fractions of GPUs, CPUs and memory); ties keep the fullest GPUs first."""
-        gpu_w = GPU_WEIGHT / max(index.max_gpus, 1)
-        cpu_w = CPU_WEIGHT / max(index.max_cpus, 1)
-        # Every node that holds the task has at least the task's CPUs and memory free.
-        mem_floor = MEMORY_WEIGHT * request.memory_gib / max(index.max_memory, 1.0)
-        # Each part walks its nodes from the emptiest resource up, so a part stops once a node there cannot
-        # beat the best found (``_floor``); the rest is scored only when the caller asks past the best.
-        parts: list[tuple[Iterator[NodeState], int]]
-        if not request.uses_gpu:
-            parts = [(index.with_free_cpus(request.cpus), _BY_CPUS)]
-        elif request.is_shared:
-            share = smallest_share(request, index)
-            parts = [(_nodes_of(index.shared_gpus(share, cpus=request.cpus)), _UNORDERED),
-                     (index.with_free_gpus(1, cpus=request.cpus), _BY_WHOLE)]
-        else:
-            parts = [(index.with_free_gpus(request.whole_gpus, cpus=request.cpus), _BY_WHOLE)]
+        # The best node: the partly used GPUs are scored one by one (few); each ordered part's buckets
+        # keep their nodes by leftover (``NodeIndex.fit_whole``, ``fit_cpu``), so a bucket's best is at
+        # its front, and a bucket whose least possible leftover cannot beat the best is not read.
         seen: set[str] = set()
-        scored: list[tuple[float, int, NodeState]] = []
-        best = math.inf
-        for nodes, walk in parts:
-            for node in nodes:
-                if node.name in seen or not node.holds_host_resources(request):
-                    continue
-                seen.add(node.name)
-                score = leftover(node, index)
-                scored.append((score, len(scored), node))
-                if score < best:
-                    best = score
-                elif walk != _UNORDERED and _floor(node, request, walk, gpu_w, cpu_w) + mem_floor >= best:
-                    break
-        if not scored:
+        best, first = math.inf, None
+        for nodes, walk in _parts(request, index):
+            if walk == _UNORDERED:
+                for node in nodes:
+                    if node.name not in seen and node.holds_host_resources(request):
+                        seen.add(node.name)
+                        score = leftover(node, index)
+                        if score < best:
+                            best, first = score, node
+            else:
+                found = _best_in_buckets(request, index, walk, best, seen)
+                if found is not None:
+                    best, first = found
+        if first is None:
             return
-        first = min(scored, key=_rank)[1]  # by position: a compiled core copies tuples, so "is" cannot tell
-        yield scored[first][2]
-        for nodes, walk in parts:  # what the first pass left unread
+        yield first
+        # The others, scored only when the caller asks past the best (its first choice refused).
+        seen = {first.name}
+        scored: list[tuple[float, int, NodeState]] = []
+        for nodes, walk in _parts(request, index):
             for node in nodes:
                 if node.name not in seen and node.holds_host_resources(request):
                     seen.add(node.name)
                     scored.append((leftover(node, index), len(scored), node))
         scored.sort(key=_rank)
         for item in scored:
-            if item[1] != first:
-                yield item[2]
+            yield item[2]
 
     def gpu_order(self, strategy: str, request: TaskRequest, node: NodeState) -> list[int]:
         """The node's GPUs, fullest first (then lowest index)."""
@@ -160,29 +141,55 @@ def _nodes_of(shared: Iterator[tuple[NodeState, int]]) -> Iterator[NodeState]:
         yield node
 
 
-def leftover(node: NodeState, index: NodeIndex) -> float:
-    """The node's free capacity, weighted (``GPU_WEIGHT``, ``CPU_WEIGHT``, ``MEMORY_WEIGHT``), each
-    resource as a share of the largest node of the pool: 0 for a full node, up to the weights' sum.
-
-    A task takes the same from any node that holds it, so ranking nodes by this
-    before placement ranks them by what the task would leave free."""
-    return (GPU_WEIGHT * sum(node.free_share) / max(index.max_gpus, 1)
-            + CPU_WEIGHT * node.free_cpu / max(index.max_cpus, 1)
-            + MEMORY_WEIGHT * node.free_mem / max(index.max_memory, 1.0))
-
-
 _UNORDERED: Final = 0
 _BY_WHOLE: Final = 1
 _BY_CPUS: Final = 2
 
 
-def _floor(node: NodeState, request: TaskRequest, walk: int, gpu_w: float, cpu_w: float) -> float:
-    """The least GPU and CPU leftover of this node and of every node after it in its walk (nodes that
-    hold the task): whole free GPUs only grow along ``with_free_gpus``, CPU buckets along
-    ``with_free_cpus``."""
+def _parts(request: TaskRequest, index: NodeIndex) -> list[tuple[Iterator[NodeState], int]]:
+    """The nodes that might hold the task, in parts, each as the index walks it, with the way it is
+    ordered: a fraction's partly used GPUs first, then nodes by whole GPUs free (CPU-only: by CPUs free)."""
+    if not request.uses_gpu:
+        return [(index.with_free_cpus(request.cpus), _BY_CPUS)]
+    if request.is_shared:
+        share = smallest_share(request, index)
+        return [(_nodes_of(index.shared_gpus(share, cpus=request.cpus)), _UNORDERED),
+                (index.with_free_gpus(1, cpus=request.cpus), _BY_WHOLE)]
+    return [(index.with_free_gpus(request.whole_gpus, cpus=request.cpus), _BY_WHOLE)]
+
+
+def _best_in_buckets(request: TaskRequest, index: NodeIndex, walk: int, best: float,
+                     seen: set[str]) -> tuple[float, NodeState] | None:
+    """(leftover, node) of the node of an ordered part (``walk``) that holds the task and leaves less
+    free than ``best``, the least, the first in the walk among equals; None when none does. Nodes in
+    ``seen`` were scored already. A bucket is read from its front (``NodeIndex.fit_whole``,
+    ``fit_cpu``) up to its first node that holds the task, and the walk stops at a bucket whose least
+    possible leftover cannot beat the best: whole free GPUs only grow along it (CPU buckets likewise),
+    and a node that holds the task has at least its CPUs and memory free."""
+    cpu_w = CPU_WEIGHT / max(index.max_cpus, 1)
+    mem_floor = MEMORY_WEIGHT * request.memory_gib / max(index.max_memory, 1.0)
+    found: NodeState | None = None
+    buckets: list[tuple[float, list[FitEntry]]] = []
     if walk == _BY_WHOLE:
-        return gpu_w * node.free_whole + cpu_w * request.cpus
-    return cpu_w * max(float(int(node.free_cpu + EPS)), request.cpus)
+        gpu_w = GPU_WEIGHT / max(index.max_gpus, 1)
+        low = 1 if request.is_shared else max(request.whole_gpus, 0)
+        for k in range(low, index.max_gpus + 1):
+            floor = gpu_w * k + cpu_w * request.cpus + mem_floor
+            buckets.extend((floor, fits) for fits in index.fit_whole[k][cpu_class(request.cpus):])
+    else:
+        for k in range(max(int(request.cpus), 0), index.max_cpus + 1):
+            buckets.append((cpu_w * max(float(k), request.cpus) + mem_floor, index.fit_cpu[k]))
+    for floor, fits in buckets:
+        if floor >= best:
+            break
+        for entry in fits:
+            score, node = entry[0], entry[2]
+            if score >= best:
+                break
+            if node.name not in seen and node.holds_host_resources(request):
+                best, found = score, node
+                break
+    return None if found is None else (best, found)
 
 
 def _rank(item: tuple[float, int, NodeState]) -> tuple[float, int]:

@@ -2,7 +2,10 @@
 
 The supervisor makes a task's cgroups before it starts the task and starts
 the task inside them (it steps into them for the fork, then back out), so
-nothing the task ever forks can be outside them. Stopping the task signals
+nothing the task ever forks can be outside them. On a hybrid host it steps
+into the v2 group alone; the task starts at a gate that waits until the
+supervisor's cgroup worker has moved it into its v1 groups, and only then
+runs the task's own program (see ``gpud.node.gate``). Stopping the task signals
 and then kills every process in them, whatever left the process group
 (setsid, double forks, ``env -i``, nohup, respawners); they are removed
 once empty, after their peak memory and CPU time are read.
@@ -51,7 +54,6 @@ V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
 # The hybrid v2 group tracks, kills and times every process; the v1 pids group is kept: it counts (and may cap)
 # the task's processes, which nothing in a controller-less v2 group does.
 V1_REPLACED_BY_V2 = ("cpuacct", "freezer")
-SETTLE_PASSES = 50
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
@@ -74,6 +76,11 @@ class Hierarchies:
         """Which limits hold (of memory, cpu, cpuset, pids, devices); empty: none, tasks run as without cgroups."""
         return tuple(name for name in LIMITS if name in self.v1 or name in self.v2_controllers
                      or (name == "devices" and self.device_programs))
+
+    def gated(self) -> bool:
+        """True on a hybrid host: a task is forked in its v2 group alone and must wait at a gate
+        (``gpud.node.gate``) until :meth:`TaskCgroup.settle` has moved it into its v1 groups."""
+        return bool(self.v1) and self.v2 is not None
 
     def tracked(self) -> bool:
         """True when every process of a task can be found (and killed) through its cgroups."""
@@ -333,33 +340,21 @@ class TaskCgroup:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def settle(self) -> None:
-        """Move every process of a task forked in its v2 group into its v1 groups too.
+        """Move the processes of a task forked in its v2 group into its v1 groups too; OSError when one refuses.
 
-        Run just after the task started, off the supervisor's loop: each
-        move waits for the kernel (an RCU grace period), and the task is
-        tracked from its first instant by its v2 group anyway. A process
-        forked by one already moved is born in the v1 groups; one forked
-        before shows in the v2 group's list, read again until no process in
-        it is new.
+        Run off the supervisor's loop, while the task waits at its gate
+        (only the gate's process is there then): each move waits for the
+        kernel (an RCU grace period). A process that is gone (the task was
+        stopped at its gate) is passed over.
         """
         if not self.v2 or not self.v1:
             return
-        moved: set[int] = set()
-        for _ in range(SETTLE_PASSES):
-            fresh = [pid for pid in self.pids() if pid not in moved]
-            if not fresh:
-                return
-            for pid in fresh:
-                moved.add(pid)
-                for path in self.v1.values():
-                    try:
-                        _write(os.path.join(path, "cgroup.procs"), str(pid))
-                    except ProcessLookupError:
-                        break
-                    except OSError:
-                        if not os.path.isdir(path):
-                            return  # the task is over and its groups removed
-                        raise
+        for pid in self.pids():
+            for path in self.v1.values():
+                try:
+                    _write(os.path.join(path, "cgroup.procs"), str(pid))
+                except ProcessLookupError:
+                    break
 
     def leave(self, pid: int, home: dict[str, str]) -> None:
         """Move process ``pid`` back where it came from: ``home`` maps each hierarchy's mount to its cgroup there."""
@@ -590,19 +585,26 @@ class Confiner:
         except (OSError, ValueError):
             cpus = []
         self.cpu_use = {cpu: 0 for cpu in cpus}
-        self._worker: ThreadPoolExecutor | None = None
+        self._workers: dict[bool, ThreadPoolExecutor] = {}
 
-    def later(self, work: Callable[[], object]) -> None:
-        """Run ``work`` (a cgroup move or removal) on the one worker thread, in order, off the supervisor's loop."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
-        self._worker.submit(_logged, work)
+    def later(self, work: Callable[[], object], *, urgent: bool = False) -> None:
+        """Run ``work`` (a cgroup move or removal) on a worker thread, in order, off the supervisor's loop.
+
+        ``urgent`` work (moving a task that waits at its gate) has a thread
+        of its own, so it never waits behind the removals and resets of
+        finished tasks' groups.
+        """
+        worker = self._workers.get(urgent)
+        if worker is None:
+            worker = self._workers[urgent] = ThreadPoolExecutor(
+                1, thread_name_prefix="gpud-cgroup-moves" if urgent else "gpud-cgroups")
+        worker.submit(_logged, work)
 
     def close(self) -> None:
         """Wait for the work handed to :meth:`later`."""
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
+        for worker in self._workers.values():
+            worker.shutdown(wait=True)
+        self._workers.clear()
 
     def pick_cpus(self, cpus: float, near: tuple[int, ...] = ()) -> list[int]:
         """The CPUs for a task of ``cpus`` CPUs: of ``near`` (its GPUs' CPUs) first, least used first; [] when

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from gpud import jsontext
-from gpud.node import cgroups, cgspares, failsafe, freezer, lease, procs
+from gpud.node import cgroups, cgspares, failsafe, freezer, gate, lease, procs
 from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 
@@ -140,6 +140,7 @@ class TaskRun:
         self.leader_exited: float | None = None  # when the leader was reaped: the task's end, whatever lingers
         self.pid = 0
         self.proc: subprocess.Popen | None = None
+        self.refused: str | None = None  # why the cgroup worker kept the task at its gate (set on that thread)
         self._stop_seen: tuple[int, int] | None = None
         run_root = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
         self.heartbeat = failsafe.heartbeat_path(run_root)
@@ -233,16 +234,33 @@ class TaskRun:
                 os.close(script_fd)
             raise
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
-        self._confine()
+        gated = self.confiner is not None and self.confiner.hierarchies.gated()
+        gate_in = gate_out = None
+        try:
+            if gated:
+                with acting_as(who):
+                    gate.check_runnable(argv[0], env.get("PATH", os.defpath), self.spec.workdir)
+            self._confine()
+        except BaseException as exc:
+            for fd in {out, err, *([] if script_fd is None else [script_fd])}:
+                os.close(fd)
+            if isinstance(exc, OSError):
+                raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            raise
+        if gated:
+            gate_in, gate_out = gate.open_pipe()
         try:
             proc = subprocess.Popen(
-                argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                gate.wrap(argv, env) if gated else argv, cwd=self.spec.workdir, env=env,
+                stdin=subprocess.DEVNULL if gate_in is None else gate_in, stdout=out, stderr=err,
                 start_new_session=True, close_fds=True, pass_fds=() if script_fd is None else (script_fd,),
                 user=who.uid if who.switch else None, group=who.gid if who.switch else None,
                 extra_groups=list(who.groups) if who.switch else None)
         except BaseException as exc:
             self._step_out()
             self._unconfine()  # nothing runs in its cgroups: they go now, not with a task that never was
+            if gate_out is not None:
+                gate.refuse(gate_out)
             if isinstance(exc, OSError):
                 raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
             if isinstance(exc, subprocess.SubprocessError):
@@ -256,8 +274,10 @@ class TaskRun:
                 os.close(err)
             if script_fd is not None:
                 os.close(script_fd)
-        if self.cgroup is not None and self.confiner is not None:
-            self.confiner.later(self.cgroup.settle)
+            if gate_in is not None:
+                os.close(gate_in)
+        if gate_out is not None and self.cgroup is not None and self.confiner is not None:
+            self.confiner.later(partial(self._settle, self.cgroup, gate_out), urgent=True)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
@@ -266,6 +286,18 @@ class TaskRun:
             freezer.make_task_cgroup(self.task_dir, f"{self.key.dirname}-{proc.pid}", proc.pid)
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
+
+    def _settle(self, group: cgroups.TaskCgroup, gate_out: int) -> None:
+        """On the cgroup worker: move the task waiting at its gate into its v1 groups, then let it run; when a
+        group refuses, close the gate (the task exits without running its program) and say why."""
+        try:
+            group.settle()
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task must not run outside its groups
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            self.refused = f"cannot move the task into its cgroups: {detail}"
+            gate.refuse(gate_out)
+            return
+        gate.release(gate_out)
 
     def _confine(self) -> None:
         """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
@@ -452,6 +484,8 @@ class TaskRun:
         """Record the task's exit code or terminating signal, why it ended, and what it used."""
         used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
         reason = self.stopping_reason
+        if reason is None and self.refused is not None:
+            reason = f"failed to start: {self.refused}"
         if reason is None and self.usage.get("oom_kills") and self.memory_limit:
             reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
         if self.leader_status == LOST_STATUS:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 from gpud.cli.common import UsageError
@@ -89,8 +88,9 @@ def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, d
             raise UsageError(f"{path}: cannot read the script: {getattr(exc, 'strerror', None) or exc}") from None
         script_name = None if path == "-" else os.path.basename(path)
     source = "command line" if interactive else ("stdin" if script_name is None else rest[0] if rest else "wrap")
-    found = script_options(directive_parser(), text, source, script_name, tuple(options), prog)
-    opts = merge(directive_parser().parse_args([]), found)
+    parser = directive_parser()
+    found = script_options(parser, text, source, script_name, tuple(options), prog)
+    opts = merge(parser.parse_args([]), found)
     _fit_outputs(opts, prog)
     whole, named = _exported(own.get("export"), environ)
     opts.export_env = whole or None
@@ -99,7 +99,7 @@ def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, d
     job = build_job(opts, command=command, script=None if interactive else text, script_name=script_name,
                     environ=environ)
     env = {**job.get("env", {}), **named, "SLURM_SUBMIT_DIR": os.getcwd(),
-           "SLURM_SUBMIT_HOST": socket.gethostname()}
+           "SLURM_SUBMIT_HOST": os.uname().nodename}  # socket.gethostname(), without socket's import
     job["env"] = env
     return job, own
 
