@@ -109,7 +109,10 @@ def _end(run: TaskRun) -> None:
 
 
 @pytest.fixture
-def held(tmp_path):
+def held(tmp_path, monkeypatch):
+    # A TaskRun in this process leaves it in "/" (it enters the workdir to check it, as its supervisor does):
+    # monkeypatch puts the test session back where it was.
+    monkeypatch.chdir(os.getcwd())
     hold = threading.Event()
     runs: list[TaskRun] = []
     yield hold, runs
