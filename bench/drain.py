@@ -12,7 +12,10 @@ the node's task supervisor and of the tasks it reaped (from /proc/PID/stat),
 and how busy the whole machine was. With --repeat N, N drains (a fresh
 gpud up each) and the median one. With --cgroups both, the drains alternate
 between per-task cgroups on and off (``GPUD_CGROUPS=off``), N of each, so
-both see the same load; it prints each side's median and their ratio. The store is on the disk (fsync'd); the
+both see the same load; it prints each side's median and their ratio. With --postgresql the drains alternate
+between the SQLite store and a PostgreSQL store (`gpud up --store`) on a throwaway server started here
+(gpud/testing/pg_server.py, every commit fsync'd, a new database each drain), N of each, and it prints both
+medians and their ratio. The store is on the disk (fsync'd); the
 running tasks' state on a tmpfs (`gpud up --run-dir`), as the shipped
 node.toml keeps it in /run/gpud/node, or with --tasks-on disk beside the
 store.
@@ -20,7 +23,7 @@ Slurm 22.05 on the same kind of machine, tuned: 29.8 s for 1,000 jobs
 (33.6 jobs/s); target under 3 s.
 
     python bench/drain.py [--jobs 1000] [--gpus 8] [--quick] [--one-by-one] [--store-sync normal] [--repeat 5]
-                          [--tasks-on tmpfs|disk] [--cgroups on|off|both]
+                          [--tasks-on tmpfs|disk] [--cgroups on|off|both] [--postgresql]
                           [--json] [--profile FILE.svg|.json|.txt]
 """
 
@@ -59,11 +62,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_up(root: str, gpus: int, store_sync: str = "full",
-             run_dir: str | None = None, cgroups: bool = True) -> tuple[subprocess.Popen, Client]:
+def start_up(root: str, gpus: int, store_sync: str = "full", run_dir: str | None = None, cgroups: bool = True,
+             store: str | None = None) -> tuple[subprocess.Popen, Client]:
     """Start `gpud up --fake-gpus GPUS` in ``root``; returns the process and an admin client once its node is up.
 
-    ``cgroups`` False runs its tasks without cgroups (``GPUD_CGROUPS=off``).
+    ``cgroups`` False runs its tasks without cgroups (``GPUD_CGROUPS=off``);
+    ``store`` a PostgreSQL URL keeps its state there (`gpud up --store`).
     """
     port = free_port()
     env = {**os.environ, "HOME": os.path.join(root, "home"), "XDG_CONFIG_HOME": os.path.join(root, "config")}
@@ -74,7 +78,8 @@ def start_up(root: str, gpus: int, store_sync: str = "full",
     log = open(os.path.join(root, "up.log"), "wb")
     process = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "up", "--fake-gpus", str(gpus),
                                 "--port", str(port), "--state-dir", os.path.join(root, "state"),
-                                "--store-sync", store_sync, *(["--run-dir", run_dir] if run_dir else [])],
+                                "--store-sync", store_sync, *(["--run-dir", run_dir] if run_dir else []),
+                                *(["--store", store] if store else [])],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     token_file = os.path.join(root, "state", "controller", "admin.token")
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -184,22 +189,23 @@ def profile(pid: int, path: str) -> subprocess.Popen | None:
                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-def run(args: argparse.Namespace, cgroups: bool = True) -> dict:
-    """Run the drain once (tasks in cgroups or not); returns its figures."""
+def run(args: argparse.Namespace, cgroups: bool = True, store: str | None = None) -> dict:
+    """Run the drain once (tasks in cgroups or not; on SQLite, or the PostgreSQL ``store``); returns its figures."""
     root = tempfile.mkdtemp(prefix="gpud-drain-")
     workdir = os.path.join(root, "work")
     os.makedirs(workdir)
     run_dir = tempfile.mkdtemp(prefix="gpud-drain-", dir=TMPFS) if args.tasks_on == "tmpfs" else None
     try:
-        return _drain(args, root, workdir, run_dir, cgroups)
+        return _drain(args, root, workdir, run_dir, cgroups, store)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | None, cgroups: bool) -> dict:
-    process, api = start_up(root, args.gpus, args.store_sync, run_dir, cgroups)
+def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | None, cgroups: bool,
+           store: str | None) -> dict:
+    process, api = start_up(root, args.gpus, args.store_sync, run_dir, cgroups, store)
     spy = None
     try:
         jobs = [job(workdir) for _ in range(args.jobs)]
@@ -229,7 +235,8 @@ def _drain(args: argparse.Namespace, root: str, workdir: str, run_dir: str | Non
     last_end = max((j["ended"] for j in done.values() if j.get("ended")), default=seen_empty)
     wall = last_end - began
     figures = {"jobs": args.jobs, "gpus": args.gpus, "submit": "one-by-one" if args.one_by_one else "batch",
-               "store_sync": args.store_sync, "tasks_on": args.tasks_on, "cgroups": "on" if cgroups else "off",
+               "store": "postgresql" if store else "sqlite", "store_sync": args.store_sync,
+               "tasks_on": args.tasks_on, "cgroups": "on" if cgroups else "off",
                "limits_enforced": limits,
                "submit_s": round(submitted - began, 3), "wall_s": round(wall, 3),
                "jobs_per_s": round(args.jobs / wall, 1), "observed_wall_s": round(seen_empty - began, 3),
@@ -308,6 +315,48 @@ def compare(on: dict, off: dict) -> dict:
             "target_ratio": CGROUPS_TARGET_RATIO}
 
 
+def compare_stores(pg: dict, sqlite: dict) -> dict:
+    """What PostgreSQL costs beside SQLite: the median drains' wall times and start delays, and their ratios."""
+    def per(key: str) -> float | None:
+        return round(pg[key] / sqlite[key], 3) if pg.get(key) and sqlite.get(key) else None
+    return {"wall_ratio": per("wall_s"), "wall_s": [pg["wall_s"], sqlite["wall_s"]],
+            "submit_s": [pg["submit_s"], sqlite["submit_s"]], "submit_ratio": per("submit_s"),
+            "median_submit_to_running_s": [pg["median_submit_to_running_s"], sqlite["median_submit_to_running_s"]],
+            "jobs_per_s": [pg["jobs_per_s"], sqlite["jobs_per_s"]], "order": ["postgresql", "sqlite"]}
+
+
+def store_sides(args: argparse.Namespace) -> int:
+    """Drain on SQLite and on PostgreSQL, alternating, ``--repeat`` of each; print both medians and the ratio."""
+    from gpud.testing.pg_server import Server
+    server = Server(durable=True)
+    runs: dict[str, list[dict]] = {"sqlite": [], "postgresql": []}
+    try:
+        for _ in range(max(1, args.repeat)):
+            runs["sqlite"].append(run(args, cgroups=args.cgroups == "on"))
+            url = server.database()
+            try:
+                runs["postgresql"].append(run(args, cgroups=args.cgroups == "on", store=url))
+            finally:
+                server.drop(url)
+    finally:
+        server.stop()
+    medians = {side: median_run(found) for side, found in runs.items()}
+    result = {**medians, "postgresql_cost": compare_stores(medians["postgresql"], medians["sqlite"])}
+    problem = any("problem" in figures for figures in medians.values())
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 1 if problem else 0
+    for side, figures in medians.items():
+        print(f"[{side}]")
+        show(figures)
+    cost = result["postgresql_cost"]
+    print(f"PostgreSQL / SQLite (median drains, alternated): wall {cost['wall_s'][0]:.2f} / {cost['wall_s'][1]:.2f} s "
+          f"= {cost['wall_ratio']}; submit {cost['submit_s'][0]:.2f} / {cost['submit_s'][1]:.2f} s; load average "
+          f"{', '.join(map(str, medians['postgresql']['load_1m_each']))} / "
+          f"{', '.join(map(str, medians['sqlite']['load_1m_each']))}")
+    return 1 if problem else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags, run the drains and print the figures; 1 when a job was lost or failed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -327,10 +376,17 @@ def main(argv: list[str] | None = None) -> int:
                              "(off: GPUD_CGROUPS=off), or both, alternating drain by drain, and compare (default on)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="drains to run (of each, with --cgroups both); the median one is shown (default 1)")
+    parser.add_argument("--postgresql", action="store_true",
+                        help="drain on SQLite and on PostgreSQL (a throwaway server started here, fsync on, a new "
+                             "database each drain), alternating, and compare")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs = min(args.jobs, 100)
+    if args.postgresql:
+        if args.cgroups == "both":
+            parser.error("--postgresql compares the stores: give --cgroups on or off, not both")
+        return store_sides(args)
     sides = {"both": (True, False), "on": (True,), "off": (False,)}[args.cgroups]
     runs: dict[bool, list[dict]] = {side: [] for side in sides}
     for _ in range(max(1, args.repeat)):

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from daemons import wait_for  # noqa: E402
 from ha_cluster import HaCluster  # noqa: E402
-from pg_server import Server  # noqa: E402
+from gpud.testing.pg_server import Server  # noqa: E402
 
 from gpud.client import Client, ClientError  # noqa: E402
 

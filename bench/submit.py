@@ -64,7 +64,7 @@ def job_body(index: int, workdir: str) -> bytes:
 class Controller:
     """A `gpud controller` process with its own state directory, stopped by pid."""
 
-    def __init__(self, root: Path, name: str, synchronous: str = "full") -> None:
+    def __init__(self, root: Path, name: str, synchronous: str = "full", store: str | None = None) -> None:
         self.dir = root / name
         self.dir.mkdir()
         with socket.socket() as s:
@@ -73,11 +73,13 @@ class Controller:
         (self.dir / "policy.toml").write_text(POLICY)
         (self.dir / "controller.toml").write_text(
             f'listen = "127.0.0.1:{self.port}"\nstate_dir = "state"\npolicy = "policy.toml"\n'
-            f'[scheduler]\nheartbeat_s = 5\n[store]\nsynchronous = "{synchronous}"\n')
+            f'[scheduler]\nheartbeat_s = 5\n[store]\nsynchronous = "{synchronous}"\n'
+            + (f'url = "{store}"\n' if store else ""))
         self.log = open(self.dir / "controller.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpud.cli.gpud_main", "controller", "--config", str(self.dir / "controller.toml"),
-             "--log-level", "warning", *([] if (self.dir / "state" / "gpud.sqlite").exists() else ["--init", "--allow-root"])],
+             "--log-level", "warning",
+             *([] if (self.dir / "state" / "gpud.sqlite").exists() and not store else ["--init", "--allow-root"])],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not self._healthy():
@@ -92,7 +94,7 @@ class Controller:
     def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as answer:
-                return answer.status == 200
+                return answer.status == 200 and json.loads(answer.read()).get("role", "leader") == "leader"
         except OSError:
             return False
 

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, TextIO
 
@@ -20,6 +21,7 @@ from gpud.node.config import NodeConfig
 log = logging.getLogger("gpud.up")
 CLIENT_MARK = "# written by gpud up"
 NODE_UP_TIMEOUT_S = 15.0
+LEAD_TIMEOUT_S = 30.0  # with --store: a fresh database's lease is free at once; a held one is not gpud up's
 DEFAULT_PROJECT = "default"   # the open project of the default policy; submits go there unless told otherwise
 
 
@@ -38,6 +40,7 @@ class UpOptions:
     demo: bool = False
     exit_when_idle: bool = False
     store_sync: str = "full"
+    store: str | None = None  # a PostgreSQL URL; None: the SQLite file in the state directory
     run_dir: str | None = None
     fake_cpus: float | None = None
     fake_memory_gib: float | None = None
@@ -227,12 +230,12 @@ def controller_config(options: UpOptions) -> ControllerConfig:
     # A state directory gpud up has never used becomes a new cluster; a store that went missing or empty
     # in one it has used is refused, as by gpud controller.
     fresh = not any(os.path.exists(os.path.join(options.controller_dir, name))
-                    for name in (CLUSTER_ID_FILE, FILE_NAME))
+                    for name in (CLUSTER_ID_FILE, FILE_NAME)) or options.store is not None  # --init: idempotent there
     # gpud up's token runs jobs as the user who started it: when that is root, as root. Its jobs run on this
     # host alone, so a user with no account here is refused at submit (as non-root, jobs run as the starter).
     return ControllerConfig(host="127.0.0.1", port=options.port, state_dir=options.controller_dir,
                             policy=options.policy_path, interval_s=2.0, synchronous=options.store_sync,
-                            init=fresh, admin_allow_root=root, local_node=root)
+                            init=fresh, admin_allow_root=root, local_node=root, store=options.store)
 
 
 def node_config(options: UpOptions, cluster_key: str, backend_kind: str) -> NodeConfig:
@@ -279,6 +282,8 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         except OSError as exc:
             raise UpError(f"cannot listen on 127.0.0.1:{options.port} ({exc.strerror or exc}); "
                           f"is another gpud running? pick another port with --port") from None
+        if options.store is not None:
+            await _wait_leading(app[CONTROLLER], options)
         key = read_cluster_key(config.key_path)
         kind = "fake" if options.fake_gpus is not None else "nvml"
         # The node reaches the controller in this process through memory, not a loopback WebSocket.
@@ -302,6 +307,20 @@ async def serve(options: UpOptions, backend: GpuBackend, out: TextIO = sys.stdou
         if agent is not None:
             await agent.stop()
         await runner.cleanup()
+
+
+async def _wait_leading(ctrl, options: UpOptions) -> None:
+    """With a PostgreSQL store, wait until this controller holds the lease and its admin token is written."""
+    from gpud.store.postgres import shown
+    deadline = time.monotonic() + LEAD_TIMEOUT_S
+    while ctrl.role != "leader":  # set once the state is read back and the admin token written
+        if time.monotonic() > deadline:
+            raise UpError(f"another controller leads the cluster in {shown(options.store or '')}; gpud up needs "
+                          f"a database of its own")
+        await asyncio.sleep(0.05)
+    if not os.path.exists(options.admin_token_path):
+        raise UpError(f"the database {shown(options.store or '')} holds a cluster made elsewhere: its admin token "
+                      f"is not in {options.admin_token_path}; give gpud up an empty database")
 
 
 def _announce(options: UpOptions, backend: GpuBackend, kind: str, out: TextIO, project: str | None,

@@ -18,7 +18,7 @@ settings.load_profile("gpud")
 
 @pytest.fixture(scope="session")
 def pg_server():
-    """A running PostgreSQL server for the whole session (tests/pg_server.py), stopped and removed at the end."""
+    """A running PostgreSQL server for the whole session (gpud/testing/pg_server.py), stopped and removed at the end."""
     from pg_server import Server, bin_dir
     if bin_dir() is None:
         pytest.skip("PostgreSQL is not installed (.ci/run installs it)")

@@ -9,6 +9,8 @@ elsewhere for good.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import signal
 import threading
@@ -17,6 +19,7 @@ import pytest
 
 from gpud.node import cgroups, cgspares, gate
 from gpud.node.spec import TaskKey, parse_spec
+from gpud.node.pty_session import Interactive
 from gpud.node.supervisor import TaskRun
 from gpud.node.taskstate import STOP_FILE, Layout
 from gpud.node.tasks import TaskTable
@@ -117,6 +120,46 @@ def held(tmp_path):
         if run.cgroup is not None:
             run.cgroup.kill()
             wait_for(run.cgroup.remove)
+
+
+async def _run_inside(table: TaskTable, key: TaskKey, argv: list[str], run_root: str) -> tuple[bytes, dict]:
+    """Run ``argv`` on a terminal inside the task as the node daemon does for ``gpuctl exec``/``attach``:
+    its output and its ``pty_exit`` message."""
+    sent: list[dict] = []
+    done = asyncio.Event()
+
+    async def send(message: dict) -> bool:
+        sent.append(message)
+        if message["type"] == "pty_exit":
+            done.set()
+        return True
+
+    interactive = Interactive(table, run_root, send)
+    await interactive.handle({"type": "pty_open", "session": "s1", "job": key.job, "task": key.task, "argv": argv})
+    await asyncio.wait_for(done.wait(), 60)
+    output = b"".join(base64.b64decode(m["data"]) for m in sent if m["type"] == "pty_out")
+    return output, sent[-1]
+
+
+def test_a_process_run_inside_a_task_at_its_gate_joins_all_the_tasks_groups(tmp_path, held):
+    hold, runs = held
+    run = _held_run(tmp_path, ["sleep", "60"], hold)
+    runs.append(run)
+    assert run.cgroup is not None
+    table = TaskTable(Layout(str(tmp_path / "state")))
+    try:
+        table.adopt()
+        with open(f"/proc/{run.pid}/cgroup") as f:
+            task_now = _groups(f.read())
+        # Still at its gate: in its v2 group alone, not yet in its v1 ones.
+        assert not task_now["memory"].endswith(f"/{run.cgroup.name}"), task_now
+        output, ended = asyncio.run(_run_inside(table, run.key, ["cat", "/proc/self/cgroup"], str(tmp_path / "run")))
+    finally:
+        table.launcher.close()
+    assert ended["code"] == 0, (ended, output)
+    where = _groups(output.decode().replace("\r\n", "\n"))
+    for controller in ("memory", "pids", ""):
+        assert where[controller].endswith(f"/{cgroups.GROUP}/{run.cgroup.name}"), (controller, where)
 
 
 def test_a_task_stopped_while_at_its_gate_ends_without_running_its_program(tmp_path, held):

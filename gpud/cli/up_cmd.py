@@ -52,6 +52,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store-sync", choices=("full", "normal"), default="full",
                         help="full: every accepted change is fsync'd (survives a power cut; the default); "
                              "normal: survives a crash of gpud, not a power cut, and is faster on slow disks")
+    parser.add_argument("--store", metavar="URL",
+                        help="keep the controller's state in this PostgreSQL database (postgresql://USER@HOST:PORT/DB, "
+                             "sslmode and other libpq parameters as in gpud controller --store) instead of the SQLite "
+                             "file in the state directory; the database's cluster is made on first use")
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -60,15 +64,22 @@ def run(args: argparse.Namespace) -> int:
     """Start the all-in-one gpud; exit 0 when stopped, 1 when it cannot start or a job failed with --exit-when-idle."""
     from gpud.allinone import UpError, UpOptions, default_state_dir
     from gpud.allinone import run as run_up
+    from gpud.controller.config import check_store
+    from gpud.errors import ConfigError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not 0 < args.port < 65536:
         print(f"gpud up: --port must be between 1 and 65535 (got {args.port})", file=sys.stderr)
         return 2
+    try:
+        store = check_store(args.store) if args.store else None
+    except ConfigError as exc:
+        print(f"gpud up: {exc}", file=sys.stderr)
+        return 2
     options = UpOptions(state_dir=os.path.abspath(args.state_dir or default_state_dir()), port=args.port,
                         fake_gpus=args.fake_gpus, policy=os.path.abspath(args.policy) if args.policy else None,
                         demo=args.demo, exit_when_idle=args.exit_when_idle, store_sync=args.store_sync,
-                        run_dir=os.path.abspath(args.run_dir) if args.run_dir else None,
+                        store=store, run_dir=os.path.abspath(args.run_dir) if args.run_dir else None,
                         fake_cpus=args.fake_cpus, fake_memory_gib=args.fake_memory)
     try:
         return run_up(options)

@@ -25,6 +25,7 @@ import time
 from typing import Callable
 
 from gpud.store.lease import Lease
+from gpud.store.postgres import problem, shown
 from gpud.waits import wait_event
 
 log = logging.getLogger("gpud.controller")
@@ -107,10 +108,11 @@ class Leadership:
                     said = state.url
             except (OSError, asyncio.TimeoutError, RuntimeError) as exc:
                 ctrl.leader_url = None
-                log.warning("standby: cannot reach the database: %s", str(exc).strip() or type(exc).__name__)
+                log.warning("standby: cannot reach the database %s: %s", shown(self.lease.url), problem(exc, self.lease.url))
             except Exception as exc:  # noqa: BLE001 - psycopg.Error: the database is restarting, say, try again
                 ctrl.leader_url = None
-                log.warning("standby: the database refused the lease: %s", str(exc).strip())
+                log.warning("standby: the database %s refused the lease: %s", shown(self.lease.url),
+                            problem(exc, self.lease.url))
             await asyncio.sleep(ctrl.config.renew_s)
 
     async def _warm_up(self) -> None:
@@ -119,7 +121,7 @@ class Leadership:
         try:
             decoded = await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, ctrl.warm_up)
         except Exception as exc:  # noqa: BLE001 - a cold standby still takes over; it only takes longer
-            log.warning("standby: could not read the jobs ahead of a takeover: %s", str(exc).strip())
+            log.warning("standby: could not read the jobs ahead of a takeover: %s", problem(exc, self.lease.url))
             return
         if decoded:
             log.debug("standby: %d jobs decoded ahead of a takeover in %.3f s (%d kept)", decoded,
@@ -143,7 +145,7 @@ class Leadership:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - tried again until the lease would have run out
-                log.warning("could not renew the lease: %s", str(exc).strip() or type(exc).__name__)
+                log.warning("could not renew the lease in %s: %s", shown(self.lease.url), problem(exc, self.lease.url))
 
     def _lost(self, why: str) -> None:
         ctrl = self.ctrl

@@ -26,7 +26,7 @@ def open_pg_state(url: str, state_dir: str, key_path: str, *, init: bool, holder
     when missing (the key from ``key_path`` when that file exists, so nodes
     keep theirs), and the key is written to ``key_path`` when that is missing.
     """
-    from gpud.store.postgres import PostgresStore, create_schema, driver, has_schema, shown
+    from gpud.store.postgres import PostgresStore, create_schema, driver, has_schema, problem, shown
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         fd = lock(state_dir)
@@ -43,7 +43,7 @@ def open_pg_state(url: str, state_dir: str, key_path: str, *, init: bool, holder
                                  f"`gpud store copy`")
             store = PostgresStore(url, name=f"gpud controller {holder}")
         except psycopg.Error as exc:
-            raise StateError(f"cannot use the database {shown(url)}: {str(exc).strip()}") from None
+            raise StateError(f"cannot use the database {shown(url)}: {problem(exc, url)}") from None
         except StoreVersionError as exc:
             raise StateError(str(exc)) from None
         try:

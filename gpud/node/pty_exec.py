@@ -19,13 +19,15 @@ EXIT_CANNOT_RUN = 127
 
 
 def join_cgroups(paths: list[str]) -> None:
-    """Move this process into each cgroup (its ``cgroup.procs`` path); one that cannot be joined is skipped."""
+    """Move this process into each cgroup (its ``cgroup.procs`` path); OSError naming the first that cannot be
+    joined, since the task's limits would then not hold for what runs here."""
     for path in paths:
         try:
             with open(path, "w") as f:
                 f.write("0")
-        except OSError:
-            pass  # the task's limits then do not hold for this process; the task itself stays confined
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot join the task's cgroup {os.path.dirname(path)}: "
+                                     f"{exc.strerror or exc}") from None
 
 
 def become(uid: int, gid: int, user: str) -> None:
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     except OSError:
         pass  # still usable, without job control
-    join_cgroups(order.get("cgroup_procs") or [])
+    try:
+        join_cgroups(order.get("cgroup_procs") or [])
+    except OSError as exc:
+        print(f"gpud: {exc.strerror}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     try:
         become(int(order["uid"]), int(order["gid"]), str(order.get("user") or ""))
     except OSError as exc:

@@ -4,7 +4,8 @@ Nothing here listens on the network: the controller sends ``pty_*`` and
 ``fwd_*`` orders on the node's link (docs/api.md), and output, exits and
 forwarded bytes go back the same way. A process started on a terminal runs
 as the task's user, in its cgroups, directory and environment (read from
-the task's own process), so it sees exactly the task's GPUs.
+the task's own process, and the cgroups its supervisor recorded), so it
+sees exactly the task's GPUs and is held to the task's limits.
 
 An interactive job's task is a holder that waits until the job's main
 terminal session ends, then exits with that session's exit status, so the
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from gpud.node import cgroups
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import RUNNING, TaskState
 
@@ -75,8 +77,10 @@ class TaskContext:
     cgroup_procs: list[str]
 
 
-def task_context(pid: int) -> TaskContext:
-    """The user, directory, environment and cgroups of process ``pid``; OSError when it is gone."""
+def task_context(pid: int, task_dir: str | None = None) -> TaskContext:
+    """The user, directory, environment and cgroups of process ``pid``, the task in ``task_dir``; OSError when
+    it is gone. The cgroups are all the task's own (see :func:`task_cgroup_procs`), even while it waits at its
+    gate."""
     info = os.stat(f"/proc/{pid}")
     with open(f"/proc/{pid}/environ", "rb") as f:
         raw = f.read()
@@ -91,7 +95,34 @@ def task_context(pid: int) -> TaskContext:
         user, home, shell = entry.pw_name, entry.pw_dir, entry.pw_shell or "/bin/sh"
     except KeyError:
         user, home, shell = env.get("USER", str(info.st_uid)), env.get("HOME", "/"), "/bin/sh"
-    return TaskContext(info.st_uid, info.st_gid, user, home, shell, cwd, env, _cgroup_procs(pid))
+    return TaskContext(info.st_uid, info.st_gid, user, home, shell, cwd, env, task_cgroup_procs(pid, task_dir))
+
+
+def task_cgroup_procs(pid: int, task_dir: str | None) -> list[str]:
+    """The ``cgroup.procs`` files a process joins to be confined as the task in ``task_dir`` (process ``pid``).
+
+    The groups its supervisor recorded come first, read from the task's
+    directory rather than from where ``pid`` is now: on a hybrid host a task
+    waits at its gate in its v2 group alone until a worker has moved it
+    into its v1 groups, and a process that copied its groups then would run
+    outside the task's memory, pids and devices limits for good. In every
+    other hierarchy (a time-sliced task's freezer group, say) it gets the
+    groups ``pid`` is in that this daemon is not in itself.
+    """
+    group = cgroups.recorded(task_dir) if task_dir else None
+    recorded = [path for path in (os.path.join(d, "cgroup.procs") for d in (group.paths() if group else []))
+                if os.path.exists(path)]
+    covered = {_hierarchy(path) for path in recorded}
+    return [*recorded, *(path for path in _cgroup_procs(pid) if _hierarchy(path) not in covered)]
+
+
+def _hierarchy(procs: str) -> int | None:
+    """Which hierarchy a ``cgroup.procs`` file is in: each one is a file system of its own, whatever its mount's
+    name (``cpu`` may be a link to ``cpu,cpuacct``)."""
+    try:
+        return os.stat(procs).st_dev
+    except OSError:
+        return None
 
 
 def _cgroup_procs(pid: int) -> list[str]:
@@ -324,7 +355,7 @@ class Interactive:
         try:
             state = await self._running(message)
             assert state.pid is not None  # a running task has its pid
-            context = task_context(state.pid)
+            context = task_context(state.pid, self.tasks.layout.task_dir(state.key))
         except (ValueError, OSError) as exc:
             return {"type": "pty_exit", "session": ident, "code": None, "error": str(exc)}
         main = bool(message.get("main"))

@@ -57,7 +57,7 @@ def copy_to_postgres(source: str, dest: str, key_file: str | None = None) -> dic
     already holds a cluster.
     """
     from gpud.controller.state_dir import LOCK_FILE
-    from gpud.store.postgres import connect, create_schema, driver, is_postgres_url, shown
+    from gpud.store.postgres import connect, create_schema, driver, is_postgres_url, problem, shown
     if not is_postgres_url(dest):
         raise CopyError(f"--to must be a postgresql:// URL, got {dest.split('@')[-1]!r}")
     path, state_dir = sqlite_source(source)
@@ -90,7 +90,7 @@ def copy_to_postgres(source: str, dest: str, key_file: str | None = None) -> dic
     except sqlite3.DatabaseError as exc:
         raise CopyError(f"cannot read the store {path}: {exc}") from None
     except psycopg.Error as exc:
-        raise CopyError(f"cannot write the database {shown(dest)}: {str(exc).strip()}") from None
+        raise CopyError(f"cannot write the database {shown(dest)}: {problem(exc, dest)}") from None
     finally:
         os.close(lock_fd)
     return counts

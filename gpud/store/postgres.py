@@ -17,7 +17,7 @@ the lease, renewed on the event loop.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpud.accounting.decay import Amount, UsageKey
 from gpud.lifecycle import ACTIVE
@@ -67,12 +67,37 @@ def is_postgres_url(text: str) -> bool:
 
 
 def shown(url: str) -> str:
-    """The URL as logs and messages show it: the password, if any, left out."""
+    """The URL as logs and messages show it: a password, in the user part or as ``password=`` among the
+    parameters, replaced by ``***``; every other part (host, database, ``sslmode``, ``sslrootcert``) as given."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"
+        parts = parts._replace(netloc=netloc)
+    if "password" in parts.query:
+        query = "&".join(f"{key}=***" if key == "password" and sep else f"{key}{sep}{value}"
+                         for key, sep, value in (pair.partition("=") for pair in parts.query.split("&")))
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
+
+
+def masked(text: str, url: str) -> str:
+    """``text`` (a driver's message, say) with the password of ``url`` replaced by ``***`` wherever it appears."""
+    for secret in _passwords(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _passwords(url: str) -> list[str]:
+    """The password of ``url``, as written (percent-encoded) and decoded, longest first."""
+    parts = urlsplit(url)
+    written = [parts.password or ""] + [value for key, _, value in (pair.partition("=") for pair in
+                                                                     parts.query.split("&")) if key == "password"]
+    return sorted({form for secret in written if secret for form in (secret, unquote(secret))}, key=len, reverse=True)
+
+
+def problem(exc: BaseException, url: str) -> str:
+    """What a driver's error says, on one line, with ``url``'s password masked: for messages naming the store."""
+    return masked(" ".join(str(exc).split()), url) or type(exc).__name__
 
 
 def driver() -> Any:
