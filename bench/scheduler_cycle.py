@@ -19,8 +19,10 @@ reservations); --reservations N sets how many jobs per pool hold one (0: none, a
 either; default: the policy's default). --victim-order sets the policy's victim_order.
 
 With --hash, each workload's plans (binds, evictions and every pending reason, cycle by cycle) are
-hashed, so that two versions of the core can be shown to decide alike: run it with each on
-PYTHONPATH (PYTHONPATH=OTHER_CHECKOUT python bench/scheduler_cycle.py --hash) and compare.
+hashed, so that two versions of the core, or the Python and the compiled core, can be shown to
+decide alike: run it with each on PYTHONPATH (PYTHONPATH=OTHER_CHECKOUT python
+bench/scheduler_cycle.py --hash) and compare. Every number is hashed as a float, as the compiled
+core holds it.
 """
 
 from __future__ import annotations
@@ -217,21 +219,49 @@ def contended_cluster(seed: int, nodes: int) -> tuple[Snapshot, Policy]:
     return Snapshot(specs, tuple(jobs), NOW), Policy(departments=departments, projects=projects)
 
 
+def canonical(value):
+    """``value`` as plain tuples with every number a float, for hashing: a field declared ``float`` holds
+    what the caller gave in the Python core (``Resources(gpu=8)`` keeps the int 8) but always a float
+    in the compiled one (8.0), so the repr of the same decision is spelled two ways."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (tuple, list)):
+        return tuple(canonical(item) for item in value)
+    if isinstance(value, dict):
+        return tuple((canonical(k), canonical(v)) for k, v in value.items())
+    names = _FIELDS.get(type(value))
+    if names is None:
+        if not dataclasses.is_dataclass(value):
+            return repr(value)
+        names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    return (type(value).__name__, *(canonical(getattr(value, name)) for name in names))
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(repr(canonical(value)).encode()).hexdigest()
+
+
 def plan_digest(plan) -> str:
-    """A hash of what a plan decides: its binds, its evictions and why each job still waits."""
+    """A hash of what a plan decides: its binds, its evictions and why each job still waits (numbers
+    as floats, so that the Python and the compiled core hash the same decisions alike)."""
     pending = getattr(plan, "pending_reasons", None)
     if pending is None:  # a core that keeps the reasons as data names them so
         pending = plan.pending
-    text = repr((plan.binds, plan.evictions, sorted(pending.items())))
+    value: tuple = (plan.binds, plan.evictions, sorted(pending.items()))
     reservations = getattr(plan, "reservations", None)
-    if reservations:  # planned starts too, where any (none without time limits: the hash is as before)
-        text += repr(sorted(reservations.items()))
-    return hashlib.sha256(text.encode()).hexdigest()
+    if reservations:  # planned starts too, where any (none without time limits)
+        value += (sorted(reservations.items()),)
+    return _digest(value)
 
 
 def decisions_digest(plan) -> str:
     """A hash of what a plan does, its binds and evictions, without why jobs still wait."""
-    return hashlib.sha256(repr((plan.binds, plan.evictions)).encode()).hexdigest()
+    return _digest((plan.binds, plan.evictions))
 
 
 def plans_digest(cycles: list[dict], key: str = "plan") -> str:
