@@ -121,16 +121,10 @@ def configured_ca(env: Mapping[str, str] = os.environ) -> str | None:
     A ``ca`` that is not a path in quotes is a ConfigFileError naming the file."""
     if env.get("GPUD_CA"):
         return os.path.expanduser(env["GPUD_CA"])
-    path = config_path(env)
-    if not os.path.exists(path):
-        return None
-    ca = _read_config(path).get("ca")
+    path, ca = _config_text(env, "ca", 'the path of a CA certificate in quotes, such as ca = "/etc/gpud/ca.pem"')
     if ca is None:
         return None
-    if not isinstance(ca, str) or not ca.strip():
-        raise ConfigFileError(f"{path}: ca must be the path of a CA certificate in quotes, such as "
-                              f"ca = \"/etc/gpud/ca.pem\"")
-    return os.path.join(os.path.dirname(path), os.path.expanduser(ca.strip()))  # relative: to the file's directory
+    return os.path.join(os.path.dirname(path), os.path.expanduser(ca))  # relative: to the file's directory
 
 
 def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
@@ -139,15 +133,21 @@ def configured_project(env: Mapping[str, str] = os.environ) -> str | None:
     A config file that is not valid TOML, or whose ``project`` is not a
     non-empty string, is a ConfigFileError naming the file.
     """
+    return _config_text(env, "project", 'a project\'s name in quotes, such as project = "vision"')[1]
+
+
+def _config_text(env: Mapping[str, str], key: str, shape: str) -> tuple[str, str | None]:
+    """The client config file's path and its ``key``, stripped (None when the file or the key is absent);
+    a ConfigFileError saying the key must be ``shape`` when it is not a non-empty string."""
     path = config_path(env)
     if not os.path.exists(path):
-        return None
-    project = _read_config(path).get("project")
-    if project is None:
-        return None
-    if not isinstance(project, str) or not project.strip():
-        raise ConfigFileError(f"{path}: project must be a project's name in quotes, such as project = \"vision\"")
-    return project.strip()
+        return path, None
+    value = _read_config(path).get(key)
+    if value is None:
+        return path, None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigFileError(f"{path}: {key} must be {shape}")
+    return path, value.strip()
 
 
 def _read_config(path: str) -> dict[str, Any]:
