@@ -5,12 +5,22 @@ runs the suite twice, the machine may run other work) one slow example then fail
 How fast things run is measured by bench/, never by a unit test, so no property has a deadline.
 
 One throwaway PostgreSQL server per session is started only when a test asks for it.
+
+The fixtures that build a cluster: ``live_cluster`` starts real daemons (tests/e2e only),
+``local_controller`` serves a controller in this process with a fake clock and cycles run on demand
+(tests/in_process.py). The builders of scheduling scenarios are in tests/sched_helpers.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+
 import pytest
 from hypothesis import settings
+
+from daemons import POLICY, running_cluster
+from in_process import close, open_controller
 
 settings.register_profile("gpud", deadline=None)
 settings.load_profile("gpud")
@@ -33,3 +43,24 @@ def pg_url(pg_server):
     url = pg_server.database()
     yield url
     pg_server.drop(url)
+
+
+@pytest.fixture
+def live_cluster(tmp_path):
+    """Starts real clusters: ``live_cluster(policy=POLICY, nodes={"n1": 4}, **options)`` returns a started
+    :class:`daemons.LiveCluster`; every process of every cluster is stopped by pid after the test."""
+    numbers = itertools.count(1)
+    with contextlib.ExitStack() as stack:
+        def start(policy: str = POLICY, nodes: dict[str, int] | None = None, **options):
+            root = tmp_path / f"cluster{next(numbers)}"
+            root.mkdir()
+            return stack.enter_context(running_cluster(root, policy, nodes, **options))
+        yield start
+
+
+@pytest.fixture
+async def local_controller(tmp_path):
+    """A controller in this process on a fresh state directory (the tests' policy), closed after the test."""
+    controller = await open_controller(tmp_path / "controller")
+    yield controller
+    await close(controller)

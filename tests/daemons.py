@@ -7,6 +7,7 @@ directories.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,13 +15,13 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from node_helpers import kill_everything
+from waiting import poll
 
 TIMEOUT_S = 20.0
 
@@ -58,14 +59,10 @@ def free_port() -> int:
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, interval: float = 0.05) -> Any:
     """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    last = poll(check, timeout, interval)
+    if not last:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    return last
 
 
 class Process:
@@ -254,3 +251,18 @@ class LiveCluster:
         status, body = self.api("POST", "/api/v1/tokens", {"user": user, "admin": admin})
         assert status == 201, body
         return body["token"]
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, policy: str = POLICY, nodes: dict[str, int] | None = None,
+                    **options: Any) -> Iterator[LiveCluster]:
+    """A started controller and node daemons (``nodes``: name to fake GPUs), under ``root``; on leaving, every
+    process is stopped by pid and every task the nodes left is killed. ``options`` go to :class:`LiveCluster`."""
+    cluster = LiveCluster(root, policy, **options)
+    try:
+        cluster.start_controller()
+        for name, gpus in (nodes or {}).items():
+            cluster.start_node(name, gpus=gpus)
+        yield cluster
+    finally:
+        cluster.close()

@@ -15,19 +15,15 @@ import json
 import aiohttp
 import pytest
 
-from daemons import LiveCluster
+from daemons import running_cluster
 
 GOOD_TASK = {"job": "1", "task": 0, "attempt": 0, "state": "running", "pid": 4242}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("node-messages"))
-    try:
-        live.start_controller()
+    with running_cluster(tmp_path_factory.mktemp("node-messages")) as live:
         yield live
-    finally:
-        live.close()
 
 
 def task(**change) -> dict:

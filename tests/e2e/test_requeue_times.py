@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import wait_for
 from gpud.node.taskstate import EXITED, Layout, read_state
+from programs import until_exists
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path)
-    live.start_controller()
-    yield live
-    live.close()
+def cluster(live_cluster):
+    return live_cluster()
 
 
 def test_a_requeued_job_runs_nowhere_its_time_stops_and_history_keeps_its_run(cluster):
@@ -50,7 +48,7 @@ def test_an_exit_heard_after_a_controller_restart_keeps_the_nodes_end_time(clust
     cluster.start_node("n1", gpus=2)
     release, begun, last_act = cluster.workdir / "go", cluster.workdir / "begun", cluster.workdir / "last-act"
     script = (f"import os, time\nopen({str(begun)!r}, 'w').close()\n"
-              f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+              + until_exists(str(release)) +
               f"open({str(last_act)!r}, 'w').write(repr(time.time()))\n")
     job_id = cluster.submit(command=[sys.executable, "-c", script], gpus=1)
     cluster.wait_state(job_id, "RUNNING")
