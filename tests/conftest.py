@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 
 import pytest
 from hypothesis import settings
@@ -22,8 +23,12 @@ from hypothesis import settings
 from daemons import POLICY, running_cluster
 from in_process import close, open_controller
 
-settings.register_profile("gpud", deadline=None)
-settings.load_profile("gpud")
+# CI (CI set, as .ci/run runs) tries each property's full number of examples; a developer's run of the README's
+# test command a quarter of it (tests/hypothesis_budget.py). HYPOTHESIS_PROFILE=ci asks for the full number here.
+settings.register_profile("ci", deadline=None, max_examples=100)
+settings.register_profile("dev", deadline=None, max_examples=25)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
+                      or ("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "dev"))
 
 
 @pytest.fixture(scope="session")

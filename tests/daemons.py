@@ -246,6 +246,17 @@ class LiveCluster:
         return wait_for(reached, f"job {job_id} to be {'/'.join(states)} ({self.job(job_id)['reason']})",
                         timeout)
 
+    def cycles(self) -> int:
+        """How many scheduling cycles the controller has run (its /healthz says)."""
+        status, body = self.api("GET", "/healthz", token=None)
+        assert status == 200, (status, body)
+        return body["cycles"]
+
+    def wait_cycles(self, count: int = 2, timeout: float = TIMEOUT_S) -> None:
+        """Wait until the controller has run ``count`` more scheduling cycles: what they would do is done."""
+        target = self.cycles() + count
+        wait_for(lambda: self.cycles() >= target, f"{count} more scheduling cycles", timeout)
+
     def token_for(self, user: str, admin: bool = False) -> str:
         """A new token for ``user``, made by the admin."""
         status, body = self.api("POST", "/api/v1/tokens", {"user": user, "admin": admin})

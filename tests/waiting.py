@@ -26,3 +26,14 @@ async def until(check: Callable[[], Any], what: str, timeout: float = 20.0, inte
         assert asyncio.get_running_loop().time() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
         await asyncio.sleep(interval)
     return value
+
+
+def observe(sample: Callable[[], Any], seconds: float, interval: float = 0.005) -> list[Any]:
+    """``sample()`` taken every ``interval`` seconds for ``seconds``: what a test that asserts something holds
+    all along (or how often it holds) checks."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.append(sample())
+        time.sleep(interval)
+    return seen

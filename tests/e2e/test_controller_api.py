@@ -18,6 +18,7 @@ import urllib.parse
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from daemons import LiveCluster, running_cluster, wait_for
 
@@ -281,7 +282,7 @@ def fuzz_http(cluster):
         cluster.api("POST", f"/api/v1/jobs/{job['id']}/cancel")
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=bodies, batch=st.booleans())
 def test_random_submit_payloads_never_get_a_5xx(cluster, fuzz_http, body, batch):
     path = "/api/v1/jobs/batch" if batch else "/api/v1/jobs"
@@ -304,7 +305,7 @@ queries = st.dictionaries(st.sampled_from(["state", "all", "user", "project", "s
                           max_size=3)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]),
        path=paths, query=queries,
        body=st.one_of(st.none(), st.just("{}"), st.just('{"reason": "x"}'), values.map(json.dumps)))

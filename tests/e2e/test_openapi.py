@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                status_code_conformance)
 from schemathesis.checks import not_a_server_error
 
-from daemons import LiveCluster
+from daemons import running_cluster
 from gpud.controller import openapi
 from gpud.controller.app import make_app
 from gpud.controller.config import ControllerConfig
@@ -31,15 +31,11 @@ EXAMPLES = 25
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    cluster = LiveCluster(tmp_path_factory.mktemp("openapi"))
-    try:
-        cluster.start_controller()
+    with running_cluster(tmp_path_factory.mktemp("openapi")) as cluster:
         cluster.tokens = {"admin": cluster.admin_token, "alice": cluster.token_for("alice"),
                           "bob": cluster.token_for("bob")}
         cluster.held = cluster.submit(command=["true"], hold=True, token=cluster.tokens["alice"])
         yield cluster
-    finally:
-        cluster.close()
 
 
 OPERATIONS = [(method, path) for path, ops in openapi.document()["paths"].items() for method in ops]

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import pytest
@@ -20,6 +21,7 @@ from gpud.node.spec import TaskKey
 from gpud.node.taskstate import Layout, read_state
 from gpud.node.tasks import TaskTable
 from node_helpers import kill_everything, run_to_end, running, spec, wait_for
+from programs import until_exists
 
 HOST = cgroups.detect()
 pytestmark = pytest.mark.skipif(not HOST.tracked(), reason="this host lets us make no cgroup (not root, or none "
@@ -76,13 +78,13 @@ def _marked(marker: str) -> list[int]:
 
 def _escaping_script(marker: str) -> str:
     """A task whose children leave its process group every way they can, each naming ``marker`` in its argv."""
-    sleeper = f"{sys.executable} -c 'import time; time.sleep(600)'"
+    sleeper = f"{sys.executable} -c 'import signal; signal.pause()'"
     return f"""#!/bin/sh
 setsid {sleeper} {marker}-setsid &
 ( {sleeper} {marker}-double-fork & ) &
 env -i {sleeper} {marker}-env-i &
 nohup {sleeper} {marker}-nohup >/dev/null 2>&1 &
-setsid sh -c 'while true; do {sys.executable} -c "import time; time.sleep(600)" {marker}-respawned; done' \\
+setsid sh -c 'while true; do {sys.executable} -c "import signal; signal.pause()" {marker}-respawned; done' \\
     {marker}-respawner &
 exec sleep 600
 """
@@ -117,21 +119,18 @@ def test_stopping_a_task_kills_every_process_that_left_its_process_group(table, 
 
 # Blocks its stop signal, a real-time one: each sending of it is queued, so the count of those queued is how many
 # times it was sent. The leader starts a child that leaves its process group; each writes what it heard once told.
-COUNT_STOP_SIGNALS = """import os, signal, subprocess, sys, time
+COUNT_STOP_SIGNALS = """import os, signal, subprocess, sys
 name = sys.argv[1]
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
 if name == "leader":
     subprocess.Popen([sys.executable, "-c", sys.argv[2], "escaped"], start_new_session=True)
 open("ready-" + name, "w").close()
-while not os.path.exists("go"):
-    time.sleep(0.02)
-heard = 0
+""" + until_exists("go") + """heard = 0
 while signal.sigtimedwait([signal.SIGRTMIN], 0) is not None:
     heard += 1
 open("heard-" + name, "w").write(str(heard))
-while name == "leader" and not os.path.exists("heard-escaped"):
-    time.sleep(0.02)
-"""
+if name == "leader":
+""" + textwrap.indent(until_exists("heard-escaped"), "    ")
 
 
 def test_every_process_of_a_stopped_task_hears_its_stop_signal_once(table, workdir):
