@@ -49,10 +49,11 @@ class NodeInbox:
         self.received: list[dict] = []
 
     async def send_str(self, text: str) -> None:
+        """Keep one message the controller sends."""
         self.received.append(json.loads(text))
 
     async def close(self) -> None:
-        return None
+        """Nothing to close: the controller closes a link when it stops."""
 
 
 @dataclass
@@ -67,14 +68,17 @@ class InProcessController:
 
     @property
     def ctrl(self) -> Controller:
+        """The controller's service object: its cluster, store and outbox."""
         return self.client.app[CONTROLLER]
 
     @property
     def workdir(self) -> Path:
+        """The jobs' working directory."""
         return self.root / "work"
 
     @property
     def state_dir(self) -> Path:
+        """The controller's state directory (admin.token, cluster.key, the SQLite store)."""
         return self.root / "state"
 
     async def api(self, method: str, path: str, body: Any = None, user: str | None = "admin",
