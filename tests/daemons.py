@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator
 from node_helpers import kill_everything
 from waiting import poll
 
-TIMEOUT_S = 20.0
+TIMEOUT_S = 30.0
+# A daemon's start imports most of gpud: on a host busy with other test workers that alone can take many seconds.
+START_TIMEOUT_S = 90.0
 
 POLICY = """\
 grace_period = 2
@@ -133,7 +135,7 @@ class LiveCluster:
         first = ["--init", "--allow-root"] if not (self.state_dir / "gpud.sqlite").exists() else []
         self.controller = Process(["controller", "--config", str(self.config), "--log-level", "info", *first],
                                   self.root / "controller.log")
-        wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}")
+        wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}", START_TIMEOUT_S)
 
     def _healthy(self) -> bool:
         if self.controller is not None and not self.controller.alive():
@@ -164,7 +166,8 @@ class LiveCluster:
         process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
         self.nodes[name] = process
         if wait:
-            wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}")
+            wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}",
+                     START_TIMEOUT_S)
         return process
 
     def node_state(self, name: str) -> str | None:

@@ -256,41 +256,6 @@ def test_on_cgroup_v2_a_device_program_lets_a_task_open_only_its_own_gpus(tmp_pa
     assert null == "opened", "other devices are left alone"
 
 
-def test_a_job_over_its_mem_fails_out_of_memory_and_shows_what_it_used(tmp_path, monkeypatch):
-    from daemons import LiveCluster
-    from gpud.cli.job_cmd import show_text
-    from gpud.cli.nodes_cmd import nodes_text
-
-    cluster = LiveCluster(tmp_path)
-    try:
-        cluster.start_controller()
-        cluster.start_node("n1", gpus=1, labels={"kind": "cgroups"})
-        monkeypatch.setenv(cgroups.CGROUPS_ENV, "off")
-        cluster.start_node("bare", gpus=1, labels={"kind": "bare"})
-        hog = ("import time\nx = 0\nfor i in range(2_000_000): x += i\n"
-               "b = bytearray(800 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n")
-        job_id = cluster.submit(command=[sys.executable, "-c", hog], gpus=1, cpus=1, memory_gib=200 / 1024,
-                                constraint={"kind": "cgroups"})
-        job = cluster.wait_state(job_id, "FAILED", "COMPLETED", timeout=60)
-        assert (job["state"], job["reason"]) == ("FAILED", "task 0 out of memory (limit 200M)")
-        assert 150 * MIB < job["max_rss_bytes"] <= 200 * MIB and job["cpu_s"] > 0.05
-        text = show_text(job, job["ended"])
-        assert "MaxRSS:" in text and "TotalCPU:" in text and "Limits:      memory, cpu" in text, text
-        if os.access("/sys/fs/cgroup/pids/cgroup.procs", os.W_OK):  # a v1 pids hierarchy: the task is counted
-            assert "pids" in text.split("Limits:")[1].splitlines()[0], text
-        # The node without cgroups says so, and so does a job that runs there.
-        nodes = {n["name"]: n for n in cluster.api("GET", "/api/v1/nodes")[1]["nodes"]}
-        assert nodes["bare"]["limits"]["enforced"] == []
-        assert set(nodes["n1"]["limits"]["enforced"]) == set(HOST.enforced())
-        table = nodes_text(list(nodes.values()), 0).splitlines()
-        assert [line for line in table if "limits: not enforced" in line][0].startswith("bare")
-        free = cluster.submit(command=["sleep", "60"], gpus=1, constraint={"kind": "bare"})
-        running_job = cluster.wait_state(free, "RUNNING")
-        assert "Limits:      not enforced" in show_text(running_job, running_job["started"])
-    finally:
-        cluster.close()
-
-
 @pytest.mark.skipif("cpuset" not in HOST.enforced() or len(os.sched_getaffinity(0)) < 2,
                     reason="the host has no writable cpuset cgroup or a single CPU")
 def test_a_task_is_pinned_near_its_gpus_when_the_topology_is_known(table, workdir):

@@ -87,7 +87,7 @@ class FakeController:
             self.unanswered_register = False
             await self.ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s, **self.lease})
 
-    async def next(self, kind: str, where=lambda m: True, timeout: float = 15.0) -> dict:
+    async def next(self, kind: str, where=lambda m: True, timeout: float = 30.0) -> dict:
         """The next message of type ``kind`` that satisfies ``where`` (earlier others are dropped)."""
         async def find():
             while True:
