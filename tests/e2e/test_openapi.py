@@ -23,10 +23,11 @@ from gpud.controller import openapi
 from gpud.controller.app import make_app
 from gpud.controller.config import ControllerConfig
 from gpud.submission import JOB_FIELDS
+from hypothesis_budget import examples
 
 # Not negative_data_rejection: like most REST APIs this one ignores query parameters it does not know.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-EXAMPLES = 25
+EXAMPLES = examples(25)  # requests per operation and caller
 
 
 @pytest.fixture(scope="module")
