@@ -77,7 +77,8 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
 def test_a_task_whose_supervisor_never_started_is_requeued_not_failed(cluster):
     job_id = submit(cluster, "a")
     (start,) = cycle(cluster)["n1"]
-    report(cluster, start, "exited", reason="failed to start: the supervisor did not start")
+    report(cluster, start, "exited", reason="failed to start: the supervisor did not start",
+           cause="no_supervisor")
     job = cluster.jobs[job_id]
     assert job.state == "PENDING" and job.restart_count == 1
 
@@ -86,7 +87,7 @@ def test_a_task_that_cannot_start_fails_its_job_with_the_reason(cluster):
     job_id = submit(cluster, "a")
     job = cluster.jobs[job_id]
     (start,) = cycle(cluster)["n1"]
-    report(cluster, start, "exited", reason="failed to start: no user 'u' on this node")
+    report(cluster, start, "exited", reason="failed to start: no user 'u' on this node", cause="failed_to_start")
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("FAILED", "task 0 failed to start: no user 'u' on this node")
     assert cluster.take_commands()["n1"][0]["type"] == "ack"

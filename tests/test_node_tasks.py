@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from gpud.node.spec import TaskKey
+from gpud.node.spec import SpecError, TaskKey, TaskSpec
+from gpud.wire.task import ExitCause
 from gpud.node.taskstate import Layout
 from gpud.node.tasks import TaskTable
 from node_helpers import alive, kill_everything, run_to_end, running, spec, wait_for
@@ -153,8 +154,13 @@ def test_missing_program_and_bad_spec_fail_to_start(table, workdir):
     table.start(key, spec(workdir, ["/no/such/program"]))
     assert run_to_end(table, key).reason.startswith("failed to start: cannot run /no/such/program")
     key = TaskKey("16", 0, 0)
-    state = table.start(key, {"user": "x", "workdir": "relative", "command": ["true"]})
-    assert state.state == "exited" and "workdir must be an absolute path" in state.reason
+    with pytest.raises(SpecError, match="workdir must be an absolute path") as bad:
+        TaskSpec.decode({"user": "x", "workdir": "relative", "command": ["true"]}, error=SpecError)
+    assert bad.value.field == "workdir"
+    state = table.refuse(key, str(bad.value))
+    assert state.state == "exited" and state.cause is ExitCause.FAILED_TO_START
+    assert "workdir must be an absolute path" in state.reason
+    assert table.refuse(key, "again") is None  # a task the node has already is left as it is
 
 
 def test_a_start_for_a_known_task_is_ignored(table, workdir):
