@@ -114,10 +114,13 @@ def decode(cls: Any, data: Any, *, strict: bool = False, where: str = "", error:
 
 
 def encode(message: Any) -> dict[str, Any]:
-    """``message`` as JSON-able data that :func:`decode` reads back to an equal message."""
+    """``message`` as JSON-able data that :func:`decode` reads back to an equal message (a field that is None
+    is left out: absent, it reads back as its default, None)."""
     out: dict[str, Any] = {}
     for name, rule, _ in rules(type(message)):
-        out[name] = _write(rule, getattr(message, name))
+        value = getattr(message, name)
+        if value is not None:
+            out[name] = _write(rule, value)
     return out
 
 
@@ -263,8 +266,6 @@ def _check_unicode(name: str, *texts: str) -> None:
 
 
 def _write(rule: Rule, value: Any) -> Any:
-    if value is None:
-        return None
     if rule.kind in ("texts", "integers"):
         return list(value)
     if rule.kind == "map":

@@ -89,7 +89,7 @@ class JobRequest:
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON for the submit API (fields left unset are left out)."""
-        return {name: value for name, value in encode(self).items() if value is not None}
+        return encode(self)
 
 
 def job_request_schema() -> dict[str, Any]:

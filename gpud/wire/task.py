@@ -190,7 +190,7 @@ class TaskStop:
 
     def to_json(self) -> dict[str, Any]:
         """The order as a protocol message (``type`` "stop"), unset fields left out."""
-        return {"type": "stop", **{k: v for k, v in encode(self).items() if v is not None}}
+        return {"type": "stop", **encode(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +254,7 @@ class TaskReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as the node sends it, unset fields left out."""
-        return {k: v for k, v in encode(self).items() if v is not None}
+        return encode(self)
 
 
 def _check_env(env: dict[str, str], field: str) -> None:
