@@ -227,3 +227,16 @@ def test_the_openapi_job_object_is_the_wire_schema():
     jsonschema_rs.validate(schema, {**GOOD_JOB, "gpus": 0.5, "stop_signal": "SIGTERM"})
     with pytest.raises(jsonschema_rs.ValidationError):
         jsonschema_rs.validate(schema, {**GOOD_JOB, "bogus": 1})
+
+
+def test_a_job_stored_before_exit_causes_loads_and_one_stored_now_keeps_its_cause():
+    from gpud.jobs import Job
+    from gpud.model import TaskPlacement
+    job = Job(id="3", user="u", project="p", workdir="/w", command=["true"])
+    job.runs[0].placement = TaskPlacement("n1", (0,), 1.0)
+    job.runs[0].state, job.runs[0].reason, job.runs[0].cause = "exited", "timeout", ExitCause.TIMEOUT
+    record = json.loads(json.dumps(job.to_record()))
+    assert record["runs"][0]["cause"] == "timeout" and Job.from_record(record).runs[0].cause is ExitCause.TIMEOUT
+    del record["runs"][0]["cause"]  # as the store holds a job written before causes were kept
+    old = Job.from_record(record).runs[0]
+    assert (old.state, old.reason, old.cause) == ("exited", "timeout", None)

@@ -244,13 +244,18 @@ _READERS = {"text": _text, "texts": _texts, "map": _map, "flag": _flag, "number"
 def _check_bounds(rule: Rule, name: str, number: float, shown: Any, what: str) -> None:
     low, high = rule.minimum, rule.maximum
     if low is not None and high is not None and not low <= number <= high:
-        raise WireError(f"{name} must be {what} between {low:g} and {high:g}, not {shown}", name)
+        raise WireError(f"{name} must be {what} between {_bound(low)} and {_bound(high)}, not {shown}", name)
     if low is not None and number < low:
-        raise WireError(f"{name} must be {what} of at least {low:g}, not {shown}", name)
+        raise WireError(f"{name} must be {what} of at least {_bound(low)}, not {shown}", name)
     if high is not None and number > high:
-        raise WireError(f"{name} must be {what} of at most {high:g}, not {shown}", name)
+        raise WireError(f"{name} must be {what} of at most {_bound(high)}, not {shown}", name)
     if rule.above is not None and number <= rule.above:
-        raise WireError(f"{name} must be {what} above {rule.above:g}, not {shown}", name)
+        raise WireError(f"{name} must be {what} above {_bound(rule.above)}, not {shown}", name)
+
+
+def _bound(value: float) -> str:
+    """A bound as people write it: 2147483647 whole, 0.5 as it is, 1e+18 short."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
 def _check_unicode(name: str, *texts: str) -> None:
