@@ -69,7 +69,7 @@ def _values(rule) -> st.SearchStrategy:
 def messages(draw, cls):
     """A valid message of type ``cls``: each field drawn from its rule (or left out), the whole checked."""
     values = {}
-    for name, rule, _ in rules(cls):
+    for name, rule in rules(cls):
         if rule.required or draw(st.booleans()):
             values[name] = draw(_values(rule))
     if cls is TaskSpec:  # exactly one of command and script; a command's program is named
@@ -189,6 +189,12 @@ def test_a_bad_task_spec_names_the_field(change, field, words):
         TaskSpec.decode({**GOOD_SPEC, **change})
     assert refused.value.field == field, refused.value
     assert words in str(refused.value)
+
+
+def test_an_interactive_task_spec_may_name_no_command_for_its_login_shell():
+    assert TaskSpec.decode({"user": "ann", "workdir": "/w", "interactive": True}).command is None
+    with pytest.raises(WireError, match="exactly one of command and script"):
+        TaskSpec.decode({"user": "ann", "workdir": "/w"})
 
 
 def test_a_task_spec_takes_fields_it_does_not_know_from_a_newer_controller():

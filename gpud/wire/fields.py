@@ -1,7 +1,8 @@
 """Declaring a wire message's fields once: the checking reader, the writer and the JSON Schema all follow it.
 
 A message type is a frozen dataclass whose fields are made with :func:`wire`
-(the kind of JSON value and its bounds). :func:`decode` reads JSON into it
+(the kind of JSON value and its bounds) and whose ``check`` method refuses
+fields that do not go together. :func:`decode` reads JSON into it
 and refuses bad input with a :class:`WireError` naming the field; a value
 of the wrong JSON type is a 400, one of the right type but out of bounds a
 422. :func:`encode` writes a message back as JSON that :func:`decode` reads
@@ -15,7 +16,7 @@ import dataclasses
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 from gpud.tomlcheck import suggestion
 
@@ -31,15 +32,6 @@ class WireError(ValueError):
         super().__init__(message)
         self.field = field
         self.status = status
-
-
-class Message(Protocol):
-    """What :func:`decode` makes: a dataclass of wire fields, checked as a whole by ``check``."""
-
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-
-    def check(self) -> None:
-        """Raise WireError when the fields, each valid alone, do not go together."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +65,16 @@ def wire(kind: str, default: Any = None, *, factory: Any = None, **bounds: Any) 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def rules(cls: Any) -> list[tuple[str, Rule, dataclasses.Field]]:
-    """The wire fields of message type ``cls``, in declaration order: (name, rule, field)."""
-    return [(f.name, f.metadata["wire"], f) for f in dataclasses.fields(cls) if "wire" in f.metadata]
+_RULES: dict[type, tuple[tuple[str, Rule], ...]] = {}
+
+
+def rules(cls: type) -> tuple[tuple[str, Rule], ...]:
+    """The wire fields of message type ``cls``, in declaration order: (name, rule)."""
+    found = _RULES.get(cls)
+    if found is None:
+        found = _RULES[cls] = tuple((f.name, f.metadata["wire"]) for f in dataclasses.fields(cls)
+                                    if "wire" in f.metadata)
+    return found
 
 
 def decode(cls: Any, data: Any, *, strict: bool = False, where: str = "", error: type[WireError] = WireError,
@@ -91,20 +90,21 @@ def decode(cls: Any, data: Any, *, strict: bool = False, where: str = "", error:
                     WRONG_TYPE)
     known = rules(cls)
     if strict:
-        names = {name for name, _, _ in known}
+        names = {name for name, _ in known}
         unknown = sorted(str(key) for key in data if key not in names)
         if unknown:
             raise error(f"{head}unknown field {unknown[0]!r}{suggestion(unknown[0], names)}", path + unknown[0])
     values: dict[str, Any] = {}
-    for name, rule, field in known:
+    for name, rule in known:
+        value = data.get(name)
+        if value is None:  # absent or null: the field's default
+            if rule.required:
+                raise error(f"{head}{path}{name} is required", path + name)
+            continue
         try:
-            value = _read(rule, path + name, data.get(name))
+            values[name] = _READERS[rule.kind](rule, path + name, value)
         except WireError as exc:
             raise error(f"{head}{exc}", exc.field, exc.status) from None
-        if value is not None:
-            values[name] = value
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            values[name] = None
     message = cls(**values)
     try:
         message.check()
@@ -117,7 +117,7 @@ def encode(message: Any) -> dict[str, Any]:
     """``message`` as JSON-able data that :func:`decode` reads back to an equal message (a field that is None
     is left out: absent, it reads back as its default, None)."""
     out: dict[str, Any] = {}
-    for name, rule, _ in rules(type(message)):
+    for name, rule in rules(type(message)):
         value = getattr(message, name)
         if value is not None:
             out[name] = _write(rule, value)
@@ -127,22 +127,13 @@ def encode(message: Any) -> dict[str, Any]:
 def json_schema(cls: Any, *, strict: bool = False) -> dict[str, Any]:
     """The JSON Schema of what :func:`decode` takes for ``cls`` (no null shown: null is the field's default)."""
     known = rules(cls)
-    schema: dict[str, Any] = {"type": "object", "properties": {name: _schema(rule) for name, rule, _ in known}}
-    required = [name for name, rule, _ in known if rule.required]
+    schema: dict[str, Any] = {"type": "object", "properties": {name: _schema(rule) for name, rule in known}}
+    required = [name for name, rule in known if rule.required]
     if required:
         schema["required"] = required
     if strict:
         schema["additionalProperties"] = False
     return schema
-
-
-def _read(rule: Rule, name: str, value: Any) -> Any:
-    if value is None:
-        if rule.required:
-            raise WireError(f"{name} is required", name)
-        return None
-    reader = _READERS[rule.kind]
-    return reader(rule, name, value)
 
 
 def _text(rule: Rule, name: str, value: Any) -> str:
@@ -226,11 +217,11 @@ def _name_or_integer(rule: Rule, name: str, value: Any) -> str | int:
 
 
 def _choice(rule: Rule, name: str, value: Any) -> enum.Enum:
-    options = [member.value for member in rule.of]
-    if value not in options or isinstance(value, bool):
+    member = rule.of._value2member_map_.get(value) if isinstance(value, str) else None
+    if member is None:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise WireError(f"{name} must be one of {', '.join(map(str, options))} (got {shown})", name)
-    return rule.of(value)
+        raise WireError(f"{name} must be one of {', '.join(m.value for m in rule.of)} (got {shown})", name)
+    return member
 
 
 def _message(rule: Rule, name: str, value: Any) -> Any:

@@ -138,8 +138,10 @@ class TaskSpec:
         return self.time_slicing is not None and self.time_slicing.mode in ("strict", "fair")
 
     def check(self) -> None:
-        """Refuse a spec no task can run: no command or both, a bad variable, an unknown signal, a bad uid."""
-        if (self.command is None) == (self.script is None):
+        """Refuse a spec no task can run: no command or both (an interactive task may have neither: it runs
+        the login shell), a bad variable, an unknown signal, a bad uid."""
+        login_shell = self.interactive and self.command is None and self.script is None  # the node's holder runs
+        if (self.command is None) == (self.script is None) and not login_shell:
             raise WireError("exactly one of command and script must be given", "command")
         if self.command is not None and (not self.command or not self.command[0]):
             raise WireError("command must not be empty", "command")
