@@ -16,7 +16,7 @@ from gpud.controller import arrays, identity, job_list
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
 from gpud.controller.limits import pending_refusal
-from gpud.controller.cluster import with_submitted_event
+from gpud.controller.job_events import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.policy_change import removed_projects
@@ -99,7 +99,7 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
     refused = identity.refusal(principal, local_node=ctrl.config.local_node)
     if refused:
         raise ApiError(403, refused)
-    cap = ctrl.cluster.largest_node()
+    cap = ctrl.cluster.node_messages.largest_node()
     submissions = []
     for index, payload in enumerate(payloads):
         try:
@@ -123,7 +123,7 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
     if over:
         raise ApiError(429, f"too many pending jobs: {over}")
     targets = sorted({d.job for s in submissions for d in s.job.depends})
-    unknown = ctrl.cluster.unknown_dependencies(targets)
+    unknown = ctrl.cluster.job_service.unknown_dependencies(targets)
     finished: dict[str, str] = {}
     if unknown:
         loop = asyncio.get_running_loop()
@@ -133,13 +133,13 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
             raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
     jobs: list[Job] = []
     try:
-        for part in ctrl.cluster.stage_in_parts(submissions, finished):
+        for part in ctrl.cluster.job_service.stage_in_parts(submissions, finished):
             jobs.extend(part)
             if len(jobs) >= FREEZE_AFTER:
                 gc.freeze()  # see commit_new; without it each part's collection walks every part before it
             await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
     except BaseException:
-        ctrl.cluster.drop(jobs)
+        ctrl.cluster.job_service.drop(jobs)
         raise
     ids = [job.id for job in jobs]
     answer: dict[str, Any] = {"ids": ids}
@@ -167,9 +167,9 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
 
     def settle(done: asyncio.Future) -> None:
         if done.cancelled() or done.exception() is not None:
-            ctrl.cluster.drop(jobs)
+            ctrl.cluster.job_service.drop(jobs)
         else:
-            ctrl.cluster.accept(jobs)
+            ctrl.cluster.job_service.accept(jobs)
             if len(jobs) >= FREEZE_AFTER:
                 # Long-lived from now on: keep them out of the collector's full passes, which would
                 # otherwise walk every job and stall the event loop for as long.
@@ -244,15 +244,15 @@ async def list_jobs(request: web.Request) -> web.Response:
     async def read_ended() -> list[Job]:
         return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
 
-    page, last = await job_list.select_page(ctrl.cluster.listing, read_ended if states - ACTIVE else None, states,
+    page, last = await job_list.select_page(ctrl.cluster.job_service.listing, read_ended if states - ACTIVE else None, states,
                                             user, project, after, limit)
     jobs = []
     for start in range(0, len(page), VIEW_SLICE):
         for job in page[start:start + VIEW_SLICE]:
             active = job.id in ctrl.cluster.jobs
-            view = job_view(job, ctrl.cluster.reason_of(job) if active else job.reason, ctrl.cluster.nodes, now,
+            view = job_view(job, ctrl.cluster.waits.reason_of(job) if active else job.reason, ctrl.cluster.nodes, now,
                             ctrl.cluster.policy.time_slicing)
-            jobs.append(visible(principal, job, {**view, **ctrl.cluster.start_of(job)} if active else view))
+            jobs.append(visible(principal, job, {**view, **ctrl.cluster.waits.start_of(job)} if active else view))
         await asyncio.sleep(0)
     answer = {"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs),
               "next_cursor": job_list.encode_cursor(last) if last is not None else None}
@@ -264,14 +264,14 @@ async def show_job(request: web.Request) -> web.Response:
     elements = await arrays.array_elements(ctrl, request.match_info["id"])
     if elements:
         now = time.time()
-        base = job_view(elements[0], ctrl.cluster.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], ctrl.cluster.waits.reason_of(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = {**arrays.array_view(base, elements, ctrl.cluster, now), "events": []}
         return ok(visible(request[PRINCIPAL], elements[0], view))
     job = await find_job(ctrl, request.match_info["id"])
-    view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, time.time(),
+    view = job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, time.time(),
                     ctrl.cluster.policy.time_slicing)
-    view.update(ctrl.cluster.start_of(job))
+    view.update(ctrl.cluster.waits.start_of(job))
     loop = asyncio.get_running_loop()
     events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
@@ -298,7 +298,7 @@ async def change_jobs(request: web.Request) -> web.Response:
     job_id, verb = request.match_info["id"], request.match_info["verb"]
     if not is_job_id(job_id):
         raise ApiError(404, f"no job {job_id!r}: job ids look like 42 or 42_7")
-    jobs = ctrl.cluster.select(job_id)
+    jobs = ctrl.cluster.job_service.select(job_id)
     if not jobs:
         if ctrl.store_executor and await _stored(ctrl, job_id) is not None:
             raise ApiError(409, f"job {job_id} has already ended")
@@ -318,7 +318,7 @@ async def change_jobs(request: web.Request) -> web.Response:
     changed: list[str] = []
     # In slices, each made durable before the next: a 100,000-element array never holds the event loop long.
     for start in range(0, len(jobs), CHANGE_SLICE):
-        changed.extend(ctrl.cluster.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
+        changed.extend(ctrl.cluster.job_service.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
         await ctrl.commit()
     if not changed and verb != "cancel":
         state = "held" if verb == "hold" else "not held"
@@ -354,7 +354,7 @@ async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     now = time.time()
     used, held = gpu_use(ctrl), host_use(ctrl)
-    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now,
+    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
                                    held.get(name, (0.0, 0.0)))
                          for name, node in sorted(ctrl.cluster.nodes.items())]})
 
@@ -395,11 +395,11 @@ async def change_node(request: web.Request) -> web.Response:
         reason = body.get("reason") if isinstance(body, dict) else None
         if not isinstance(reason, str) or not reason.strip():
             raise ApiError(422, "say why the node is drained: {\"reason\": \"...\"}", field="reason")
-        ctrl.cluster.drain(node, reason.strip(), principal.user)
+        ctrl.cluster.node_messages.drain(node, reason.strip(), principal.user)
     else:
-        ctrl.cluster.resume(node, principal.user)
+        ctrl.cluster.node_messages.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), time.time(),
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), time.time(),
                         host_use(ctrl).get(name, (0.0, 0.0))))
 
 

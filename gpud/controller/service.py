@@ -95,7 +95,7 @@ class Controller:
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
         self.cluster.wake = self.kick.set
-        self.cluster.resend_start_after_s = max(self.cluster.resend_start_after_s, config.node_timeout_s)
+        self.cluster.runs.resend_start_after_s = max(self.cluster.runs.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
@@ -111,12 +111,12 @@ class Controller:
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
-        self.cluster.run_ended = self.charger.run_ended
+        self.cluster.runs.run_ended = self.charger.run_ended
 
     def _placed_jobs(self) -> list[Job]:
         """The jobs holding a placement on some node now."""
         jobs = self.cluster.jobs
-        ids = {job_id for wanted in self.cluster.wanted.values() for job_id, _ in wanted.values()}
+        ids = {job_id for wanted in self.cluster.runs.wanted.values() for job_id, _ in wanted.values()}
         return [jobs[job_id] for job_id in ids if job_id in jobs]
 
     def _pool_of(self, node: str) -> str:
@@ -141,7 +141,7 @@ class Controller:
             if created:
                 log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
-        self.cluster.task_secret = key
+        self.cluster.runs.task_secret = key
         if not loaded.tokens and self.config.postgres and not self.config.init:
             log.warning("the cluster has no token: start one controller with --init to write the admin token")
         elif not loaded.tokens:
@@ -215,11 +215,11 @@ class Controller:
         With PostgreSQL each command carries this leader's term, and none is
         sent once the lease is lost: a node ignores a command of an older term.
         """
-        commands = self.cluster.take_commands()
+        commands = self.cluster.outbox.take()
         try:
             await self.persist.flush()
         except StoreError:
-            self.cluster.put_back_commands(commands)  # sent after the changes that made them are durable
+            self.cluster.outbox.put_back(commands)  # sent after the changes that made them are durable
             raise
         if self.role != "leader":
             return
@@ -286,13 +286,13 @@ class Controller:
         """One scheduling cycle: the core runs in its thread; its plan is carried out here."""
         cluster = self.cluster
         work_began = time.perf_counter()
-        cluster.check_time_limits()
-        cluster.settle_preemptions()
+        cluster.job_service.check_time_limits()
+        cluster.plans.settle_preemptions()
         now = time.time()
         heavy = cluster.core.heavy(INLINE_OPS)
         ready = cluster.core.prepare_later(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
+            lambda: (cluster.job_service.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
             usage=self.charger.decayed_usage())
 
         def cycle() -> Plan:
@@ -312,7 +312,7 @@ class Controller:
         self.cycles += 1
         carried, skip = cluster.core.finished(plan)
         if carried is not None:
-            cluster.apply_plan(carried, skip)
+            cluster.plans.apply(carried, skip)
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
@@ -323,7 +323,7 @@ class Controller:
         period = max(0.05, min(self.config.node_timeout_s / 4, 5.0))
         while True:
             await asyncio.sleep(period)
-            self.cluster.check_nodes(self.config.node_timeout_s)
+            self.cluster.node_messages.check_nodes(self.config.node_timeout_s)
             try:
                 await self.commit()
                 await self.prune_answers()
