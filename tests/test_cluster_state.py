@@ -108,6 +108,24 @@ def test_a_running_task_missing_from_a_reregistering_node_is_requeued(cluster):
     assert job.state == "PENDING" and job.restart_count == 1
 
 
+@pytest.mark.parametrize("requeue", [True, False])
+def test_a_heartbeat_missing_one_task_of_a_gang_on_the_node_loses_the_gang_once(cluster, requeue):
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, tasks=2, requeue=requeue)
+    (job_id,) = cluster.job_service.submit([Submission(job)], {})
+    starts = cycle(cluster)["n1"]
+    assert len(starts) == 2
+    report(cluster, starts[0], "running", pid=100)
+    cluster.clock.now += 10
+    cluster.node_messages.heartbeat("n1", None, [])  # the running task is gone, its partner not yet seen
+    if requeue:
+        assert (job.state, job.restart_count) == ("PENDING", 1)
+        assert not cluster.runs.wanted["n1"] and not cluster.runs.unsent["n1"]
+    else:
+        assert job_id not in cluster.jobs and job.state == "NODE_FAIL"
+    stops = [o for o in cluster.outbox.take()["n1"] if o["type"] == "stop"]
+    assert sorted(o["task"] for o in stops) == [0, 1]
+
+
 def test_a_silent_node_fails_its_non_preemptible_job(cluster):
     job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, priority=125,
               priority_class="inference")

@@ -153,8 +153,8 @@ class NodeMessages:
             self.persist.node(name, node.to_json)
             self.stopping_ended(name, key)
         for key, (job_id, task) in list(self.runs.wanted[name].items()):
-            if key in reported or key in self.runs.unsent[name]:
-                continue
+            if key in reported or key in self.runs.unsent[name] or key not in self.runs.wanted[name]:
+                continue  # the last: a task of a job that an earlier one of this walk requeued or ended
             job = self.jobs[job_id]
             run = job.runs[task]
             if run.state == RUN_RUNNING:
