@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import json
 import time
@@ -12,29 +11,28 @@ from typing import Any
 from aiohttp import web
 
 from gpud import jsontext
-from gpud.controller import arrays, identity, job_list
+from gpud.controller import arrays, job_list
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
-from gpud.controller.limits import pending_refusal
 from gpud.controller.job_events import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
+from gpud.controller.submits import SubmitRefused
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
 from gpud.store.base import TokenRecord
-from gpud.submission import DEV_NULL, SubmitError, check_job, is_job_id
+from gpud.submission import DEV_NULL, is_job_id
 
 MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
 MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
 VIEW_SLICE = 250           # job views made between two turns of the event loop
-FREEZE_AFTER = 1000
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -93,90 +91,19 @@ def owned(principal: Principal, job: Job) -> None:
                             f"your own jobs")
 
 
-async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any],
-                      claim: Claim | None = None, single: bool = False) -> dict[str, Any]:
-    """Check every job, then accept them all (durably) or none; returns the answer naming their ids."""
-    refused = identity.refusal(principal, local_node=ctrl.config.local_node)
-    if refused:
-        raise ApiError(403, refused)
-    cap = ctrl.cluster.node_messages.largest_node()
-    submissions = []
-    for index, payload in enumerate(payloads):
-        try:
-            submissions.append(check_job(payload, user=principal.user, admin=principal.admin,
-                                         policy=ctrl.policy, capacity=cap))
-            submissions[-1].job.allow_root = principal.allow_root
-        except SubmitError as exc:
-            extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
-            if len(payloads) > 1:
-                extra["index"] = index
-            raise ApiError(exc.status, str(exc), **extra) from None
-    wait = ctrl.submit_rate.take(principal.user, sum(len(s.array_indices or (0,)) for s in submissions))
-    if wait:
-        limit = f"{ctrl.config.submit_rate:g} jobs a second, {ctrl.submit_rate.burst:g} at once"
-        refusal = ApiError(429, f"too many jobs: {principal.user} may submit {limit}" +
-                           (f"; try again in {wait:.1f} s" if wait < float("inf") else ""))
-        if wait < float("inf"):
-            refusal.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
-        raise refusal
-    over = pending_refusal(ctrl.policy, ctrl.cluster.jobs.values(), submissions, principal.user)
-    if over:
-        raise ApiError(429, f"too many pending jobs: {over}")
-    targets = sorted({d.job for s in submissions for d in s.job.depends})
-    unknown = ctrl.cluster.job_service.unknown_dependencies(targets)
-    finished: dict[str, str] = {}
-    if unknown:
-        loop = asyncio.get_running_loop()
-        finished = await loop.run_in_executor(ctrl.store_executor, ctrl.store.jobs_state, unknown)
-        missing = [t for t in unknown if t not in finished]
-        if missing:
-            raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
-    jobs: list[Job] = []
+async def submitted(ctrl: Controller, principal: Principal, payloads: list[Any], claim: Claim | None = None,
+                    single: bool = False) -> web.Response:
+    """The answer to a submit (gpud.controller.submits): 201 naming the jobs' ids, or the refusal."""
     try:
-        for part in ctrl.cluster.job_service.stage_in_parts(submissions, finished):
-            jobs.extend(part)
-            if len(jobs) >= FREEZE_AFTER:
-                gc.freeze()  # see commit_new; without it each part's collection walks every part before it
-            await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
-    except BaseException:
-        ctrl.cluster.job_service.drop(jobs)
-        raise
-    ids = [job.id for job in jobs]
-    answer: dict[str, Any] = {"ids": ids}
-    if single and ids and "_" in ids[0]:
-        answer["array_id"] = ids[0].partition("_")[0]
-    notes = [note for s in submissions for note in s.notes]
-    if notes and single:
-        answer["notes"] = notes
-    if claim is not None:
-        claim.record(ctrl.persist, 201, answer)
-    await commit_new(ctrl, jobs)
-    return answer
-
-
-async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
-    """Write staged jobs; they join the cluster once durable, and are forgotten if the write fails.
-
-    The outcome is settled when the write ends, even if the request that
-    waits for it is gone, so a job is never durable yet unknown, nor known
-    yet lost.
-    """
-    # The outcome of exactly the batch that carries these jobs (and the idempotent answer marked with them),
-    # taken now: awaiting a later flush could report another batch's success or failure.
-    flush = ctrl.persist.new_jobs(jobs)
-
-    def settle(done: asyncio.Future) -> None:
-        if done.cancelled() or done.exception() is not None:
-            ctrl.cluster.job_service.drop(jobs)
-        else:
-            ctrl.cluster.job_service.accept(jobs)
-            if len(jobs) >= FREEZE_AFTER:
-                # Long-lived from now on: keep them out of the collector's full passes, which would
-                # otherwise walk every job and stall the event loop for as long.
-                gc.freeze()
-
-    flush.add_done_callback(settle)
-    await asyncio.shield(flush)
+        return ok(await ctrl.submits.submit(principal, payloads, claim, single), 201)
+    except SubmitRefused as exc:
+        extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
+        if exc.index is not None:
+            extra["index"] = exc.index
+        refusal = ApiError(exc.status, str(exc), **extra)
+        if exc.retry_after_s is not None:
+            refusal.headers["Retry-After"] = str(max(1, round(exc.retry_after_s + 0.5)))
+        raise refusal from None
 
 
 async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
@@ -201,7 +128,7 @@ async def submit(request: web.Request) -> web.StreamResponse:
 
     async def work(claim: Claim | None) -> web.Response:
         payload = await read_json(request)
-        return ok(await submit_many(ctrl, principal, [payload], claim, single=True), 201)
+        return await submitted(ctrl, principal, [payload], claim, single=True)
     return await idempotent(request, work)
 
 
@@ -214,7 +141,7 @@ async def submit_batch(request: web.Request) -> web.StreamResponse:
             raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
         if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
             raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
-        return ok(await submit_many(ctrl, principal, body["jobs"], claim), 201)
+        return await submitted(ctrl, principal, body["jobs"], claim)
     return await idempotent(request, work)
 
 

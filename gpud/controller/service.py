@@ -24,6 +24,7 @@ from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
+from gpud.controller.submits import Submits
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
@@ -105,6 +106,8 @@ class Controller:
         self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
+        self.submits = Submits(self.cluster.job_service, self.cluster.node_messages.largest_node, lambda: self.policy,
+                               self.submit_rate, self.persist, self._finished_states, local_node=config.local_node)
         self.answers_pruned = 0.0
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
@@ -118,6 +121,10 @@ class Controller:
         jobs = self.cluster.jobs
         ids = {job_id for wanted in self.cluster.runs.wanted.values() for job_id, _ in wanted.values()}
         return [jobs[job_id] for job_id in ids if job_id in jobs]
+
+    async def _finished_states(self, ids: list[str]) -> dict[str, str]:
+        """How the store says the jobs it knows of these ended, by id (read in the store's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.jobs_state, ids)
 
     def _pool_of(self, node: str) -> str:
         record = self.cluster.nodes.get(node)
@@ -161,7 +168,7 @@ class Controller:
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         await loop.run_in_executor(self.store_executor, self.charger.load)
         self.cluster.restore(jobs, nodes, next_seq)
-        gc.freeze()  # the jobs read back live long: see api.commit_new
+        gc.freeze()  # the jobs read back live long: see Submits.commit_new
         await self.persist.flush()
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
