@@ -31,7 +31,7 @@ def cluster():
     clock = Clock()
     state = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
     state.node_messages.register(NodeRecord("n1", cpus=8, memory_gib=64,
-                              gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
+                                            gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
     state.outbox.take()
     return state
 
@@ -52,7 +52,7 @@ def cycle(cluster: Cluster) -> dict[str, list[dict]]:
 
 def report(cluster: Cluster, order: dict, state: str, **fields) -> None:
     cluster.node_messages.task_report("n1", {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
-                               "state": state, **fields})
+                                             "state": state, **fields})
 
 
 def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
@@ -153,7 +153,7 @@ def test_the_submitted_event_comes_from_the_record_unless_an_older_store_kept_it
 def test_the_largest_node_follows_registrations_and_gpu_health(cluster):
     assert (cluster.node_messages.largest_node().max_gpus, cluster.node_messages.largest_node().max_cpus) == (2, 8)
     cluster.node_messages.register(NodeRecord("n2", cpus=32, memory_gib=256, gpus=[Gpu(i, f"GPU-2{i}") for i in range(4)]),
-                     tasks=[])
+                                   tasks=[])
     assert (cluster.node_messages.largest_node().max_gpus, cluster.node_messages.largest_node().max_cpus) == (4, 32)
     cluster.node_messages.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
     assert cluster.node_messages.largest_node().max_gpus == 3

@@ -36,7 +36,7 @@ def make_cluster(nodes: int = 2, gpus: int = 1, policy: dict = POLICY) -> Cluste
     cluster = Cluster(parse_policy(policy, "test"), make_plugin_manager(), Persister(None, None), Clock())
     for n in range(1, nodes + 1):
         cluster.node_messages.register(NodeRecord(f"n{n}", cpus=8, memory_gib=64,
-                                    gpus=[Gpu(i, f"GPU-{n}-{i}") for i in range(gpus)]), tasks=[])
+                                                  gpus=[Gpu(i, f"GPU-{n}-{i}") for i in range(gpus)]), tasks=[])
     cluster.outbox.take()
     return cluster
 
@@ -57,7 +57,7 @@ def cycle(cluster: Cluster) -> dict[str, list[dict]]:
 
 def report(cluster: Cluster, node: str, order: dict, state: str, **fields) -> None:
     cluster.node_messages.task_report(node, {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
-                               "state": state, **fields})
+                                             "state": state, **fields})
 
 
 def orders(commands: dict[str, list[dict]], kind: str) -> list[tuple[str, dict]]:
@@ -94,7 +94,7 @@ def test_a_preempted_job_starts_nowhere_until_its_old_copy_has_ended():
     cluster.clock.now += 5
     assert orders(cycle(cluster), "start") == [], "its old copy is in its grace period on " + old_node
     assert cluster.waits.reason_of(job) == (f"waits for its previous run to end: task 0 on node {old_node} still being "
-                                      f"stopped (SIGKILL in 15 s at the latest, after the 20 s grace period)")
+                                            f"stopped (SIGKILL in 15 s at the latest, after the 20 s grace period)")
     answer = explain(job, cluster)
     assert [b["rule"] for b in answer["blockers"]] == ["completing"]
     assert answer["blockers"][0]["stopping"] == [{"node": old_node, "task": 0, "attempt": stop["attempt"],
@@ -212,7 +212,7 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
         for name in cluster.nodes:
             if name not in silent:
                 cluster.node_messages.heartbeat(name, None, [{"job": k[0], "task": k[1], "attempt": k[2], "state": "running",
-                                                "pid": k[2] + 100} for k, node in alive.items() if node == name])
+                                                              "pid": k[2] + 100} for k, node in alive.items() if node == name])
         deliver(cluster.outbox.take())
         cluster.node_messages.check_nodes(timeout_s=60)
         deliver(cluster.outbox.take())

@@ -209,7 +209,7 @@ def test_two_halves_share_a_gpu_and_a_memory_offender_fails_with_the_reason(clus
     from test_cluster_state import cycle, report
     from gpud.submission import Submission
     ids = [cluster.job_service.submit([Submission(Job(id="", user="u", project="p", workdir="/tmp", command=["true"],
-                                          gpus=0.5))], {})[0] for _ in range(2)]
+                                                      gpus=0.5))], {})[0] for _ in range(2)]
     jobs = {i: cluster.jobs[i] for i in ids}
     starts = cycle(cluster)["n1"]
     assert sorted(o["job"] for o in starts) == sorted(ids)

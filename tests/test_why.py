@@ -19,7 +19,7 @@ def make_cluster(policy: dict, nodes: list[tuple[str, int, float]]) -> Cluster:
                       Persister(None, None), lambda: 1000.0)
     for name, gpus, cpus in nodes:
         cluster.node_messages.register(NodeRecord(name, cpus=cpus, memory_gib=256,
-                                    gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
+                                                  gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
     cluster.outbox.take()
     return cluster
 
@@ -190,7 +190,7 @@ def test_an_array_element_held_by_its_limit_lists_that_limit():
 def test_a_job_with_a_constraint_is_told_about_the_constraint():
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
     cluster.node_messages.register(NodeRecord("small", cpus=64, memory_gib=256, labels={"kind": "small"},
-                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+                                              gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
     cluster.outbox.take()
     job = submit(cluster, "p", gpus=2, constraint={"kind": "small"})
     cycle(cluster)
@@ -216,7 +216,7 @@ def test_a_reclaim_held_back_by_the_minimum_run_time_says_when_it_is_due():
         {"name": "lab", "gpu_quota": 2}, {"name": "guest", "gpu_quota": 0}]}, "test"), make_plugin_manager(),
         Persister(None, None), lambda: now[0])
     cluster.node_messages.register(NodeRecord("n1", cpus=64, memory_gib=256, gpus=[Gpu(i, f"GPU-{i}") for i in range(2)]),
-                     tasks=[])
+                                   tasks=[])
     cluster.outbox.take()
     guest = submit(cluster, "guest", gpus=2)
     cycle(cluster)
@@ -241,7 +241,7 @@ def test_a_constraint_and_a_size_no_matching_node_holds_are_refused_at_submit():
     from gpud.submission import SubmitError, check_job
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
     cluster.node_messages.register(NodeRecord("small", cpus=4, memory_gib=16, labels={"kind": "small", "rack": "r1"},
-                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+                                              gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
 
     def check(**fields):
         return check_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}, user="u", admin=False,

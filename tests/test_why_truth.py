@@ -109,7 +109,7 @@ def add_nodes(cluster: Cluster, nodes: list[tuple[str, int, float]]) -> None:
     """Register nodes (name, GPUs, CPUs) with the cluster."""
     for name, gpus, cpus in nodes:
         cluster.node_messages.register(NodeRecord(name, cpus=cpus, memory_gib=256,
-                                    gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
+                                                  gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
     cluster.outbox.take()
 
 

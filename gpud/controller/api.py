@@ -171,8 +171,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     async def read_ended() -> list[Job]:
         return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
 
-    page, last = await job_list.select_page(ctrl.cluster.job_service.listing, read_ended if states - ACTIVE else None, states,
-                                            user, project, after, limit)
+    page, last = await job_list.select_page(ctrl.cluster.job_service.listing, read_ended if states - ACTIVE else None,
+                                            states, user, project, after, limit)
     jobs = []
     for start in range(0, len(page), VIEW_SLICE):
         for job in page[start:start + VIEW_SLICE]:

@@ -99,7 +99,7 @@ class NodeMessages:
             node.drain, node.drain_reason, node.stopping = known.drain, known.drain_reason, known.stopping
             if known.state == DOWN:
                 self.events.record("node up", f"registered again after {now - known.last_seen:.0f} s of silence",
-                            node=node.name)
+                                   node=node.name)
         node.reason = node.drain_reason if node.drain else ""
         node.state, node.last_seen, node.registered = UP, now, now
         if known is None or known.inventory() != node.inventory():
@@ -107,7 +107,8 @@ class NodeMessages:
         self.nodes[node.name] = node
         self.nodes_changed()
         self.runs.connected.add(node.name)
-        self.events.record("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
+        self.events.record("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs",
+                           node=node.name)
         self.persist.node(node.name, node.to_json)
         self.reconcile(node.name, tasks, fresh=True)
         if checkpoints:
@@ -145,8 +146,8 @@ class NodeMessages:
             if fresh and key in node.stopping and report.get("state") != "exited":
                 # The stop may have gone out while the node was away: a node that registers hears it again.
                 self.outbox.put(name, stop_command(str(report.get("job")), int(report.get("task", -1)),
-                                             int(report.get("attempt", -1)), "stopped", self.policy().grace_period_s,
-                                             str(report.get("job_uid") or "")))
+                                                   int(report.get("attempt", -1)), "stopped",
+                                                   self.policy().grace_period_s, str(report.get("job_uid") or "")))
             self.task_report(name, report)
         for key in [k for k in node.stopping if k not in reported]:
             del node.stopping[key]
@@ -218,7 +219,8 @@ class NodeMessages:
                 # A copy of an active job the controller did not know of (a node back from silence): the job
                 # starts nowhere else until this copy has ended.
                 self.completing.add(name, key, self.clock())
-                self.outbox.put(name, stop_command(job_id, task, attempt, "not wanted", self.policy().grace_period_s, uid))
+                self.outbox.put(name, stop_command(job_id, task, attempt, "not wanted",
+                                                   self.policy().grace_period_s, uid))
             return True
         if run.state == RUN_EXITED:
             self.outbox.put(name, ack_command(job_id, task, attempt, uid))
@@ -295,7 +297,8 @@ class NodeMessages:
 
     def _node_up(self, node: NodeRecord, now: float) -> None:
         """A down node speaks again: it takes work, and the reason it was down is gone."""
-        self.events.record("node up", f"heartbeats again after {now - node.last_seen:.0f} s of silence", node=node.name)
+        self.events.record("node up", f"heartbeats again after {now - node.last_seen:.0f} s of silence",
+                           node=node.name)
         node.state, node.reason = UP, node.drain_reason if node.drain else ""
         self.runs.connected.add(node.name)
         self.nodes_changed()

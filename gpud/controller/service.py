@@ -299,7 +299,8 @@ class Controller:
         heavy = cluster.core.heavy(INLINE_OPS)
         ready = cluster.core.prepare_later(
             (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.job_service.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
+            lambda: (cluster.job_service.core_spec(cluster.jobs[i])
+                     for i in sorted(cluster.core.in_core, key=_seq_key)), now,
             usage=self.charger.decayed_usage())
 
         def cycle() -> Plan:

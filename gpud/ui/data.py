@@ -31,8 +31,9 @@ DAY, WEEK = 86400.0, 7 * 86400.0
 
 def view_of(ctrl: Controller, principal: Principal, job: Job, now: float) -> dict:
     """The job as the API shows it to ``principal``."""
-    return api.visible(principal, job, {**job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, now,
-                                                   ctrl.cluster.policy.time_slicing), **ctrl.cluster.waits.start_of(job)})
+    waits = ctrl.cluster.waits
+    return api.visible(principal, job, {**job_view(job, waits.reason_of(job), ctrl.cluster.nodes, now,
+                                                   ctrl.cluster.policy.time_slicing), **waits.start_of(job)})
 
 
 @dataclass(slots=True)
@@ -147,7 +148,8 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
         job = arrays.first_waiting(elements)
     else:
         job = await api.find_job(ctrl, job_id)
-        view = job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
+        view = job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, now,
+                        ctrl.cluster.policy.time_slicing)
         view.update(ctrl.cluster.waits.start_of(job))
         loop = asyncio.get_running_loop()
         events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
@@ -216,7 +218,8 @@ def node_views(ctrl: Controller) -> list[dict]:
     """Every node as ``GET /api/v1/nodes`` shows it."""
     used, held = api.gpu_use(ctrl), api.host_use(ctrl)
     now = time.time()
-    return [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now, held.get(name, (0.0, 0.0)))
+    return [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
+                      held.get(name, (0.0, 0.0)))
             for name, node in sorted(ctrl.cluster.nodes.items())]
 
 
