@@ -31,3 +31,7 @@ class EventLog:
         log.info("event=%s job=%s node=%s %s", kind.replace(" ", "_"), job or "-", node or "-", message)
         if job is not None and job in self.jobs:
             self.job_events.emit(kind, self.jobs[job], message)
+
+    def hook_only(self, kind: str, job: Job, message: str) -> None:
+        """Tell the hook of an event about ``job`` that is neither stored nor logged (one of many alike)."""
+        self.job_events.emit(kind, job, message)

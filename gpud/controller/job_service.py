@@ -154,7 +154,7 @@ class JobService:
             if job.array_id is None:
                 self.events.record(SUBMITTED, submitted_message(job), job=job.id, store=False)
             else:  # one log line per array, not per element: see below
-                self.events.job_events.emit(SUBMITTED, job, submitted_message(job))
+                self.events.hook_only(SUBMITTED, job, submitted_message(job))
                 elements[job.array_id] = elements.get(job.array_id, 0) + 1
         for array_id, count in elements.items():
             log.info("event=%s job=%s node=- %s (array of %d elements)", SUBMITTED, array_id,
