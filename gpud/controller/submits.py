@@ -20,7 +20,7 @@ from gpud.controller.persist import Persister
 from gpud.controller.rate import SubmitRate
 from gpud.jobs import Job
 from gpud.policy import Policy
-from gpud.submission import Capacity, SubmitError, check_job
+from gpud.submission import Capacity, Submission, SubmitError, check_job
 
 # Past this many jobs, a submit's jobs are kept out of the collector's full passes (see commit_new).
 FREEZE_AFTER = 1000
@@ -61,6 +61,23 @@ class Submits:
         ``single``: one job was sent on its own, and the answer says its
         array's id and the notes about it.
         """
+        submissions = self._checked(principal, payloads)
+        finished = await self._dependencies_ended(submissions)
+        jobs = await self._staged(submissions, finished)
+        ids = [job.id for job in jobs]
+        answer: dict[str, Any] = {"ids": ids}
+        if single and ids and "_" in ids[0]:
+            answer["array_id"] = ids[0].partition("_")[0]
+        notes = [note for s in submissions for note in s.notes]
+        if notes and single:
+            answer["notes"] = notes
+        if claim is not None:
+            claim.record(self.persist, 201, answer)
+        await self.commit_new(jobs)
+        return answer
+
+    def _checked(self, principal: Principal, payloads: list[Any]) -> list[Submission]:
+        """The jobs as checked submissions, once the caller, each job, the rate and the pending limits allow them."""
         refused = identity.refusal(principal, local_node=self.local_node)
         if refused:
             raise SubmitRefused(403, refused)
@@ -85,14 +102,23 @@ class Submits:
         over = pending_refusal(policy, self.job_service.jobs.values(), submissions, principal.user)
         if over:
             raise SubmitRefused(429, f"too many pending jobs: {over}")
+        return submissions
+
+    async def _dependencies_ended(self, submissions: list[Submission]) -> dict[str, str]:
+        """How the dependencies that are no active job ended, by id, from the store; refused when one is unknown."""
         targets = sorted({d.job for s in submissions for d in s.job.depends})
         unknown = self.job_service.unknown_dependencies(targets)
-        finished: dict[str, str] = {}
-        if unknown:
-            finished = await self.finished_states(unknown)
-            missing = [t for t in unknown if t not in finished]
-            if missing:
-                raise SubmitRefused(422, f"depends on unknown job {missing[0]}", field="depends")
+        if not unknown:
+            return {}
+        finished = await self.finished_states(unknown)
+        missing = [t for t in unknown if t not in finished]
+        if missing:
+            raise SubmitRefused(422, f"depends on unknown job {missing[0]}", field="depends")
+        return finished
+
+    async def _staged(self, submissions: list[Submission], finished: dict[str, str]) -> list[Job]:
+        """The submissions staged as jobs (ids given, arrays expanded), a part at a time with the loop free
+        between parts; none stays staged if this is interrupted."""
         jobs: list[Job] = []
         try:
             for part in self.job_service.stage_in_parts(submissions, finished):
@@ -103,17 +129,7 @@ class Submits:
         except BaseException:
             self.job_service.drop(jobs)
             raise
-        ids = [job.id for job in jobs]
-        answer: dict[str, Any] = {"ids": ids}
-        if single and ids and "_" in ids[0]:
-            answer["array_id"] = ids[0].partition("_")[0]
-        notes = [note for s in submissions for note in s.notes]
-        if notes and single:
-            answer["notes"] = notes
-        if claim is not None:
-            claim.record(self.persist, 201, answer)
-        await self.commit_new(jobs)
-        return answer
+        return jobs
 
     async def commit_new(self, jobs: list[Job]) -> None:
         """Write staged jobs; they join the cluster once durable, and are forgotten if the write fails.
