@@ -283,7 +283,7 @@ class JobService:
             job.reason = f"requeued: {reason}"
             self.events.record("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
             self.persist.job(job)
-            self.core.remove(job.id)
+            self._core_remove(job)  # the scheduler takes it back as pending once nothing holds it back
             self.sync(job)
             self.wake()
         else:

@@ -126,6 +126,28 @@ def test_a_heartbeat_missing_one_task_of_a_gang_on_the_node_loses_the_gang_once(
     assert sorted(o["task"] for o in stops) == [0, 1]
 
 
+def test_an_array_element_lost_to_a_silent_node_keeps_its_place_in_the_array_limit(cluster):
+    cluster.node_messages.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-20")]), tasks=[])
+    cluster.outbox.take()
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1)
+    ids = cluster.job_service.submit([Submission(job, array_indices=[0, 1], array_limit=1)], {})
+    starts = cycle(cluster)
+    ((node, (start,)),) = [(name, orders) for name, orders in starts.items() if orders]
+    cluster.node_messages.task_report(node, {"job": start["job"], "task": 0, "attempt": start["attempt"],
+                                             "state": "running", "pid": 100})
+    other = next(name for name in cluster.nodes if name != node)
+    cluster.clock.now += 120
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)  # the element's node fell silent: it is requeued
+    assert cluster.nodes[node].state == "down" and cluster.jobs[start["job"]].state == "PENDING"
+    cluster.clock.now += 60  # past the silent node's lease and grace period
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
+    assert cluster.job_service.array_queued[ids[0].partition("_")[0]] == 1
+    (restart,) = cycle(cluster)[other]
+    assert (restart["type"], restart["job"]) == ("start", start["job"])
+
+
 def test_a_silent_node_fails_its_non_preemptible_job(cluster):
     job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, priority=125,
               priority_class="inference")
