@@ -1,9 +1,10 @@
-"""A task run moves only along gpud.lifecycle.RUN_TRANSITIONS, whatever its node reports and in whatever order."""
+"""A task run moves only along gpud.lifecycle.RUN_TRANSITIONS, whatever its node reports and in whatever order;
+and an array's count of elements in the scheduler stays the number it holds there, so its limit never stalls it."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpud.controller.cluster import Cluster
@@ -81,11 +82,11 @@ def orders(cluster: Cluster) -> list[tuple[str, dict]]:
 # One step of a random history: what the cluster is told, with which of the orders sent so far, and how.
 steps = st.one_of(
     st.tuples(st.just("submit"), st.sampled_from(["a", "b"]), st.sampled_from([1.0, 0.5, 2.0]),
-              st.integers(1, 2), st.booleans()),
+              st.integers(1, 2), st.booleans(), st.sampled_from([None, 2, 3])),
     st.tuples(st.just("cycle")),
     st.tuples(st.just("running"), st.integers(0, 30), st.integers(1, 3)),
     st.tuples(st.just("exited"), st.integers(0, 30), st.sampled_from([0, 1, None])),
-    st.tuples(st.just("heartbeat"), st.sampled_from(["n1", "n2"])),
+    st.tuples(st.just("heartbeat"), st.sampled_from(["n1", "n2"]), st.integers(0, 3)),
     st.tuples(st.just("cancel"), st.integers(0, 30)),
     st.tuples(st.just("silence"), st.sampled_from([10.0, 200.0])),
 )
@@ -98,10 +99,11 @@ def snapshot(cluster: Cluster) -> dict[tuple[str, int], tuple[int, str]]:
 def apply_step(cluster: Cluster, step: tuple, sent: list[tuple[str, dict]]) -> None:
     kind = step[0]
     if kind == "submit":
-        _, project, gpus, tasks, requeue = step
+        _, project, gpus, tasks, requeue, elements = step
         job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], gpus=gpus, tasks=tasks,
                   requeue=requeue)
-        cluster.job_service.submit([Submission(job)], {})
+        array = (tuple(range(elements)), 1) if elements else (None, None)
+        cluster.job_service.submit([Submission(job, array_indices=array[0], array_limit=array[1])], {})
     elif kind == "cycle":
         cycle(cluster)
     elif kind in ("running", "exited") and sent:
@@ -117,7 +119,7 @@ def apply_step(cluster: Cluster, step: tuple, sent: list[tuple[str, dict]]) -> N
     elif kind == "heartbeat":
         reports = [{"job": o["job"], "task": o["task"], "attempt": o["attempt"], "state": "running", "pid": 7,
                     "job_uid": o.get("job_uid", "")} for node, o in sent if node == step[1] and o["type"] == "start"]
-        cluster.node_messages.heartbeat(step[1], None, reports[-3:])
+        cluster.node_messages.heartbeat(step[1], None, reports[len(reports) - step[2]:])  # the last few, or none
     elif kind == "cancel" and cluster.jobs:
         jobs = sorted(cluster.jobs)
         cluster.job_service.cancel(cluster.jobs[jobs[step[1] % len(jobs)]], "u")
@@ -127,9 +129,21 @@ def apply_step(cluster: Cluster, step: tuple, sent: list[tuple[str, dict]]) -> N
         cluster.node_messages.check_nodes(timeout_s=60.0)
 
 
+def check_array_counts(cluster: Cluster) -> None:
+    """Each array's count of elements in the scheduler is the number it has there, within its limit."""
+    service = cluster.job_service
+    for array_id, members in service.arrays.items():
+        queued = sum(1 for member in members if member in cluster.core.in_core)
+        assert service.array_queued[array_id] == queued, (array_id, dict(service.array_queued), queued)
+        limit = cluster.jobs[next(iter(members))].array_limit
+        assert limit is None or queued <= limit
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(steps, min_size=1, max_size=40))
-def test_every_run_moves_along_the_table_whatever_the_nodes_report(history):
+# A running array element that its node no longer runs is requeued: it once kept its count in the array's limit.
+@example([("submit", "a", 1.0, 1, True, 2), ("cycle",), ("running", 0, 1), ("heartbeat", "n1", 0)])
+def test_runs_move_along_the_table_and_arrays_keep_count_whatever_the_nodes_report(history):
     cluster = make_cluster()
     sent: list[tuple[str, dict]] = []
     for step in history:
@@ -143,6 +157,7 @@ def test_every_run_moves_along_the_table_whatever_the_nodes_report(history):
                 assert state in (RUN_NONE, RUN_STARTING), (key, state)
             elif old[1] != state:
                 assert (old[1], state) in RUN_TRANSITIONS, (key, old[1], state)
+        check_array_counts(cluster)
     for job in cluster.jobs.values():
         for run in job.runs:
             assert (run.placement is None) == (run.state == RUN_NONE), (job.id, run)
