@@ -1,7 +1,7 @@
 """Submitting jobs: every check a submit must pass, then all its jobs made durable and accepted, or none.
 
 The checks, in order: who the jobs would run as (gpud.controller.identity),
-each job request (gpud.submission.check_job), the user's submit rate, the
+each job request (gpud.submission: read_job, admit), the user's submit rate, the
 policy's pending-job limits, and that every dependency names a known job.
 """
 
@@ -20,7 +20,7 @@ from gpud.controller.persist import Persister
 from gpud.controller.rate import SubmitRate
 from gpud.jobs import Job
 from gpud.policy import Policy
-from gpud.submission import Capacity, Submission, SubmitError, check_job
+from gpud.submission import Capacity, Submission, SubmitError, admit, read_job
 
 # Past this many jobs, a submit's jobs are kept out of the collector's full passes (see commit_new).
 FREEZE_AFTER = 1000
@@ -86,8 +86,8 @@ class Submits:
         submissions = []
         for index, payload in enumerate(payloads):
             try:
-                submissions.append(check_job(payload, user=principal.user, admin=principal.admin, policy=policy,
-                                             capacity=cap))
+                submissions.append(admit(read_job(payload), user=principal.user, admin=principal.admin,
+                                         policy=policy, capacity=cap))
                 submissions[-1].job.allow_root = principal.allow_root
             except SubmitError as exc:
                 raise SubmitRefused(exc.status, str(exc), field=exc.field,
