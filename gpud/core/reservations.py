@@ -673,14 +673,24 @@ class PoolPlan:
         return ok
 
 
+def plans_somewhere(state: ClusterState) -> bool:
+    """True when some pool with nodes plans reservations or estimates (its ``jobs`` or ``estimate_jobs``)."""
+    for name, index in state.indexes.items():
+        settings = state.policy.reservations_in(name)
+        if (settings.jobs or settings.estimate_jobs) and index.nodes:
+            return True
+    return False
+
+
 class Planner:
     """Reservations and estimates for one allocation, pool by pool (``PoolPlan``), into ``out``."""
 
     def __init__(self, state: ClusterState, out: dict[str, Reservation]) -> None:
         self.state = state
         self.out = out
-        # Without a job that has a time limit no room is ever known to free: nothing to plan.
-        self.active = state.limited > 0
+        # Without a job that has a time limit no room is ever known to free, and without a pool that
+        # plans starts nothing is asked: nothing to plan, and allocation goes as without reservations.
+        self.active = state.limited > 0 and plans_somewhere(state)
         self.pools: dict[str, PoolPlan | None] = {}
 
     def pool(self, job: JobSpec) -> PoolPlan | None:
