@@ -21,6 +21,7 @@ from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, r
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
+from gpud.controller.slices import Slices
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
@@ -35,6 +36,7 @@ MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
 VIEW_SLICE = 250           # job views made between two turns of the event loop
 FREEZE_AFTER = 1000
+ACCEPT_PART = 100  # submitted jobs joining the cluster between two turns of the loop (see commit_new)
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -101,7 +103,9 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         raise ApiError(403, refused)
     cap = ctrl.cluster.largest_node()
     submissions = []
+    slices = Slices()
     for index, payload in enumerate(payloads):
+        await slices.pause()  # a batch of 2,000 jobs is checked with the loop turning between slices
         try:
             submissions.append(check_job(payload, user=principal.user, admin=principal.admin,
                                          policy=ctrl.policy, capacity=cap))
@@ -165,18 +169,36 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
     # taken now: awaiting a later flush could report another batch's success or failure.
     flush = ctrl.persist.new_jobs(jobs)
 
-    def settle(done: asyncio.Future) -> None:
-        if done.cancelled() or done.exception() is not None:
+    async def settle() -> None:
+        try:
+            await flush
+        except BaseException:
             ctrl.cluster.drop(jobs)
-        else:
-            ctrl.cluster.accept(jobs)
-            if len(jobs) >= FREEZE_AFTER:
-                # Long-lived from now on: keep them out of the collector's full passes, which would
-                # otherwise walk every job and stall the event loop for as long.
-                gc.freeze()
+            raise
+        # A few hundred at a time, the loop turning between: the request is answered once all are in.
+        slices = Slices()
+        for start in range(0, len(jobs), ACCEPT_PART):
+            ctrl.cluster.accept(jobs[start:start + ACCEPT_PART])
+            await slices.pause()
+        if len(jobs) >= FREEZE_AFTER:
+            # Long-lived from now on: keep them out of the collector's full passes, which would
+            # otherwise walk every job and stall the event loop for as long.
+            gc.freeze()
 
-    flush.add_done_callback(settle)
-    await asyncio.shield(flush)
+    # Its own task: the jobs are settled even when the request that waits for them is gone.
+    settling = asyncio.ensure_future(settle())
+    _SETTLING.add(settling)
+    settling.add_done_callback(_settled)
+    await asyncio.shield(settling)
+
+
+_SETTLING: set[asyncio.Future] = set()  # submits being settled (a task the loop holds only weakly)
+
+
+def _settled(task: asyncio.Future) -> None:
+    _SETTLING.discard(task)
+    if not task.cancelled():
+        task.exception()  # a failed write is the request's answer (503); nobody else is to hear of it
 
 
 async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:

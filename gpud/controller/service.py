@@ -24,6 +24,7 @@ from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
+from gpud.controller.slices import Slices
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
@@ -108,6 +109,7 @@ class Controller:
         self.answers_pruned = 0.0
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
+        self._sending = asyncio.Lock()  # held by the commit sending its commands (see commit)
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
@@ -224,15 +226,21 @@ class Controller:
         if self.role != "leader":
             return
         term = {"term": self.term} if self.term is not None else {}
-        for node, messages in commands.items():
-            link = self.links.get(node)
-            if link is None:
-                continue
-            try:
-                for message in messages:
-                    await link.send_str(jsontext.dumps({**message, **term}))
-            except (ConnectionError, RuntimeError) as exc:
-                log.warning("could not send commands to node %s: %s", node, exc)
+        # Commits send one after the other, in the order their batches were written: a node hears its
+        # commands in the order they were made (a start before the stop of the same task), even though
+        # the loop turns while a commit sends thousands of them.
+        async with self._sending:
+            slices = Slices()
+            for node, messages in commands.items():
+                link = self.links.get(node)
+                if link is None:
+                    continue
+                try:
+                    for message in messages:
+                        await link.send_str(jsontext.dumps({**message, **term}))
+                        await slices.pause()
+                except (ConnectionError, RuntimeError) as exc:
+                    log.warning("could not send commands to node %s: %s", node, exc)
 
     def commit_soon(self) -> None:
         """Commit (as :meth:`commit` does) in the background, so that the caller reads on meanwhile.
@@ -312,7 +320,10 @@ class Controller:
         self.cycles += 1
         carried, skip = cluster.core.finished(plan)
         if carried is not None:
-            cluster.apply_plan(carried, skip)
+            slices = Slices()
+            # The loop turns between the steps: skip is the core's own set, which marks the jobs changed meanwhile.
+            for _ in cluster.apply_plan_in_steps(carried, skip):
+                await slices.pause()
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
