@@ -332,7 +332,9 @@ def _run(args: argparse.Namespace, root: str) -> dict:
             loop = json.load(f)
         figures.update({"loop_callback_max_cpu_ms": loop["longest_ms"][0][0] if loop["longest_ms"] else None,
                         "loop_callbacks_over_10ms": loop["over_10ms"], "loop_callbacks_over_100ms": loop["over_100ms"],
-                        "loop_cpu_s": loop["cpu_s"], "loop_longest": loop["longest_ms"][:args.stretches]})
+                        "loop_cpu_s": loop["cpu_s"], "gc_full_passes": loop["gc_full"],
+                        "gc_full_max_ms": loop["gc_full_max_ms"], "gc_full_s": loop["gc_full_s"],
+                        "loop_longest": loop["longest_ms"][:args.stretches]})
     rtts = sorted(ms for r in reports for ms in r["heartbeat_rtt_ms_all"])
     probes = sorted(prober.since(began))
     first_end = min(s["first_end"] for s in found if s.get("first_end"))
@@ -431,7 +433,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stretches:
             print(f"  the controller loop's callbacks: longest {figures['loop_callback_max_cpu_ms']} ms of CPU, "
                   f"{figures['loop_callbacks_over_10ms']} of 10 ms or more, {figures['loop_callbacks_over_100ms']} "
-                  f"of 100 ms or more, {figures['loop_cpu_s']} s in all; the longest:")
+                  f"of 100 ms or more, {figures['loop_cpu_s']} s in all; the collector's full passes: "
+                  f"{figures['gc_full_passes']}, longest {figures['gc_full_max_ms']} ms, {figures['gc_full_s']} s in all; "
+                  f"the longest callbacks:")
             for ms, what in figures["loop_longest"]:
                 print(f"    {ms:8.1f} ms  {what}")
         if "problem" in figures:

@@ -8,16 +8,19 @@ ready, a node's heartbeat, a ``/healthz``, waits behind it. Its CPU time
 (``time.thread_time``), unlike its wall time, does not grow when the
 machine's other work takes the CPU away, so these figures can be compared
 between runs on a busy machine. OUT.json gets the callbacks' count and CPU
-time, how many took 10 ms and 100 ms or more, and the 20 longest, each
-named by its coroutine and the line it went on to wait at (or by its
-callback). SIGUSR1 starts the count afresh; SIGUSR2 writes OUT.json now
-(so that what a caller then asks of the daemon is left out).
+time, how many took 10 ms and 100 ms or more, the 20 longest (each named
+by its coroutine and the lines of gpud it ran from and to, or by its
+callback), and the collector's full passes, which stop the loop when they
+run on its thread: how many, the longest and their CPU time in all.
+SIGUSR1 starts the count afresh; SIGUSR2 writes OUT.json now (so that
+what a caller then asks of the daemon is left out).
 """
 
 from __future__ import annotations
 
 import asyncio.events
 import atexit
+import gc
 import heapq
 import json
 import signal
@@ -27,7 +30,9 @@ import time
 KEPT = 20
 _run = asyncio.events.Handle._run
 _longest: list[tuple[float, int, str]] = []
-_totals = {"callbacks": 0, "cpu_s": 0.0, "over_10ms": 0, "over_100ms": 0}
+_totals = {"callbacks": 0, "cpu_s": 0.0, "over_10ms": 0, "over_100ms": 0, "gc_full": 0, "gc_full_max_ms": 0.0,
+           "gc_full_s": 0.0}
+_gc_began = [0.0]
 
 
 def _deepest(coro) -> str:
@@ -74,6 +79,7 @@ def _timed(handle: asyncio.events.Handle) -> None:
 
 def _write(path: str) -> None:
     found = {**{k: v for k, v in _totals.items() if k != "written"}, "cpu_s": round(_totals["cpu_s"], 3),
+             "gc_full_s": round(_totals["gc_full_s"], 3), "gc_full_max_ms": round(_totals["gc_full_max_ms"], 1),
              "longest_ms": [[round(spent * 1000.0, 1), what] for spent, _, what in sorted(_longest, reverse=True)]}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(found, f, indent=1)
@@ -87,7 +93,21 @@ def _write_once(path: str) -> None:
 
 def _reset() -> None:
     _longest.clear()
-    _totals.update({"callbacks": 0, "cpu_s": 0.0, "over_10ms": 0, "over_100ms": 0})
+    _totals.update({"callbacks": 0, "cpu_s": 0.0, "over_10ms": 0, "over_100ms": 0, "gc_full": 0,
+                    "gc_full_max_ms": 0.0, "gc_full_s": 0.0})
+
+
+def _collecting(phase: str, info: dict) -> None:
+    """Time the collector's full passes (generation 2), which stop whichever thread triggers them."""
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _gc_began[0] = time.thread_time()
+        return
+    spent = time.thread_time() - _gc_began[0]
+    _totals["gc_full"] += 1
+    _totals["gc_full_s"] += spent
+    _totals["gc_full_max_ms"] = max(_totals["gc_full_max_ms"], spent * 1000.0)
 
 
 def main() -> None:
@@ -98,6 +118,7 @@ def main() -> None:
     signal.signal(signal.SIGUSR1, lambda *_: _reset())
     signal.signal(signal.SIGUSR2, lambda *_: _write_once(out))
     atexit.register(_write_once, out)
+    gc.callbacks.append(_collecting)
     from gpud.cli.gpud_main import main as gpud
     sys.argv[0] = "gpud"
     sys.exit(gpud())

@@ -1,0 +1,106 @@
+"""A plan carried out a job at a time, the cluster changing between steps (as the controller's loop lets it).
+
+A job cancelled or held between steps is not started; once a node goes down the
+binds not yet carried out are dropped, and the next cycle places those
+jobs on what is left. Whatever happens between steps, every job ends up
+either started once or waiting, never started on a down node.
+"""
+
+from __future__ import annotations
+
+from gpud.controller.cluster import Cluster
+from gpud.controller.nodes import Gpu, NodeRecord
+from gpud.controller.persist import Persister
+from gpud.jobs import Job
+from gpud.plugins import make_plugin_manager
+from gpud.policy_file import parse_policy
+from gpud.submission import Submission
+
+POLICY = {"min_runtime": 0, "grace_period": 5, "projects": [{"name": "a", "gpu_quota": 8}]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_cluster(nodes: int = 2, gpus: int = 2) -> Cluster:
+    cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), Clock())
+    for number in range(nodes):
+        cluster.register(NodeRecord(f"n{number}", cpus=8, memory_gib=64,
+                                    gpus=[Gpu(i, f"GPU-{number}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.take_commands()
+    return cluster
+
+
+def submit(cluster: Cluster, count: int) -> list[str]:
+    jobs = [Submission(Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1))
+            for _ in range(count)]
+    return cluster.submit(jobs, {})
+
+
+def planned(cluster: Cluster):
+    """Run a cycle; the plan and the live set of jobs changed since (as the controller gets them)."""
+    scheduler = cluster.core.prepare((n.spec() for n in cluster.nodes.values()),
+                                     lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
+                                     cluster.clock())
+    plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
+    assert plan is not None
+    return plan, skip
+
+
+def started(cluster: Cluster) -> dict[str, list[str]]:
+    """The jobs each node was told to start since the last call."""
+    return {node: sorted(m["job"] for m in messages if m["type"] == "start")
+            for node, messages in cluster.take_commands().items()}
+
+
+def test_jobs_cancelled_or_held_between_steps_are_not_started_and_the_others_are():
+    cluster = make_cluster()
+    ids = submit(cluster, 4)
+    plan, skip = planned(cluster)
+    steps = cluster.apply_plan_in_steps(plan, skip)
+    next(steps)  # the evictions (none)
+    next(steps)  # the first job bound and its start made
+    first = started(cluster)
+    (done,) = [job for starts in first.values() for job in starts]
+    cancelled, held = [job for job in ids if job != done][:2]
+    cluster.cancel(cluster.jobs[cancelled], "someone")
+    assert cluster.hold(cluster.jobs[held], "someone")
+    for _ in steps:
+        pass
+    later = [job for starts in started(cluster).values() for job in starts]
+    assert sorted([done, *later]) == sorted(job for job in ids if job not in (cancelled, held))
+    assert cancelled not in cluster.jobs
+    assert cluster.jobs[held].state == "PENDING" and all(run.placement is None for run in cluster.jobs[held].runs)
+    assert all(cluster.jobs[job].state == "RUNNING" for job in ids if job not in (cancelled, held))
+
+
+def test_binds_left_when_a_node_goes_down_are_dropped_and_placed_again_by_the_next_cycle():
+    cluster = make_cluster()
+    ids = submit(cluster, 4)
+    plan, skip = planned(cluster)
+    steps = cluster.apply_plan_in_steps(plan, skip)
+    next(steps)
+    next(steps)
+    (node, (first,)) = next(iter(started(cluster).items()))
+    other = next(name for name in cluster.nodes if name != node)
+    cluster.clock.now += 120
+    cluster.nodes[node].last_seen = cluster.clock.now  # only the other node falls silent
+    cluster.check_nodes(timeout_s=60)
+    assert cluster.nodes[other].state == "down"
+    for _ in steps:
+        pass
+    assert not any(started(cluster).values()), "nothing more is started once the scheduler must be rebuilt"
+    waiting = sorted(job for job in ids if cluster.jobs[job].state == "PENDING")
+    assert len(waiting) == 3
+    plan, skip = planned(cluster)
+    cluster.apply_plan(plan, skip)
+    assert started(cluster) == {node: [job for job in waiting if cluster.jobs[job].state == "RUNNING"]}
+    assert len(started_jobs := [job for job in ids if cluster.jobs[job].state == "RUNNING"]) == 2
+    assert first in started_jobs
+    assert all(run.placement is None or run.placement.node == node
+               for job in ids for run in cluster.jobs[job].runs)
