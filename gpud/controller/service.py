@@ -29,7 +29,7 @@ from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
-from gpud.model import Plan
+from gpud.model import JobSpec, NodeSpec, Plan
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
@@ -298,10 +298,13 @@ class Controller:
         cluster.settle_preemptions()
         now = time.time()
         heavy = cluster.core.heavy(INLINE_OPS)
-        ready = cluster.core.prepare_later(
-            (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
-            usage=self.charger.decayed_usage())
+        usage = self.charger.decayed_usage()
+        ops, anew = cluster.core.begin()
+        if anew:
+            nodes, specs = await self._snapshot()
+            ready = cluster.core.build_later(nodes, specs, now, usage)
+        else:
+            ready = cluster.core.apply_later(ops, usage)
 
         def cycle() -> Plan:
             return ready().cycle(now)
@@ -328,6 +331,24 @@ class Controller:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
         await self.commit()
+
+    async def _snapshot(self) -> tuple[tuple[NodeSpec, ...], tuple[JobSpec, ...]]:
+        """The nodes and jobs the scheduler is built anew from, read a slice at a time (16,000 jobs take about
+        a second): what changes meanwhile the core has queued for the next cycle (CoreSync.begin)."""
+        cluster = self.cluster
+        slices = Slices()
+        nodes = []
+        for node in list(cluster.nodes.values()):
+            if node.state != "down":
+                nodes.append(node.spec())
+            await slices.pause()
+        specs = []
+        for job_id in sorted(cluster.core.in_core, key=_seq_key):
+            job = cluster.jobs.get(job_id)
+            if job is not None and job_id in cluster.core.in_core:  # else it left meanwhile (and was touched)
+                specs.append(cluster.core_spec(job))
+            await slices.pause()
+        return tuple(nodes), tuple(specs)
 
     async def node_watch(self) -> None:
         """Mark silent nodes down, every few seconds, until cancelled."""

@@ -3,7 +3,9 @@
 A job cancelled or held between steps is not started; once a node goes down the
 binds not yet carried out are dropped, and the next cycle places those
 jobs on what is left. Whatever happens between steps, every job ends up
-either started once or waiting, never started on a down node.
+either started once or waiting, never started on a down node; the same holds
+for a job changed while the snapshot of a cycle that builds the scheduler
+anew is read a piece at a time.
 """
 
 from __future__ import annotations
@@ -104,3 +106,25 @@ def test_binds_left_when_a_node_goes_down_are_dropped_and_placed_again_by_the_ne
     assert first in started_jobs
     assert all(run.placement is None or run.placement.node == node
                for job in ids for run in cluster.jobs[job].runs)
+
+
+def test_a_job_held_while_the_snapshot_is_read_a_piece_at_a_time_is_not_started():
+    cluster = make_cluster()
+    ids = submit(cluster, 3)
+    _, anew = cluster.core.begin()
+    assert anew  # the first cycle builds the scheduler
+    specs = []
+    for job_id in sorted(cluster.core.in_core, key=int):
+        specs.append(cluster.jobs[job_id].spec())
+        if len(specs) == 1:
+            assert cluster.hold(cluster.jobs[ids[0]], "someone")  # read already, as pending
+    nodes = tuple(n.spec() for n in cluster.nodes.values())
+    scheduler = cluster.core.build_later(nodes, tuple(specs), cluster.clock())()
+    plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
+    assert plan is not None and ids[0] in {bind.job for bind in plan.binds}
+    cluster.apply_plan(plan, skip)
+    assert sorted(job for starts in started(cluster).values() for job in starts) == sorted(ids[1:])
+    assert cluster.jobs[ids[0]].state == "PENDING"
+    plan, skip = planned(cluster)  # the next cycle knows it is held
+    cluster.apply_plan(plan, skip)
+    assert not any(started(cluster).values()) and cluster.jobs[ids[0]].state == "PENDING"
