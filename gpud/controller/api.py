@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
 import json
@@ -19,6 +20,7 @@ from gpud.controller.limits import pending_refusal
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.persist import StoreError
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
 from gpud.controller.slices import Slices
@@ -268,6 +270,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         return [Job.from_record(jsontext.loads(r)) for r in records]
 
     async def read_ended() -> list[Job]:
+        await written(ctrl)
         return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
 
     page, last = await job_list.select_page(ctrl.cluster.listing, read_ended if states - ACTIVE else None, states,
@@ -365,6 +368,7 @@ async def history(request: web.Request) -> web.Response:
         raise ApiError(422, "since must be a finite Unix time", field="since")
     if not 1 <= limit <= MAX_HISTORY:
         raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
@@ -655,7 +659,19 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
     return Job.from_record(jsontext.loads(record))
 
 
+async def written(ctrl: Controller) -> None:
+    """Return once what the controller has done so far is in the store, so that a read of the store sees it.
+
+    A job that ends leaves the active jobs at once and reaches the store
+    with the next batch; a read in between would find it nowhere. A batch
+    the store refused is no reason to refuse the read: it sees what is there.
+    """
+    with contextlib.suppress(StoreError):
+        await ctrl.persist.flush()
+
+
 async def _stored(ctrl: Controller, job_id: str) -> str | None:
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctrl.store_executor, ctrl.store.job, job_id)
 
