@@ -110,6 +110,7 @@ class Controller:
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
         self._sending = asyncio.Lock()  # held by the commit sending its commands (see commit)
+        self._closing: set[asyncio.Future] = set()  # links of nodes that read nothing, being closed
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
@@ -236,9 +237,16 @@ class Controller:
                 if link is None:
                     continue
                 try:
-                    for message in messages:
-                        await link.send_str(jsontext.dumps({**message, **term}))
-                        await slices.pause()
+                    # A node that reads nothing for a whole lease would hold every node's commands up.
+                    async with asyncio.timeout(self.config.node_timeout_s):
+                        for message in messages:
+                            await link.send_str(jsontext.dumps({**message, **term}))
+                            await slices.pause()
+                except TimeoutError:
+                    log.warning("node %s read no command for %.0f s: closing its connection (what it was to be "
+                                "told is told again when it registers)", node, self.config.node_timeout_s)
+                    self._closing.add(task := asyncio.ensure_future(link.close()))
+                    task.add_done_callback(self._closing.discard)
                 except (ConnectionError, RuntimeError) as exc:
                     log.warning("could not send commands to node %s: %s", node, exc)
 
