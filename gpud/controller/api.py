@@ -30,7 +30,7 @@ from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
 from gpud.store.base import TokenRecord
-from gpud.submission import DEV_NULL, SubmitError, check_job, is_job_id
+from gpud.submission import DEV_NULL, SubmitError, admit, is_job_id, read_job
 
 MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
@@ -113,8 +113,8 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
     for index, payload in enumerate(payloads):
         await slices.pause()  # a batch of 2,000 jobs is checked with the loop turning between slices
         try:
-            submissions.append(check_job(payload, user=principal.user, admin=principal.admin,
-                                         policy=ctrl.policy, capacity=cap))
+            submissions.append(admit(read_job(payload), user=principal.user, admin=principal.admin,
+                                     policy=ctrl.policy, capacity=cap))
             submissions[-1].job.allow_root = principal.allow_root
         except SubmitError as exc:
             extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
