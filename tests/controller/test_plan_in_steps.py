@@ -5,10 +5,15 @@ binds not yet carried out are dropped, and the next cycle places those
 jobs on what is left. Whatever happens between steps, every job ends up
 either started once or waiting, never started on a down node; the same holds
 for a job changed while the snapshot of a cycle that builds the scheduler
-anew is read a piece at a time.
+anew is read a piece at a time. A property test draws clusters, jobs of
+every whole and fractional size and gangs, and cancels, holds and nodes
+going down between any two steps.
 """
 
 from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpud.controller.cluster import Cluster
 from gpud.controller.nodes import Gpu, NodeRecord
@@ -128,3 +133,47 @@ def test_a_job_held_while_the_snapshot_is_read_a_piece_at_a_time_is_not_started(
     plan, skip = planned(cluster)  # the next cycle knows it is held
     cluster.apply_plan(plan, skip)
     assert not any(started(cluster).values()) and cluster.jobs[ids[0]].state == "PENDING"
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.integers(1, 3), gpus=st.integers(1, 4),
+       shapes=st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0]), st.integers(1, 2)), min_size=1, max_size=10),
+       actions=st.lists(st.tuples(st.sampled_from(["none", "cancel", "hold", "down"]), st.integers(0, 99)),
+                        max_size=12))
+def test_whatever_changes_between_steps_no_held_cancelled_or_stale_job_starts_and_no_down_node_is_told(
+        nodes, gpus, shapes, actions):
+    cluster = make_cluster(nodes, gpus)
+    ids = cluster.submit([Submission(Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=share,
+                                         tasks=tasks)) for share, tasks in shapes], {})
+    plan, skip = planned(cluster)
+    refused: set[str] = set()
+    steps = cluster.apply_plan_in_steps(plan, skip)
+    for number, _ in enumerate(steps):
+        for node, messages in cluster.take_commands().items():
+            for start in (m for m in messages if m["type"] == "start"):
+                assert start["job"] not in refused, "a job held or cancelled between steps was started"
+                assert cluster.nodes[node].state == "up", "a start went to a node that is down"
+        if number >= len(actions):
+            continue
+        verb, pick = actions[number]
+        if verb == "down":
+            node = sorted(cluster.nodes)[pick % len(cluster.nodes)]
+            cluster.clock.now += 1
+            cluster._node_down(cluster.nodes[node], "gone")
+        elif verb != "none" and cluster.jobs:
+            job = cluster.jobs[sorted(cluster.jobs)[pick % len(cluster.jobs)]]
+            if verb == "cancel":
+                cluster.cancel(job, "someone")
+                refused.add(job.id)
+            elif cluster.hold(job, "someone"):
+                refused.add(job.id)
+    cluster.take_commands()
+    for job_id in ids:
+        job = cluster.jobs.get(job_id)
+        if job is None:
+            continue
+        placed = [run.placement.node for run in job.runs if run.placement is not None]
+        assert all(cluster.nodes[node].state == "up" for node in placed)
+        if job.hold:
+            assert job.state == "PENDING" and not placed
+        assert job.state != "RUNNING" or len(placed) == job.tasks
