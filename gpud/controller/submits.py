@@ -18,12 +18,14 @@ from gpud.controller.job_service import JobService
 from gpud.controller.limits import pending_refusal
 from gpud.controller.persist import Persister
 from gpud.controller.rate import SubmitRate
+from gpud.controller.slices import Slices
 from gpud.jobs import Job
 from gpud.policy import Policy
 from gpud.submission import Capacity, Submission, SubmitError, admit, read_job
 
 # Past this many jobs, a submit's jobs are kept out of the collector's full passes (see commit_new).
 FREEZE_AFTER = 1000
+ACCEPT_PART = 100  # submitted jobs joining the cluster between two turns of the loop (see commit_new)
 
 
 class SubmitRefused(Exception):
@@ -61,7 +63,7 @@ class Submits:
         ``single``: one job was sent on its own, and the answer says its
         array's id and the notes about it.
         """
-        submissions = self._checked(principal, payloads)
+        submissions = await self._checked(principal, payloads)
         finished = await self._dependencies_ended(submissions)
         jobs = await self._staged(submissions, finished)
         ids = [job.id for job in jobs]
@@ -76,7 +78,7 @@ class Submits:
         await self.commit_new(jobs)
         return answer
 
-    def _checked(self, principal: Principal, payloads: list[Any]) -> list[Submission]:
+    async def _checked(self, principal: Principal, payloads: list[Any]) -> list[Submission]:
         """The jobs as checked submissions, once the caller, each job, the rate and the pending limits allow them."""
         refused = identity.refusal(principal, local_node=self.local_node)
         if refused:
@@ -84,7 +86,9 @@ class Submits:
         policy = self.policy()
         cap = self.largest_node()
         submissions = []
+        slices = Slices()
         for index, payload in enumerate(payloads):
+            await slices.pause()  # a batch of 2,000 jobs is checked with the loop turning between slices
             try:
                 submissions.append(admit(read_job(payload), user=principal.user, admin=principal.admin,
                                          policy=policy, capacity=cap))
@@ -142,15 +146,33 @@ class Submits:
         # taken now: awaiting a later flush could report another batch's success or failure.
         flush = self.persist.new_jobs(jobs)
 
-        def settle(done: asyncio.Future) -> None:
-            if done.cancelled() or done.exception() is not None:
+        async def settle() -> None:
+            try:
+                await flush
+            except BaseException:
                 self.job_service.drop(jobs)
-            else:
-                self.job_service.accept(jobs)
-                if len(jobs) >= FREEZE_AFTER:
-                    # Long-lived from now on: keep them out of the collector's full passes, which would
-                    # otherwise walk every job and stall the event loop for as long.
-                    gc.freeze()
+                raise
+            # A few hundred at a time, the loop turning between: the request is answered once all are in.
+            slices = Slices()
+            for start in range(0, len(jobs), ACCEPT_PART):
+                self.job_service.accept(jobs[start:start + ACCEPT_PART])
+                await slices.pause()
+            if len(jobs) >= FREEZE_AFTER:
+                # Long-lived from now on: keep them out of the collector's full passes, which would
+                # otherwise walk every job and stall the event loop for as long.
+                gc.freeze()
 
-        flush.add_done_callback(settle)
-        await asyncio.shield(flush)
+        # Its own task: the jobs are settled even when the request that waits for them is gone.
+        settling = asyncio.ensure_future(settle())
+        _SETTLING.add(settling)
+        settling.add_done_callback(_settled)
+        await asyncio.shield(settling)
+
+
+_SETTLING: set[asyncio.Future] = set()  # submits being settled (a task the loop holds only weakly)
+
+
+def _settled(task: asyncio.Future) -> None:
+    _SETTLING.discard(task)
+    if not task.cancelled():
+        task.exception()  # a failed write is the request's answer (503); nobody else is to hear of it
