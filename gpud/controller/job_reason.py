@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpud.controller.completing import completing_text
+from gpud.core.blockers import (CONSTRAINT, EVICTED, FRAGMENTED_RULE, GANG, LIMIT, NO_NODES, NO_OVER_QUOTA,
+                                NODE_SIZE, NOT_CONSIDERED, PREEMPT_OVER, PREEMPT_SHARE, QUOTA, RUNNING_JOBS, SHORTAGE,
+                                UNKNOWN_PROJECT, USER_GPUS)
 from gpud.jobs import Job
 from gpud.lifecycle import PENDING, RUNNING
 from gpud.model import Waiting
@@ -33,6 +36,10 @@ QUEUE = "queue"                  # the scheduler gave only its queue's standing
 PARTIAL = "partial"              # an elastic job runs some of its tasks; the others wait
 CONTROLLER_CODES = (UNDECIDED, REQUEUED, HELD, DEPENDENCY, DEPENDENCY_NEVER, COMPLETING, FENCED, ARRAY_LIMIT, QUEUE,
                     PARTIAL)
+# Every code a job view's reason_code may hold (besides null).
+REASON_CODES = CONTROLLER_CODES + (NO_NODES, CONSTRAINT, NODE_SIZE, SHORTAGE, GANG, FRAGMENTED_RULE, LIMIT, QUOTA,
+                                   NO_OVER_QUOTA, PREEMPT_SHARE, PREEMPT_OVER, UNKNOWN_PROJECT, NOT_CONSIDERED, EVICTED,
+                                   RUNNING_JOBS, USER_GPUS)
 
 
 @dataclass(frozen=True, slots=True)
