@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 from gpud import slurm_env
 from gpud.controller.checkpoints import FILE, MAX_KEPT, Preemptions, checkpoint_token, lost_gpu_seconds
-from gpud.controller.completing import Completing, completing_text
+from gpud.controller.completing import Completing
 from gpud.controller.core_sync import CoreSync
 from gpud.controller.job_events import JobEvents
+from gpud.controller.job_reason import job_reason
 from gpud.controller.listing_order import ListingOrder
 from gpud.controller.node_messages import RESEND_START_AFTER_S, NodeMessages
 from gpud.controller.nodes import DOWN, NodeRecord, incarnation_key
@@ -28,7 +29,7 @@ from gpud.lifecycle import CANCELLED, COMPLETED, FAILED, PENDING, PREEMPTED, RUN
 from gpud.model import Eviction, JobSpec, Plan, TaskPlacement, Waiting
 from gpud.prediction import RuntimePredictor
 from gpud.policy import Policy
-from gpud.reasons import eviction_text, waiting_text
+from gpud.reasons import eviction_text
 from gpud.store import Event
 from gpud.submission import Capacity, Submission
 
@@ -316,32 +317,8 @@ class Cluster(NodeMessages):
         return found
 
     def reason_of(self, job: Job) -> str:
-        """Why the job waits (or how it ended), with numbers where the scheduler gave them.
-
-        A running elastic job with tasks still waiting says so: ``runs 2 of
-        its 4 tasks; the others wait: ...``.
-        """
-        if job.state == RUNNING and job.id in self.completing and any(run.state == "starting" for run in job.runs):
-            # Moved or restarted: its new tasks start once the old ones are gone.
-            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
-        if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
-            waiting = self.last_plan.pending.get(job.id) if self.last_plan is not None else None
-            head = f"runs {_placed(job)} of its {job.tasks} tasks"
-            if waiting is None:
-                return head
-            # The cycle that starts the job says how many run; later cycles give only why the others wait.
-            if waiting.blocker is not None and waiting.blocker.runs:
-                return waiting_text(waiting)
-            return f"{head}; the others wait: {waiting_text(waiting)}"
-        if job.state != PENDING:
-            return job.reason
-        blocked = self._blocked_reason(job)
-        if blocked:
-            return blocked
-        waiting = self.waiting_of(job)
-        if waiting is not None:
-            return waiting_text(waiting)
-        return job.reason or "waiting for the next scheduling cycle"
+        """Why the job waits (or how it ended), with numbers where the scheduler gave them (``job_reason``)."""
+        return job_reason(self, job).text
 
     # ------------------------------------------------------------------ plans
 
@@ -571,24 +548,6 @@ class Cluster(NodeMessages):
         if dep.job in self.arrays and dep.job not in self.jobs:
             return [type(dep)(dep.kind, element) for element in self.arrays[dep.job]]
         return [dep]
-
-    def _blocked_reason(self, job: Job) -> str:
-        if job.hold:
-            return f"held: run gpuctl release {job.id}"
-        for dep in job.depends:
-            if dep.met is False:
-                return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
-            if dep.met is None:
-                return f"waiting for job {dep.job} to end ({dep.kind})"
-        if job.id in self.completing:
-            return completing_text(self.completing.of(job.id), self.clock(), self.policy.grace_period_s)
-        if job.id in self.fenced:
-            until, node = self.fenced[job.id]
-            return (f"waiting {max(0.0, until - self.clock()):.0f} s more for node {node}'s lease and grace period "
-                    f"to run out, so that no two copies of the job run at once")
-        if job.array_limit is not None and job.id not in self.core.in_core:
-            return f"array {job.array_id} already has its limit of {job.array_limit} elements queued or running"
-        return ""
 
     def _array_room(self, job: Job) -> bool:
         if job.array_limit is None or job.id in self.core.in_core:

@@ -18,6 +18,7 @@ from gpud.accounting.report import report_rows
 from gpud.controller import api, arrays
 from gpud.controller.auth import Principal
 from gpud.controller.cluster import with_submitted_event
+from gpud.controller.job_reason import job_reason
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view, redact
 from gpud.controller.why import explain
@@ -31,7 +32,7 @@ DAY, WEEK = 86400.0, 7 * 86400.0
 
 def view_of(ctrl: Controller, principal: Principal, job: Job, now: float) -> dict:
     """The job as the API shows it to ``principal``."""
-    return api.visible(principal, job, {**job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
+    return api.visible(principal, job, {**job_view(job, job_reason(ctrl.cluster, job), ctrl.cluster.nodes, now,
                                                    ctrl.cluster.policy.time_slicing), **ctrl.cluster.start_of(job)})
 
 
@@ -140,14 +141,14 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
     now = time.time()
     elements = await arrays.array_elements(ctrl, job_id)
     if elements:
-        base = job_view(elements[0], ctrl.cluster.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], job_reason(ctrl.cluster, elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = api.visible(principal, elements[0], {**arrays.array_view(base, elements, ctrl.cluster, now),
                                                     "events": []})
         job = arrays.first_waiting(elements)
     else:
         job = await api.find_job(ctrl, job_id)
-        view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
+        view = job_view(job, job_reason(ctrl.cluster, job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
         view.update(ctrl.cluster.start_of(job))
         loop = asyncio.get_running_loop()
         events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
