@@ -246,31 +246,36 @@ def crowded_cases(draw) -> Case:
     # victims in order until it may (must_give_back), whatever they lose.
     projects = {name: dataclasses.replace(p, over_quota=True) for name, p in policy.projects.items()}
     policy = dataclasses.replace(policy, projects=projects, min_runtime_s=draw(st.sampled_from([0.0, 0.0, 300.0])))
-    specs = [NodeSpec(name=f"n{i}", gpus=draw(st.integers(1, 4)), gpu_memory_gib=draw(st.sampled_from([40.0, 80.0])),
+    specs = [NodeSpec(name=f"n{i}", gpus=draw(st.integers(1, 3)), gpu_memory_gib=draw(st.sampled_from([40.0, 80.0])),
                       cpus=32.0, memory_gib=128.0, pool=POOL) for i in range(1, draw(st.integers(2, 4)) + 1)]
     room = Room(specs)
     jobs: list[JobSpec] = []
-    for seq in range(draw(st.integers(4, 20))):
+    seq = 0
+    for _ in range(draw(st.integers(3, 12))):
         # Fractions often: a whole GPU then takes several victims, and the sets of victims differ.
         request = draw(st.one_of(requests(), st.sampled_from([0.25, 0.5]).map(lambda share: TaskRequest(gpus=share))))
         tasks = draw(st.integers(1, 3))
         min_tasks = draw(st.one_of(st.none(), st.integers(1, tasks)))
-        job = JobSpec(id=f"j{seq}", project=draw(st.sampled_from(sorted(policy.projects))), request=request,
-                      priority=draw(st.sampled_from([25, 50, 50, 50, 75, 100])), tasks=tasks,
-                      min_tasks=min_tasks, submitted=0.0, seq=seq, placements=(None,) * tasks)
-        placements = []
-        for _ in range(draw(st.integers(job.gang_minimum, tasks))):
-            placement = room.take(draw(st.sampled_from(sorted(room.specs))), request)
-            if placement is None:
+        job = JobSpec(id="", project=draw(st.sampled_from(sorted(policy.projects)[:draw(st.integers(1, 3))])),
+                      request=request, priority=draw(st.sampled_from([25, 50, 50, 50, 50, 100])), tasks=tasks,
+                      min_tasks=min_tasks, submitted=0.0, placements=(None,) * tasks)
+        nodes_of = [draw(st.sampled_from(sorted(room.specs))) for _ in range(draw(st.integers(job.gang_minimum, tasks)))]
+        # Jobs alike, each with its own start and checkpoint, side by side (sharing GPUs where they are fractions).
+        for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):
+            placements = []
+            for node in nodes_of:
+                placement = room.take(node, request)
+                if placement is None:
+                    break
+                placements.append(placement)
+            if len(placements) < job.gang_minimum:
+                _give_back(room, placements, request)
                 break
-            placements.append(placement)
-        if len(placements) < job.gang_minimum:
-            _give_back(room, placements, request)
-            continue
-        started = float(draw(st.integers(0, int(NOW))))
-        checkpointed = draw(st.one_of(st.none(), st.integers(0, int(NOW)).map(float)))
-        jobs.append(dataclasses.replace(job, placements=tuple(placements) + (None,) * (tasks - len(placements)),
-                                        started=started, checkpointed=checkpointed))
+            started = float(draw(st.integers(0, int(NOW))))
+            checkpointed = draw(st.one_of(st.none(), st.integers(0, int(NOW)).map(float)))
+            jobs.append(dataclasses.replace(job, id=f"j{seq}", seq=seq, started=started, checkpointed=checkpointed,
+                                            placements=tuple(placements) + (None,) * (tasks - len(placements))))
+            seq += 1
     running_projects = sorted({j.project for j in jobs}) or sorted(policy.projects)
     project = draw(st.sampled_from(running_projects if draw(st.integers(0, 3)) else sorted(policy.projects)))
     wants = draw(st.one_of(requests(), st.just(TaskRequest(gpus=1.0))))
@@ -386,3 +391,26 @@ def costlier_than_one(case: Case) -> list[str]:
 def test_no_set_of_victims_loses_more_than_one_allowed_victim_alone(case):
     wrong = costlier_than_one(case)
     assert not wrong, (wrong, case.policy, case.snapshot)
+
+
+def test_two_half_gpu_victims_losing_more_than_one_whole_gpu_victim_stay():
+    """The set of victims is weighed whole: two half-GPU jobs that lose 10 GPU-s each, the cheapest victims
+    one by one, together lose more than the one whole-GPU job that loses 15 on the other node. (Youngest
+    first, the older whole-GPU job stays.)"""
+    def half(job_id: str, seq: int) -> JobSpec:
+        return JobSpec(id=job_id, project="p", request=TaskRequest(gpus=0.5), priority=50, submitted=0.0,
+                       started=10.0, checkpointed=980.0, placements=(TaskPlacement("n1", (0,), 0.5),), seq=seq)
+    whole = JobSpec(id="w", project="p", request=TaskRequest(gpus=1.0), priority=50, submitted=0.0, started=0.0,
+                    checkpointed=985.0, placements=(TaskPlacement("n2", (0,), 1.0),), seq=3)
+    wants = JobSpec(id="wants", project="p", request=TaskRequest(gpus=1.0), priority=75, submitted=NOW, seq=9)
+    nodes = (NodeSpec("n1", gpus=1, pool=POOL), NodeSpec("n2", gpus=1, pool=POOL))
+    snapshot = Snapshot(nodes, (half("h1", 1), half("h2", 2), whole, wants), NOW)
+    for order, victims in ((LEAST_LOST_WORK, ["w"]), (YOUNGEST_FIRST, ["h1", "h2"])):
+        policy = Policy(departments={"default": Department("default", implicit=True)},
+                        projects={"p": Project("p", quota={POOL: Resources(2.0)})}, min_runtime_s=0.0,
+                        victim_order=order)
+        plan = schedule(snapshot, policy, PM)
+        assert sorted(e.job for e in plan.evictions) == victims, order
+        assert [b.job for b in plan.binds] == ["wants"]
+        if order == LEAST_LOST_WORK:
+            assert not costlier_than_one(Case(policy, snapshot, 1))
