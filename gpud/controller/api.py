@@ -15,6 +15,7 @@ from gpud import jsontext
 from gpud.controller import arrays, job_list
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
+from gpud.controller.job_reason import recorded
 from gpud.controller.job_events import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
@@ -184,8 +185,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     for start in range(0, len(page), VIEW_SLICE):
         for job in page[start:start + VIEW_SLICE]:
             active = job.id in ctrl.cluster.jobs
-            view = job_view(job, ctrl.cluster.waits.reason_of(job) if active else job.reason, ctrl.cluster.nodes, now,
-                            ctrl.cluster.policy.time_slicing)
+            reason = ctrl.cluster.waits.reason(job) if active else recorded(job.reason)
+            view = job_view(job, reason, ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
             jobs.append(visible(principal, job, {**view, **ctrl.cluster.waits.start_of(job)} if active else view))
         await asyncio.sleep(0)
     answer = {"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs),
@@ -198,12 +199,12 @@ async def show_job(request: web.Request) -> web.Response:
     elements = await arrays.array_elements(ctrl, request.match_info["id"])
     if elements:
         now = time.time()
-        base = job_view(elements[0], ctrl.cluster.waits.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], ctrl.cluster.waits.reason(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = {**arrays.array_view(base, elements, ctrl.cluster, now), "events": []}
         return ok(visible(request[PRINCIPAL], elements[0], view))
     job = await find_job(ctrl, request.match_info["id"])
-    view = job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, time.time(),
+    view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, time.time(),
                     ctrl.cluster.policy.time_slicing)
     view.update(ctrl.cluster.waits.start_of(job))
     loop = asyncio.get_running_loop()
@@ -279,7 +280,7 @@ async def history(request: web.Request) -> web.Response:
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
                                                         project=query.get("project"), limit=limit))
     now = time.time()
-    jobs = [visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
+    jobs = [visible(principal, job, job_view(job, recorded(job.reason), ctrl.cluster.nodes, now,
                                              ctrl.cluster.policy.time_slicing))
             for job in (Job.from_record(jsontext.loads(r)) for r in records)]
     return ok({"jobs": jobs})

@@ -7,6 +7,7 @@ from collections import Counter
 
 from gpud import jsontext
 from gpud.controller.cluster import Cluster
+from gpud.controller.job_reason import recorded
 from gpud.jobs import Job, gpus_of
 from gpud.lifecycle import ACTIVE, COMPLETED, PENDING, RUNNING, STATES
 
@@ -84,8 +85,9 @@ def array_view(base: dict, elements: list[Job], cluster: Cluster, now: float) ->
     waiting = first_waiting(elements)
     started = [job.started for job in elements if job.started]
     ended = [job.ended for job in elements if job.ended]
+    reason = cluster.waits.reason(waiting) if waiting.state == PENDING else recorded("")
     return {**base, "id": array["id"], "state": array["state"],
-            "reason": cluster.waits.reason_of(waiting) if waiting.state == PENDING else "",
+            "reason": reason.text, "reason_code": reason.code, "reason_short": reason.short,
             "array_index": None, "array": array, "placements": [],
             "nodes": list(dict.fromkeys(n for job in elements if job.state == RUNNING for n in job.nodes())),
             "started": min(started) if started else None,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gpud.controller.completing import Completing, completing_text
+from gpud.controller.completing import Completing
 from gpud.controller.core_sync import CoreSync
-from gpud.controller.plan_apply import PlanApplier, placed
+from gpud.controller.job_reason import JobReason, job_reason
+from gpud.controller.plan_apply import PlanApplier
 from gpud.jobs import Job
-from gpud.lifecycle import PENDING, RUN_STARTING, RUNNING
-from gpud.model import Waiting
+from gpud.lifecycle import PENDING
+from gpud.model import Plan, Waiting
 from gpud.policy import Policy
-from gpud.reasons import waiting_text
 
 
 class JobWaits:
@@ -30,7 +30,7 @@ class JobWaits:
         self.completing = completing
         self.fenced = fenced
         self.clock = clock
-        self.policy = policy
+        self.current_policy = policy
 
     def waiting_of(self, job: Job) -> Waiting | None:
         """Why the last cycle left the job waiting, as the scheduler's data; None when it did not judge it."""
@@ -72,51 +72,20 @@ class JobWaits:
             found["no_estimate"] = "queue_rule" if rule else "not_planned"
         return found
 
+    @property
+    def policy(self) -> Policy:
+        """The policy in force."""
+        return self.current_policy()
+
+    @property
+    def last_plan(self) -> Plan | None:
+        """The last plan carried out (None before the first cycle)."""
+        return self.plans.last_plan
+
+    def reason(self, job: Job) -> JobReason:
+        """Why the job waits (or how it ended), as a code beside its words (gpud.controller.job_reason)."""
+        return job_reason(self, job)
+
     def reason_of(self, job: Job) -> str:
-        """Why the job waits (or how it ended), with numbers where the scheduler gave them.
-
-        A running elastic job with tasks still waiting says so: ``runs 2 of
-        its 4 tasks; the others wait: ...``.
-        """
-        if job.state == RUNNING and job.id in self.completing and any(run.state == RUN_STARTING
-                                                                      for run in job.runs):
-            # Moved or restarted: its new tasks start once the old ones are gone.
-            return completing_text(self.completing.of(job.id), self.clock(), self.policy().grace_period_s)
-        if job.state == RUNNING and job.min_tasks is not None and any(run.placement is None for run in job.runs):
-            last_plan = self.plans.last_plan
-            waiting = last_plan.pending.get(job.id) if last_plan is not None else None
-            head = f"runs {placed(job)} of its {job.tasks} tasks"
-            if waiting is None:
-                return head
-            # The cycle that starts the job says how many run; later cycles give only why the others wait.
-            if waiting.blocker is not None and waiting.blocker.runs:
-                return waiting_text(waiting)
-            return f"{head}; the others wait: {waiting_text(waiting)}"
-        if job.state != PENDING:
-            return job.reason
-        blocked = self._blocked_reason(job)
-        if blocked:
-            return blocked
-        waiting = self.waiting_of(job)
-        if waiting is not None:
-            return waiting_text(waiting)
-        return job.reason or "waiting for the next scheduling cycle"
-
-    def _blocked_reason(self, job: Job) -> str:
-        """What the job waits for outside the scheduler, or "" when nothing."""
-        if job.hold:
-            return f"held: run gpuctl release {job.id}"
-        for dep in job.depends:
-            if dep.met is False:
-                return f"dependency can never be met: job {dep.job} did not end as {dep.kind} needs"
-            if dep.met is None:
-                return f"waiting for job {dep.job} to end ({dep.kind})"
-        if job.id in self.completing:
-            return completing_text(self.completing.of(job.id), self.clock(), self.policy().grace_period_s)
-        if job.id in self.fenced:
-            until, node = self.fenced[job.id]
-            return (f"waiting {max(0.0, until - self.clock()):.0f} s more for node {node}'s lease and grace period "
-                    f"to run out, so that no two copies of the job run at once")
-        if job.array_limit is not None and job.id not in self.core.in_core:
-            return f"array {job.array_id} already has its limit of {job.array_limit} elements queued or running"
-        return ""
+        """Why the job waits (or how it ended), with numbers where the scheduler gave them."""
+        return job_reason(self, job).text

@@ -9,7 +9,8 @@ from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
 from gpud.core.memo import Memo
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import VictimLists, wanted_share
+from gpud.core.evict import VictimLists
+from gpud.core.victim_rooms import wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.placement import Placer, largest_fit

@@ -31,9 +31,8 @@ DAY, WEEK = 86400.0, 7 * 86400.0
 
 def view_of(ctrl: Controller, principal: Principal, job: Job, now: float) -> dict:
     """The job as the API shows it to ``principal``."""
-    waits = ctrl.cluster.waits
-    return api.visible(principal, job, {**job_view(job, waits.reason_of(job), ctrl.cluster.nodes, now,
-                                                   ctrl.cluster.policy.time_slicing), **waits.start_of(job)})
+    return api.visible(principal, job, {**job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, now,
+                                                   ctrl.cluster.policy.time_slicing), **ctrl.cluster.waits.start_of(job)})
 
 
 @dataclass(slots=True)
@@ -141,15 +140,14 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
     now = time.time()
     elements = await arrays.array_elements(ctrl, job_id)
     if elements:
-        base = job_view(elements[0], ctrl.cluster.waits.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], ctrl.cluster.waits.reason(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = api.visible(principal, elements[0], {**arrays.array_view(base, elements, ctrl.cluster, now),
                                                     "events": []})
         job = arrays.first_waiting(elements)
     else:
         job = await api.find_job(ctrl, job_id)
-        view = job_view(job, ctrl.cluster.waits.reason_of(job), ctrl.cluster.nodes, now,
-                        ctrl.cluster.policy.time_slicing)
+        view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
         view.update(ctrl.cluster.waits.start_of(job))
         loop = asyncio.get_running_loop()
         events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))

@@ -7,6 +7,7 @@ import tomllib
 
 import pytest
 
+from gpud.controller.job_reason import recorded
 from gpud.controller.nodes import Gpu, NodeRecord
 from gpud.controller.node_commands import start_command
 from gpud.controller.views import job_view, sharing_view
@@ -174,7 +175,7 @@ def test_the_order_is_understood_by_the_node():
 
 def test_show_says_compute_and_memory_are_enforced_when_slicing():
     job = placed(submit(gpus=0.25))
-    view = job_view(job, "", {"n1": node()}, 0.0, TimeSlicing("strict"))
+    view = job_view(job, recorded(""), {"n1": node()}, 0.0, TimeSlicing("strict"))
     sharing = view["sharing"]
     assert sharing["compute"]["enforced"] and sharing["compute"]["mode"] == "strict"
     assert sharing["memory"]["enforced"] and sharing["memory"]["limit_gib"] == 20.0
