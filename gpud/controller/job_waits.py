@@ -2,7 +2,8 @@
 
 Read from the job, what it waits for outside the scheduler (a hold, a
 dependency, an earlier copy of itself, a silent node's lease, its array's
-limit) and the last cycle's plan; nothing here changes the cluster.
+limit) and the last cycle's plan, worded by gpud.controller.job_reason;
+nothing here changes the cluster.
 """
 
 from __future__ import annotations
