@@ -10,6 +10,7 @@ from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
 from gpud.core.blockers import FRAGMENTED_RULE, GANG, running
 from gpud.core.passed_over import Learnt, PassedOver
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced, free_room, restate_learnt
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
@@ -281,21 +282,6 @@ def plan_start(state: ClusterState, planner: Planner, job: JobSpec, queue: Queue
     what its queue's fair share entitles it to."""
     fair = queue.fair_share.gpu
     planner.plan(job, tasks, not job.request.uses_gpu or state.need(job, tasks).gpu <= fair + EPS)
-
-
-def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
-    """The job's pending task indices and how many of them must start together."""
-    pending = state.pending_tasks(job.id)
-    running = job.tasks - len(pending)
-    return pending, max(0, job.gang_minimum - running)
-
-
-def gang_tasks(state: ClusterState, job: JobSpec) -> int:
-    """How many pending tasks of the job must start together, at least one."""
-    if job.id not in state.touched and not job.placements:  # every task waits, as when the cycle began
-        minimum = job.gang_minimum
-        return minimum if minimum > 1 else 1
-    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
 
 
 def started(session: Session, job: JobSpec, queue: QueueState) -> None:

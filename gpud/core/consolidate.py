@@ -5,12 +5,13 @@ from __future__ import annotations
 import bisect
 from typing import Final, Iterator, TYPE_CHECKING
 
-from gpud.core.allocate import gang_tasks, needed_tasks, started
+from gpud.core.allocate import started
 from gpud.core.backlog import Backlog, Group
 from gpud.core.memo import Memo
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState

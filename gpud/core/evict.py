@@ -5,10 +5,10 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
-from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
 from gpud.core.nodes import NodeState
+from gpud.core.pending import needed_tasks
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState

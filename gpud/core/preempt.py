@@ -6,12 +6,13 @@ import bisect
 from typing import Any, Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
-from gpud.core.allocate import gang_tasks, needed_tasks, started
+from gpud.core.allocate import started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
 from gpud.core.orders import JobOrder
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import Victim

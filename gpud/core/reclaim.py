@@ -6,10 +6,11 @@ import itertools
 from typing import Final, TYPE_CHECKING
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import gang_tasks, needed_tasks, started
+from gpud.core.allocate import started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.memo import Memo
 from gpud.core.queues import QueueState
