@@ -33,7 +33,9 @@ class Allocate:
     A job that finds no room (or that a queue rule refuses) is remembered
     by its shape (``Blocks``): the rest of its queue's jobs at least as
     large are passed over without a search, and a queue whose every job is
-    that large is passed over whole.
+    that large is passed over whole. Each job's binds go through a statement
+    of its own, as KAI-Scheduler's allocate opens one per job: a job's
+    tasks are bound all together or not at all, and no job's undo outlives it.
     """
 
     def __init__(self, session: Session) -> None:
@@ -41,7 +43,6 @@ class Allocate:
         self.state = session.state
         self.placer = session.placer
         self.reasons = session.reasons
-        self.stmt = Statement(self.state)
         self.blocks = Blocks(self.state)
         self.planner = session.planner
         self.blocked_as_before = _BlockedAsBefore(session, self.blocks, self.planner)
@@ -100,7 +101,7 @@ class Allocate:
             self.reasons.learnt(job, queue, tasks, found[0])
             return False
         waiting = state.pending_tasks(job.id) if planner.active else []
-        stmt = self.stmt
+        stmt = self.session.statement()
         found = self.place(stmt, job, queue, tasks)
         if found is None:
             planner.placed(job, waiting)
