@@ -126,3 +126,17 @@ def test_a_jobs_own_reason_comes_before_its_groups():
     limit = Blocker(LIMIT, "default", level="project", name="p1")
     reasons.waits("wait", queue, limit)
     assert reasons.of("wait", group) == (queue, limit)
+
+
+def test_a_task_larger_than_any_node_is_told_of_its_own_request_not_a_smaller_jobs():
+    from gpud.core import schedule
+    from gpud.reasons import pending_texts
+
+    policy = Policy(departments={"d": Department("d")}, projects={"p1": Project("p1", department="d")})
+    small = JobSpec("small", "p1", TaskRequest(3, cpus=0.0), submitted=1.0, seq=1)
+    large = JobSpec("large", "p1", TaskRequest(3, cpus=3.0), tasks=2, submitted=2.0, seq=2)
+    plan = schedule(Snapshot((NodeSpec("n1", gpus=2),), (small, large), 10.0), policy, PM)
+    blocker = plan.pending["large"].blocker
+    assert blocker is not None and blocker.rule == NODE_SIZE
+    assert (blocker.request, blocker.tasks) == (large.request, 2)
+    assert "3 CPU" in pending_texts(plan)["large"], pending_texts(plan)["large"]

@@ -170,7 +170,7 @@ def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Block
                    free: tuple[float, float] | None) -> Blocker | None:
     """``blocker``, learnt from a smaller job, in the terms of ``job`` (``tasks`` of its tasks start
     together), as ``explain_unplaced`` would have said it when ``free`` (GPUs, CPUs) was free: a
-    shortage with the job's own need; where free room was too scattered for the smaller request, this
+    shortage with the job's own need, a task larger than any node with its own request; where free room was too scattered for the smaller request, this
     one may be larger than any node, or lack GPUs or CPUs outright, or else find the room scattered
     for its own request. Reads only the nodes' sizes, never what is free now: a reason may be read
     while the next cycle runs. Without ``free`` (not known), scattered room stays scattered; a gang's
@@ -180,6 +180,8 @@ def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Block
         return None
     if blocker.rule == SHORTAGE:
         return restated(blocker, state.need(job, tasks))
+    if blocker.rule == NODE_SIZE:  # a task at least as large fits no node either: it is told of its own
+        return Blocker(NODE_SIZE, blocker.pool, tasks=tasks, request=job.request, selector=blocker.selector)
     if blocker.rule not in (FRAGMENTED_RULE, GANG):
         return blocker
     pool, request = blocker.pool, job.request
