@@ -14,7 +14,7 @@ from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
 from gpud.core.recorder import Learnt, PassedOver
 from gpud.core.reservations import Planner
-from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
+from gpud.core.shapes import Failure, FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, Blocker, JobSpec
 
@@ -82,7 +82,7 @@ class Allocate:
                         continue  # started this cycle
                     tasks = gang_tasks(state, job)
                     found = self.blocks.find(job, queue, tasks)
-                    if found is not None and found[1] in ROOM_KINDS and planner.plan_new(job, tasks):
+                    if found is not None and found.kind in ROOM_KINDS and planner.plan_new(job, tasks):
                         left.append((queue, jobs))
                         break
             runs = left
@@ -94,11 +94,11 @@ class Allocate:
         queue = state.project_queue(job)
         tasks = gang_tasks(state, job)
         planner = self.planner
-        found = self.blocks.find(job, queue, tasks)
-        if found is not None and found[1] in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
-            found = None  # it found no room beside the room held, but it may borrow that
-        if found is not None:
-            self.reasons.learnt(job, queue, tasks, found[0])
+        known = self.blocks.find(job, queue, tasks)
+        if known is not None and known.kind in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
+            known = None  # it found no room beside the room held, but it may borrow that
+        if known is not None:
+            self.reasons.learnt(job, queue, tasks, known.blocker)
             return False
         waiting = state.pending_tasks(job.id) if planner.active else []
         stmt = self.session.statement()
@@ -107,13 +107,14 @@ class Allocate:
             planner.placed(job, waiting)
             self.reasons.started(job, queue)
             return True
-        if planner.active and found[1] in ROOM_KINDS:
+        blocker, kind = found
+        if planner.active and kind in ROOM_KINDS:
             pending, minimum = self._tried
             if planner.borrow(stmt, job, tasks, lambda: self.placer.place(stmt, job, pending, minimum) > 0):
                 self.reasons.started(job, queue)
                 return True
             plan_start(state, planner, job, queue, tasks)
-        self.reasons.waits(job.id, queue, found[0])
+        self.reasons.waits(job.id, queue, blocker)
         return False
 
     def place(self, stmt: Statement, job: JobSpec, queue: QueueState,
@@ -135,11 +136,11 @@ class Allocate:
         self._tried = (pending, max(minimum, 1))
         if self.placer.place(stmt, job, pending, max(minimum, 1)):
             return None
-        found = explain_unplaced(state, job, tasks)
-        self.blocks.room.add(job, tasks, found[0], found[1])
-        if found[1] == FRAGMENTED:
+        blocker, kind = explain_unplaced(state, job, tasks)
+        self.blocks.room.add(job, tasks, blocker, kind)
+        if kind == FRAGMENTED:
             self.reasons.found_fragmented(job.id)
-        return found
+        return blocker, kind
 
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
@@ -169,13 +170,13 @@ class _BlockedAsBefore(Skip):
         tasks = gang_tasks(state, job)
         sid = state.shapes.of_group(group) if group is not None else -1
         found = self.blocks.find(job, queue, tasks, sid)
-        if found is None or (found[1] in ROOM_KINDS and self.planner.active
+        if found is None or (found.kind in ROOM_KINDS and self.planner.active
                              and self.planner.may_borrow(job, tasks, sid)):
             return False
         if group is not None:
-            self.reasons.group_learnt(group, job, queue, tasks, found[0])
+            self.reasons.group_learnt(group, job, queue, tasks, found.blocker)
         else:
-            self.reasons.learnt(job, queue, tasks, found[0])
+            self.reasons.learnt(job, queue, tasks, found.blocker)
         return True
 
 
@@ -191,8 +192,8 @@ class Blocks:
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
 
-    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
-        """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
+    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> Failure | None:
+        """The earlier failure that blocks the job (its blocker and kind), else None (``sid``: its shape's
         number, when known)."""
         found = self.room.find(job, tasks, 0, sid)
         if found is None and queue in self.rules:
@@ -215,7 +216,7 @@ class Blocks:
             job = group.jobs[0]
             tasks = max(job.gang_minimum, 1)
             found = self.find(job, queue, tasks)
-            if found is None or (borrow is not None and found[1] in ROOM_KINDS and borrow.may_borrow(job, tasks)):
+            if found is None or (borrow is not None and found.kind in ROOM_KINDS and borrow.may_borrow(job, tasks)):
                 return False
         return True
 
@@ -251,7 +252,7 @@ class LateReasons(PassedOver):
             found = first_covering(self.rules, klass, failure_dims(base, tasks, 0 if job.preemptible else 1))
         if found is None:
             return None
-        blocker = found[0]
+        blocker = found.blocker
         free = self.free.get(blocker.pool) if blocker is not None and not blocker.selector else None
         return Learnt(self.queue, blocker, tasks, free)
 

@@ -224,7 +224,7 @@ class _Hopeless(Skip):
             if short is not None:
                 found = short.find(job, tasks, -job.priority, number)
         if found is not None:
-            self.reasons.overrule(job.id, queue, found[0])
+            self.reasons.overrule(job.id, queue, found.blocker)
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None
