@@ -24,18 +24,18 @@ class Session:
     """
 
     def __init__(self, state: ClusterState) -> None:
-        self.state = state
+        self.state: ClusterState = state
         self.policies = state.policies
-        self.placer = Placer(state)
+        self.placer: Placer = Placer(state)
         # Why each job waits and why each was evicted, recorded by every action (gpud.core.recorder).
-        self.reasons = ReasonRecorder(state)
+        self.reasons: ReasonRecorder = ReasonRecorder(state)
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
         # stamped with the queue's ``changes``.
         self.victim_orders: Memo[QueueState, list[tuple]] = Memo()
         # The planned start of jobs allocation found no room for (gpud.core.reservations), by job id;
         # the room the first of them need is held from the actions until ``release_held``.
         self.reservations: dict[str, Reservation] = {}
-        self.planner = Planner(state, self.reservations)
+        self.planner: Planner = Planner(state, self.reservations)
 
     def release_held(self) -> None:
         """Give back the room reservations held through the cycle's actions (before the plan is made)."""
