@@ -55,11 +55,11 @@ def test_a_job_stopped_by_an_eviction_is_told_why_it_was_evicted(case):
     for _, plan, after in run_cycles(case, case.cycles):
         still = {job.id: job for job in after.jobs if job.running_tasks < job.tasks}
         for eviction in plan.evictions:
-            if eviction.moved or eviction.job_id not in still:
+            if eviction.moved or eviction.job not in still:
                 continue
-            blocker = plan.pending[eviction.job_id].blocker
-            assert blocker is not None and blocker.rule == EVICTED, f"{eviction.job_id} evicted, told {blocker}"
-            assert blocker.evicted == eviction.reason
+            blocker = plan.pending[eviction.job].blocker
+            assert blocker is not None and blocker.rule == EVICTED, f"{eviction.job} evicted, told {blocker}"
+            assert blocker.evicted == eviction.why
 
 
 # --- precedence, recorded through a real session -------------------------------------------------
