@@ -11,7 +11,7 @@ from gpud.model import Resources
 from gpud.policy import DEFAULT_PRIORITY_CLASSES, Department, NodePool
 from gpud.policy_file import load_policy, parse_policy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse(text, **kwargs):

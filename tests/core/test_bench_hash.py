@@ -21,7 +21,7 @@ from gpud.plugins import make_plugin_manager
 from gpud.policy import Policy
 
 _spec = importlib.util.spec_from_file_location(
-    "scheduler_cycle", Path(__file__).resolve().parent.parent / "bench" / "scheduler_cycle.py")
+    "scheduler_cycle", Path(__file__).resolve().parents[2] / "bench" / "scheduler_cycle.py")
 assert _spec is not None and _spec.loader is not None
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trace_helpers import TRACE_DIR, TRACES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench_trace():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-UNITS = Path(__file__).resolve().parent.parent / "systemd"
+UNITS = Path(__file__).resolve().parents[2] / "systemd"
 INSTALLED_GPUD = "/usr/local/bin/gpud"
 
 

@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 
 # The import graph and its cycles are bench/core_map.py's, which prints them for any checkout.
-_spec = importlib.util.spec_from_file_location("core_map", Path(__file__).resolve().parent.parent / "bench" / "core_map.py")
+_spec = importlib.util.spec_from_file_location("core_map", Path(__file__).resolve().parents[2] / "bench" / "core_map.py")
 assert _spec is not None and _spec.loader is not None
 core_map = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(core_map)

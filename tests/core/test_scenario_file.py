@@ -11,8 +11,8 @@ from gpud.errors import ConfigError
 from gpud.model import NodeSpec, TaskPlacement, TaskRequest
 from gpud.scenario import Expectations, load_scenario, parse_scenario
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "scenarios"
-LOCAL = Path(__file__).resolve().parent / "scenarios"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
+LOCAL = Path(__file__).resolve().parents[1] / "scenarios"
 
 BASE = """
 [[policy.projects]]

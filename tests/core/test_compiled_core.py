@@ -16,7 +16,7 @@ import pytest
 import gpud.core
 import gpud.model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # setuptools warns about its own configuration and the wheel package while it answers the backend.
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:setuptools", "ignore::FutureWarning")
 

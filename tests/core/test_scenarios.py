@@ -15,9 +15,9 @@ from gpud.plugins import make_plugin_manager
 from gpud.scenario import load_scenario
 from gpud.simulate import simulate
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 LOCAL_SCENARIOS = sorted((HERE / "scenarios").glob("*.toml"))
-SHARED_DIR = Path(__file__).resolve().parents[2] / "shared" / "scenarios"
+SHARED_DIR = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 SHARED_SCENARIOS = sorted(SHARED_DIR.glob("*.toml")) if SHARED_DIR.is_dir() else []
 PASSING = HERE / "scenarios" / "seed003-reclaim-over-fairshare-first.toml"
 

@@ -9,7 +9,7 @@ import pytest
 from gpud.cli.gpud_main import main
 from gpud.node.config import load_node_config
 
-ETC = Path(__file__).resolve().parent.parent / "etc" / "gpud"
+ETC = Path(__file__).resolve().parents[2] / "etc" / "gpud"
 
 
 def test_the_shipped_examples_pass_as_they_are(capsys: pytest.CaptureFixture) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpud import hookspecs
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "plugins.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 
 
 def hooks() -> list:

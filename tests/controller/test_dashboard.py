@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "gpud.json"
 DECLARED = re.compile(r'(metric|Histogram)\(\s*"(gpud_\w+)"')
 QUERIED = re.compile(r"\bgpud_\w+")

@@ -12,7 +12,7 @@ import pytest
 
 from gpud.cli import gpud_main, gpuctl
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 GUIDES = ("user-guide.md", "admin-guide.md")
 
 

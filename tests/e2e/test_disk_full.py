@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "disk_full.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "disk_full.py"
 
 
 def disk_full():

@@ -13,7 +13,8 @@ import pytest
 
 from daemons import POLICY, LiveCluster, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 EXAMPLES = ROOT / "examples" / "slurm"
 PARTITIONS = '\n[partitions]\nbatch = "default"\n'
 
@@ -206,7 +207,7 @@ def test_submitit_runs_a_function_and_an_array(cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the job's workdir, where gpud's own output file of its script goes
     # The functions are pickled by reference to this module, so the jobs (which get this environment, as
     # sbatch exports it) import it as a user's job imports the user's package.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT / "tests"), os.environ.get("PYTHONPATH"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH"))
                                                      if p))
     executor = submitit.SlurmExecutor(folder=tmp_path / "submitit-%j")
     executor.update_parameters(time=5, cpus_per_task=1, mem="1GB", job_name="submitit-test")
@@ -230,7 +231,7 @@ def test_submitit_runs_a_function_in_every_task(cluster, tmp_path, monkeypatch):
     for key, value in cluster["env"].items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
     executor = submitit.SlurmExecutor(folder=tmp_path / "tasks-%j")
     executor.update_parameters(time=5, cpus_per_task=1, ntasks_per_node=2, job_name="ranks")
     job = executor.submit(_rank)

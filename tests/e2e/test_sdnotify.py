@@ -59,7 +59,7 @@ def test_controller_says_ready_once_it_serves_and_stopping_on_sigterm(tmp_path: 
     notify = str(tmp_path / "notify.sock")
     with _bind(notify) as sock:
         proc = _start(["controller", "--init", "--listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"),
-                       "--policy", str(Path(__file__).parent.parent / "etc/gpud/policy.toml")],
+                       "--policy", str(Path(__file__).parents[2] / "etc/gpud/policy.toml")],
                       notify, tmp_path / "controller.log")
         try:
             try:
