@@ -10,6 +10,7 @@ from typing import Any
 
 from gpud.lifecycle import PENDING, RUNNING, check_transition
 from gpud.model import JobSpec, TaskPlacement, TaskRequest
+from gpud.wire.task import ExitCause
 
 SUBMITTED_FIELDS = ("id", "name", "user", "project", "command", "script", "workdir", "env", "gpus",
                     "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "priority_class",
@@ -38,8 +39,9 @@ class TaskRun:
     pid: int | None = None
     exit_code: int | None = None
     term_signal: int | None = None
-    reason: str = ""
+    reason: str = ""  # why it ended, in the node's words, for people
     since: float | None = None
+    cause: ExitCause | None = None  # why it ended, as the node decided it (None until it has)
 
 
 @dataclass(slots=True)
@@ -188,7 +190,8 @@ class Job:
             if placement is not None:
                 placement = TaskPlacement(placement["node"], tuple(placement["gpu_index"]),
                                           placement["gpu_share"])
-            runs.append(TaskRun(placement=placement, **run))
+            cause = run.pop("cause", None)
+            runs.append(TaskRun(placement=placement, cause=ExitCause(cause) if cause else None, **run))
         depends = [Dependency(**dep) for dep in data.pop("depends", [])]
         return cls(runs=runs, depends=depends, **data)
 
@@ -224,4 +227,5 @@ def _run_record(run: TaskRun) -> dict[str, Any]:
     return {"placement": None if placement is None else {
                 "node": placement.node, "gpu_index": list(placement.gpu_index), "gpu_share": placement.gpu_share},
             "attempt": run.attempt, "state": run.state, "pid": run.pid, "exit_code": run.exit_code,
-            "term_signal": run.term_signal, "reason": run.reason, "since": run.since}
+            "term_signal": run.term_signal, "reason": run.reason, "since": run.since,
+            "cause": run.cause.value if run.cause is not None else None}

@@ -7,9 +7,10 @@ was done with each name travels back as a note (data) for the client to show.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from gpud.policy import Policy
+from gpud.wire.job import JobRequest
 
 # The ways a name can be taken, as the notes' "how".
 POOL = "pool"                # the partition is the name of a pool
@@ -20,37 +21,35 @@ IGNORED = "ignored"          # the QOS names no priority class: the job keeps it
 OVERRIDDEN = "overridden"    # the job also gave the pool (or priority) itself, which wins
 
 
-def resolve(payload: dict[str, Any], policy: Policy) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """``payload`` with ``partition`` and ``qos`` replaced by ``pool`` and ``priority``, and a note on each.
+def resolve(request: JobRequest, policy: Policy) -> tuple[JobRequest, list[dict[str, str]]]:
+    """``request`` with ``partition`` and ``qos`` replaced by ``pool`` and ``priority``, and a note on each.
 
     A partition is a pool of that name, else the pool the policy's
     ``[partitions]`` table maps it to, else the default pool. A QOS that is a
     priority class becomes the job's priority. An explicit ``pool`` or
-    ``priority`` in the payload wins. A partition or QOS that is not a
-    non-empty string raises ValueError.
+    ``priority`` in the request wins. An empty partition or QOS raises ValueError.
     """
-    out = dict(payload)
     notes: list[dict[str, str]] = []
-    partition, qos = out.pop("partition", None), out.pop("qos", None)
-    if isinstance(partition, str) and partition:
-        pool, how = _pool_of(partition, policy)
-        if out.get("pool") is not None:
-            pool, how = str(out["pool"]), OVERRIDDEN
-        out["pool"] = pool
-        notes.append({"field": "partition", "given": partition, "how": how, "pool": pool})
-    elif partition is not None:
+    pool, priority = request.pool, request.priority
+    partition, qos = request.partition, request.qos
+    if partition == "":
         raise ValueError("partition must be a partition name")
-    if isinstance(qos, str) and qos:
-        if out.get("priority") is not None:
+    if qos == "":
+        raise ValueError("qos must be a QOS name")
+    if partition is not None:
+        pool, how = _pool_of(partition, policy)
+        if request.pool is not None:
+            pool, how = request.pool, OVERRIDDEN
+        notes.append({"field": "partition", "given": partition, "how": how, "pool": pool})
+    if qos is not None:
+        if request.priority is not None:
             how = OVERRIDDEN
         elif qos in policy.priority_classes:
-            out["priority"], how = qos, CLASS
+            priority, how = qos, CLASS
         else:
             how = IGNORED
         notes.append({"field": "qos", "given": qos, "how": how})
-    elif qos is not None:
-        raise ValueError("qos must be a QOS name")
-    return out, notes
+    return replace(request, pool=pool, priority=priority, partition=None, qos=None), notes
 
 
 def _pool_of(partition: str, policy: Policy) -> tuple[str, str]:

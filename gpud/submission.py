@@ -6,7 +6,6 @@ so a person can fix the request without reading code.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,34 +14,23 @@ from gpud.jobs import Dependency, Job
 from gpud import slurm_names
 from gpud.policy import Policy
 from gpud.tomlcheck import suggestion
+from gpud.wire.fields import WireError
+from gpud.wire.job import JOB_FIELDS, MAX_TASKS, JobRequest
 
-JOB_FIELDS = frozenset({
-    "project", "command", "script", "name", "workdir", "env", "gpus", "gpu_memory_gib", "tasks",
-    "min_tasks", "cpus", "memory_gib", "priority", "constraint", "pool", "time_limit_s", "array",
-    "depends", "hold", "requeue", "stop_signal", "output", "error", "gpu_compute_request", "gpu_compute_limit",
-    "interactive", "partition", "qos", "warn_signal", "warn_lead_s", "warn_batch_only"})
-WARN_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "URG", "CONT", "WINCH", "ALRM")
-MAX_WARN_LEAD_S = 65535.0
-DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
-STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "KILL")
+__all__ = ["JOB_FIELDS", "MAX_TASKS", "Capacity", "JobRequest", "SubmitError", "Submission", "admit",
+           "is_job_id", "parse_array", "read_job"]
+
 MAX_ARRAY_ELEMENTS = 100_000
-MAX_TASKS = 10_000
-MAX_STRING = 65_536
-MAX_SCRIPT = 4 * 1024 * 1024
 DEV_NULL = "/dev/null"  # the one output path outside the workdir: Slurm users discard output with it
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 GANG_OUTPUT = "gpud-%j.%t.out"  # a gang's tasks write a file each, so `gpuctl logs --task N` shows rank N
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 
 
-class SubmitError(ValueError):
+class SubmitError(WireError):
     """A job the controller refuses: ``status`` is the HTTP status, ``field`` the culprit (or None)."""
-
-    def __init__(self, message: str, field: str | None = None, status: int = 422) -> None:
-        super().__init__(message)
-        self.field = field
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,47 +57,37 @@ class Submission:
     notes: tuple[dict[str, str], ...] = ()  # how a Slurm partition or QOS was taken (gpud.slurm_names)
 
 
-def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity: Capacity) -> Submission:
-    """A checked submission from a submit request's JSON, or a SubmitError naming the field at fault."""
-    if not isinstance(payload, dict):
-        raise SubmitError("a job must be a JSON object", status=400)
-    unknown = sorted(set(payload) - JOB_FIELDS)
-    if unknown:
-        raise SubmitError(f"unknown field {unknown[0]!r}{suggestion(unknown[0], JOB_FIELDS)}", unknown[0])
+def read_job(payload: Any) -> JobRequest:
+    """The job request in a submit's JSON, each field checked alone; a SubmitError naming the field otherwise."""
+    return JobRequest.decode(payload, error=SubmitError)
+
+
+def admit(request: JobRequest, *, user: str, admin: bool, policy: Policy, capacity: Capacity) -> Submission:
+    """The job ``request`` asks for, checked against the policy and the cluster; a SubmitError naming the field
+    at fault when the policy refuses it or no node could ever run it."""
     try:
-        payload, notes = slurm_names.resolve(payload, policy)
+        request, notes = slurm_names.resolve(request, policy)
     except ValueError as exc:
         raise SubmitError(str(exc), str(exc).split()[0]) from None
-    r = _Reader(payload)
-    project = r.string("project", required=True)
-    assert project is not None  # required
-    if project not in policy.projects:
-        raise SubmitError(f"unknown project {project!r}{suggestion(project, policy.projects)}; the policy "
-                          f"has {', '.join(sorted(policy.projects)) or 'no projects'}", "project")
-    allowed = policy.projects[project].users
-    if allowed and not admin and user not in allowed:
-        raise SubmitError(f"user {user!r} may not submit to project {project!r} (its users: "
-                          f"{', '.join(allowed)})", "project", status=403)
-    interactive = r.boolean("interactive", False)
-    command, script = (None, None) if interactive and "command" not in payload and "script" not in payload \
-        else _command(r)
-    workdir = r.string("workdir", required=True)
-    assert workdir is not None  # required
-    if not workdir.startswith("/"):
-        raise SubmitError(f"workdir must be an absolute path, not {workdir!r}", "workdir")
-    job = Job(id="", user=user, project=project, workdir=workdir, command=command, script=script,
-              name=r.string("name") or ("shell" if interactive and not command and script is None
-                                        else _default_name(command, script)),
-              env=_env(r), interactive=interactive)
-    _resources(r, job, capacity)
-    _priority(r, job, policy)
-    if not admin and (payload.get("priority") is not None or job.interactive):
+    _check_project(request.project, user, admin, policy)
+    command = list(request.command) if request.command is not None else None
+    interactive_shell = request.interactive and command is None and request.script is None
+    gpus = float(int(request.gpus)) if request.gpus >= 1 else request.gpus
+    job = Job(id="", user=user, project=request.project, workdir=request.workdir, command=command,
+              script=request.script, env=_env(request.env), interactive=request.interactive,
+              name=request.name or ("shell" if interactive_shell else _default_name(command)),
+              gpus=gpus, gpu_memory_gib=request.gpu_memory_gib, tasks=request.tasks, min_tasks=request.min_tasks,
+              cpus=request.cpus, memory_gib=request.memory_gib)
+    _sharing(request, job)
+    _check_fits(job, capacity)
+    _priority(request.priority, job, policy)
+    if not admin and (request.priority is not None or job.interactive):
         # An interactive job's default class is checked as if it had been asked for: no escalation by default.
-        _priority_allowed(job, policy, chosen=payload.get("priority") is not None)
-    job.constraint = r.labels("constraint")
+        _priority_allowed(job, policy, chosen=request.priority is not None)
+    job.constraint = dict(request.constraint)
     _check_labels(job.constraint, capacity)
     _check_fits_matching(job, capacity)
-    job.pool = r.string("pool")
+    job.pool = request.pool
     known_pools = set(policy.pools) | {policy.default_pool}
     if job.pool is not None and job.pool not in known_pools:
         raise SubmitError(f"unknown node pool {job.pool!r}{suggestion(job.pool, known_pools)}; pools: "
@@ -117,25 +95,33 @@ def check_job(payload: Any, *, user: str, admin: bool, policy: Policy, capacity:
     # A job that asks for no limit runs under its class's or pool's default (the policy's
     # [reservations]), which is enforced like one it asked for; never above the pool's maximum.
     job.time_limit_s = policy.time_limit_for(job.pool or policy.default_pool, job.priority_class,
-                                             r.number("time_limit_s", positive=True))
-    job.depends = [_dependency(text) for text in r.strings("depends")]
-    job.hold = r.boolean("hold", False)
-    job.requeue = r.boolean("requeue", True)
-    job.stop_signal = r.string("stop_signal") or "TERM"
-    if job.stop_signal.removeprefix("SIG") not in STOP_SIGNALS:
-        raise SubmitError(f"stop_signal must be one of {', '.join(STOP_SIGNALS)}", "stop_signal")
-    job.stop_signal = job.stop_signal.removeprefix("SIG")
-    _warn_signal(r, job)
-    job.output = _relative_path(r, "output") or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
-    job.error = _relative_path(r, "error")
-    array = r.string("array")
-    if job.interactive and (job.tasks != 1 or array is not None):
+                                             request.time_limit_s)
+    job.depends = [_dependency(text) for text in request.depends]
+    job.hold, job.requeue, job.stop_signal = request.hold, request.requeue, request.stop_signal
+    if request.warn_signal is not None:
+        assert request.warn_lead_s is not None  # JobRequest.check: a warn_signal comes with its lead
+        job.warn_signal, job.warn_lead_s = request.warn_signal, request.warn_lead_s
+    job.warn_batch_only = request.warn_batch_only
+    job.output = _relative_path("output", request.output) or (GANG_OUTPUT if job.tasks > 1 else "gpud-%j.out")
+    job.error = _relative_path("error", request.error)
+    if job.interactive and (job.tasks != 1 or request.array is not None):
         raise SubmitError("an interactive job is one task with one terminal; for a gang or an array, submit a "
                           "batch job and use `gpuctl run --in JOB` in it", "tasks" if job.tasks != 1 else "array")
-    if array is None:
+    if request.array is None:
         return Submission(job, notes=tuple(notes))
-    indices, limit = parse_array(array)
+    indices, limit = parse_array(request.array)
     return Submission(job, tuple(indices), limit, tuple(notes))
+
+
+def _check_project(project: str, user: str, admin: bool, policy: Policy) -> None:
+    """Refuse a project the policy does not have (422), or whose users the submitter is not one of (403)."""
+    if project not in policy.projects:
+        raise SubmitError(f"unknown project {project!r}{suggestion(project, policy.projects)}; the policy "
+                          f"has {', '.join(sorted(policy.projects)) or 'no projects'}", "project")
+    allowed = policy.projects[project].users
+    if allowed and not admin and user not in allowed:
+        raise SubmitError(f"user {user!r} may not submit to project {project!r} (its users: "
+                          f"{', '.join(allowed)})", "project", status=403)
 
 
 def parse_array(text: str) -> tuple[list[int], int | None]:
@@ -167,51 +153,20 @@ def is_job_id(text: str) -> bool:
     return bool(_JOB_ID.match(text))
 
 
-def _command(r: _Reader) -> tuple[list[str] | None, str | None]:
-    command = r.strings("command", default=None)
-    script = r.string("script", limit=MAX_SCRIPT)
-    if (command is None) == (script is None):
-        raise SubmitError("give exactly one of command (an argv list) and script (a script's text)",
-                          "command")
-    if command is not None and not command:
-        raise SubmitError("command must not be empty", "command")
-    return command, script
-
-
-def _default_name(command: list[str] | None, script: str | None) -> str:
+def _default_name(command: list[str] | None) -> str:
     if command:
         return command[0].rsplit("/", 1)[-1][:64]
     return "script"
 
 
-def _env(r: _Reader) -> dict[str, str]:
-    env = r.labels("env")
+def _env(env: dict[str, str]) -> dict[str, str]:
     for name in env:
         if not _ENV_NAME.match(name):
             raise SubmitError(f"env: {name!r} is not a valid environment variable name", "env")
-    return env
+    return dict(env)
 
 
-def _resources(r: _Reader, job: Job, capacity: Capacity) -> None:
-    job.gpus = r.number("gpus", default=0.0, minimum=0.0)
-    job.gpu_memory_gib = r.number("gpu_memory_gib", positive=True)
-    if job.gpu_memory_gib is not None and job.gpus:
-        raise SubmitError("give gpus or gpu_memory_gib, not both", "gpu_memory_gib")
-    if job.gpus > 1 and not float(job.gpus).is_integer():
-        raise SubmitError(f"gpus must be a whole number or a fraction below 1, not {job.gpus:g}", "gpus")
-    if job.gpus >= 1:
-        job.gpus = float(int(job.gpus))
-    job.tasks = r.integer("tasks", default=1, minimum=1, maximum=MAX_TASKS)
-    job.min_tasks = r.integer("min_tasks", minimum=1, maximum=job.tasks)
-    job.cpus = r.number("cpus", default=1.0, minimum=0.0)  # 0: a task that asks for no CPU of its own
-    job.memory_gib = r.number("memory_gib", default=1.0, positive=True)
-    _sharing(r, job)
-    job.runs = []
-    job.__post_init__()
-    _check_fits(job, capacity)
-
-
-def _sharing(r: _Reader, job: Job) -> None:
+def _sharing(request: JobRequest, job: Job) -> None:
     """Refuse gangs on shared GPUs; check a shared job's own compute request and limit."""
     shared = job.gpu_memory_gib is not None or 0 < job.gpus < 1
     if shared and job.tasks > 1:
@@ -219,29 +174,28 @@ def _sharing(r: _Reader, job: Job) -> None:
         raise SubmitError(f"a job of {job.tasks} tasks cannot share GPUs ({what}): time-slicing freezes each "
                           f"task at its own times, so its peers would wait on it and their collective timeouts "
                           f"fire; ask for whole GPUs (gpus = 1) or run a single task", "tasks")
-    request = r.number("gpu_compute_request", minimum=0.0)
-    limit = r.number("gpu_compute_limit", minimum=0.0)
-    if request is None and limit is None:
+    asked, limit = request.gpu_compute_request, request.gpu_compute_limit
+    if asked is None and limit is None:
         return
-    field_name = "gpu_compute_request" if request is not None else "gpu_compute_limit"
+    field_name = "gpu_compute_request" if asked is not None else "gpu_compute_limit"
     if not shared:
         raise SubmitError(f"{field_name} applies only to a job sharing a GPU (a fraction in gpus, or "
                           f"gpu_memory_gib); a whole GPU is the job's alone", field_name)
     if limit is not None and limit > 1:
         raise SubmitError(f"gpu_compute_limit must be at most 1 (the whole GPU), not {limit:g}", "gpu_compute_limit")
-    if request is not None and job.gpu_memory_gib is None and request > job.gpus:
-        raise SubmitError(f"gpu_compute_request {request:g} is more than the job's share of the GPU "
+    if asked is not None and job.gpu_memory_gib is None and asked > job.gpus:
+        raise SubmitError(f"gpu_compute_request {asked:g} is more than the job's share of the GPU "
                           f"({job.gpus:g}): a guarantee cannot exceed what the job is charged for",
                           "gpu_compute_request")
-    if request is not None and request > 1:
-        raise SubmitError(f"gpu_compute_request must be at most 1, not {request:g}", "gpu_compute_request")
-    if request is None and limit is not None and job.gpu_memory_gib is None and limit < job.gpus:
+    if asked is not None and asked > 1:
+        raise SubmitError(f"gpu_compute_request must be at most 1, not {asked:g}", "gpu_compute_request")
+    if asked is None and limit is not None and job.gpu_memory_gib is None and limit < job.gpus:
         raise SubmitError(f"gpu_compute_limit {limit:g} is below the job's share of the GPU ({job.gpus:g}), "
                           f"its compute request unless gpu_compute_request says otherwise", "gpu_compute_limit")
-    if request is not None and limit is not None and limit < request:
-        raise SubmitError(f"gpu_compute_limit {limit:g} is below gpu_compute_request {request:g}",
+    if asked is not None and limit is not None and limit < asked:
+        raise SubmitError(f"gpu_compute_limit {limit:g} is below gpu_compute_request {asked:g}",
                           "gpu_compute_limit")
-    job.gpu_compute_request, job.gpu_compute_limit = request, limit
+    job.gpu_compute_request, job.gpu_compute_limit = asked, limit
 
 
 def _check_fits(job: Job, capacity: Capacity) -> None:
@@ -302,8 +256,7 @@ def _check_labels(constraint: dict[str, str], capacity: Capacity) -> None:
                       f"{shown or 'none'}", "constraint")
 
 
-def _priority(r: _Reader, job: Job, policy: Policy) -> None:
-    value = r.raw("priority")
+def _priority(value: str | int | None, job: Job, policy: Policy) -> None:
     if value is None:
         default = policy.default_class(job.project, job.interactive)
         value = default if default in policy.priority_classes else None
@@ -314,10 +267,8 @@ def _priority(r: _Reader, job: Job, policy: Policy) -> None:
             raise SubmitError(f"unknown priority class {value!r}{suggestion(value, policy.priority_classes)};"
                               f" classes: {', '.join(policy.priority_classes)}, or an integer", "priority")
         job.priority_class, job.priority = value, policy.priority_classes[value]
-    elif isinstance(value, int) and not isinstance(value, bool) and -10**6 <= value <= 10**6:
-        job.priority_class, job.priority = str(value), value
     else:
-        raise SubmitError("priority must be a priority class name or an integer", "priority", status=400)
+        job.priority_class, job.priority = str(value), value
 
 
 def _priority_allowed(job: Job, policy: Policy, *, chosen: bool = True) -> None:
@@ -337,24 +288,6 @@ def _priority_allowed(job: Job, policy: Policy, *, chosen: bool = True) -> None:
                       + ("" if chosen else "; name one with --priority"), "priority", status=403)
 
 
-def _warn_signal(r: Any, job: Job) -> None:
-    """``warn_signal``, ``warn_lead_s``, ``warn_batch_only``: what ``--signal SIG@LEAD`` asked for."""
-    name = r.string("warn_signal")
-    lead = r.number("warn_lead_s")
-    job.warn_batch_only = r.boolean("warn_batch_only", False)
-    if name is None:
-        if lead is not None or job.warn_batch_only:
-            raise SubmitError("warn_lead_s and warn_batch_only go with warn_signal (--signal SIG@LEAD)",
-                              "warn_signal")
-        return
-    name = name.removeprefix("SIG")
-    if name not in WARN_SIGNALS:
-        raise SubmitError(f"warn_signal must be one of {', '.join(WARN_SIGNALS)}", "warn_signal")
-    if lead is None or not 0 <= lead <= MAX_WARN_LEAD_S:
-        raise SubmitError(f"warn_lead_s must be 0 to {MAX_WARN_LEAD_S:g} seconds", "warn_lead_s")
-    job.warn_signal, job.warn_lead_s = name, float(lead)
-
-
 def _dependency(text: str) -> Dependency:
     kind, _, target = text.partition(":")
     if kind not in DEPENDENCY_KINDS or not is_job_id(target):
@@ -363,8 +296,7 @@ def _dependency(text: str) -> Dependency:
     return Dependency(kind, target)
 
 
-def _relative_path(r: _Reader, key: str) -> str | None:
-    path = r.string(key)
+def _relative_path(key: str, path: str | None) -> str | None:
     if path is None:
         return None
     parts = path.split("/")
@@ -374,95 +306,3 @@ def _relative_path(r: _Reader, key: str) -> str | None:
         raise SubmitError(f"{key} must be a path inside workdir (relative, no '..') or {DEV_NULL}, not "
                           f"{path!r}", key)
     return path
-
-
-def _check_text(key: str, *texts: str) -> None:
-    """400 naming ``key`` when a text holds a lone surrogate (JSON's "\\ud800"): no argv, variable or file
-    name can carry one, and the store writes only valid UTF-8."""
-    for text in texts:
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                raise SubmitError(f"{key} must be valid Unicode text (it holds a lone surrogate)", key,
-                                  status=400) from None
-
-
-class _Reader:
-    """Typed reads of a payload's fields; a wrong type is a 400 naming the field."""
-
-    def __init__(self, payload: dict) -> None:
-        self.payload = payload
-
-    def raw(self, key: str) -> Any:
-        return self.payload.get(key)
-
-    def string(self, key: str, *, required: bool = False, limit: int = MAX_STRING) -> str | None:
-        value = self.payload.get(key)
-        if value is None:
-            if required:
-                raise SubmitError(f"{key} is required", key)
-            return None
-        if not isinstance(value, str):
-            raise SubmitError(f"{key} must be a string", key, status=400)
-        if len(value) > limit or "\0" in value:
-            raise SubmitError(f"{key} is longer than {limit} characters or holds a NUL byte", key)
-        _check_text(key, value)
-        return value
-
-    def strings(self, key: str, default: Any = ()) -> Any:
-        value = self.payload.get(key)
-        if value is None:
-            return list(default) if default is not None else None
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise SubmitError(f"{key} must be a list of strings", key, status=400)
-        if sum(len(item) for item in value) > MAX_STRING or any("\0" in item for item in value):
-            raise SubmitError(f"{key} is longer than {MAX_STRING} characters or holds a NUL byte", key)
-        _check_text(key, *value)
-        return list(value)
-
-    def labels(self, key: str) -> dict[str, str]:
-        value = self.payload.get(key)
-        if value is None:
-            return {}
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise SubmitError(f"{key} must be an object of strings", key, status=400)
-        if sum(len(k) + len(v) for k, v in value.items()) > MAX_STRING:
-            raise SubmitError(f"{key} is larger than {MAX_STRING} characters", key)
-        _check_text(key, *value, *value.values())
-        return dict(value)
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.payload.get(key, default)
-        if not isinstance(value, bool):
-            raise SubmitError(f"{key} must be true or false", key, status=400)
-        return value
-
-    def number(self, key: str, default: Any = None, *, positive: bool = False,
-               minimum: float | None = None) -> Any:
-        value = self.payload.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SubmitError(f"{key} must be a number", key, status=400)
-        try:
-            number = float(value)
-        except OverflowError:
-            raise SubmitError(f"{key} is too large", key) from None
-        if not math.isfinite(number):
-            raise SubmitError(f"{key} must be a number", key, status=400)
-        if positive and number <= 0:
-            raise SubmitError(f"{key} must be above 0, not {value}", key)
-        if minimum is not None and number < minimum:
-            raise SubmitError(f"{key} must be at least {minimum:g}, not {value}", key)
-        return number
-
-    def integer(self, key: str, default: Any = None, *, minimum: int, maximum: int) -> Any:
-        value = self.payload.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SubmitError(f"{key} must be an integer", key, status=400)
-        if not minimum <= value <= maximum:
-            raise SubmitError(f"{key} must be between {minimum} and {maximum}, not {value}", key)
-        return value

@@ -9,7 +9,7 @@ import time
 from typing import Callable
 
 from gpud.node import cgroups, cgspares, fence, freezer, procs
-from gpud.node.spec import TaskKey
+from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
 from gpud.node.tasks import TaskTable
 
@@ -27,12 +27,17 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: f
     raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
 
 
-def spec(workdir: str, command: list[str] | None = None, **fields) -> dict:
-    """A start order's spec run as the test's own user (who may be root: the spec allows it)."""
+def spec_json(workdir: str, command: list[str] | None = None, **fields) -> dict:
+    """A start order's spec, as JSON, run as the test's own user (who may be root: the spec allows it)."""
     base = {"user": ME, "allow_root": True, "workdir": str(workdir), "grace_s": 2.0}
     if command is not None:
         base["command"] = command
     return {**base, **fields}
+
+
+def spec(workdir: str, command: list[str] | None = None, **fields) -> TaskSpec:
+    """A start order's spec as the node reads it (see spec_json)."""
+    return TaskSpec.decode(spec_json(workdir, command, **fields))
 
 
 def run_to_end(table: TaskTable, key: TaskKey, timeout: float = 15.0) -> TaskState:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
 import json
@@ -19,15 +20,17 @@ from gpud.controller.limits import pending_refusal
 from gpud.controller.cluster import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.persist import StoreError
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
+from gpud.controller.slices import Slices
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
 from gpud.store.base import TokenRecord
-from gpud.submission import DEV_NULL, SubmitError, check_job, is_job_id
+from gpud.submission import DEV_NULL, SubmitError, admit, is_job_id, read_job
 
 MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
@@ -35,6 +38,8 @@ MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
 VIEW_SLICE = 250           # job views made between two turns of the event loop
 FREEZE_AFTER = 1000
+PARSE_ASIDE_BYTES = 64 * 1024  # a body this long or longer is parsed in a thread, not on the event loop
+ACCEPT_PART = 100  # submitted jobs joining the cluster between two turns of the loop (see commit_new)
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -56,7 +61,10 @@ async def read_json(request: web.Request) -> Any:
     """The request's JSON body, within the bounds of gpud/controller/body.py; 4xx naming the problem otherwise."""
     data = await body_bytes(request)
     try:
-        return parse_json(data)
+        if len(data) < PARSE_ASIDE_BYTES:
+            return parse_json(data)
+        # A batch of 2,000 jobs takes 30 ms to check and parse: the loop answers others meanwhile.
+        return await asyncio.get_running_loop().run_in_executor(None, parse_json, data)
     except BodyError as exc:
         raise ApiError(exc.status, str(exc)) from None
 
@@ -101,10 +109,12 @@ async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any
         raise ApiError(403, refused)
     cap = ctrl.cluster.largest_node()
     submissions = []
+    slices = Slices()
     for index, payload in enumerate(payloads):
+        await slices.pause()  # a batch of 2,000 jobs is checked with the loop turning between slices
         try:
-            submissions.append(check_job(payload, user=principal.user, admin=principal.admin,
-                                         policy=ctrl.policy, capacity=cap))
+            submissions.append(admit(read_job(payload), user=principal.user, admin=principal.admin,
+                                     policy=ctrl.policy, capacity=cap))
             submissions[-1].job.allow_root = principal.allow_root
         except SubmitError as exc:
             extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
@@ -165,18 +175,36 @@ async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
     # taken now: awaiting a later flush could report another batch's success or failure.
     flush = ctrl.persist.new_jobs(jobs)
 
-    def settle(done: asyncio.Future) -> None:
-        if done.cancelled() or done.exception() is not None:
+    async def settle() -> None:
+        try:
+            await flush
+        except BaseException:
             ctrl.cluster.drop(jobs)
-        else:
-            ctrl.cluster.accept(jobs)
-            if len(jobs) >= FREEZE_AFTER:
-                # Long-lived from now on: keep them out of the collector's full passes, which would
-                # otherwise walk every job and stall the event loop for as long.
-                gc.freeze()
+            raise
+        # A few hundred at a time, the loop turning between: the request is answered once all are in.
+        slices = Slices()
+        for start in range(0, len(jobs), ACCEPT_PART):
+            ctrl.cluster.accept(jobs[start:start + ACCEPT_PART])
+            await slices.pause()
+        if len(jobs) >= FREEZE_AFTER:
+            # Long-lived from now on: keep them out of the collector's full passes, which would
+            # otherwise walk every job and stall the event loop for as long.
+            gc.freeze()
 
-    flush.add_done_callback(settle)
-    await asyncio.shield(flush)
+    # Its own task: the jobs are settled even when the request that waits for them is gone.
+    settling = asyncio.ensure_future(settle())
+    _SETTLING.add(settling)
+    settling.add_done_callback(_settled)
+    await asyncio.shield(settling)
+
+
+_SETTLING: set[asyncio.Future] = set()  # submits being settled (a task the loop holds only weakly)
+
+
+def _settled(task: asyncio.Future) -> None:
+    _SETTLING.discard(task)
+    if not task.cancelled():
+        task.exception()  # a failed write is the request's answer (503); nobody else is to hear of it
 
 
 async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
@@ -242,6 +270,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         return [Job.from_record(jsontext.loads(r)) for r in records]
 
     async def read_ended() -> list[Job]:
+        await written(ctrl)
         return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
 
     page, last = await job_list.select_page(ctrl.cluster.listing, read_ended if states - ACTIVE else None, states,
@@ -339,6 +368,7 @@ async def history(request: web.Request) -> web.Response:
         raise ApiError(422, "since must be a finite Unix time", field="since")
     if not 1 <= limit <= MAX_HISTORY:
         raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
@@ -629,7 +659,19 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
     return Job.from_record(jsontext.loads(record))
 
 
+async def written(ctrl: Controller) -> None:
+    """Return once what the controller has done so far is in the store, so that a read of the store sees it.
+
+    A job that ends leaves the active jobs at once and reaches the store
+    with the next batch; a read in between would find it nowhere. A batch
+    the store refused is no reason to refuse the read: it sees what is there.
+    """
+    with contextlib.suppress(StoreError):
+        await ctrl.persist.flush()
+
+
 async def _stored(ctrl: Controller, job_id: str) -> str | None:
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctrl.store_executor, ctrl.store.job, job_id)
 

@@ -347,6 +347,20 @@ class Cluster(NodeMessages):
 
     def apply_plan(self, plan: Plan, skip: set[str]) -> None:
         """Carry out a cycle's plan: evictions first (tasks stopped or moved), then binds (commands to start)."""
+        for _ in self.apply_plan_in_steps(plan, skip):
+            pass
+
+    def apply_plan_in_steps(self, plan: Plan, skip: set[str]) -> Iterator[None]:
+        """:meth:`apply_plan` a job at a time: it yields after the evictions and after each job's binds, so
+        that the caller may let others change the cluster between steps.
+
+        ``skip`` is read at each job: it holds the jobs changed since the
+        cycle began, whose binds are left out (the scheduler takes them
+        again), and the caller may add to it between steps. Once the
+        scheduler is to be rebuilt (a node went down, changed or came), the
+        binds not yet carried out are dropped: the next cycle places them
+        again on what the nodes are now.
+        """
         self.last_plan = plan
         now = self.clock()
         sizes = {job.id: _placed(job) for job in self.jobs.values() if job.min_tasks is not None
@@ -369,17 +383,28 @@ class Cluster(NodeMessages):
             job = self.jobs[job_id]
             if not any(run.placement is not None for run in job.runs) and not eviction.moved:
                 self._preempted(job, _eviction_words(eviction))
+        yield
         binds: dict[str, list] = defaultdict(list)
         for bind in plan.binds:
-            if bind.job not in skip and bind.job in self.jobs:
-                binds[bind.job].append(bind)
-        for job_id, job_binds in binds.items():
+            binds[bind.job].append(bind)
+        bound: dict[str, list] = {}
+        # An elastic gang that runs already restarts its tasks with its new ones (_resize): its binds go last.
+        for job_id, job_binds in sorted(binds.items(), key=lambda item: item[0] in sizes):
+            if self.core.rebuild_needed:
+                break
+            if job_id in skip or job_id not in self.jobs:
+                continue
             self._bind(self.jobs[job_id], job_binds, now)
-        starts = {b.placement.node for bs in binds.values() for b in bs}
+            bound[job_id] = job_binds
+            if job_id not in sizes:
+                for node in sorted({b.placement.node for b in job_binds}):
+                    self._send_starts(node)
+                yield
+        starts = {b.placement.node for job_id in sizes for b in bound.get(job_id, ())}
         for job_id, size in sizes.items():
             job = self.jobs.get(job_id)
             if job is not None and job.state == RUNNING and 0 < _placed(job) != size:
-                fresh = {b.task for b in binds.get(job_id, ())}
+                fresh = {b.task for b in bound.get(job_id, ())}
                 starts |= self._resize(job, size, fresh, now)
         for node in starts:
             self._send_starts(node)

@@ -11,18 +11,15 @@ import logging
 
 from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
 from gpud.controller.node_commands import ack_command, stop_command
+from gpud.controller.task_exits import Outcome, exit_text, outcome, reported_cause
 from gpud.jobs import Job, TaskRun, job_uid
 from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
-from gpud.node.lease import FENCED_REASON
 
 log = logging.getLogger("gpud.controller")
 RESEND_START_AFTER_S = 5.0
 # After a silent node's lease and grace period, how long more its jobs wait before they run elsewhere: the
 # node's supervisors need a moment to notice the lease ran out and to kill what ignored the stop signal.
 FENCE_MARGIN_S = 2.0
-# Exits the node reports when it, not the job, failed: the job is requeued
-# (or ends NODE_FAIL) instead of FAILED.
-NODE_FAULTS = frozenset({"failed to start: the supervisor did not start", "supervisor lost", FENCED_REASON})
 
 
 class NodeMessages:
@@ -175,7 +172,7 @@ class NodeMessages:
                 self.persist.flush_soon()
             return False
         run.state, run.exit_code, run.term_signal = "exited", report.get("exit_code"), report.get("term_signal")
-        run.reason = str(report.get("reason") or "")
+        run.reason, run.cause = str(report.get("reason") or ""), reported_cause(report)
         self.wanted[name].pop(key, None)
         self.unsent[name].pop(key, None)
         self._command(name, ack_command(job_id, task, attempt, uid))
@@ -192,14 +189,12 @@ class NodeMessages:
     def _task_exited(self, job: Job, task: int, run: TaskRun, ended: float) -> None:
         self.persist.job(job)
         self._account(job, run, until=ended)
-        detail = _exit_text(run)
-        if run.reason in NODE_FAULTS:
-            self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {run.reason}")
-        elif run.reason == "timeout":
+        detail, fate = exit_text(run), outcome(run)
+        if fate is Outcome.NODE_FAULT:
+            self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {detail}")
+        elif fate is Outcome.TIMEOUT:
             self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run, ended=ended)
-        elif run.reason.startswith("failed to start"):
-            self._finish(job, FAILED, f"task {task} {run.reason}", exit_from=run, ended=ended)
-        elif run.exit_code != 0 or run.term_signal:
+        elif fate is Outcome.FAILED:
             self._finish(job, FAILED, f"task {task} {detail}", exit_from=run, ended=ended)
         elif all(r.state == "exited" for r in job.runs if r.placement is not None):
             self._finish(job, COMPLETED, "", exit_from=run, ended=ended)
@@ -335,13 +330,3 @@ def _add_gpu_sample(job: Job, report: dict) -> None:
         job.gpu_util_samples += 1
     if isinstance(memory, (int, float)) and not isinstance(memory, bool) and 0 <= memory < 1e6:
         job.gpu_memory_peak_gib = max(job.gpu_memory_peak_gib or 0.0, float(memory))
-
-
-def _exit_text(run: TaskRun) -> str:
-    if run.reason.startswith("out of memory"):
-        return run.reason
-    if run.reason.startswith("gpu memory"):
-        return f"was stopped by the node: {run.reason}"
-    if run.term_signal:
-        return f"was killed by signal {run.term_signal}"
-    return f"exited with code {run.exit_code}"

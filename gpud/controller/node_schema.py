@@ -16,13 +16,12 @@ from typing import Any
 import orjson
 
 from gpud.controller.body import BodyError, check_shape
+from gpud.wire.task import TaskReport
 
 MAX_DEPTH = 16
 MAX_ITEMS = 5_000_000        # a heartbeat lists every task of the node, each a few values
 MAX_INDEX = (1 << 31) - 1    # tasks, attempts, pids, exit codes and signals are 32-bit on every platform
-MAX_TEXT = 4096
 MAX_QUANTITY = 1e18          # bytes, seconds, percentages: anything larger is not a measurement
-STATES = ("running", "exited")
 
 
 def loads_message(text: str | bytes) -> dict:
@@ -80,21 +79,9 @@ def _not_a_number(name: str) -> Any:
 
 
 def task_report(report: Any, where: str = "task report") -> dict:
-    """``report`` when it is a well-formed task report; ValueError naming the field that is not."""
-    if not isinstance(report, dict):
-        raise ValueError(f"{where}: a task report is a JSON object")
-    _text(report, "job", where, required=True)
-    _index(report, "task", where, required=True)
-    _index(report, "attempt", where, required=True)
-    if report.get("state") not in STATES:
-        raise ValueError(f"{where}: state must be one of {', '.join(STATES)} (got {_shown(report.get('state'))})")
-    _text(report, "job_uid", where)
-    _text(report, "reason", where)
-    for name in ("pid", "term_signal"):
-        _index(report, name, where)
-    _integer(report, "exit_code", where, -MAX_INDEX - 1, MAX_INDEX)
-    for name in ("started", "ended", "cpu_s", "max_rss_bytes", "gpu_util", "gpu_memory_gib", "pid_start"):
-        _quantity(report, name, where)
+    """``report`` when it is a well-formed task report (gpud.wire.task.TaskReport); ValueError naming the field
+    that is not."""
+    TaskReport.decode(report, where)
     return report
 
 
@@ -127,15 +114,6 @@ def index(message: dict, name: str, where: str = "message") -> int:
     """A required integer field from 0 to MAX_INDEX; ValueError otherwise."""
     _index(message, name, where, required=True)
     return int(message[name])
-
-
-def _text(report: dict, name: str, where: str, required: bool = False) -> None:
-    value = report.get(name)
-    if value is None and not required:
-        return
-    if not isinstance(value, str) or (required and not value) or len(value) > MAX_TEXT:
-        raise ValueError(f"{where}: {name} must be {'a non-empty' if required else 'a'} text of at most "
-                         f"{MAX_TEXT} characters (got {_shown(value)})")
 
 
 def _index(report: dict, name: str, where: str, required: bool = False) -> None:

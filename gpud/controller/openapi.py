@@ -2,7 +2,7 @@
 
 Written here as data next to the handlers it describes; tests check that
 it names every route the application serves (and no other), that its job
-object takes exactly the fields the submit reader knows, and a property-based
+object is the wire schema's job request (gpud.wire.job), and a property-based
 fuzzer (schemathesis) checks every answer against it on a real controller.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from gpud import __version__
 from gpud.lifecycle import STATES
-from gpud.submission import MAX_WARN_LEAD_S, STOP_SIGNALS
+from gpud.wire.job import job_request_schema
 
 PATH = "/api/v1/openapi.json"
 UNDESCRIBED = frozenset({"/api/v1/node/connect"})  # the node WebSocket: docs/api.md describes its messages
@@ -33,24 +33,7 @@ def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-JOB_IN = {
-    "type": "object", "additionalProperties": False, "required": ["project", "workdir"],
-    "properties": {
-        "project": STR, "command": {"type": "array", "items": STR, "minItems": 1}, "script": STR, "name": STR,
-        "workdir": STR, "env": STR_MAP, "gpus": {"type": "number", "minimum": 0},
-        "gpu_memory_gib": {"type": "number", "exclusiveMinimum": 0},
-        "gpu_compute_request": {"type": "number", "minimum": 0, "maximum": 1},
-        "gpu_compute_limit": {"type": "number", "minimum": 0, "maximum": 1},
-        "tasks": {"type": "integer", "minimum": 1}, "min_tasks": {"type": "integer", "minimum": 1},
-        "cpus": {"type": "number", "exclusiveMinimum": 0}, "memory_gib": {"type": "number", "exclusiveMinimum": 0},
-        "priority": {"anyOf": [STR, INT]}, "constraint": STR_MAP, "pool": STR,
-        "time_limit_s": {"type": "number", "exclusiveMinimum": 0}, "array": STR, "depends": STRINGS,
-        "hold": BOOL, "requeue": BOOL, "stop_signal": {"enum": list(STOP_SIGNALS)}, "output": STR, "error": STR,
-        "interactive": BOOL, "partition": STR, "qos": STR,
-        "warn_signal": STR, "warn_lead_s": {"type": "number", "minimum": 0, "maximum": MAX_WARN_LEAD_S},
-        "warn_batch_only": BOOL,
-    },
-}
+JOB_IN = job_request_schema()  # gpud.wire.job declares every field once
 
 PLACEMENT = {"type": "object", "required": ["node", "gpus", "share"],
              "properties": {"node": STR, "gpus": {"type": "array", "items": INT}, "share": NUM,

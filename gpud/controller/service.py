@@ -24,11 +24,12 @@ from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
+from gpud.controller.slices import Slices
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
-from gpud.model import Plan
+from gpud.model import JobSpec, NodeSpec, Plan
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
@@ -108,6 +109,8 @@ class Controller:
         self.answers_pruned = 0.0
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
+        self._sending = asyncio.Lock()  # held by the commit sending its commands (see commit)
+        self._closing: set[asyncio.Future] = set()  # links of nodes that read nothing, being closed
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
@@ -224,15 +227,28 @@ class Controller:
         if self.role != "leader":
             return
         term = {"term": self.term} if self.term is not None else {}
-        for node, messages in commands.items():
-            link = self.links.get(node)
-            if link is None:
-                continue
-            try:
-                for message in messages:
-                    await link.send_str(jsontext.dumps({**message, **term}))
-            except (ConnectionError, RuntimeError) as exc:
-                log.warning("could not send commands to node %s: %s", node, exc)
+        # Commits send one after the other, in the order their batches were written: a node hears its
+        # commands in the order they were made (a start before the stop of the same task), even though
+        # the loop turns while a commit sends thousands of them.
+        async with self._sending:
+            slices = Slices()
+            for node, messages in commands.items():
+                link = self.links.get(node)
+                if link is None:
+                    continue
+                try:
+                    # A node that reads nothing for a whole lease would hold every node's commands up.
+                    async with asyncio.timeout(self.config.node_timeout_s):
+                        for message in messages:
+                            await link.send_str(jsontext.dumps({**message, **term}))
+                            await slices.pause()
+                except TimeoutError:
+                    log.warning("node %s read no command for %.0f s: closing its connection (what it was to be "
+                                "told is told again when it registers)", node, self.config.node_timeout_s)
+                    self._closing.add(task := asyncio.ensure_future(link.close()))
+                    task.add_done_callback(self._closing.discard)
+                except (ConnectionError, RuntimeError) as exc:
+                    log.warning("could not send commands to node %s: %s", node, exc)
 
     def commit_soon(self) -> None:
         """Commit (as :meth:`commit` does) in the background, so that the caller reads on meanwhile.
@@ -290,10 +306,13 @@ class Controller:
         cluster.settle_preemptions()
         now = time.time()
         heavy = cluster.core.heavy(INLINE_OPS)
-        ready = cluster.core.prepare_later(
-            (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
-            usage=self.charger.decayed_usage())
+        usage = self.charger.decayed_usage()
+        ops, anew = cluster.core.begin()
+        if anew:
+            nodes, specs = await self._snapshot()
+            ready = cluster.core.build_later(nodes, specs, now, usage)
+        else:
+            ready = cluster.core.apply_later(ops, usage)
 
         def cycle() -> Plan:
             return ready().cycle(now)
@@ -312,11 +331,32 @@ class Controller:
         self.cycles += 1
         carried, skip = cluster.core.finished(plan)
         if carried is not None:
-            cluster.apply_plan(carried, skip)
+            slices = Slices()
+            # The loop turns between the steps: skip is the core's own set, which marks the jobs changed meanwhile.
+            for _ in cluster.apply_plan_in_steps(carried, skip):
+                await slices.pause()
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
         await self.commit()
+
+    async def _snapshot(self) -> tuple[tuple[NodeSpec, ...], tuple[JobSpec, ...]]:
+        """The nodes and jobs the scheduler is built anew from, read a slice at a time (16,000 jobs take about
+        a second): what changes meanwhile the core has queued for the next cycle (CoreSync.begin)."""
+        cluster = self.cluster
+        slices = Slices()
+        nodes = []
+        for node in list(cluster.nodes.values()):
+            if node.state != "down":
+                nodes.append(node.spec())
+            await slices.pause()
+        specs = []
+        for job_id in sorted(cluster.core.in_core, key=_seq_key):
+            job = cluster.jobs.get(job_id)
+            if job is not None and job_id in cluster.core.in_core:  # else it left meanwhile (and was touched)
+                specs.append(cluster.core_spec(job))
+            await slices.pause()
+        return tuple(nodes), tuple(specs)
 
     async def node_watch(self) -> None:
         """Mark silent nodes down, every few seconds, until cancelled."""

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -24,10 +25,11 @@ from gpud.node.memwatch import MIB_PER_GIB, MemoryWatch, Slice
 from gpud.node.pty_session import Interactive
 from gpud.node.slicemgr import SliceManager, thaw_tasks
 from gpud.node.slicerun import UsageMonitor
-from gpud.node.spec import SpecError, TaskKey
+from gpud.node.spec import SpecError, TaskKey, TaskSpec
 from gpud.node.taskstate import RUNNING, STARTING, Layout, TaskState
 from gpud.node.tasks import TaskTable
 from gpud.waits import wait_event
+from gpud.wire.task import ExitCause, TaskStop
 
 log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 107
@@ -176,48 +178,55 @@ class NodeAgent:
         self.slices.update(states)
         self._watch_memory(states)
 
-    def _near_cpus(self, spec: Any) -> Any:
+    def _near_cpus(self, spec: TaskSpec) -> TaskSpec:
         """The spec, with the CPUs near its GPUs (``near_cpus``) where the backend knows the topology."""
-        indices = spec.get("gpu_indices") if isinstance(spec, dict) else None
-        if not indices or not isinstance(indices, list):
+        if not spec.gpu_indices:
             return spec
         try:
             topology = self.backend.gpu_cpus()
         except Exception:  # noqa: BLE001 - without the topology the task is pinned to the least-used CPUs
             log.exception("reading the GPUs' CPU affinity failed")
             return spec
-        near = sorted({cpu for index in indices if isinstance(index, int) for cpu in topology.get(index, ())})
-        return {**spec, "near_cpus": near} if near else spec
+        near = tuple(sorted({cpu for index in spec.gpu_indices for cpu in topology.get(index, ())}))
+        return replace(spec, near_cpus=near) if near else spec
 
-    def _with_slice_env(self, spec: Any) -> Any:
+    def _with_slice_env(self, spec: TaskSpec) -> TaskSpec:
         """The spec, with the variables plugins give to enforce its memory slice (gpud_memory_slice_env)."""
         pm = self.slices.pm
-        memory = spec.get("memory_slice") if isinstance(spec, dict) else None
-        uuids = spec.get("gpu_uuids") if isinstance(spec, dict) else None
-        if pm is None or not isinstance(memory, dict) or not memory.get("limit_mib") or not uuids:
+        memory = spec.memory_slice
+        if pm is None or memory is None or not memory.limit_mib or not spec.gpu_uuids:
             return spec
         try:
-            answers = pm.hook.gpud_memory_slice_env(gpu_uuid=uuids[0], limit_mib=memory["limit_mib"],
-                                                    fraction=memory.get("fraction", 1.0))
+            answers = pm.hook.gpud_memory_slice_env(gpu_uuid=spec.gpu_uuids[0], limit_mib=memory.limit_mib,
+                                                    fraction=memory.fraction)
         except Exception:  # noqa: BLE001 - the slice is still watched; the task must start
             log.exception("the gpud_memory_slice_env hook failed")
             return spec
         env: dict = {}
         for answer in reversed(answers):  # pluggy answers the last registered first; it must win
             env.update(answer or {})
-        return {**spec, "memory_slice": {**memory, "env": env}} if env else spec
+        return replace(spec, memory_slice=replace(memory, env=env)) if env else spec
+
+    def _as_run_here(self, key: TaskKey, spec: TaskSpec) -> TaskSpec:
+        """The spec as this node runs it: the holder for an interactive task, where gpuctl in the task reaches
+        the controller (for ``gpuctl checkpointed``), the CPUs near its GPUs, its memory slice's variables."""
+        spec = self.interactive.holder_spec(key, spec)
+        if spec.checkpoint_token:
+            spec = replace(spec, controller_url=self.config.controller_url, controller_ca=self.config.ca_file or "")
+        return self._near_cpus(self._with_slice_env(spec))
 
     def _watch_memory(self, states: list[TaskState]) -> None:
         """Warn, then stop, tasks holding more GPU memory than their slice allows."""
         slices, used, pids = {}, {}, {}
         for state in states:
             spec = self.slices.spec_of(state) if state.state != "exited" and state.pid else None
-            if spec is None or not spec.memory_slice or not spec.memory_slice.get("limit_mib") \
+            if spec is None or spec.memory_slice is None or spec.memory_slice.limit_mib is None \
                     or len(spec.gpu_indices) != 1:
                 self.memory.forget(state.key)
                 continue
             m = spec.memory_slice
-            slices[state.key] = Slice(m["limit_mib"], m["tolerance"], m["grace_s"], m["enforce"])
+            assert m.limit_mib is not None  # checked just above
+            slices[state.key] = Slice(m.limit_mib, m.tolerance, m.grace_s, m.enforce)
             assert state.pid is not None  # a spec is looked up only for a task with a pid
             pids[state.key] = (state.pid, spec.gpu_indices[0])
         if not slices:
@@ -230,7 +239,7 @@ class NodeAgent:
                         "; stopping it" if verdict.action == "stop" else "")
             if verdict.action == "stop":
                 self.slices.release(verdict.key)
-                self.tasks.stop(verdict.key, verdict.message)
+                self.tasks.stop(verdict.key, verdict.message, cause=ExitCause.GPU_MEMORY)
                 self.poke()
 
     # -- messages --------------------------------------------------------
@@ -352,22 +361,25 @@ class NodeAgent:
                 # still wants the task once the lease is renewed.
                 log.warning("not starting task %s: this node's lease has run out", key.dirname)
                 return None
-            spec = self.interactive.holder_spec(key, message.get("spec"))
-            if isinstance(spec, dict) and spec.get("checkpoint_token"):
-                spec = {**spec, "controller_url": self.config.controller_url,  # for gpuctl checkpointed
-                        "controller_ca": self.config.ca_file or ""}
             self._ensure_fence()
-            if self.tasks.start(key, self._near_cpus(self._with_slice_env(spec))) is not None:
+            try:
+                spec = TaskSpec.decode(message.get("spec"), error=SpecError)
+            except SpecError as exc:
+                if self.tasks.refuse(key, str(exc)) is not None:
+                    self.poke(key)
+                return None
+            if self.tasks.start(key, self._as_run_here(key, spec)) is not None:
                 self.poke(key)
         elif kind == "stop":
+            try:
+                stop = TaskStop.decode(message, error=SpecError)
+            except SpecError as exc:
+                log.warning("ignoring a stop order: %s", exc)
+                return None
             key = self.tasks.resolve(key)
             self.slices.release(key)  # thawed before the stop signal, or it could not act on it
-            grace = message.get("grace_s")
-            grace = float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None
-            sig = message.get("signal")
-            self.tasks.stop(key, str(message.get("reason") or "stopped"), grace,
-                            sig if isinstance(sig, str) else None, message.get("leader_only") is True,
-                            hasten=message.get("hasten") is True)
+            self.tasks.stop(key, stop.reason, stop.grace_s, stop.signal, stop.leader_only, hasten=stop.hasten,
+                            cause=stop.cause)
             self.poke(key)
         else:
             self.tasks.ack(self.tasks.resolve(key))

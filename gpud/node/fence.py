@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from gpud.node import cgroups, cgspares, failsafe, freezer, lease, procs
 from gpud.node.spec import signal_number
+from gpud.wire.task import ExitCause
 from gpud.node.taskstate import EXITED, ORDER_FILE, TaskState, read_json, read_state, write_state
 
 LOCK_FILE = "fence.lock"
@@ -211,7 +212,7 @@ class Fence:
             group.remove()
         freezer.remove_task_cgroup(task_dir)
         cgspares.remove_stale(os.path.dirname(task_dir))  # the spare cgroups its supervisor left
-        write_state(task_dir, state.exited(reason=lease.FENCED_REASON, ended=time.time()))
+        write_state(task_dir, state.exited(reason=lease.FENCED_REASON, cause=ExitCause.FENCED, ended=time.time()))
         print(f"gpud fence: task {os.path.basename(task_dir)} stopped", file=sys.stderr, flush=True)
         del self.fenced[task_dir]
 

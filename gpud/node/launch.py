@@ -18,6 +18,7 @@ from gpud.node import cgspares, procs
 from gpud.node.cgroups import CGROUPS_ENV
 from gpud.node.freezer import FREEZER_ENV
 from gpud.node.spec import TaskKey, TaskSpec
+from gpud.wire.task import ExitCause
 from gpud.node.taskstate import (ORDER_FILE, STOP_FILE, Layout, TaskState, read_state, write_json,
                                  write_state)
 
@@ -150,13 +151,15 @@ class Launcher:
         return procs.same_process(state.supervisor_pid, state.supervisor_start)
 
     def request_stop(self, state: TaskState, reason: str, grace_s: float | None,
-                     stop_signal: str | None = None, leader_only: bool = False, *, hasten: bool = False) -> bool:
-        """Ask the task's supervisor to stop the task; False when no supervisor is alive to do it."""
+                     stop_signal: str | None = None, leader_only: bool = False, *, hasten: bool = False,
+                     cause: ExitCause = ExitCause.STOPPED) -> bool:
+        """Ask the task's supervisor to stop the task, its exit to say ``cause`` (and ``reason`` in words);
+        False when no supervisor is alive to do it."""
         task_dir = self.layout.task_dir(state.key)
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
         write_json(os.path.join(task_dir, STOP_FILE),
-                   {"reason": reason, "grace_s": grace_s, "signal": stop_signal, "leader_only": leader_only,
-                    "hasten": hasten},
+                   {"reason": reason, "cause": cause.value, "grace_s": grace_s, "signal": stop_signal,
+                    "leader_only": leader_only, "hasten": hasten},
                    mode=0o644)
         if self._server is not None and self._handed.get(state.key) is self._server and self._server.poll() is None:
             # Behind the start order in the same pipe: the supervisor sees the stop file before it starts the

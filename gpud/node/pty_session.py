@@ -26,11 +26,11 @@ import struct
 import sys
 import termios
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 from gpud.node import cgroups
-from gpud.node.spec import TaskKey
+from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import RUNNING, TaskState
 
 log = logging.getLogger(__name__)
@@ -257,9 +257,9 @@ class Interactive:
         """The exit file of the task's holder."""
         return os.path.join(self.exit_dir, f"{key.dirname}.exit")
 
-    def holder_spec(self, key: TaskKey, spec: Any) -> Any:
+    def holder_spec(self, key: TaskKey, spec: TaskSpec) -> TaskSpec:
         """An interactive task's spec with the holder as its command; any other spec as it is."""
-        if not isinstance(spec, dict) or not spec.get("interactive"):
+        if not spec.interactive:
             return spec
         os.makedirs(self.exit_dir, mode=0o755, exist_ok=True)
         os.chmod(self.exit_dir, 0o755)
@@ -268,7 +268,7 @@ class Interactive:
         except FileNotFoundError:
             pass
         self.activity[key] = Activity(time.time())
-        return {**spec, "command": ["/bin/sh", "-c", HOLD_SCRIPT, "gpud-hold", self.exit_path(key)], "script": None}
+        return replace(spec, command=("/bin/sh", "-c", HOLD_SCRIPT, "gpud-hold", self.exit_path(key)), script=None)
 
     def _release_holder(self, key: TaskKey, code: int) -> None:
         path = self.exit_path(key)

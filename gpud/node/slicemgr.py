@@ -10,7 +10,7 @@ from gpud.node import failsafe
 from gpud.node.freezer import freezer_for
 from gpud.node.slicer import Holder, shares_for
 from gpud.node.slicerun import GpuSlicer, Member, UsageMonitor
-from gpud.node.spec import SpecError, TaskSpec, parse_spec
+from gpud.node.spec import SpecError, TaskSpec
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ def load_spec(layout: Layout, state: TaskState) -> TaskSpec | None:
     """The spec a task was started with, from its directory (None when unreadable)."""
     order = read_json(os.path.join(layout.task_dir(state.key), ORDER_FILE))
     try:
-        return parse_spec(order.get("spec")) if isinstance(order, dict) else None
+        return TaskSpec.decode(order.get("spec"), error=SpecError) if isinstance(order, dict) else None
     except SpecError:
         return None
 
@@ -77,7 +77,7 @@ class SliceManager:
     def _slice(self, gpu: int, members: list[tuple[TaskState, TaskSpec]]) -> None:
         newest = max(members, key=lambda m: (m[0].started or 0.0, m[0].key))[1].time_slicing
         assert newest is not None  # update() hands over time-sliced tasks only
-        mode, lease_s, precision = newest["mode"], newest["lease_ms"] / 1000.0, newest["precision"]
+        mode, lease_s, precision = newest.mode, newest.lease_ms / 1000.0, newest.precision
         slicer = self.slicers.get(gpu)
         if slicer is not None and not slicer.is_alive():
             log.warning("the slicer of GPU %d had stopped; starting it again", gpu)
@@ -98,7 +98,7 @@ class SliceManager:
         slicing = spec.time_slicing
         assert slicing is not None and state.pid is not None  # a running, time-sliced task
         return Member(state.key.dirname, task_dir, state.pid, freezer_for(task_dir, state.pid),
-                      slicing["request"], slicing["limit"], spec.project)
+                      slicing.request, slicing.limit, spec.project)
 
     def _shares(self, gpu: int, mode: str, holders: Sequence[Holder], probe: float) -> Mapping[str, float]:
         if self.pm is not None:

@@ -36,8 +36,9 @@ from functools import partial
 
 from gpud import jsontext
 from gpud.node import cgroups, cgspares, failsafe, freezer, gate, lease, procs
-from gpud.node.spec import TaskKey, TaskSpec, expand_path, parse_spec, signal_number, task_env
+from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
+from gpud.wire.task import ExitCause
 
 CLEANUP_POLL_S = 0.01  # how often what a finished task left behind is looked for again
 SLICED_POLL_S = 0.5  # how often a time-sliced task's supervisor looks at the slicer's heartbeat
@@ -129,9 +130,10 @@ class TaskRun:
         self.key = TaskKey.from_order(order["key"])
         self.notify = notify
         self.state = TaskState(self.key, supervisor_pid=owner[0], supervisor_start=owner[1])
-        self.spec: TaskSpec = parse_spec(order["spec"])
+        self.spec: TaskSpec = TaskSpec.decode(order["spec"], error=SpecError)
         self.checkpoint_dir: str = order["checkpoint_dir"]
         self.stopping_reason: str | None = None
+        self.stopping_cause = ExitCause.STOPPED  # what the exit says once stopping_reason is set
         self.kill_at: float | None = None
         self.deadline: float | None = None
         self.warned = False  # the job's --signal went ahead of its time limit
@@ -205,17 +207,19 @@ class TaskRun:
         """Start the task unless a stop came first; False when it has already ended (stopped or failed to start)."""
         if os.path.exists(os.path.join(self.task_dir, STOP_FILE)):
             request = read_json(os.path.join(self.task_dir, STOP_FILE)) or {}
-            self._record(self.state.exited(reason=_stop_reason(request.get("reason")), ended=time.time()))
+            reason, cause = _stop_cause(request)
+            self._record(self.state.exited(reason=reason, cause=cause, ended=time.time()))
             return False
         try:
             self.start()
         except StartError as exc:
-            self._record(self.state.exited(reason=f"failed to start: {exc}", ended=time.time()))
+            self._record(self.state.exited(reason=f"failed to start: {exc}", cause=ExitCause.FAILED_TO_START,
+                                           ended=time.time()))
             return False
         except Exception as exc:  # noqa: BLE001 - any other failure is still this task's failed start
             traceback.print_exc()
             self._record(self.state.exited(reason=f"failed to start: {type(exc).__name__}: {exc}",
-                                           ended=time.time()))
+                                           cause=ExitCause.FAILED_TO_START, ended=time.time()))
             return False
         return True
 
@@ -345,11 +349,11 @@ class TaskRun:
         if self.spec.sliced:
             freezer.freezer_for(self.task_dir, self.pid).thaw()
 
-    def _begin_stop(self, reason: str, sig: int, grace_s: float, leader_only: bool = False,
+    def _begin_stop(self, reason: str, cause: ExitCause, sig: int, grace_s: float, leader_only: bool = False,
                     hasten: bool = False) -> None:
         now = time.monotonic()
         if self.stopping_reason is None:
-            self.stopping_reason = reason
+            self.stopping_reason, self.stopping_cause = reason, cause
             if self.spec.sliced:
                 failsafe.mark_stopping(self.task_dir)
                 self._thaw()
@@ -396,7 +400,7 @@ class TaskRun:
             sig = signal_number(self.spec.stop_signal)
         except ValueError:
             sig = signal.SIGTERM
-        self._begin_stop(lease.FENCED_REASON, sig, max(0.0, min(self.spec.grace_s, grace_s)))
+        self._begin_stop(lease.FENCED_REASON, ExitCause.FENCED, sig, max(0.0, min(self.spec.grace_s, grace_s)))
 
     def look_at_stop_request(self, *, even_without_file: bool = False) -> None:
         """Carry out the stop request in the task directory, if there is a new one (or, when asked, the default stop)."""
@@ -418,7 +422,7 @@ class TaskRun:
             sig = signal.SIGTERM
         grace = request.get("grace_s")
         grace = float(grace) if isinstance(grace, (int, float)) and grace >= 0 else self.spec.grace_s
-        self._begin_stop(_stop_reason(request.get("reason")), sig, grace, request.get("leader_only") is True,
+        self._begin_stop(*_stop_cause(request), sig, grace, request.get("leader_only") is True,
                          request.get("hasten") is True)
 
     def _kill(self, strays: list[int]) -> int:
@@ -444,7 +448,7 @@ class TaskRun:
         if warn_at is not None and now >= warn_at and self.stopping_reason is None:
             self._warn()
         if self.deadline is not None and now >= self.deadline and self.stopping_reason is None:
-            self._begin_stop("timeout", signal_number(self.spec.stop_signal), self.spec.grace_s)
+            self._begin_stop("timeout", ExitCause.TIMEOUT, signal_number(self.spec.stop_signal), self.spec.grace_s)
         if self.spec.sliced and now >= self.next_thaw_check:
             self.next_thaw_check = now + SLICED_POLL_S
             if self.stopping_reason is not None or failsafe.silent(self.heartbeat):
@@ -483,17 +487,21 @@ class TaskRun:
     def finish(self) -> None:
         """Record the task's exit code or terminating signal, why it ended, and what it used."""
         used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
-        reason = self.stopping_reason
+        reason, cause = self.stopping_reason, self.stopping_cause
         if reason is None and self.refused is not None:
-            reason = f"failed to start: {self.refused}"
+            reason, cause = f"failed to start: {self.refused}", ExitCause.FAILED_TO_START
         if reason is None and self.usage.get("oom_kills") and self.memory_limit:
             reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
+            cause = ExitCause.OUT_OF_MEMORY
         if self.leader_status == LOST_STATUS:
-            self._record(used.exited(reason=reason or "exit status lost", ended=time.time()))
+            if reason is None:
+                reason, cause = "exit status lost", ExitCause.STATUS_LOST
+            self._record(used.exited(reason=reason, cause=cause, ended=time.time()))
             return
         code = os.waitstatus_to_exitcode(self.leader_status or 0)
         self._record(used.exited(exit_code=code if code >= 0 else None, term_signal=-code if code < 0 else None,
-                                 reason=reason or "", ended=self.leader_exited or time.time()))
+                                 reason=reason or "", cause=cause if reason is not None else ExitCause.EXITED,
+                                 ended=self.leader_exited or time.time()))
 
 
 class Notifier:
@@ -770,13 +778,20 @@ def _make_dir(path: str, mode: int) -> None:
         os.makedirs(path, mode=mode, exist_ok=True)
 
 
-def _stop_reason(requested: object) -> str:
-    """The exit reason a stop request leaves: "timeout", the memory watchdog's own words, else "stopped"."""
-    if requested == "timeout":
-        return "timeout"
-    if isinstance(requested, str) and requested.startswith("gpu memory"):
-        return requested
-    return "stopped"
+# The stops whose own words become the task's exit reason; any other stop's exit reason is "stopped".
+_WORDED_STOPS = (ExitCause.TIMEOUT, ExitCause.GPU_MEMORY)
+
+
+def _stop_cause(request: dict) -> tuple[str, ExitCause]:
+    """The exit reason and cause a stop request leaves: its cause (STOPPED when it names none), and for a
+    time limit or the memory watchdog its own words, else "stopped"."""
+    named = request.get("cause")
+    cause = ExitCause(named) if isinstance(named, str) and named in ExitCause.__members__.values() \
+        else ExitCause.STOPPED
+    words = request.get("reason")
+    if cause in _WORDED_STOPS and isinstance(words, str) and words:
+        return words, cause
+    return "stopped", cause
 
 
 def _open_making_dirs(path: str, flags: int) -> int:

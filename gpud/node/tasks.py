@@ -12,7 +12,8 @@ from typing import Any, Mapping
 from gpud.node import cgroups, cgspares, failsafe, procs
 from gpud.node.freezer import freezer_for, remove_task_cgroup
 from gpud.node.launch import Launcher
-from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, is_job_uid, parse_spec
+from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, is_job_uid
+from gpud.wire.task import ExitCause
 from gpud.node.taskstate import EXITED, ORDER_FILE, Layout, TaskState, read_json, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -68,18 +69,10 @@ class TaskTable:
         """The task list of a register or heartbeat message."""
         return [state.report() for state in self.states()]
 
-    def start(self, key: TaskKey, raw_spec: Any) -> TaskState | None:
-        """Start a task; None when the node already has it (the order is then ignored).
-
-        A spec that cannot be run is recorded as an exited task whose reason
-        says why, so the controller hears of it in the next report.
-        """
+    def start(self, key: TaskKey, spec: TaskSpec) -> TaskState | None:
+        """Start a task; None when the node already has it (the order is then ignored)."""
         if key in self._states:
             return None
-        try:
-            spec = parse_spec(raw_spec)
-        except SpecError as exc:
-            return self._failed(key, str(exc))
         try:
             state = self.launcher.launch(key, spec)
         except OSError as exc:
@@ -88,8 +81,16 @@ class TaskTable:
         self.specs[key] = spec
         return state
 
+    def refuse(self, key: TaskKey, message: str) -> TaskState | None:
+        """Record a task whose start order cannot be run as failed to start (``message`` says why), so the
+        controller hears of it in the next report; None when the node already has the task."""
+        if key in self._states:
+            return None
+        return self._failed(key, message)
+
     def _failed(self, key: TaskKey, message: str) -> TaskState:
-        state = TaskState(key).exited(reason=f"failed to start: {message}", ended=time.time())
+        state = TaskState(key).exited(reason=f"failed to start: {message}", cause=ExitCause.FAILED_TO_START,
+                                      ended=time.time())
         task_dir = self.layout.task_dir(key)
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
         write_state(task_dir, state)
@@ -97,14 +98,15 @@ class TaskTable:
         return state
 
     def stop(self, key: TaskKey, reason: str, grace_s: float | None = None, stop_signal: str | None = None,
-             leader_only: bool = False, *, hasten: bool = False) -> bool:
+             leader_only: bool = False, *, hasten: bool = False, cause: ExitCause = ExitCause.STOPPED) -> bool:
         """Stop a task (its stop signal, or ``stop_signal``, to its first process alone with ``leader_only``;
         then SIGKILL after ``grace_s``, which may end an earlier stop's grace sooner only with ``hasten``);
-        False when it is unknown or has exited."""
+        its exit will have ``cause`` and ``reason``. False when it is unknown or has exited."""
         state = self._states.get(key)
         if state is None or state.state == EXITED:
             return False
-        if not self.launcher.request_stop(state, reason, grace_s, stop_signal, leader_only, hasten=hasten):
+        if not self.launcher.request_stop(state, reason, grace_s, stop_signal, leader_only, hasten=hasten,
+                                          cause=cause):
             # No supervisor to do it: the processes get SIGKILL at once, and _check records the exit.
             self._states[key] = self._check(state)
         return True
@@ -209,8 +211,11 @@ class TaskTable:
             group.remove()
         remove_task_cgroup(task_dir)  # its supervisor would have, had it lived
         cgspares.remove_stale(self.layout.tasks_dir)  # and its spare cgroups, when it exited
-        reason = "supervisor lost" if state.pid else "failed to start: the supervisor did not start"
-        lost = state.exited(reason=reason, ended=time.time())
+        if state.pid:
+            lost = state.exited(reason="supervisor lost", cause=ExitCause.SUPERVISOR_LOST, ended=time.time())
+        else:
+            lost = state.exited(reason="failed to start: the supervisor did not start", cause=ExitCause.NO_SUPERVISOR,
+                                ended=time.time())
         # A node-wide supervisor that died before it took the order never made the task's directory.
         os.makedirs(task_dir, mode=0o711, exist_ok=True)
         write_state(task_dir, lost)

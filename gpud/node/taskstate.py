@@ -9,6 +9,7 @@ from typing import Any
 
 from gpud import jsontext
 from gpud.node.spec import TaskKey
+from gpud.wire.task import ExitCause
 
 STARTING, RUNNING, EXITED = "starting", "running", "exited"
 ORDER_FILE, STATE_FILE, STOP_FILE = "task.json", "state.json", "stop.json"
@@ -117,11 +118,12 @@ class TaskState:
     pid_start: int | None = None
     exit_code: int | None = None
     term_signal: int | None = None
-    reason: str = ""
+    reason: str = ""  # the cause in words, for people
     started: float | None = None
     ended: float | None = None
     max_rss_bytes: int | None = None  # peak memory of the task's cgroup, when it had one
     cpu_s: float | None = None  # CPU time of every process in the task's cgroup
+    cause: ExitCause | None = None  # why an exited task ended
 
     def to_json(self) -> dict:
         """The state as written to the task's state file."""
@@ -129,7 +131,8 @@ class TaskState:
                 "supervisor_start": self.supervisor_start, "pid": self.pid, "pid_start": self.pid_start,
                 "exit_code": self.exit_code,
                 "term_signal": self.term_signal, "reason": self.reason, "started": self.started,
-                "ended": self.ended, "max_rss_bytes": self.max_rss_bytes, "cpu_s": self.cpu_s}
+                "ended": self.ended, "max_rss_bytes": self.max_rss_bytes, "cpu_s": self.cpu_s,
+                "cause": self.cause.value if self.cause is not None else None}
 
     @classmethod
     def from_json(cls, data: Any) -> TaskState | None:
@@ -143,26 +146,36 @@ class TaskState:
             return cls(key, data["state"], data.get("supervisor_pid"), data.get("supervisor_start"),
                        data.get("pid"), data.get("pid_start"), data.get("exit_code"), data.get("term_signal"),
                        str(data.get("reason") or ""), data.get("started"), data.get("ended"),
-                       data.get("max_rss_bytes"), data.get("cpu_s"))
+                       data.get("max_rss_bytes"), data.get("cpu_s"), _cause(data.get("cause"), data["state"]))
         except (KeyError, TypeError, ValueError):
             return None
 
     def exited(self, *, exit_code: int | None = None, term_signal: int | None = None, reason: str = "",
-               ended: float) -> TaskState:
-        """This task, finished."""
+               cause: ExitCause = ExitCause.EXITED, ended: float) -> TaskState:
+        """This task, finished: why as ``cause``, and in words for people as ``reason``."""
         return replace(self, state=EXITED, exit_code=exit_code, term_signal=term_signal, reason=reason,
-                       ended=ended)
+                       cause=cause, ended=ended)
 
     def report(self) -> dict:
         """The task report of the node protocol (a starting task reports as running)."""
         report = {**self.key.to_json(), "state": EXITED if self.state == EXITED else RUNNING, "pid": self.pid,
                   "exit_code": self.exit_code, "term_signal": self.term_signal, "reason": self.reason,
                   "started": self.started, "ended": self.ended}
+        if self.state == EXITED:
+            report["cause"] = (self.cause or ExitCause.EXITED).value
         if self.max_rss_bytes is not None:
             report["max_rss_bytes"] = self.max_rss_bytes
         if self.cpu_s is not None:
             report["cpu_s"] = round(self.cpu_s, 3)
         return report
+
+
+def _cause(value: Any, state: str) -> ExitCause | None:
+    """The exit cause a state file records; an exited task's file without one (written before causes were
+    kept) says its processes exited."""
+    if value in ExitCause.__members__.values():
+        return ExitCause(value)
+    return ExitCause.EXITED if state == EXITED else None
 
 
 def write_state(task_dir: str, state: TaskState) -> None:

@@ -53,6 +53,7 @@ import gpud
 from gpud import jsontext
 from gpud.gpu.base import GpuInfo
 from gpud.node.lease import FENCED_REASON
+from gpud.wire.task import ExitCause
 from gpud.node.link import Connector, ControllerLink, node_url, ws_connector
 from gpud.node.spec import SpecError, TaskKey
 from gpud.node.taskstate import EXITED, RUNNING, TaskState
@@ -222,11 +223,11 @@ class EmulatedNode:
     async def _stop(self, key: TaskKey, order: Mapping[str, Any]) -> None:
         sig = order.get("signal") if isinstance(order.get("signal"), str) else "TERM"
         if self._exit(key, term_signal=SIGNALS.get(str(sig).upper().removeprefix("SIG"), 15),
-                      reason=str(order.get("reason") or "stopped")) is not None:
+                      reason="stopped", cause=ExitCause.STOPPED) is not None:
             self.fleet.stats.stopped += 1
 
     def _exit(self, key: TaskKey, *, exit_code: int | None = None, term_signal: int | None = None,
-              reason: str = "") -> TaskState | None:
+              reason: str = "", cause: ExitCause = ExitCause.EXITED) -> TaskState | None:
         """End a running task and report it (the report goes out in the background); None when it was not running."""
         state = self.tasks.get(key)
         if state is None or state.state == EXITED:
@@ -236,7 +237,7 @@ class EmulatedNode:
             timer.cancel()
         ended = time.time()
         self.tasks[key] = exited = state.exited(exit_code=exit_code, term_signal=term_signal, reason=reason,
-                                                ended=ended)
+                                                cause=cause, ended=ended)
         self.fleet.stats.note_end(ended)
         self.fleet.send_soon(self, {"type": "task", **exited.report()})
         return exited
@@ -262,7 +263,7 @@ class EmulatedNode:
                         now - self.lease_expires, len(running))
             self.fleet.stats.lease_expiries += 1
             for key in running:
-                if self._exit(key, term_signal=9, reason=FENCED_REASON) is not None:
+                if self._exit(key, term_signal=9, reason=FENCED_REASON, cause=ExitCause.FENCED) is not None:
                     self.fleet.stats.fenced += 1
 
     def _refused(self, text: str) -> None:

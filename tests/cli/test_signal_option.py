@@ -11,7 +11,7 @@ from gpud.cli.submit_cmd import add_options, build_job
 from gpud.directives import read_directives
 from gpud.policy import Department, Policy, Project
 from gpud.sbatch import translate
-from gpud.submission import Capacity, SubmitError, check_job
+from gpud.submission import Capacity, SubmitError, admit, read_job
 
 POLICY = Policy(departments={"default": Department("default", implicit=True)}, projects={"p": Project("p")})
 
@@ -24,7 +24,7 @@ def job_of(*argv: str) -> dict:
 
 def checked(**fields):
     payload = {"project": "p", "command": ["true"], "workdir": "/tmp", **fields}
-    return check_job(payload, user="ann", admin=False, policy=POLICY, capacity=Capacity()).job
+    return admit(read_job(payload), user="ann", admin=False, policy=POLICY, capacity=Capacity()).job
 
 
 def test_sig_at_lead_asks_for_an_early_signal():

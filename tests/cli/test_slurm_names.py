@@ -8,7 +8,7 @@ import pytest
 
 from gpud.errors import ConfigError
 from gpud.policy_file import parse_policy
-from gpud.submission import Capacity, SubmitError, check_job
+from gpud.submission import Capacity, SubmitError, admit, read_job
 
 POLICY_TOML = """
 [[node_pools]]
@@ -33,7 +33,7 @@ def policy():
 
 def submit(policy, **fields):
     payload = {"project": "vision", "command": ["true"], "workdir": "/tmp", **fields}
-    return check_job(payload, user="ann", admin=False, policy=policy, capacity=Capacity())
+    return admit(read_job(payload), user="ann", admin=False, policy=policy, capacity=Capacity())
 
 
 @pytest.mark.parametrize("partition, pool, how", [

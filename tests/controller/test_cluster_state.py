@@ -77,16 +77,34 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
 def test_a_task_whose_supervisor_never_started_is_requeued_not_failed(cluster):
     job_id = submit(cluster, "a")
     (start,) = cycle(cluster)["n1"]
-    report(cluster, start, "exited", reason="failed to start: the supervisor did not start")
+    report(cluster, start, "exited", reason="failed to start: the supervisor did not start",
+           cause="no_supervisor")
     job = cluster.jobs[job_id]
     assert job.state == "PENDING" and job.restart_count == 1
+
+
+@pytest.mark.parametrize("cause, words, state, reason", [
+    ("timeout", "over time", "TIMEOUT", "task 0 reached the time limit"),
+    ("exited", "timeout", "FAILED", "task 0 was killed by signal 15"),
+    ("exited", "supervisor lost", "FAILED", "task 0 was killed by signal 15"),
+    ("fenced", "anything", "PENDING", "requeued: node n1: task 0 anything"),
+    ("out_of_memory", "out of memory (limit 1G)", "FAILED", "task 0 out of memory (limit 1G)"),
+    ("stopped", "gpu memory: over", "FAILED", "task 0 was killed by signal 15"),
+])
+def test_the_exit_cause_decides_the_jobs_fate_and_the_words_are_only_shown(cluster, cause, words, state, reason):
+    job_id = submit(cluster, "a")
+    job = cluster.jobs[job_id]
+    (start,) = cycle(cluster)["n1"]
+    report(cluster, start, "running", pid=7)
+    report(cluster, start, "exited", term_signal=15, reason=words, cause=cause)
+    assert (job.state, job.reason) == (state, reason)
 
 
 def test_a_task_that_cannot_start_fails_its_job_with_the_reason(cluster):
     job_id = submit(cluster, "a")
     job = cluster.jobs[job_id]
     (start,) = cycle(cluster)["n1"]
-    report(cluster, start, "exited", reason="failed to start: no user 'u' on this node")
+    report(cluster, start, "exited", reason="failed to start: no user 'u' on this node", cause="failed_to_start")
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("FAILED", "task 0 failed to start: no user 'u' on this node")
     assert cluster.take_commands()["n1"][0]["type"] == "ack"

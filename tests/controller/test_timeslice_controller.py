@@ -15,7 +15,7 @@ from gpud.jobs import Job
 from gpud.model import TaskPlacement
 from gpud.policy import Policy, Project, TimeSlicing
 from gpud.policy_file import parse_policy
-from gpud.submission import Capacity, SubmitError, check_job
+from gpud.submission import Capacity, SubmitError, admit, read_job
 
 POLICY = Policy(projects={"p": Project("p")})
 
@@ -26,7 +26,7 @@ def parse(text: str) -> Policy:
 
 def submit(**fields):
     payload = {"project": "p", "command": ["true"], "workdir": "/tmp", **fields}
-    return check_job(payload, user="alice", admin=False, policy=POLICY, capacity=Capacity()).job
+    return admit(read_job(payload), user="alice", admin=False, policy=POLICY, capacity=Capacity()).job
 
 
 def refused(**fields) -> SubmitError:
@@ -161,8 +161,8 @@ def test_whole_gpus_are_not_sliced():
 
 
 def test_the_order_is_understood_by_the_node():
-    from gpud.node.spec import parse_spec, sharing_env
-    spec = parse_spec(order_spec(placed(submit(gpus=0.25)), TimeSlicing("strict")))
+    from gpud.node.spec import TaskSpec, sharing_env
+    spec = TaskSpec.decode(order_spec(placed(submit(gpus=0.25)), TimeSlicing("strict")))
     assert spec.sliced and spec.project == "p"
     env = sharing_env(spec)
     assert env["GPUD_GPU_MEMORY_LIMIT_MIB"] == str(20 * 1024)
@@ -219,7 +219,8 @@ def test_two_halves_share_a_gpu_and_a_memory_offender_fails_with_the_reason(clus
         assert order["spec"]["memory_slice"]["limit_mib"] == 40 * 1024
         report(cluster, order, "running", pid=100)
     reason = "gpu memory: used 50.0 GiB, over its slice of 40.0 GiB (+5% tolerance)"
-    report(cluster, starts[0], "exited", exit_code=None, term_signal=15, reason=reason)
+    report(cluster, starts[0], "exited", exit_code=None, term_signal=15, reason=reason,
+           cause="gpu_memory")
     job = jobs[starts[0]["job"]]
     assert (job.state, job.reason) == ("FAILED", f"task 0 was stopped by the node: {reason}")
 

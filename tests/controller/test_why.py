@@ -238,13 +238,13 @@ def test_a_reclaim_held_back_by_the_minimum_run_time_says_when_it_is_due():
 def test_a_constraint_and_a_size_no_matching_node_holds_are_refused_at_submit():
     import pytest
 
-    from gpud.submission import SubmitError, check_job
+    from gpud.submission import SubmitError, admit, read_job
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
     cluster.register(NodeRecord("small", cpus=4, memory_gib=16, labels={"kind": "small", "rack": "r1"},
                                 gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
 
     def check(**fields):
-        return check_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}, user="u", admin=False,
+        return admit(read_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}), user="u", admin=False,
                          policy=cluster.policy, capacity=cluster.largest_node())
     with pytest.raises(SubmitError) as refused:
         check(gpus=2, constraint={"kind": "small"})

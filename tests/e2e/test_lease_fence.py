@@ -24,6 +24,7 @@ from gpud.node.launch import child_env
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import EXITED, Layout, read_state
 from gpud.node.tasks import TaskTable
+from gpud.wire.task import ExitCause
 from node_helpers import kill_everything, running, spec
 
 LEASE_S = 3.0
@@ -81,7 +82,7 @@ def test_a_job_never_runs_twice_when_the_node_daemon_and_its_supervisor_are_kill
         # The old copy stopped around the lease's end plus the job's grace, and the fence recorded it and left.
         tasks_dir = Layout(str(run_root)).tasks_dir
         states = [s for s in (read_state(os.path.join(tasks_dir, name)) for name in os.listdir(tasks_dir)) if s]
-        assert [(s.state, s.reason) for s in states] == [(EXITED, lease.FENCED_REASON)]
+        assert [(s.state, s.reason, s.cause) for s in states] == [(EXITED, lease.FENCED_REASON, ExitCause.FENCED)]
         down = next(e["time"] for e in job["events"] if e["kind"] == "node failure")
         print(f"\nkilled at 0; old copy's last beat +{old[-1] - died:.2f} s; fence recorded its end "
               f"+{states[0].ended - died:.2f} s; node down and job requeued +{down - died:.2f} s; new copy's first "
@@ -195,7 +196,7 @@ def test_the_fence_thaws_and_stops_a_frozen_time_sliced_task_whose_supervisor_di
         wait_for(lambda: (read_state(task_dir) or state).state == EXITED, "the fence to stop the task", timeout=30)
         fired = time.monotonic()
         assert (workdir / "heard").read_text().strip() == "heard TERM", "thawed, then told to stop"
-        assert read_state(task_dir).reason == lease.FENCED_REASON
+        assert (read_state(task_dir).reason, read_state(task_dir).cause) == (lease.FENCED_REASON, ExitCause.FENCED)
         assert fired - expires < 3.0, "stopped promptly once the lease ran out"
         assert len(_beats(workdir / "beats")) >= frozen_beats
         assert not procs.group_alive(state.pid)

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from gpud.node import cgroups, cgspares, gate
-from gpud.node.spec import TaskKey, parse_spec
+from gpud.node.spec import TaskKey
 from gpud.node.pty_session import Interactive
 from gpud.node.supervisor import TaskRun
 from gpud.node.taskstate import STOP_FILE, Layout
@@ -91,7 +91,7 @@ def _held_run(tmp_path, command: list[str], hold: threading.Event) -> TaskRun:
     key = TaskKey(f"h{os.getpid()}", 0, 0)
     task_dir = tmp_path / "state" / "tasks" / key.dirname
     task_dir.mkdir(parents=True)
-    order = {"key": key.to_json(), "spec": parse_spec(spec(str(workdir), command, memory_gib=0.125)).to_json(),
+    order = {"key": key.to_json(), "spec": spec(str(workdir), command, memory_gib=0.125).to_json(),
              "checkpoint_dir": str(tmp_path / "checkpoints")}
     run = TaskRun(str(task_dir), order, (os.getpid(), None), lambda key: None, confiner, cgspares.Spares())
     assert run.begin(), run.state.reason

@@ -19,6 +19,7 @@ from gpud.node import cgroups, devfilter, procs
 from gpud.node.spec import TaskKey
 from gpud.node.taskstate import Layout, read_state
 from gpud.node.tasks import TaskTable
+from gpud.wire.task import ExitCause
 from node_helpers import kill_everything, run_to_end, running, spec, wait_for
 
 HOST = cgroups.detect()
@@ -174,6 +175,7 @@ def test_a_task_over_its_memory_limit_is_killed_and_says_out_of_memory(table, wo
     table.start(key, spec(workdir, [sys.executable, "-c", hog], memory_gib=200 / 1024))
     state = run_to_end(table, key, timeout=30)
     assert (state.term_signal, state.reason) == (signal.SIGKILL, "out of memory (limit 200M)")
+    assert state.cause is ExitCause.OUT_OF_MEMORY
     assert "survived" not in (workdir / f"gpud-{key.job}.out").read_text()
     assert state.max_rss_bytes is not None and 150 * MIB < state.max_rss_bytes <= 200 * MIB
 

@@ -12,7 +12,7 @@ import pluggy
 from gpud import hookimpl, hookspecs
 from gpud.node.slicemgr import SliceManager
 from gpud.node.slicer import Holder
-from gpud.node.spec import STARTUP_HOOK_DIR, parse_spec, sharing_env
+from gpud.node.spec import STARTUP_HOOK_DIR, TaskSpec, sharing_env
 from gpud.node.taskstate import Layout
 
 FAKE_TORCH = textwrap.dedent('''\
@@ -38,7 +38,7 @@ def run_python(code: str, tmp_path, env_extra: dict) -> subprocess.CompletedProc
 
 
 def slice_env(tmp_path, other_path: str) -> dict:
-    spec = parse_spec({"user": "u", "workdir": "/", "command": ["x"], "gpu_indices": [0],
+    spec = TaskSpec.decode({"user": "u", "workdir": "/", "command": ["x"], "gpu_indices": [0],
                        "memory_slice": {"limit_mib": 20480, "fraction": 0.25}})
     return sharing_env(spec, other_path)
 
@@ -68,7 +68,7 @@ def test_a_job_without_torch_is_not_bothered(tmp_path):
 
 
 def test_no_slice_no_variables():
-    spec = parse_spec({"user": "u", "workdir": "/", "command": ["x"]})
+    spec = TaskSpec.decode({"user": "u", "workdir": "/", "command": ["x"]})
     assert sharing_env(spec) == {}
 
 

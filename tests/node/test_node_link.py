@@ -19,7 +19,8 @@ from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.link import ControllerLink
 from gpud.node.spec import TaskKey
-from node_helpers import alive, kill_everything, spec, wait_for
+from node_helpers import alive, kill_everything, wait_for
+from node_helpers import spec_json as spec  # the start orders carry the spec as JSON
 
 KEY = "test-cluster-key"
 

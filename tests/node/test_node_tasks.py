@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from gpud.node.spec import TaskKey
+from gpud.node.spec import SpecError, TaskKey, TaskSpec
+from gpud.wire.task import ExitCause
 from gpud.node.taskstate import Layout
 from gpud.node.tasks import TaskTable
 from node_helpers import alive, kill_everything, run_to_end, running, spec, wait_for
@@ -53,7 +54,7 @@ def test_task_gets_its_gpus_and_gpud_variables(table, workdir):
     table.start(key, spec(workdir, [sys.executable, "-c", PRINT_ENV], gpu_uuids=uuids, gpu_indices=[0, 1],
                           env={"FROM_JOB": "yes", "CUDA_VISIBLE_DEVICES": "ignored"}, restart_count=2))
     state = run_to_end(table, key)
-    assert (state.exit_code, state.term_signal, state.reason) == (0, None, "")
+    assert (state.exit_code, state.term_signal, state.reason, state.cause) == (0, None, "", ExitCause.EXITED)
     env = json.loads((workdir / "gpud-7.out").read_text())
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
     assert (env["GPUD_JOB_ID"], env["GPUD_TASK_INDEX"], env["GPUD_NUM_TASKS"], env["GPUD_RESTART_COUNT"]) == \
@@ -101,6 +102,7 @@ def test_unknown_user_is_refused(table, workdir):
     table.start(key, spec(workdir, ["true"], user="no-such-user-gpud"))
     state = run_to_end(table, key)
     assert state.reason == "failed to start: unknown user 'no-such-user-gpud' on this node"
+    assert state.cause is ExitCause.FAILED_TO_START
     assert state.exit_code is None and state.pid is None
 
 
@@ -153,8 +155,13 @@ def test_missing_program_and_bad_spec_fail_to_start(table, workdir):
     table.start(key, spec(workdir, ["/no/such/program"]))
     assert run_to_end(table, key).reason.startswith("failed to start: cannot run /no/such/program")
     key = TaskKey("16", 0, 0)
-    state = table.start(key, {"user": "x", "workdir": "relative", "command": ["true"]})
-    assert state.state == "exited" and "workdir must be an absolute path" in state.reason
+    with pytest.raises(SpecError, match="workdir must be an absolute path") as bad:
+        TaskSpec.decode({"user": "x", "workdir": "relative", "command": ["true"]}, error=SpecError)
+    assert bad.value.field == "workdir"
+    state = table.refuse(key, str(bad.value))
+    assert state.state == "exited" and state.cause is ExitCause.FAILED_TO_START
+    assert "workdir must be an absolute path" in state.reason
+    assert table.refuse(key, "again") is None  # a task the node has already is left as it is
 
 
 def test_a_start_for_a_known_task_is_ignored(table, workdir):
@@ -173,7 +180,7 @@ def test_stop_sends_term_to_the_whole_group(table, workdir):
     assert table.stop(key, "cancelled", grace_s=60)
     state = run_to_end(table, key, timeout=45)
     assert time.monotonic() - started < 30, "ended by its stop signal, long before the grace's SIGKILL"
-    assert (state.term_signal, state.reason) == (signal.SIGTERM, "stopped")
+    assert (state.term_signal, state.reason, state.cause) == (signal.SIGTERM, "stopped", ExitCause.STOPPED)
     assert not alive(child)
 
 
@@ -247,7 +254,7 @@ def test_time_limit_stops_the_task_with_reason_timeout(table, workdir):
     table.start(key, spec(workdir, ["sleep", "60"], time_limit_s=0.5, grace_s=1))
     state = run_to_end(table, key, timeout=45)
     assert 0.5 <= time.monotonic() - started < 30, "stopped at its limit, long before its sleep ends"
-    assert (state.reason, state.term_signal) == ("timeout", signal.SIGTERM)
+    assert (state.reason, state.cause, state.term_signal) == ("timeout", ExitCause.TIMEOUT, signal.SIGTERM)
 
 
 def test_no_stray_process_survives_a_finished_task(table, workdir):
@@ -405,7 +412,7 @@ def test_a_task_whose_supervisor_died_is_killed_and_reported_lost(table, workdir
     wait_for(lambda: table.get(key).supervisor_pid)
     os.kill(table.get(key).supervisor_pid, signal.SIGKILL)
     final = run_to_end(table, key)
-    assert final.reason == "supervisor lost"
+    assert (final.reason, final.cause) == ("supervisor lost", ExitCause.SUPERVISOR_LOST)
     wait_for(lambda: not alive(state.pid))
 
 
@@ -517,7 +524,7 @@ def test_a_supervisor_that_cannot_start_fails_the_task_and_the_table_keeps_worki
         table.start(key, spec(workdir, [sys.executable, "-c", "pass"]))
         state = wait_for(lambda: next((s for s in table.refresh() + table.states()
                                        if s.key == key and s.state == "exited"), None), timeout=10)
-        assert state.reason == "failed to start: the supervisor did not start"
+        assert (state.reason, state.cause) == ("failed to start: the supervisor did not start", ExitCause.NO_SUPERVISOR)
         assert table.refresh() == [] or all(s.state == "exited" for s in table.states())
     finally:
         table.launcher.close()

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpud.node import cgroups
-from gpud.node.spec import TaskKey, parse_spec
+from gpud.node.spec import TaskKey
 from gpud.node.taskstate import Layout
 from gpud.node.tasks import TaskTable
 from gpud.policy_file import parse_policy
@@ -50,8 +50,8 @@ for p in started:
 
 
 def test_a_start_order_without_a_pids_limit_gets_the_default():
-    assert parse_spec(spec("/tmp", ["true"])).pids_max == DEFAULT_TASK_PIDS_MAX
-    assert parse_spec(spec("/tmp", ["true"], pids_max=64)).pids_max == 64
+    assert spec("/tmp", ["true"]).pids_max == DEFAULT_TASK_PIDS_MAX
+    assert spec("/tmp", ["true"], pids_max=64).pids_max == 64
 
 
 def test_the_policy_sets_the_task_pids_limit_and_refuses_a_silly_one():

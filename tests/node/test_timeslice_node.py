@@ -15,8 +15,10 @@ from gpud import hookimpl
 from gpud.gpu.fake import FakeBackend, fake_uuid
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
+from gpud.node.spec import TaskSpec
 from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
-from node_helpers import kill_everything, spec
+from node_helpers import kill_everything
+from node_helpers import spec_json as spec  # the start orders carry the spec as JSON
 from test_node_link import KEY, controller, start_daemon, stop_daemon  # noqa: F401 - controller is a fixture
 
 SPIN = [sys.executable, "-c", "while True: pass"]
@@ -268,7 +270,7 @@ def test_a_frozen_task_whose_supervisor_died_is_thawed_and_killed(state_dir, wor
     table = TaskTable(Layout(str(state_dir)))
     table.adopt()
     key = TaskKey("81", 0, 0)
-    table.start(key, sliced(workdir, SPIN))
+    table.start(key, TaskSpec.decode(sliced(workdir, SPIN)))
     state = running(table, key)
     wait_for(lambda: table.get(key).supervisor_pid)
     freezer_for(str(state_dir / "tasks" / "81.0.0"), state.pid).freeze()
