@@ -5,9 +5,9 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
-from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
+from gpud.core.pending import needed_tasks
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
