@@ -21,7 +21,7 @@ from gpud.model import Waiting
 from gpud.reasons import waiting_clauses
 
 if TYPE_CHECKING:
-    from gpud.controller.cluster import Cluster
+    from gpud.controller.job_waits import JobWaits as Cluster  # what a job's reason is read from
 
 # Codes of the reasons the controller decides itself; a scheduler's reason has its rule's code (gpud/core/blockers.py).
 UNDECIDED = "undecided"          # no scheduling cycle has judged the job yet

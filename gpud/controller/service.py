@@ -25,6 +25,7 @@ from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
 from gpud.controller.slices import Slices
+from gpud.controller.submits import Submits
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
@@ -96,7 +97,7 @@ class Controller:
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
         self.cluster.wake = self.kick.set
-        self.cluster.resend_start_after_s = max(self.cluster.resend_start_after_s, config.node_timeout_s)
+        self.cluster.runs.resend_start_after_s = max(self.cluster.runs.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
@@ -106,6 +107,8 @@ class Controller:
         self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
+        self.submits = Submits(self.cluster.job_service, self.cluster.node_messages.largest_node, lambda: self.policy,
+                               self.submit_rate, self.persist, self._finished_states, local_node=config.local_node)
         self.answers_pruned = 0.0
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
@@ -114,13 +117,17 @@ class Controller:
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
-        self.cluster.run_ended = self.charger.run_ended
+        self.cluster.runs.run_ended = self.charger.run_ended
 
     def _placed_jobs(self) -> list[Job]:
         """The jobs holding a placement on some node now."""
         jobs = self.cluster.jobs
-        ids = {job_id for wanted in self.cluster.wanted.values() for job_id, _ in wanted.values()}
+        ids = {job_id for wanted in self.cluster.runs.wanted.values() for job_id, _ in wanted.values()}
         return [jobs[job_id] for job_id in ids if job_id in jobs]
+
+    async def _finished_states(self, ids: list[str]) -> dict[str, str]:
+        """How the store says the jobs it knows of these ended, by id (read in the store's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.jobs_state, ids)
 
     def _pool_of(self, node: str) -> str:
         record = self.cluster.nodes.get(node)
@@ -144,7 +151,7 @@ class Controller:
             if created:
                 log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
-        self.cluster.task_secret = key
+        self.cluster.runs.task_secret = key
         if not loaded.tokens and self.config.postgres and not self.config.init:
             log.warning("the cluster has no token: start one controller with --init to write the admin token")
         elif not loaded.tokens:
@@ -164,7 +171,7 @@ class Controller:
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         await loop.run_in_executor(self.store_executor, self.charger.load)
         self.cluster.restore(jobs, nodes, next_seq)
-        gc.freeze()  # the jobs read back live long: see api.commit_new
+        gc.freeze()  # the jobs read back live long: see Submits.commit_new
         await self.persist.flush()
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
@@ -218,11 +225,11 @@ class Controller:
         With PostgreSQL each command carries this leader's term, and none is
         sent once the lease is lost: a node ignores a command of an older term.
         """
-        commands = self.cluster.take_commands()
+        commands = self.cluster.outbox.take()
         try:
             await self.persist.flush()
         except StoreError:
-            self.cluster.put_back_commands(commands)  # sent after the changes that made them are durable
+            self.cluster.outbox.put_back(commands)  # sent after the changes that made them are durable
             raise
         if self.role != "leader":
             return
@@ -302,8 +309,8 @@ class Controller:
         """One scheduling cycle: the core runs in its thread; its plan is carried out here."""
         cluster = self.cluster
         work_began = time.perf_counter()
-        cluster.check_time_limits()
-        cluster.settle_preemptions()
+        cluster.job_service.check_time_limits()
+        cluster.plans.settle_preemptions()
         now = time.time()
         heavy = cluster.core.heavy(INLINE_OPS)
         usage = self.charger.decayed_usage()
@@ -333,7 +340,7 @@ class Controller:
         if carried is not None:
             slices = Slices()
             # The loop turns between the steps: skip is the core's own set, which marks the jobs changed meanwhile.
-            for _ in cluster.apply_plan_in_steps(carried, skip):
+            for _ in cluster.plans.apply_in_steps(carried, skip):
                 await slices.pause()
         else:
             self.kick.set()
@@ -354,7 +361,7 @@ class Controller:
         for job_id in sorted(cluster.core.in_core, key=_seq_key):
             job = cluster.jobs.get(job_id)
             if job is not None and job_id in cluster.core.in_core:  # else it left meanwhile (and was touched)
-                specs.append(cluster.core_spec(job))
+                specs.append(cluster.job_service.core_spec(job))
             await slices.pause()
         return tuple(nodes), tuple(specs)
 
@@ -363,7 +370,7 @@ class Controller:
         period = max(0.05, min(self.config.node_timeout_s / 4, 5.0))
         while True:
             await asyncio.sleep(period)
-            self.cluster.check_nodes(self.config.node_timeout_s)
+            self.cluster.node_messages.check_nodes(self.config.node_timeout_s)
             try:
                 await self.commit()
                 await self.prune_answers()

@@ -44,15 +44,15 @@ async def test_a_node_that_reads_nothing_holds_the_others_commands_up_for_no_lon
         stuck, healthy = Link(reads=False), Link()
         ctrl.links.update({"stuck": stuck, "healthy": healthy})
         for number in range(3):
-            ctrl.cluster._command("stuck", {"type": "ack", "job": str(number), "task": 0, "attempt": 0})
-            ctrl.cluster._command("healthy", {"type": "ack", "job": str(number), "task": 0, "attempt": 0})
+            ctrl.cluster.outbox.put("stuck", {"type": "ack", "job": str(number), "task": 0, "attempt": 0})
+            ctrl.cluster.outbox.put("healthy", {"type": "ack", "job": str(number), "task": 0, "attempt": 0})
         began = time.monotonic()
         await asyncio.wait_for(ctrl.commit(), 10 * LEASE_S)
         assert LEASE_S <= time.monotonic() - began < 5 * LEASE_S
         assert [text.count('"job":"%d"' % n) for n, text in enumerate(healthy.texts)] == [1, 1, 1]
         await asyncio.sleep(0)
         assert stuck.closed and not healthy.closed
-        ctrl.cluster._command("healthy", {"type": "ack", "job": "3", "task": 0, "attempt": 0})
+        ctrl.cluster.outbox.put("healthy", {"type": "ack", "job": "3", "task": 0, "attempt": 0})
         await asyncio.wait_for(ctrl.commit(), LEASE_S)  # the next commit is not held up
         assert '"job":"3"' in healthy.texts[-1]
     finally:

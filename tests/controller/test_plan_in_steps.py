@@ -37,16 +37,16 @@ class Clock:
 def make_cluster(nodes: int = 2, gpus: int = 2) -> Cluster:
     cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), Clock())
     for number in range(nodes):
-        cluster.register(NodeRecord(f"n{number}", cpus=8, memory_gib=64,
-                                    gpus=[Gpu(i, f"GPU-{number}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_commands()
+        cluster.node_messages.register(NodeRecord(f"n{number}", cpus=8, memory_gib=64,
+                                                  gpus=[Gpu(i, f"GPU-{number}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.outbox.take()
     return cluster
 
 
 def submit(cluster: Cluster, count: int) -> list[str]:
     jobs = [Submission(Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1))
             for _ in range(count)]
-    return cluster.submit(jobs, {})
+    return cluster.job_service.submit(jobs, {})
 
 
 def planned(cluster: Cluster):
@@ -62,21 +62,21 @@ def planned(cluster: Cluster):
 def started(cluster: Cluster) -> dict[str, list[str]]:
     """The jobs each node was told to start since the last call."""
     return {node: sorted(m["job"] for m in messages if m["type"] == "start")
-            for node, messages in cluster.take_commands().items()}
+            for node, messages in cluster.outbox.take().items()}
 
 
 def test_jobs_cancelled_or_held_between_steps_are_not_started_and_the_others_are():
     cluster = make_cluster()
     ids = submit(cluster, 4)
     plan, skip = planned(cluster)
-    steps = cluster.apply_plan_in_steps(plan, skip)
+    steps = cluster.plans.apply_in_steps(plan, skip)
     next(steps)  # the evictions (none)
     next(steps)  # the first job bound and its start made
     first = started(cluster)
     (done,) = [job for starts in first.values() for job in starts]
     cancelled, held = [job for job in ids if job != done][:2]
-    cluster.cancel(cluster.jobs[cancelled], "someone")
-    assert cluster.hold(cluster.jobs[held], "someone")
+    cluster.job_service.cancel(cluster.jobs[cancelled], "someone")
+    assert cluster.job_service.hold(cluster.jobs[held], "someone")
     for _ in steps:
         pass
     later = [job for starts in started(cluster).values() for job in starts]
@@ -90,14 +90,14 @@ def test_binds_left_when_a_node_goes_down_are_dropped_and_placed_again_by_the_ne
     cluster = make_cluster()
     ids = submit(cluster, 4)
     plan, skip = planned(cluster)
-    steps = cluster.apply_plan_in_steps(plan, skip)
+    steps = cluster.plans.apply_in_steps(plan, skip)
     next(steps)
     next(steps)
     (node, (first,)) = next(iter(started(cluster).items()))
     other = next(name for name in cluster.nodes if name != node)
     cluster.clock.now += 120
     cluster.nodes[node].last_seen = cluster.clock.now  # only the other node falls silent
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert cluster.nodes[other].state == "down"
     for _ in steps:
         pass
@@ -105,7 +105,7 @@ def test_binds_left_when_a_node_goes_down_are_dropped_and_placed_again_by_the_ne
     waiting = sorted(job for job in ids if cluster.jobs[job].state == "PENDING")
     assert len(waiting) == 3
     plan, skip = planned(cluster)
-    cluster.apply_plan(plan, skip)
+    cluster.plans.apply(plan, skip)
     assert started(cluster) == {node: [job for job in waiting if cluster.jobs[job].state == "RUNNING"]}
     assert len(started_jobs := [job for job in ids if cluster.jobs[job].state == "RUNNING"]) == 2
     assert first in started_jobs
@@ -122,16 +122,16 @@ def test_a_job_held_while_the_snapshot_is_read_a_piece_at_a_time_is_not_started(
     for job_id in sorted(cluster.core.in_core, key=int):
         specs.append(cluster.jobs[job_id].spec())
         if len(specs) == 1:
-            assert cluster.hold(cluster.jobs[ids[0]], "someone")  # read already, as pending
+            assert cluster.job_service.hold(cluster.jobs[ids[0]], "someone")  # read already, as pending
     nodes = tuple(n.spec() for n in cluster.nodes.values())
     scheduler = cluster.core.build_later(nodes, tuple(specs), cluster.clock())()
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
     assert plan is not None and ids[0] in {bind.job for bind in plan.binds}
-    cluster.apply_plan(plan, skip)
+    cluster.plans.apply(plan, skip)
     assert sorted(job for starts in started(cluster).values() for job in starts) == sorted(ids[1:])
     assert cluster.jobs[ids[0]].state == "PENDING"
     plan, skip = planned(cluster)  # the next cycle knows it is held
-    cluster.apply_plan(plan, skip)
+    cluster.plans.apply(plan, skip)
     assert not any(started(cluster).values()) and cluster.jobs[ids[0]].state == "PENDING"
 
 
@@ -143,13 +143,13 @@ def test_a_job_held_while_the_snapshot_is_read_a_piece_at_a_time_is_not_started(
 def test_whatever_changes_between_steps_no_held_cancelled_or_stale_job_starts_and_no_down_node_is_told(
         nodes, gpus, shapes, actions):
     cluster = make_cluster(nodes, gpus)
-    ids = cluster.submit([Submission(Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=share,
-                                         tasks=tasks)) for share, tasks in shapes], {})
+    ids = cluster.job_service.submit([Submission(Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=share,
+                                                     tasks=tasks)) for share, tasks in shapes], {})
     plan, skip = planned(cluster)
     refused: set[str] = set()
-    steps = cluster.apply_plan_in_steps(plan, skip)
+    steps = cluster.plans.apply_in_steps(plan, skip)
     for number, _ in enumerate(steps):
-        for node, messages in cluster.take_commands().items():
+        for node, messages in cluster.outbox.take().items():
             for start in (m for m in messages if m["type"] == "start"):
                 assert start["job"] not in refused, "a job held or cancelled between steps was started"
                 assert cluster.nodes[node].state == "up", "a start went to a node that is down"
@@ -159,15 +159,15 @@ def test_whatever_changes_between_steps_no_held_cancelled_or_stale_job_starts_an
         if verb == "down":
             node = sorted(cluster.nodes)[pick % len(cluster.nodes)]
             cluster.clock.now += 1
-            cluster._node_down(cluster.nodes[node], "gone")
+            cluster.node_messages._node_down(cluster.nodes[node], "gone")
         elif verb != "none" and cluster.jobs:
             job = cluster.jobs[sorted(cluster.jobs)[pick % len(cluster.jobs)]]
             if verb == "cancel":
-                cluster.cancel(job, "someone")
+                cluster.job_service.cancel(job, "someone")
                 refused.add(job.id)
-            elif cluster.hold(job, "someone"):
+            elif cluster.job_service.hold(job, "someone"):
                 refused.add(job.id)
-    cluster.take_commands()
+    cluster.outbox.take()
     for job_id in ids:
         job = cluster.jobs.get(job_id)
         if job is None:
