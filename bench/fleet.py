@@ -32,12 +32,13 @@ Goal: 2,000 nodes x 8 GPUs filled by 16,000 one-GPU jobs in under 60 s,
 
     python bench/fleet.py --nodes 2000 --gpus-per-node 8 --jobs 16000 [--mix] [--task-s 60]
                           [--emulators K] [--heartbeat-s 5] [--node-timeout-s 60] [--json]
-                          [--cprofile FILE.prof] [--profile FILE.svg|.txt] [--keep DIR]
+                          [--cprofile FILE.prof] [--profile FILE.svg|.txt] [--stretches N] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -62,6 +63,7 @@ MAX_HISTORY = 10_000
 START_TIMEOUT_S = 60.0
 PROBE_EVERY_S = 0.1
 NODES_PER_EMULATOR = 1000
+STRETCHES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_stretches.py")
 # One-GPU jobs, half-GPU fractions (two share a GPU), gangs of 2 tasks x 4 GPUs: (gpus per task, tasks).
 MIX = ((1, 1), (0.5, 1), (0.5, 1), (4, 2))
 
@@ -127,11 +129,14 @@ def write_setup(root: str, args: argparse.Namespace, port: int) -> str:
     return config
 
 
-def start_controller(root: str, config: str, url: str, cprofile: str | None) -> subprocess.Popen:
-    """`gpud controller --init` (under cProfile when asked), once it answers /healthz."""
+def start_controller(root: str, config: str, url: str, cprofile: str | None,
+                     stretches: str | None = None) -> subprocess.Popen:
+    """`gpud controller --init` (under cProfile, or with its loop's callbacks timed, when asked), once it answers
+    /healthz."""
     profiler = ["-m", "cProfile", "-o", cprofile] if cprofile else []
+    gpud = [STRETCHES, stretches] if stretches else ["-m", "gpud.cli.gpud_main"]
     log = open(os.path.join(root, "controller.log"), "wb")
-    process = subprocess.Popen([sys.executable, *profiler, "-m", "gpud.cli.gpud_main", "controller", "--config",
+    process = subprocess.Popen([sys.executable, *profiler, *gpud, "controller", "--config",
                                 config, "--init", "--allow-root", "--log-level", "warning"],
                                stdout=log, stderr=subprocess.STDOUT, cwd=root)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -263,7 +268,8 @@ def _run(args: argparse.Namespace, root: str) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     load_before = os.getloadavg()
-    controller = start_controller(root, write_setup(root, args, port), url, args.cprofile)
+    stretches = os.path.join(root, "loop_stretches.json") if args.stretches else None
+    controller = start_controller(root, write_setup(root, args, port), url, args.cprofile, stretches)
     # Which core the controller runs (in its directory, so an installed gpud wins over this checkout).
     compiled = subprocess.run([sys.executable, "-c", "import gpud.core; print(gpud.core.COMPILED)"], cwd=root,
                               capture_output=True, text=True).stdout.strip() == "True"
@@ -275,6 +281,8 @@ def _run(args: argparse.Namespace, root: str) -> dict:
     figures: dict = {"nodes": args.nodes, "jobs": args.jobs}
     try:
         spy = profile(controller.pid, args.profile) if args.profile else None
+        if stretches:
+            os.kill(controller.pid, signal.SIGUSR1)  # the loop's callbacks from here on (not its start)
         cpu_start = cpu_seconds(controller.pid)
         began = time.time()
         prober.start()
@@ -294,6 +302,13 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         drained = time.time()
         cpu_drained = cpu_seconds(controller.pid)
         prober.stopping.set()  # what follows is this script's own reading, not the controller's work
+        # The emulators write their counts four times a second: let the last ends reach them (a task that did not
+        # end is said below).
+        with contextlib.suppress(SystemExit):
+            wait("every task's end at its node", lambda: total(statuses(emulators, root), "ended") >= tasks, 10)
+        if stretches:
+            os.kill(controller.pid, signal.SIGUSR2)
+            wait("the controller's loop figures", lambda: os.path.exists(stretches), 60)
         found = statuses(emulators, root)
         nodes = api.get("nodes")["nodes"]
         # The history answers at most MAX_HISTORY of the latest jobs; the emulators count every task's end.
@@ -312,6 +327,14 @@ def _run(args: argparse.Namespace, root: str) -> dict:
     for _, _, report in emulators:
         with open(report) as f:
             reports.append(json.load(f))
+    if stretches:
+        with open(stretches) as f:
+            loop = json.load(f)
+        figures.update({"loop_callback_max_cpu_ms": loop["longest_ms"][0][0] if loop["longest_ms"] else None,
+                        "loop_callbacks_over_10ms": loop["over_10ms"], "loop_callbacks_over_100ms": loop["over_100ms"],
+                        "loop_cpu_s": loop["cpu_s"], "gc_full_passes": loop["gc_full"],
+                        "gc_full_max_ms": loop["gc_full_max_ms"], "gc_full_s": loop["gc_full_s"],
+                        "loop_longest": loop["longest_ms"][:args.stretches]})
     rtts = sorted(ms for r in reports for ms in r["heartbeat_rtt_ms_all"])
     probes = sorted(prober.since(began))
     first_end = min(s["first_end"] for s in found if s.get("first_end"))
@@ -375,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", metavar="FILE", help="run the controller under cProfile, writing FILE")
     parser.add_argument("--profile", metavar="FILE",
                         help="py-spy record the controller into FILE (.svg, .json, or .txt for collapsed stacks)")
+    parser.add_argument("--stretches", type=int, default=0, metavar="N",
+                        help="time the CPU of each of the controller loop's callbacks (bench/loop_stretches.py): "
+                             "print the longest, how many took 10 ms and 100 ms or more, and the N longest")
     parser.add_argument("--keep", metavar="DIR", help="keep the state, logs and reports in DIR")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
@@ -404,6 +430,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{figures['lease_expiries']}, refused messages: {figures['errors']}; "
               f"latest jobs COMPLETED with exit 0: {figures['completed_exit_0']}/{min(figures['jobs'], MAX_HISTORY)}")
         print(f"  load average before {figures['load_avg_before']}, after {figures['load_avg_after']}")
+        if args.stretches:
+            print(f"  the controller loop's callbacks: longest {figures['loop_callback_max_cpu_ms']} ms of CPU, "
+                  f"{figures['loop_callbacks_over_10ms']} of 10 ms or more, {figures['loop_callbacks_over_100ms']} "
+                  f"of 100 ms or more, {figures['loop_cpu_s']} s in all; the collector's full passes: "
+                  f"{figures['gc_full_passes']}, longest {figures['gc_full_max_ms']} ms, {figures['gc_full_s']} s in all; "
+                  f"the longest callbacks:")
+            for ms, what in figures["loop_longest"]:
+                print(f"    {ms:8.1f} ms  {what}")
         if "problem" in figures:
             print(f"  PROBLEM: {figures['problem']}")
     return 1 if "problem" in figures else 0

@@ -11,13 +11,25 @@ Checkpoint model (documented, seeded per job from a hash of --seed and the pod's
 - the others checkpoint every I seconds of running, I log-uniform between --min-interval and
   --max-interval (5 and 60 minutes by default), the first I after each start. An evicted job loses
   the work since its last checkpoint in that run and restarts from it: it then needs only the rest.
+  The range is the frequent end of practice: frameworks traditionally checkpoint at epoch boundaries,
+  "for modern deep networks, an epoch runs for several hours" (Mohan et al., CheckFreq: Frequent,
+  Fine-Grained DNN Checkpointing, FAST '21), and CheckFreq's point is to bring it down to minutes;
+  a 5-60 minute interval favours the checkpoint-aware order, never the other.
+- The trace's preemptible pods (QoS BE, priority 25, 42% of the pods) are short: half run under 5
+  minutes, three in four under 21 (pod deletion minus scheduling). A victim has run at least the
+  policy's min_runtime (5 minutes), so most victims have not reached their first checkpoint yet:
+  for them, work lost is GPUs x time since start under both orders, and only the GPUs held tell
+  the orders apart.
 - a job's work lost at an eviction, in GPU-seconds, is its GPUs times the time it ran since that
   checkpoint (since its start when it has none); a job moved by consolidation restarts too and
   counts alike. The checkpoint times travel to the core in the snapshot (JobSpec.checkpointed).
 
 Prints both totals side by side (and each order's evictions, and the work lost by the rule that
-evicted: reclaim, preempt, or "moved" by consolidation); --json prints
-{"lost_gpu_seconds": {"least_lost_work": A, "youngest_first": Y}, "ratio": A / Y, "lost_by_rule": ...}.
+evicted: reclaim, preempt, or "moved" by consolidation; by the victim's priority; by victims that
+were the only job of their project and priority old enough to be one, where the order had no choice
+inside the project; and by victims that never checkpoint); --json prints
+{"lost_gpu_seconds": {"least_lost_work": A, "youngest_first": Y}, "ratio": A / Y, "lost_by_rule": ...,
+"lost_by_priority": ..., "lost_without_choice": ..., "lost_never_checkpointed": ...}.
 Both orders replay the very same jobs, nodes, projects and checkpoint intervals (one --seed).
 Arrivals come --compress times faster than in the trace (20 by default; run times are the trace's),
 so that the GPUs are contended and reclaim and preemption have work to do. --quick replays the
@@ -111,6 +123,8 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
     running: set[str] = set()
     lost = 0.0
     by_rule: dict[str, float] = {}  # the work lost, by the rule that evicted (a move counts as "moved")
+    by_priority: dict[str, float] = {}  # the work lost, by the victim's priority
+    no_choice = never = 0.0  # lost by victims that were the only ones of their project and priority; that never checkpoint
     evictions = moves = 0
     while events:
         now = events[0][0]
@@ -133,6 +147,7 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
                 scheduler.submit(dataclasses.replace(job.spec, placements=job.placements, started=job.started,
                                                      checkpointed=job.last_checkpoint))
         plan = scheduler.cycle(now)
+        peers = _peers(jobs, running, {e.job for e in plan.evictions}, now, policy.min_runtime_s) if plan.evictions else {}
         for eviction in plan.evictions:
             job = jobs[eviction.job]
             assert job.started is not None
@@ -141,6 +156,12 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
             lost += this
             rule = "moved" if eviction.moved else eviction.rule
             by_rule[rule] = by_rule.get(rule, 0.0) + this
+            priority = str(job.spec.priority)
+            by_priority[priority] = by_priority.get(priority, 0.0) + this
+            if not peers.get((job.spec.project, job.spec.priority)):
+                no_choice += this
+            if job.interval is None:
+                never += this
             job.remaining -= saved
             job.epoch += 1
             job.started, job.told, job.placements = None, 0, ()
@@ -162,7 +183,23 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
                 running.add(name)
                 heapq.heappush(events, (now + job.remaining, FINISH, 0, name, job.epoch))
     return {"lost_gpu_seconds": lost, "evictions": evictions, "moves": moves, "jobs": len(jobs),
-            "by_rule": {rule: round(amount, 1) for rule, amount in sorted(by_rule.items())}}
+            "by_rule": {rule: round(amount, 1) for rule, amount in sorted(by_rule.items())},
+            "by_priority": {p: round(amount, 1) for p, amount in sorted(by_priority.items())},
+            "no_choice": round(no_choice, 1), "never_checkpointed": round(never, 1)}
+
+
+def _peers(jobs: dict[str, _Job], running: set[str], evicted: set[str], now: float,
+           min_runtime: float) -> dict[tuple[str, int], int]:
+    """How many running jobs old enough to be victims each (project, priority) keeps through this cycle's
+    evictions: an evicted job none of whose project and priority is left was the only choice the victim
+    order had there (reclaim may still choose between projects)."""
+    found: dict[tuple[str, int], int] = {}
+    for name in running:
+        job = jobs[name]
+        if name not in evicted and job.started is not None and now - job.started >= min_runtime:
+            key = (job.spec.project, job.spec.priority)
+            found[key] = found.get(key, 0) + 1
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
            "evictions": {o: r["evictions"] for o, r in results.items()},
            "moves": {o: r["moves"] for o, r in results.items()},
            "lost_by_rule": {o: r["by_rule"] for o, r in results.items()},
+           "lost_by_priority": {o: r["by_priority"] for o, r in results.items()},
+           "lost_without_choice": {o: r["no_choice"] for o, r in results.items()},
+           "lost_never_checkpointed": {o: r["never_checkpointed"] for o, r in results.items()},
            "jobs": results[LEAST_LOST_WORK]["jobs"], "nodes": len(nodes), "gpus": capacity,
            "model": {"never": args.never, "min_interval_s": args.min_interval, "max_interval_s": args.max_interval,
                      "seed": args.seed},
@@ -215,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     for order, result in results.items():
         print(f"{order}: lost GPU-hours by rule: "
               + ", ".join(f"{rule} {amount / 3600:.1f}" for rule, amount in result["by_rule"].items()))
+    for order, result in results.items():
+        print(f"{order}: lost GPU-hours by victim priority: "
+              + ", ".join(f"{p} {amount / 3600:.1f}" for p, amount in result["by_priority"].items())
+              + f"; by victims that were their project's only one of their priority {result['no_choice'] / 3600:.1f}"
+              + f"; by victims that never checkpoint {result['never_checkpointed'] / 3600:.1f}")
     if y:
         print(f"least_lost_work loses {a / y:.2f} x what youngest_first loses (goal: at most 0.70)")
     return 0

@@ -18,7 +18,9 @@ Three workloads, each replayed with reservations on (the policy default) and off
 For each it prints utilisation (GPU-seconds run / GPUs x span) and the longest and 95th percentile wait by job
 size (1, 2-8, 9-32, over 32 GPUs), jobs still waiting at the end counting their wait so far. For (c), the
 bound B is the longest time limit times one plus the most gangs waiting at once: a gang waits at most for
-the running jobs' limits and the gangs ahead of it. Start estimates are judged as the share of jobs that
+the running jobs' limits and the gangs ahead of it. It also prints the share of the GPUs' time left idle on
+nodes that a holding reservation names (drained for a gang: backfill may use that room only with jobs whose
+limits end before the reserved start), the utilisation that reservations cost. Start estimates are judged as the share of jobs that
 waited whose estimate made at submission was within max(10 min, 25 % of the actual wait) of their start:
 gpud's estimate (predicted run times as the controller predicts them, gpud.prediction: the mean of the
 user's last two jobs of the same shape, capped at the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
@@ -81,6 +83,7 @@ class Replay:
     end: float = 0.0
     cycles: int = 0
     most_gangs_waiting: int = 0
+    idle_reserved_gpu_s: float = 0.0  # GPU-seconds left idle on nodes that a holding reservation names
 
 
 def nodes_for(gpus: int) -> tuple[NodeSpec, ...]:
@@ -102,6 +105,10 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
     predictor = RuntimePredictor()
     by_id = {job.id: job for job in jobs}
     ends: dict[str, float] = {}
+    used: dict[str, float] = {}  # GPUs in use by node
+    size = {node.name: float(node.gpus) for node in nodes}
+    on: dict[str, list[tuple[str, float]]] = {}  # (node, GPUs) each running job holds
+    reserved: set[str] = set()  # the nodes that holding reservations name, as the last cycle planned
     now, at, seq = jobs[0].submitted, 0, 0
     while True:
         fresh = []
@@ -119,12 +126,18 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
             done = by_id[job_id]
             predictor.record(done.user, done.gpus, done.tasks, done.runtime)
             del ends[job_id]
+            for node, gpus in on.pop(job_id, []):
+                used[node] -= gpus
         plan = scheduler.cycle(now)
         out.cycles += 1
         for bind in plan.binds:
             if bind.job not in out.starts:
                 out.starts[bind.job] = now
                 ends[bind.job] = now + by_id[bind.job].runtime
+            gpus = len(bind.placement.gpu_index) * bind.placement.gpu_share
+            used[bind.placement.node] = used.get(bind.placement.node, 0.0) + gpus
+            on.setdefault(bind.job, []).append((bind.placement.node, gpus))
+        reserved = {node for r in plan.reservations.values() if r.holds for node in r.nodes}
         for job_id in fresh:
             found = plan.reservations.get(job_id)
             if found is not None:
@@ -136,6 +149,8 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
         if not upcoming or min(upcoming) > until:
             out.end = now if not upcoming else until
             return out
+        step = min(upcoming) - now
+        out.idle_reserved_gpu_s += step * sum(size[node] - used.get(node, 0.0) for node in reserved)
         now = min(upcoming)
 
 
@@ -256,7 +271,9 @@ def run(args: argparse.Namespace) -> dict:
         result = replay(nodes_for(gpus), jobs, on)
         stats = figures(jobs, result, gpus)
         gang_waits = [result.starts.get(j.id, result.end) - j.submitted for j in jobs if j.size >= 8]
+        span = max(1.0, result.end - min(j.submitted for j in jobs))
         starvation[label] = {"gang_wait_max_s": round(max(gang_waits), 1), "utilization": stats["utilization"],
+                             "idle_on_reserved_nodes": round(result.idle_reserved_gpu_s / (gpus * span), 4),
                              "gangs_never_started": sum(1 for j in jobs if j.size >= 8 and j.id not in result.starts),
                              **{k: v for k, v in stats.items() if k.startswith("wait_")}}
         if on:
@@ -283,7 +300,8 @@ def report(out: dict) -> str:
     for label in ("with_reservations", "without_reservations"):
         e = s[label]
         lines.append(f"  {label:<22} longest gang wait {e['gang_wait_max_s']:.0f} s, utilisation "
-                     f"{e['utilization']:.3f}, gangs never started {e['gangs_never_started']}")
+                     f"{e['utilization']:.3f} (idle on nodes held for a reservation {e['idle_on_reserved_nodes']:.3f}), "
+                     f"gangs never started {e['gangs_never_started']}")
     lines.append(f"estimates, all traces: gpud {out['estimates']['gpud']}, run-to-limit "
                  f"{out['estimates']['run_to_limit']} (of {out['estimates']['judged']} jobs that waited)")
     return "\n".join(lines)

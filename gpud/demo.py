@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpud.cli.projects_cmd import projects_table
 from gpud.cli.queue_cmd import history_table, queue_table
+from gpud.controller.job_reason import UNDECIDED
 from gpud.waits import wait_event
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ WATCH_S = 0.5
 DEMO_PROJECTS = ("alice-lab", "bob-lab")
 DEMO_SLEEP_S = 4
 PLAN_TIMEOUT_S = 10.0  # for the first cycle after the node registered
-UNDECIDED = "waiting for the next scheduling cycle"
 
 
 class Api:
@@ -119,7 +119,7 @@ class Watcher:
         now_ids = set()
         for job in sorted(active, key=_job_order):
             now_ids.add(job["id"])
-            if job["state"] == "PENDING" and (job.get("reason") or "").startswith(UNDECIDED):
+            if job["state"] == "PENDING" and job.get("reason_code") == UNDECIDED:
                 continue  # not looked at by a cycle yet: its real reason comes with the next poll
             if self.seen.get(job["id"]) != job["state"]:
                 self.seen[job["id"]] = job["state"]

@@ -44,6 +44,7 @@ def gpud_placement_strategies() -> Iterable[str]:
     ``["binpack"]``); the policy may use any name some plugin returns.
     Results of all plugins are combined.
     """
+    raise NotImplementedError  # pluggy never runs a spec's body: the plugins give it
 
 
 @hookspec(firstresult=True)

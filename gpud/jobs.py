@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpud.lifecycle import PENDING, RUNNING, check_transition
+from gpud.lifecycle import PENDING, RUN_NONE, RUNNING, check_run_transition, check_transition
 from gpud.model import JobSpec, TaskPlacement, TaskRequest
 from gpud.wire.task import ExitCause
 
@@ -35,13 +35,19 @@ class TaskRun:
 
     placement: TaskPlacement | None = None
     attempt: int = -1
-    state: str = "none"          # none | starting | running | stopping | exited
+    state: str = RUN_NONE        # none | starting | running | exited: see gpud.lifecycle.RUN_TRANSITIONS
     pid: int | None = None
     exit_code: int | None = None
     term_signal: int | None = None
     reason: str = ""  # why it ended, in the node's words, for people
     since: float | None = None
     cause: ExitCause | None = None  # why it ended, as the node decided it (None until it has)
+
+    def move_to(self, state: str) -> str:
+        """Change state along an allowed edge of the task-run table; returns the edge's name."""
+        event = check_run_transition(self.state, state)
+        self.state = state
+        return event
 
 
 @dataclass(slots=True)

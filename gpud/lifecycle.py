@@ -1,4 +1,4 @@
-"""The job lifecycle: Slurm's state names and the one table of allowed transitions."""
+"""The job lifecycle and its tasks' runs: state names and the tables of allowed transitions."""
 
 from __future__ import annotations
 
@@ -46,3 +46,29 @@ def check_transition(current: str, new: str) -> str:
 def is_finished(state: str) -> bool:
     """True for the states a job never leaves."""
     return state in FINISHED
+
+
+# A task run is one incarnation of a job's task as the controller sees it (gpud.jobs.TaskRun): placed on a
+# node and to be started there, running (its node reports it), or exited (its node reported the exit). A run
+# that is stopped or whose job is requeued is not moved: it is replaced by a fresh run in RUN_NONE.
+RUN_NONE = "none"
+RUN_STARTING = "starting"
+RUN_RUNNING = "running"
+RUN_EXITED = "exited"
+RUN_STATES = (RUN_NONE, RUN_STARTING, RUN_RUNNING, RUN_EXITED)
+
+# (from, to) -> what moved the run along that edge.
+RUN_TRANSITIONS: dict[tuple[str, str], str] = {
+    (RUN_NONE, RUN_STARTING): "placed",
+    (RUN_STARTING, RUN_RUNNING): "started",
+    (RUN_STARTING, RUN_EXITED): "exited before it was seen running",
+    (RUN_RUNNING, RUN_EXITED): "exited",
+}
+
+
+def check_run_transition(current: str, new: str) -> str:
+    """The name of the task-run edge ``current`` -> ``new``; raises TransitionError when there is none."""
+    try:
+        return RUN_TRANSITIONS[(current, new)]
+    except KeyError:
+        raise TransitionError(f"a task run cannot go from {current} to {new}") from None

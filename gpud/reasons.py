@@ -18,12 +18,15 @@ NEVER_FITS = frozenset({NO_NODES, CONSTRAINT, NODE_SIZE})
 
 def waiting_text(waiting: Waiting) -> str:
     """Why a job waits, for people: its queue's standing, then its blocker."""
-    blocker, queue = waiting.blocker, waiting.queue
-    detail = blocker_text(blocker) if blocker is not None else ""
-    if queue is None:
-        return detail
-    prefix = queue_text(queue)
-    return f"{prefix}; {detail}" if detail else prefix
+    return "; ".join(waiting_clauses(waiting))
+
+
+def waiting_clauses(waiting: Waiting) -> tuple[str, ...]:
+    """Why a job waits as separate clauses: its queue's standing (when it has a queue), then its blocker."""
+    clauses = [queue_text(waiting.queue)] if waiting.queue is not None else []
+    if waiting.blocker is not None:
+        clauses.append(blocker_text(waiting.blocker))
+    return tuple(clause for clause in clauses if clause)
 
 
 def queue_text(queue: QueueReport) -> str:

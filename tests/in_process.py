@@ -127,7 +127,7 @@ class InProcessController:
         record = NodeRecord(name, pool=pool, labels=dict(labels or {}), cpus=cpus, memory_gib=memory_gib,
                             gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)])
         self.inboxes[name] = self.ctrl.links[name] = NodeInbox()
-        self.ctrl.cluster.register(record, tasks=[])
+        self.ctrl.cluster.node_messages.register(record, tasks=[])
 
     async def report(self, node: str, start: dict, state: str, exit_code: int | None = None) -> None:
         """``node`` reports the task of ``start`` (a start command it got) ``running``, or ``exited`` with
@@ -135,7 +135,7 @@ class InProcessController:
         message = {"type": "task", "job": start["job"], "task": start["task"], "attempt": start["attempt"],
                    "job_uid": start["spec"]["job_uid"], "state": state,
                    **({} if exit_code is None else {"exit_code": exit_code})}
-        self.ctrl.cluster.task_report(node, node_schema.task_report(message))
+        self.ctrl.cluster.node_messages.task_report(node, node_schema.task_report(message))
         await self.ctrl.commit()
 
     def starts(self, node: str) -> list[dict]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import gc
+import contextlib
 import math
 import json
 from typing import Any
@@ -11,29 +11,31 @@ from typing import Any
 from aiohttp import web
 
 from gpud import jsontext
-from gpud.controller import arrays, identity, job_list
+from gpud.controller import arrays, job_list
 from gpud.controller.auth import Principal, digest, new_token, token_id
 from gpud.controller.body import BodyError, parse_json, read_body
-from gpud.controller.limits import pending_refusal
-from gpud.controller.cluster import with_submitted_event
+from gpud.controller.job_reason import recorded
+from gpud.controller.job_events import with_submitted_event
 from gpud.controller.idempotency import BadKey, Claim, KeyReused, fingerprint, request_key
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
+from gpud.controller.persist import StoreError
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
+from gpud.controller.submits import SubmitRefused
 from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
 from gpud.lifecycle import ACTIVE, STATES
 from gpud.store.base import TokenRecord
-from gpud.submission import DEV_NULL, SubmitError, admit, is_job_id, read_job
+from gpud.submission import DEV_NULL, is_job_id
 
 MAX_BATCH = 10_000
 MAX_HISTORY = 10_000
 MAX_OFFSET = 1 << 62
 CHANGE_SLICE = 200
 VIEW_SLICE = 250           # job views made between two turns of the event loop
-FREEZE_AFTER = 1000
+PARSE_ASIDE_BYTES = 64 * 1024  # a body this long or longer is parsed in a thread, not on the event loop
 LOG_CHUNK = 256 * 1024
 RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long, as with Slurm's MinJobAge
 
@@ -55,7 +57,10 @@ async def read_json(request: web.Request) -> Any:
     """The request's JSON body, within the bounds of gpud/controller/body.py; 4xx naming the problem otherwise."""
     data = await body_bytes(request)
     try:
-        return parse_json(data)
+        if len(data) < PARSE_ASIDE_BYTES:
+            return parse_json(data)
+        # A batch of 2,000 jobs takes 30 ms to check and parse: the loop answers others meanwhile.
+        return await asyncio.get_running_loop().run_in_executor(None, parse_json, data)
     except BodyError as exc:
         raise ApiError(exc.status, str(exc)) from None
 
@@ -92,90 +97,19 @@ def owned(principal: Principal, job: Job) -> None:
                             f"your own jobs")
 
 
-async def submit_many(ctrl: Controller, principal: Principal, payloads: list[Any],
-                      claim: Claim | None = None, single: bool = False) -> dict[str, Any]:
-    """Check every job, then accept them all (durably) or none; returns the answer naming their ids."""
-    refused = identity.refusal(principal, local_node=ctrl.config.local_node)
-    if refused:
-        raise ApiError(403, refused)
-    cap = ctrl.cluster.largest_node()
-    submissions = []
-    for index, payload in enumerate(payloads):
-        try:
-            submissions.append(admit(read_job(payload), user=principal.user, admin=principal.admin,
-                                     policy=ctrl.policy, capacity=cap))
-            submissions[-1].job.allow_root = principal.allow_root
-        except SubmitError as exc:
-            extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
-            if len(payloads) > 1:
-                extra["index"] = index
-            raise ApiError(exc.status, str(exc), **extra) from None
-    wait = ctrl.submit_rate.take(principal.user, sum(len(s.array_indices or (0,)) for s in submissions))
-    if wait:
-        limit = f"{ctrl.config.submit_rate:g} jobs a second, {ctrl.submit_rate.burst:g} at once"
-        refusal = ApiError(429, f"too many jobs: {principal.user} may submit {limit}" +
-                           (f"; try again in {wait:.1f} s" if wait < float("inf") else ""))
-        if wait < float("inf"):
-            refusal.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
-        raise refusal
-    over = pending_refusal(ctrl.policy, ctrl.cluster.jobs.values(), submissions, principal.user)
-    if over:
-        raise ApiError(429, f"too many pending jobs: {over}")
-    targets = sorted({d.job for s in submissions for d in s.job.depends})
-    unknown = ctrl.cluster.unknown_dependencies(targets)
-    finished: dict[str, str] = {}
-    if unknown:
-        loop = asyncio.get_running_loop()
-        finished = await loop.run_in_executor(ctrl.store_executor, ctrl.store.jobs_state, unknown)
-        missing = [t for t in unknown if t not in finished]
-        if missing:
-            raise ApiError(422, f"depends on unknown job {missing[0]}", field="depends")
-    jobs: list[Job] = []
+async def submitted(ctrl: Controller, principal: Principal, payloads: list[Any], claim: Claim | None = None,
+                    single: bool = False) -> web.Response:
+    """The answer to a submit (gpud.controller.submits): 201 naming the jobs' ids, or the refusal."""
     try:
-        for part in ctrl.cluster.stage_in_parts(submissions, finished):
-            jobs.extend(part)
-            if len(jobs) >= FREEZE_AFTER:
-                gc.freeze()  # see commit_new; without it each part's collection walks every part before it
-            await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
-    except BaseException:
-        ctrl.cluster.drop(jobs)
-        raise
-    ids = [job.id for job in jobs]
-    answer: dict[str, Any] = {"ids": ids}
-    if single and ids and "_" in ids[0]:
-        answer["array_id"] = ids[0].partition("_")[0]
-    notes = [note for s in submissions for note in s.notes]
-    if notes and single:
-        answer["notes"] = notes
-    if claim is not None:
-        claim.record(ctrl.persist, 201, answer)
-    await commit_new(ctrl, jobs)
-    return answer
-
-
-async def commit_new(ctrl: Controller, jobs: list[Job]) -> None:
-    """Write staged jobs; they join the cluster once durable, and are forgotten if the write fails.
-
-    The outcome is settled when the write ends, even if the request that
-    waits for it is gone, so a job is never durable yet unknown, nor known
-    yet lost.
-    """
-    # The outcome of exactly the batch that carries these jobs (and the idempotent answer marked with them),
-    # taken now: awaiting a later flush could report another batch's success or failure.
-    flush = ctrl.persist.new_jobs(jobs)
-
-    def settle(done: asyncio.Future) -> None:
-        if done.cancelled() or done.exception() is not None:
-            ctrl.cluster.drop(jobs)
-        else:
-            ctrl.cluster.accept(jobs)
-            if len(jobs) >= FREEZE_AFTER:
-                # Long-lived from now on: keep them out of the collector's full passes, which would
-                # otherwise walk every job and stall the event loop for as long.
-                gc.freeze()
-
-    flush.add_done_callback(settle)
-    await asyncio.shield(flush)
+        return ok(await ctrl.submits.submit(principal, payloads, claim, single), 201)
+    except SubmitRefused as exc:
+        extra: dict[str, Any] = {"field": exc.field} if exc.field else {}
+        if exc.index is not None:
+            extra["index"] = exc.index
+        refusal = ApiError(exc.status, str(exc), **extra)
+        if exc.retry_after_s is not None:
+            refusal.headers["Retry-After"] = str(max(1, round(exc.retry_after_s + 0.5)))
+        raise refusal from None
 
 
 async def idempotent(request: web.Request, work: Any) -> web.StreamResponse:
@@ -200,7 +134,7 @@ async def submit(request: web.Request) -> web.StreamResponse:
 
     async def work(claim: Claim | None) -> web.Response:
         payload = await read_json(request)
-        return ok(await submit_many(ctrl, principal, [payload], claim, single=True), 201)
+        return await submitted(ctrl, principal, [payload], claim, single=True)
     return await idempotent(request, work)
 
 
@@ -213,7 +147,7 @@ async def submit_batch(request: web.Request) -> web.StreamResponse:
             raise ApiError(400, 'a batch is {"jobs": [job, ...]}')
         if not body["jobs"] or len(body["jobs"]) > MAX_BATCH:
             raise ApiError(422, f"a batch holds 1 to {MAX_BATCH} jobs, not {len(body['jobs'])}")
-        return ok(await submit_many(ctrl, principal, body["jobs"], claim), 201)
+        return await submitted(ctrl, principal, body["jobs"], claim)
     return await idempotent(request, work)
 
 
@@ -241,17 +175,18 @@ async def list_jobs(request: web.Request) -> web.Response:
         return [Job.from_record(jsontext.loads(r)) for r in records]
 
     async def read_ended() -> list[Job]:
+        await written(ctrl)
         return await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode_ended)
 
-    page, last = await job_list.select_page(ctrl.cluster.listing, read_ended if states - ACTIVE else None, states,
-                                            user, project, after, limit)
+    page, last = await job_list.select_page(ctrl.cluster.job_service.listing, read_ended if states - ACTIVE else None,
+                                            states, user, project, after, limit)
     jobs = []
     for start in range(0, len(page), VIEW_SLICE):
         for job in page[start:start + VIEW_SLICE]:
             active = job.id in ctrl.cluster.jobs
-            view = job_view(job, ctrl.cluster.reason_of(job) if active else job.reason, ctrl.cluster.nodes, now,
-                            ctrl.cluster.policy.time_slicing)
-            jobs.append(visible(principal, job, {**view, **ctrl.cluster.start_of(job)} if active else view))
+            reason = ctrl.cluster.waits.reason(job) if active else recorded(job.reason)
+            view = job_view(job, reason, ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
+            jobs.append(visible(principal, job, {**view, **ctrl.cluster.waits.start_of(job)} if active else view))
         await asyncio.sleep(0)
     answer = {"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs),
               "next_cursor": job_list.encode_cursor(last) if last is not None else None}
@@ -263,14 +198,14 @@ async def show_job(request: web.Request) -> web.Response:
     elements = await arrays.array_elements(ctrl, request.match_info["id"])
     if elements:
         now = ctrl.clock()
-        base = job_view(elements[0], ctrl.cluster.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], ctrl.cluster.waits.reason(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = {**arrays.array_view(base, elements, ctrl.cluster, now), "events": []}
         return ok(visible(request[PRINCIPAL], elements[0], view))
     job = await find_job(ctrl, request.match_info["id"])
-    view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, ctrl.clock(),
+    view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, ctrl.clock(),
                     ctrl.cluster.policy.time_slicing)
-    view.update(ctrl.cluster.start_of(job))
+    view.update(ctrl.cluster.waits.start_of(job))
     loop = asyncio.get_running_loop()
     events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
     view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
@@ -297,7 +232,7 @@ async def change_jobs(request: web.Request) -> web.Response:
     job_id, verb = request.match_info["id"], request.match_info["verb"]
     if not is_job_id(job_id):
         raise ApiError(404, f"no job {job_id!r}: job ids look like 42 or 42_7")
-    jobs = ctrl.cluster.select(job_id)
+    jobs = ctrl.cluster.job_service.select(job_id)
     if not jobs:
         if ctrl.store_executor and await _stored(ctrl, job_id) is not None:
             raise ApiError(409, f"job {job_id} has already ended")
@@ -317,7 +252,7 @@ async def change_jobs(request: web.Request) -> web.Response:
     changed: list[str] = []
     # In slices, each made durable before the next: a 100,000-element array never holds the event loop long.
     for start in range(0, len(jobs), CHANGE_SLICE):
-        changed.extend(ctrl.cluster.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
+        changed.extend(ctrl.cluster.job_service.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
         await ctrl.commit()
     if not changed and verb != "cancel":
         state = "held" if verb == "hold" else "not held"
@@ -338,12 +273,13 @@ async def history(request: web.Request) -> web.Response:
         raise ApiError(422, "since must be a finite Unix time", field="since")
     if not 1 <= limit <= MAX_HISTORY:
         raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
                                                         project=query.get("project"), limit=limit))
     now = ctrl.clock()
-    jobs = [visible(principal, job, job_view(job, job.reason, ctrl.cluster.nodes, now,
+    jobs = [visible(principal, job, job_view(job, recorded(job.reason), ctrl.cluster.nodes, now,
                                              ctrl.cluster.policy.time_slicing))
             for job in (Job.from_record(jsontext.loads(r)) for r in records)]
     return ok({"jobs": jobs})
@@ -353,7 +289,7 @@ async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     now = ctrl.clock()
     used, held = gpu_use(ctrl), host_use(ctrl)
-    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now,
+    return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
                                    held.get(name, (0.0, 0.0)))
                          for name, node in sorted(ctrl.cluster.nodes.items())]})
 
@@ -394,11 +330,11 @@ async def change_node(request: web.Request) -> web.Response:
         reason = body.get("reason") if isinstance(body, dict) else None
         if not isinstance(reason, str) or not reason.strip():
             raise ApiError(422, "say why the node is drained: {\"reason\": \"...\"}", field="reason")
-        ctrl.cluster.drain(node, reason.strip(), principal.user)
+        ctrl.cluster.node_messages.drain(node, reason.strip(), principal.user)
     else:
-        ctrl.cluster.resume(node, principal.user)
+        ctrl.cluster.node_messages.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.wanted.get(name)), ctrl.clock(),
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), ctrl.clock(),
                         host_use(ctrl).get(name, (0.0, 0.0))))
 
 
@@ -628,7 +564,19 @@ async def find_job(ctrl: Controller, job_id: str) -> Job:
     return Job.from_record(jsontext.loads(record))
 
 
+async def written(ctrl: Controller) -> None:
+    """Return once what the controller has done so far is in the store, so that a read of the store sees it.
+
+    A job that ends leaves the active jobs at once and reaches the store
+    with the next batch; a read in between would find it nowhere. A batch
+    the store refused is no reason to refuse the read: it sees what is there.
+    """
+    with contextlib.suppress(StoreError):
+        await ctrl.persist.flush()
+
+
 async def _stored(ctrl: Controller, job_id: str) -> str | None:
+    await written(ctrl)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctrl.store_executor, ctrl.store.job, job_id)
 

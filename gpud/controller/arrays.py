@@ -7,6 +7,7 @@ from collections import Counter
 
 from gpud import jsontext
 from gpud.controller.cluster import Cluster
+from gpud.controller.job_reason import recorded
 from gpud.jobs import Job, gpus_of
 from gpud.lifecycle import ACTIVE, COMPLETED, PENDING, RUNNING, STATES
 
@@ -25,7 +26,7 @@ async def array_elements(ctrl, array_id: str) -> list[Job]:
     """
     if "_" in array_id or array_id in ctrl.cluster.jobs:
         return []
-    live = {job.id: job for job in ctrl.cluster.select(array_id) if job.array_id == array_id}
+    live = {job.id: job for job in ctrl.cluster.job_service.select(array_id) if job.array_id == array_id}
     records: list[str] = []
     if ctrl.store_executor is not None:
         loop = asyncio.get_running_loop()
@@ -84,8 +85,9 @@ def array_view(base: dict, elements: list[Job], cluster: Cluster, now: float) ->
     waiting = first_waiting(elements)
     started = [job.started for job in elements if job.started]
     ended = [job.ended for job in elements if job.ended]
+    reason = cluster.waits.reason(waiting) if waiting.state == PENDING else recorded("")
     return {**base, "id": array["id"], "state": array["state"],
-            "reason": cluster.reason_of(waiting) if waiting.state == PENDING else "",
+            "reason": reason.text, "reason_code": reason.code, "reason_short": reason.short,
             "array_index": None, "array": array, "placements": [],
             "nodes": list(dict.fromkeys(n for job in elements if job.state == RUNNING for n in job.nodes())),
             "started": min(started) if started else None,
@@ -93,7 +95,7 @@ def array_view(base: dict, elements: list[Job], cluster: Cluster, now: float) ->
             "exit_code": None, "term_signal": None,
             "restart_count": sum(job.restart_count for job in elements),
             "gpu_hours": round(sum(_gpu_seconds(job, now) for job in elements) / 3600.0, 6),
-            "elements": [element_row(job, cluster.reason_of(job), now) for job in elements]}
+            "elements": [element_row(job, cluster.waits.reason_of(job), now) for job in elements]}
 
 
 def _gpu_seconds(job: Job, now: float) -> float:
@@ -109,7 +111,7 @@ async def listed_arrays(ctrl, jobs: list[dict]) -> dict[str, dict]:
             live.setdefault(job["array_id"], Counter())
     for array_id, counts in live.items():
         jobs = ctrl.cluster.jobs
-        ids = list(ctrl.cluster.arrays.get(array_id, ()))
+        ids = list(ctrl.cluster.job_service.arrays.get(array_id, ()))
         for start in range(0, len(ids), COUNT_SLICE):  # a 100,000-element array is counted a slice at a time
             counts.update([jobs[i].state for i in ids[start:start + COUNT_SLICE] if i in jobs])
             await asyncio.sleep(0)

@@ -44,11 +44,11 @@ async def record_checkpoint(request: web.Request) -> web.Response:
         owned(principal, job)
     elif principal.checkpoint_job != job.id:
         raise ApiError(403, "this checkpoint credential is another job's")
-    told = job.id in ctrl.cluster.preemptions.told
+    told = job.id in ctrl.cluster.plans.preemptions.told
     if job.state != RUNNING and not (job.state == PENDING and told):
         raise ApiError(409, f"job {job.id} is {job.state}: only a running job records checkpoints")
     at = time.time()
-    ctrl.cluster.checkpointed(job, at, COMMAND)
+    ctrl.cluster.plans.checkpointed(job, at, COMMAND)
     await ctrl.commit()
     return ok({"job": job.id, "at": at, "checkpoints": len(job.checkpoints), "stopped_now": told}, 201)
 

@@ -67,21 +67,46 @@ class CoreSync:
                       ) -> Callable[[], Scheduler]:
         """As :meth:`prepare`, but what costs (building the scheduler anew, applying the queued operations) is
         left to the call returned, which may run in the cycle's thread: what it needs is read here."""
-        usage = {} if usage is None else usage
+        ops, anew = self.begin()
+        if anew:
+            return self.build_later(tuple(nodes), tuple(specs()), now, usage)
+        return self.apply_later(ops, usage)
+
+    def begin(self) -> tuple[list[tuple[str, str, JobSpec | None]], bool]:
+        """Begin preparing a cycle: the operations queued for it, and whether the scheduler is to be built anew.
+
+        From here on, what changes is queued for the next cycle, and the jobs
+        it touches are left out of this cycle's plan (:meth:`finished`); a
+        change of the nodes voids the plan. So the caller may read the
+        snapshot to build anew a piece at a time, letting others change the
+        cluster meanwhile, and pass it to :meth:`build_later`.
+        """
         ops, self.ops = self.ops, []
         self.touched = set()
         self.running = True
-        if self.rebuild_needed or self.scheduler is None:
-            snapshot = Snapshot(tuple(nodes), tuple(specs()), now, usage)
-            policy, pm = self.policy, self.pm
+        anew = self.rebuild_needed or self.scheduler is None
+        if anew:
             self.rebuild_needed = False
             self.scheduler = None
+        return ops, anew
 
-            def build() -> Scheduler:
-                self.scheduler = Scheduler(snapshot, policy, pm)
-                return self.scheduler
-            return build
+    def build_later(self, nodes: tuple[NodeSpec, ...], specs: tuple[JobSpec, ...], now: float,
+                    usage: Mapping[tuple[str, str, str], float] | None = None) -> Callable[[], Scheduler]:
+        """The call that builds the scheduler anew from these nodes and jobs (after :meth:`begin` said to)."""
+        snapshot = Snapshot(nodes, specs, now, {} if usage is None else usage)
+        policy, pm = self.policy, self.pm
+
+        def build() -> Scheduler:
+            self.scheduler = Scheduler(snapshot, policy, pm)
+            return self.scheduler
+        return build
+
+    def apply_later(self, ops: list[tuple[str, str, JobSpec | None]],
+                    usage: Mapping[tuple[str, str, str], float] | None = None) -> Callable[[], Scheduler]:
+        """The call that applies the operations :meth:`begin` gave to the warm scheduler."""
         scheduler = self.scheduler
+        assert scheduler is not None, "a warm scheduler takes the operations; begin said to build anew"
+        usage = {} if usage is None else usage
 
         def apply() -> Scheduler:
             scheduler.set_usage(usage)

@@ -395,7 +395,7 @@ class Hub:
                 terminal.exit = {"type": "ended", "reason": reason}
                 terminal.tell(terminal.exit)
                 terminal.tell(None)
-        self.ctrl.cluster.end(job, CANCELLED, reason, stop_reason=stop_reason)
+        self.ctrl.cluster.job_service.end(job, CANCELLED, reason, stop_reason=stop_reason)
         log.info("job %s ended: %s", job.id, reason)
         self.forget(job.id)
 

@@ -8,10 +8,24 @@ from typing import Any
 
 from gpud.jobs import Job
 from gpud.lifecycle import is_finished
+from gpud.store import Event
 
 log = logging.getLogger("gpud.controller")
 # The controller's event kinds that are lifecycle events of the hook; a finished state is "finished".
 HOOK_EVENTS = {"submitted": "submitted", "started": "started", "preempted": "preempted"}
+SUBMITTED = "submitted"
+
+
+def submitted_message(job: Job) -> str:
+    """What the submitted event of ``job`` says."""
+    return f"submitted by {job.user} to project {job.project}"
+
+
+def with_submitted_event(job: Job, events: list[Event]) -> list[Event]:
+    """The job's stored events with its submitted event first (made from the record unless stored, as it was once)."""
+    if any(event.kind == SUBMITTED for event in events):
+        return events
+    return [Event(job.submitted, SUBMITTED, submitted_message(job), job.id), *events]
 
 
 def hook_event(kind: str, job: Job) -> str | None:

@@ -21,7 +21,7 @@ def render(ctrl: Controller) -> str:
     lines += metric("gpud_jobs", "gauge", "Active jobs by state and project.",
                     [({"state": s, "project": p}, n) for (s, p), n in sorted(by_state.items())])
     lines += metric("gpud_jobs_finished_total", "counter", "Jobs ended since the controller started, by state.",
-                    [({"state": s}, cluster.finished_by_state.get(s, 0)) for s in STATES
+                    [({"state": s}, cluster.job_service.finished_by_state.get(s, 0)) for s in STATES
                      if s not in ("PENDING", "RUNNING")])
     allocated = cast("dict[tuple[str, str], float]", Counter())  # GPUs, some of them fractions
     for job in cluster.jobs.values():
@@ -53,11 +53,11 @@ def render(ctrl: Controller) -> str:
     lines += metric("gpud_queue_quota_gpus", "gauge", "Each queue's GPU quota.",
                     [({"queue": q.name, "kind": q.kind, "pool": q.pool}, q.quota.gpu) for q in queues])
     lines += metric("gpud_evictions_total", "counter", "Evictions by rule since the controller started.",
-                    [({"rule": r}, n) for r, n in sorted(cluster.evictions_by_rule.items())])
+                    [({"rule": r}, n) for r, n in sorted(cluster.plans.evictions_by_rule.items())])
     lines += metric("gpud_preemption_lost_gpu_seconds_total", "counter",
                     "GPU-seconds preempted jobs had run since their last checkpoint when stopped, by project, "
                     "since the controller started.",
-                    [({"project": p}, s) for p, s in sorted(cluster.preemptions.lost_by_project.items())])
+                    [({"project": p}, s) for p, s in sorted(cluster.plans.preemptions.lost_by_project.items())])
     lines += ctrl.cycle_seconds.render()
     lines += ctrl.api_seconds.render()
     lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",

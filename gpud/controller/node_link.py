@@ -129,7 +129,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                                   "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
                     await channel.send_str(jsontext.dumps(registered))
                     ctrl.links[name] = channel
-                    ctrl.cluster.register(node, tasks, checkpoints=_checkpoints(message))
+                    ctrl.cluster.node_messages.register(node, tasks, checkpoints=_checkpoints(message))
                     gpus_seen, tasks_seen = message.get("gpus", []), tasks
                 elif name is None:
                     raise ValueError("register first")
@@ -141,24 +141,24 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
                     tasks_seen = tasks
                     if gpus is not None:
                         gpus_seen = message["gpus"]
-                    made = ctrl.cluster.commands_made
-                    ctrl.cluster.heartbeat(name, gpus, tasks)
+                    made = ctrl.cluster.outbox.made
+                    ctrl.cluster.node_messages.heartbeat(name, gpus, tasks)
                     if "seq" in message:
                         await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
                                                                **_lease(ctrl)}))
-                    if ctrl.cluster.commands_made == made:
+                    if ctrl.cluster.outbox.made == made:
                         ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
                         continue
                 elif kind == "task":
                     node_schema.task_report(message, "task")
                     ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
-                    if not ctrl.cluster.task_report(name, message):
+                    if not ctrl.cluster.node_messages.task_report(name, message):
                         continue  # nothing waits for its changes to be durable
                 elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
                     hub_of(ctrl).from_node(name, message)
                     continue
                 elif kind == "checkpointed":
-                    if not ctrl.cluster.checkpoint_marked(name, message):
+                    if not ctrl.cluster.plans.checkpoint_marked(name, message):
                         continue
                 elif kind == "log":
                     future = ctrl.log_requests.get(str(message.get("request")))
@@ -175,7 +175,7 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]
-            ctrl.cluster.disconnected(name)
+            ctrl.cluster.node_messages.disconnected(name)
 
 
 def _checkpoints(message: dict) -> list[str]:

@@ -1,29 +1,86 @@
 """The node side of the controller's state machine: registrations, heartbeats, task reports, silent nodes.
 
-A mixin of ``Cluster`` (gpud/controller/cluster.py), whose state it reads
-and changes: like the rest of the cluster it does no I/O, it marks changes
-on the persister and leaves commands for the nodes in ``outbox``.
+Like the rest of the cluster it does no I/O: it marks changes on the
+persister and leaves commands for the nodes in the outbox. What a node's
+news does to a job (ended, requeued, unblocked) is the job service's move.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
+from gpud.controller.completing import Completing
+from gpud.controller.core_sync import CoreSync
+from gpud.controller.event_log import EventLog
+from gpud.controller.job_service import JobService
 from gpud.controller.nodes import DOWN, UP, NodeRecord, incarnation_key
 from gpud.controller.node_commands import ack_command, stop_command
+from gpud.controller.outbox import Outbox
+from gpud.controller.persist import Persister
 from gpud.controller.task_exits import Outcome, exit_text, outcome, reported_cause
+from gpud.controller.task_runs import TaskRuns
 from gpud.jobs import Job, TaskRun, job_uid
-from gpud.lifecycle import COMPLETED, FAILED, NODE_FAIL, PENDING, TIMEOUT
+from gpud.lifecycle import COMPLETED, FAILED, RUN_EXITED, RUN_RUNNING, TIMEOUT
+from gpud.policy import Policy
+from gpud.submission import Capacity
 
 log = logging.getLogger("gpud.controller")
-RESEND_START_AFTER_S = 5.0
 # After a silent node's lease and grace period, how long more its jobs wait before they run elsewhere: the
 # node's supervisors need a moment to notice the lease ran out and to kill what ignored the stop signal.
 FENCE_MARGIN_S = 2.0
 
 
 class NodeMessages:
-    """What the cluster does when nodes speak (or fall silent); see the module docstring."""
+    """The nodes, and what the cluster does when they speak (or fall silent); see the module docstring."""
+
+    def __init__(self, nodes: dict[str, NodeRecord], jobs: dict[str, Job], job_service: JobService,
+                 runs: TaskRuns, events: EventLog, outbox: Outbox, core: CoreSync, persist: Persister,
+                 clock: Callable[[], float], policy: Callable[[], Policy], completing: Completing,
+                 fenced: dict[str, tuple[float, str]], wake: Callable[[], None]) -> None:
+        self.nodes = nodes
+        self.jobs = jobs
+        self.job_service = job_service
+        self.runs = runs
+        self.events = events
+        self.outbox = outbox
+        self.core = core
+        self.persist = persist
+        self.clock = clock
+        self.policy = policy
+        self.completing = completing
+        self.fenced = fenced
+        self.wake = wake
+        self._largest: Capacity | None = None  # the largest node's resources, until a node changes
+
+    def restore(self, nodes: list[NodeRecord], now: float) -> None:
+        """Take back the nodes the store held: each waits to register again, what it was stopping still counts."""
+        for node in nodes:
+            node.last_seen = now
+            self.nodes[node.name] = node
+            for key in node.stopping:
+                self.completing.add(node.name, key, now)
+        self.nodes_changed()
+
+    def nodes_changed(self) -> None:
+        """A node was added or its resources changed: the largest node is worked out again when asked."""
+        self._largest = None
+
+    def largest_node(self) -> Capacity:
+        """The largest resources any node has (None everywhere when no node ever registered).
+
+        Worked out once per change of the nodes, not per submit: a cluster
+        of a thousand nodes would otherwise walk them all for every job.
+        """
+        if self._largest is None:
+            nodes = list(self.nodes.values())
+            self._largest = Capacity() if not nodes else Capacity(
+                max_gpus=max(len(n.gpus) for n in nodes),
+                max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
+                max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
+                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})),
+                sized=_sized(nodes))
+        return self._largest
 
     def register(self, node: NodeRecord, tasks: list[dict], checkpoints: list[str] | None = None) -> None:
         """A node (re)registered with its inventory and its tasks: reconcile both ways.
@@ -38,23 +95,24 @@ class NodeMessages:
         if known is not None:
             node.drain, node.drain_reason, node.stopping = known.drain, known.drain_reason, known.stopping
             if known.state == DOWN:
-                self._event("node up", f"registered again after {now - known.last_seen:.0f} s of silence",
-                            node=node.name)
+                self.events.record("node up", f"registered again after {now - known.last_seen:.0f} s of silence",
+                                   node=node.name)
         node.reason = node.drain_reason if node.drain else ""
         node.state, node.last_seen, node.registered = UP, now, now
         if known is None or known.inventory() != node.inventory():
             self.core.rebuild()
         self.nodes[node.name] = node
         self.nodes_changed()
-        self.connected.add(node.name)
-        self._event("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs", node=node.name)
+        self.runs.connected.add(node.name)
+        self.events.record("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs",
+                           node=node.name)
         self.persist.node(node.name, node.to_json)
         self.reconcile(node.name, tasks, fresh=True)
         if checkpoints:
             live = {job_uid(job) for job in self.jobs.values()}
             for uid in checkpoints:
                 if uid not in live:
-                    self._command(node.name, {"type": "purge", "job": "", "job_uid": uid})
+                    self.outbox.put(node.name, {"type": "purge", "job": "", "job_uid": uid})
         self.wake()
 
     def heartbeat(self, name: str, gpus: list | None, tasks: list[dict]) -> None:
@@ -84,24 +142,24 @@ class NodeMessages:
             reported.add(key)
             if fresh and key in node.stopping and report.get("state") != "exited":
                 # The stop may have gone out while the node was away: a node that registers hears it again.
-                self._command(name, stop_command(str(report.get("job")), int(report.get("task", -1)),
-                                             int(report.get("attempt", -1)), "stopped", self.policy.grace_period_s,
-                                             str(report.get("job_uid") or "")))
+                self.outbox.put(name, stop_command(str(report.get("job")), int(report.get("task", -1)),
+                                                   int(report.get("attempt", -1)), "stopped",
+                                                   self.policy().grace_period_s, str(report.get("job_uid") or "")))
             self.task_report(name, report)
         for key in [k for k in node.stopping if k not in reported]:
             del node.stopping[key]
             self.persist.node(name, node.to_json)
             self.stopping_ended(name, key)
-        for key, (job_id, task) in list(self.wanted[name].items()):
-            if key in reported or key in self.unsent[name]:
-                continue
+        for key, (job_id, task) in list(self.runs.wanted[name].items()):
+            if key in reported or key in self.runs.unsent[name] or key not in self.runs.wanted[name]:
+                continue  # the last: a task of a job that an earlier one of this walk requeued or ended
             job = self.jobs[job_id]
             run = job.runs[task]
-            if run.state == "running":
-                self._lost(job, f"node {name} no longer runs task {task}")
-            elif fresh or now - self.sent_at.get(key, 0.0) > self.resend_start_after_s:
-                self.unsent[name][key] = now
-        self._send_starts(name)
+            if run.state == RUN_RUNNING:
+                self.job_service.lost(job, f"node {name} no longer runs task {task}")
+            elif fresh or now - self.runs.sent_at.get(key, 0.0) > self.runs.resend_start_after_s:
+                self.runs.unsent[name][key] = now
+        self.runs.send_starts(name)
 
     def _report_key(self, report: dict) -> str:
         """The incarnation key of a reported task; a task of another job given the same id (its job uid
@@ -145,37 +203,41 @@ class NodeMessages:
             if exited:
                 del node.stopping[key]
                 self.persist.node(name, node.to_json)
-                self._command(name, ack_command(job_id, task, attempt, uid))
+                self.outbox.put(name, ack_command(job_id, task, attempt, uid))
                 self.stopping_ended(name, key)
-                self._send_starts(name)
+                self.runs.send_starts(name)
             return exited
         run = job.runs[task] if job is not None and 0 <= task < job.tasks else None
-        if run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
+        if job is None or run is None or run.attempt != attempt or run.placement is None or run.placement.node != name:
             if exited:
-                self._command(name, ack_command(job_id, task, attempt, uid))
+                self.outbox.put(name, ack_command(job_id, task, attempt, uid))
             else:
                 node.stopping[key] = []
                 # A copy of an active job the controller did not know of (a node back from silence): the job
                 # starts nowhere else until this copy has ended.
                 self.completing.add(name, key, self.clock())
-                self._command(name, stop_command(job_id, task, attempt, "not wanted", self.policy.grace_period_s, uid))
+                self.outbox.put(name, stop_command(job_id, task, attempt, "not wanted",
+                                                   self.policy().grace_period_s, uid))
             return True
-        if run.state == "exited":
-            self._command(name, ack_command(job_id, task, attempt, uid))
+        if run.state == RUN_EXITED:
+            self.outbox.put(name, ack_command(job_id, task, attempt, uid))
             return True
         if not exited:
             _add_gpu_sample(job, report)
-            if run.state != "running" or run.pid != report.get("pid"):
-                run.state, run.pid = "running", report.get("pid")
-                self.unsent[name].pop(key, None)
+            if run.state != RUN_RUNNING or run.pid != report.get("pid"):
+                if run.state != RUN_RUNNING:
+                    run.move_to(RUN_RUNNING)
+                run.pid = report.get("pid")
+                self.runs.unsent[name].pop(key, None)
                 self.persist.job(job)
                 self.persist.flush_soon()
             return False
-        run.state, run.exit_code, run.term_signal = "exited", report.get("exit_code"), report.get("term_signal")
+        run.move_to(RUN_EXITED)
+        run.exit_code, run.term_signal = report.get("exit_code"), report.get("term_signal")
         run.reason, run.cause = str(report.get("reason") or ""), reported_cause(report)
-        self.wanted[name].pop(key, None)
-        self.unsent[name].pop(key, None)
-        self._command(name, ack_command(job_id, task, attempt, uid))
+        self.runs.wanted[name].pop(key, None)
+        self.runs.unsent[name].pop(key, None)
+        self.outbox.put(name, ack_command(job_id, task, attempt, uid))
         self._task_exited(job, task, run, self._exit_time(report.get("ended"), run))
         return True
 
@@ -188,22 +250,22 @@ class NodeMessages:
 
     def _task_exited(self, job: Job, task: int, run: TaskRun, ended: float) -> None:
         self.persist.job(job)
-        self._account(job, run, until=ended)
+        self.runs.account(job, run, until=ended)
         detail, fate = exit_text(run), outcome(run)
         if fate is Outcome.NODE_FAULT:
-            self._lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {detail}")
+            self.job_service.lost(job, f"node {run.placement.node if run.placement else '?'}: task {task} {detail}")
         elif fate is Outcome.TIMEOUT:
-            self._finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run, ended=ended)
+            self.job_service.finish(job, TIMEOUT, f"task {task} reached the time limit", exit_from=run, ended=ended)
         elif fate is Outcome.FAILED:
-            self._finish(job, FAILED, f"task {task} {detail}", exit_from=run, ended=ended)
-        elif all(r.state == "exited" for r in job.runs if r.placement is not None):
-            self._finish(job, COMPLETED, "", exit_from=run, ended=ended)
+            self.job_service.finish(job, FAILED, f"task {task} {detail}", exit_from=run, ended=ended)
+        elif all(r.state == RUN_EXITED for r in job.runs if r.placement is not None):
+            self.job_service.finish(job, COMPLETED, "", exit_from=run, ended=ended)
         else:
-            self._event("task exited", f"task {task} {detail}", job=job.id)
+            self.events.record("task exited", f"task {task} {detail}", job=job.id)
 
     def disconnected(self, name: str) -> None:
         """The node's connection closed; it is marked down only when the timeout passes."""
-        self.connected.discard(name)
+        self.runs.connected.discard(name)
 
     def check_nodes(self, timeout_s: float) -> None:
         """Mark nodes silent for ``timeout_s`` (their lease) down; their jobs are requeued or failed, whole gangs
@@ -214,36 +276,26 @@ class NodeMessages:
         now = self.clock()
         for node in self.nodes.values():
             if node.state != DOWN and now - node.last_seen > timeout_s:
-                fenced_at = node.last_seen + timeout_s + self.policy.grace_period_s + FENCE_MARGIN_S
+                fenced_at = node.last_seen + timeout_s + self.policy().grace_period_s + FENCE_MARGIN_S
                 self._node_down(node, f"no heartbeat for {now - node.last_seen:.0f} s", fenced_at)
         for job_id, (until, _) in list(self.fenced.items()):
             if until <= now:
                 del self.fenced[job_id]
-                self.unblock(job_id)
+                self.job_service.unblock(job_id)
 
     def stopping_ended(self, name: str, key: str) -> None:
         """Incarnation ``key`` that node ``name`` was stopping is gone: once its job has nothing left stopping,
         the job may be scheduled again, and its starts held back meanwhile go out."""
         job_id = self.completing.ended(name, key)
         if job_id is not None:
-            self.unblock(job_id)
-
-    def unblock(self, job_id: str) -> None:
-        """The job no longer waits for an earlier copy of itself (or for a silent node's lease) unless it still
-        does for another: it may be scheduled, and the starts held back meanwhile go out."""
-        job = self.jobs.get(job_id)
-        if job is None or job_id in self.completing or job_id in self.fenced:
-            return
-        self._sync_core(job)
-        for node in sorted({run.placement.node for run in job.runs if run.placement is not None}):
-            self._send_starts(node)
-        self.wake()
+            self.job_service.unblock(job_id)
 
     def _node_up(self, node: NodeRecord, now: float) -> None:
         """A down node speaks again: it takes work, and the reason it was down is gone."""
-        self._event("node up", f"heartbeats again after {now - node.last_seen:.0f} s of silence", node=node.name)
+        self.events.record("node up", f"heartbeats again after {now - node.last_seen:.0f} s of silence",
+                           node=node.name)
         node.state, node.reason = UP, node.drain_reason if node.drain else ""
-        self.connected.add(node.name)
+        self.runs.connected.add(node.name)
         self.nodes_changed()
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
@@ -251,9 +303,9 @@ class NodeMessages:
 
     def _node_down(self, node: NodeRecord, reason: str, fenced_at: float | None = None) -> None:
         node.state, node.reason = DOWN, reason
-        self.connected.discard(node.name)
-        self._event("node down", reason, node=node.name)
-        for job_id in {job_id for job_id, _ in self.wanted[node.name].values()}:
+        self.runs.connected.discard(node.name)
+        self.events.record("node down", reason, node=node.name)
+        for job_id in {job_id for job_id, _ in self.runs.wanted[node.name].values()}:
             job = self.jobs.get(job_id)
             if job is not None:
                 if fenced_at is not None:
@@ -261,9 +313,8 @@ class NodeMessages:
                     # not start anywhere before that is surely over.
                     until, _ = self.fenced.get(job_id, (0.0, ""))
                     self.fenced[job_id] = (max(until, fenced_at), node.name)
-                self._lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
-        self.wanted.pop(node.name, None)
-        self.unsent.pop(node.name, None)
+                self.job_service.lost(job, f"node {node.name} is down ({reason})", dead_node=node.name)
+        self.runs.forget_node(node.name)
         for job_id, key in self.completing.on_node(node.name):
             # What the silent node was stopping is certainly over only once its own lease has stopped it.
             if fenced_at is not None and job_id in self.jobs:
@@ -275,28 +326,12 @@ class NodeMessages:
         self.core.rebuild()
         self.wake()
 
-    def _lost(self, job: Job, reason: str, dead_node: str | None = None) -> None:
-        """A job lost tasks to a node: requeue it whole (preemptible, requeue on) or end it NODE_FAIL."""
-        if job.priority < 100 and job.requeue:
-            for task in range(job.tasks):
-                self._stop_run(job, task, "node failure", dead_node=dead_node)
-            job.move_to(PENDING, at=self.clock())
-            job.restart_count += 1
-            job.reason = f"requeued: {reason}"
-            self._event("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
-            self.persist.job(job)
-            self.core.remove(job.id)
-            self._sync_core(job)
-            self.wake()
-        else:
-            self._finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
-
     def drain(self, node: NodeRecord, reason: str, by: str) -> None:
         """No new work on the node; running jobs finish."""
         node.drain, node.drain_reason = True, reason
         if node.state != DOWN:
             node.reason = reason
-        self._event("drained", f"drained by {by}: {reason}", node=node.name)
+        self.events.record("drained", f"drained by {by}: {reason}", node=node.name)
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
 
@@ -305,7 +340,7 @@ class NodeMessages:
         node.drain, node.drain_reason = False, ""
         if node.state != DOWN:
             node.reason = ""
-        self._event("resumed", f"resumed by {by}", node=node.name)
+        self.events.record("resumed", f"resumed by {by}", node=node.name)
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
         self.wake()
@@ -330,3 +365,15 @@ def _add_gpu_sample(job: Job, report: dict) -> None:
         job.gpu_util_samples += 1
     if isinstance(memory, (int, float)) and not isinstance(memory, bool) and 0 <= memory < 1e6:
         job.gpu_memory_peak_gib = max(job.gpu_memory_peak_gib or 0.0, float(memory))
+
+
+def _sized(nodes: list[NodeRecord]) -> tuple:
+    """Each distinct set of node labels with the largest sizes a node carrying it has."""
+    largest: dict[tuple, tuple[int, float, float, float]] = {}
+    for node in nodes:
+        labels = tuple(sorted(node.labels.items()))
+        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+        old = largest.get(labels)
+        largest[labels] = size if old is None else (max(old[0], size[0]), max(old[1], size[1]),
+                                                    max(old[2], size[2]), max(old[3], size[3]))
+    return tuple((labels, *size) for labels, size in sorted(largest.items()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpud import __version__
+from gpud.controller.job_reason import REASON_CODES
 from gpud.lifecycle import STATES
 from gpud.wire.job import job_request_schema
 
@@ -43,7 +44,7 @@ JOB_OUT = {
     "type": "object", "required": ["id", "name", "user", "project", "state", "reason"],
     "properties": {
         "id": STR, "name": STR, "user": STR, "project": STR, "state": {"enum": list(STATES)}, "reason": STR,
-        "priority_class": STR, "priority": NUM, "gpus": NUM, "gpu_memory_gib": _nullable(NUM), "tasks": INT,
+        "reason_code": _nullable({"enum": list(REASON_CODES)}), "reason_short": STR, "priority_class": STR, "priority": NUM, "gpus": NUM, "gpu_memory_gib": _nullable(NUM), "tasks": INT,
         "min_tasks": _nullable(INT), "cpus": NUM, "memory_gib": NUM, "constraint": STR_MAP,
         "pool": _nullable(STR), "workdir": _nullable(STR), "command": _nullable(STRINGS),
         "script": _nullable(STR), "env": _nullable(STR_MAP), "time_limit_s": _nullable(NUM), "array_id": _nullable(STR), "array_index": _nullable(INT),

@@ -17,6 +17,7 @@ from gpud.store import Event, Fenced, Store, TokenRecord, WriteBatch
 
 INLINE_WRITE_S = 0.001
 INLINE_ROWS = 256          # a batch larger than this is written in the store's thread, however fast the disk
+ROWS_PER_SLICE = 256  # rows made on the event loop between two of its turns (about 5 ms of work)
 FLUSH_SOON_S = 0.02  # how long a change nobody waits for may stay in memory only
 log = logging.getLogger("gpud.controller")
 
@@ -178,8 +179,8 @@ class Persister:
                 if not self._dirty():         # everything marked for it went with an earlier batch
                     outcome.set_result(None)
                     continue
-                batch, taken, new = self._take()
-                self._flying = outcome
+                self._flying = outcome        # a flush from here on, with nothing newer marked, waits for it
+                batch, taken, new = await self._take()
                 began = time.perf_counter()
                 try:
                     if self.last_write_s < INLINE_WRITE_S and len(batch.jobs) + len(new) <= INLINE_ROWS:
@@ -214,11 +215,18 @@ class Persister:
                                                      "durable"))
             self._flying = self._next = None
 
-    def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict], list[Job]]:
+    async def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict], list[Job]]:
+        """What is marked now, as the next batch's rows; everything marked from here on goes in a later batch.
+
+        The rows of changed jobs and nodes are made here, on the event loop (the loop changes those
+        objects, so no other thread may read them): a few hundred at a time, the loop free between, so
+        the rows of 16,000 jobs just started hold it for no longer than those of a few hundred. A
+        record made after a later change holds that change too, which is marked again for the next
+        batch anyway.
+        """
         batch = WriteBatch()
-        batch.jobs = job_rows(self._jobs.values())
+        jobs, nodes = list(self._jobs.values()), list(self._nodes.items())
         new = list(self._new.values())
-        batch.nodes = [(name, to_json()) for name, to_json in self._nodes.items()]
         batch.events = [Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job), e.node and _text(e.node))
                         for e in self._events]
         batch.tokens = [t for t in self._tokens if _storable(t.user)]
@@ -226,6 +234,14 @@ class Persister:
         taken = (self._jobs, self._nodes, self._events, self._meta)
         self._jobs, self._new, self._nodes, self._events, self._tokens, self._meta = {}, {}, {}, [], [], {}
         self._answers = []
+        for start in range(0, len(jobs), ROWS_PER_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            batch.jobs.extend(job_rows(jobs[start:start + ROWS_PER_SLICE]))
+        for start in range(0, len(nodes), ROWS_PER_SLICE):
+            if start or len(jobs) > ROWS_PER_SLICE // 2:
+                await asyncio.sleep(0)
+            batch.nodes.extend((name, to_json()) for name, to_json in nodes[start:start + ROWS_PER_SLICE])
         return batch, taken, new
 
     def _mark_again(self, taken: tuple[dict, dict, list, dict]) -> None:

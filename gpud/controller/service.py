@@ -24,11 +24,13 @@ from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
+from gpud.controller.slices import Slices
+from gpud.controller.submits import Submits
 from gpud.controller.state_dir import StateError, open_state, restore_hint
 from gpud.core import COMPILED
 from gpud.errors import ConfigError
 from gpud.jobs import Job
-from gpud.model import Plan
+from gpud.model import JobSpec, NodeSpec, Plan
 from gpud.metrics import Histogram
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy import Policy
@@ -97,7 +99,7 @@ class Controller:
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
         self.cluster.wake = self.kick.set
-        self.cluster.resend_start_after_s = max(self.cluster.resend_start_after_s, config.node_timeout_s)
+        self.cluster.runs.resend_start_after_s = max(self.cluster.runs.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
@@ -107,19 +109,27 @@ class Controller:
         self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
+        self.submits = Submits(self.cluster.job_service, self.cluster.node_messages.largest_node, lambda: self.policy,
+                               self.submit_rate, self.persist, self._finished_states, local_node=config.local_node)
         self.answers_pruned = 0.0
         self._commit_waiting = False  # a commit_soon not yet begun: what is marked now goes with it
         self._committing: set[asyncio.Task] = set()
+        self._sending = asyncio.Lock()  # held by the commit sending its commands (see commit)
+        self._closing: set[asyncio.Future] = set()  # links of nodes that read nothing, being closed
         self.usage_store: UsageStore = self.store.usage(config.synchronous.upper())
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
-        self.cluster.run_ended = self.charger.run_ended
+        self.cluster.runs.run_ended = self.charger.run_ended
 
     def _placed_jobs(self) -> list[Job]:
         """The jobs holding a placement on some node now."""
         jobs = self.cluster.jobs
-        ids = {job_id for wanted in self.cluster.wanted.values() for job_id, _ in wanted.values()}
+        ids = {job_id for wanted in self.cluster.runs.wanted.values() for job_id, _ in wanted.values()}
         return [jobs[job_id] for job_id in ids if job_id in jobs]
+
+    async def _finished_states(self, ids: list[str]) -> dict[str, str]:
+        """How the store says the jobs it knows of these ended, by id (read in the store's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self.store_executor, self.store.jobs_state, ids)
 
     def _pool_of(self, node: str) -> str:
         record = self.cluster.nodes.get(node)
@@ -143,7 +153,7 @@ class Controller:
             if created:
                 log.info("wrote a new cluster key to %s (copy it to every node)", self.config.key_path)
         self.auth = Auth(loaded.tokens, key)
-        self.cluster.task_secret = key
+        self.cluster.runs.task_secret = key
         if not loaded.tokens and self.config.postgres and not self.config.init:
             log.warning("the cluster has no token: start one controller with --init to write the admin token")
         elif not loaded.tokens:
@@ -163,7 +173,7 @@ class Controller:
         next_seq = max(loaded.last_seq + 1, int(loaded.meta.get("next_seq", "1")))
         await loop.run_in_executor(self.store_executor, self.charger.load)
         self.cluster.restore(jobs, nodes, next_seq)
-        gc.freeze()  # the jobs read back live long: see api.commit_new
+        gc.freeze()  # the jobs read back live long: see Submits.commit_new
         await self.persist.flush()
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
@@ -217,24 +227,37 @@ class Controller:
         With PostgreSQL each command carries this leader's term, and none is
         sent once the lease is lost: a node ignores a command of an older term.
         """
-        commands = self.cluster.take_commands()
+        commands = self.cluster.outbox.take()
         try:
             await self.persist.flush()
         except StoreError:
-            self.cluster.put_back_commands(commands)  # sent after the changes that made them are durable
+            self.cluster.outbox.put_back(commands)  # sent after the changes that made them are durable
             raise
         if self.role != "leader":
             return
         term = {"term": self.term} if self.term is not None else {}
-        for node, messages in commands.items():
-            link = self.links.get(node)
-            if link is None:
-                continue
-            try:
-                for message in messages:
-                    await link.send_str(jsontext.dumps({**message, **term}))
-            except (ConnectionError, RuntimeError) as exc:
-                log.warning("could not send commands to node %s: %s", node, exc)
+        # Commits send one after the other, in the order their batches were written: a node hears its
+        # commands in the order they were made (a start before the stop of the same task), even though
+        # the loop turns while a commit sends thousands of them.
+        async with self._sending:
+            slices = Slices()
+            for node, messages in commands.items():
+                link = self.links.get(node)
+                if link is None:
+                    continue
+                try:
+                    # A node that reads nothing for a whole lease would hold every node's commands up.
+                    async with asyncio.timeout(self.config.node_timeout_s):
+                        for message in messages:
+                            await link.send_str(jsontext.dumps({**message, **term}))
+                            await slices.pause()
+                except TimeoutError:
+                    log.warning("node %s read no command for %.0f s: closing its connection (what it was to be "
+                                "told is told again when it registers)", node, self.config.node_timeout_s)
+                    self._closing.add(task := asyncio.ensure_future(link.close()))
+                    task.add_done_callback(self._closing.discard)
+                except (ConnectionError, RuntimeError) as exc:
+                    log.warning("could not send commands to node %s: %s", node, exc)
 
     def commit_soon(self) -> None:
         """Commit (as :meth:`commit` does) in the background, so that the caller reads on meanwhile.
@@ -288,14 +311,17 @@ class Controller:
         """One scheduling cycle: the core runs in its thread; its plan is carried out here."""
         cluster = self.cluster
         work_began = time.perf_counter()
-        cluster.check_time_limits()
-        cluster.settle_preemptions()
+        cluster.job_service.check_time_limits()
+        cluster.plans.settle_preemptions()
         now = self.clock()
         heavy = cluster.core.heavy(INLINE_OPS)
-        ready = cluster.core.prepare_later(
-            (node.spec() for node in cluster.nodes.values() if node.state != "down"),
-            lambda: (cluster.core_spec(cluster.jobs[i]) for i in sorted(cluster.core.in_core, key=_seq_key)), now,
-            usage=self.charger.decayed_usage())
+        usage = self.charger.decayed_usage()
+        ops, anew = cluster.core.begin()
+        if anew:
+            nodes, specs = await self._snapshot()
+            ready = cluster.core.build_later(nodes, specs, now, usage)
+        else:
+            ready = cluster.core.apply_later(ops, usage)
 
         def cycle() -> Plan:
             return ready().cycle(now)
@@ -314,18 +340,39 @@ class Controller:
         self.cycles += 1
         carried, skip = cluster.core.finished(plan)
         if carried is not None:
-            cluster.apply_plan(carried, skip)
+            slices = Slices()
+            # The loop turns between the steps: skip is the core's own set, which marks the jobs changed meanwhile.
+            for _ in cluster.plans.apply_in_steps(carried, skip):
+                await slices.pause()
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
         await self.commit()
+
+    async def _snapshot(self) -> tuple[tuple[NodeSpec, ...], tuple[JobSpec, ...]]:
+        """The nodes and jobs the scheduler is built anew from, read a slice at a time (16,000 jobs take about
+        a second): what changes meanwhile the core has queued for the next cycle (CoreSync.begin)."""
+        cluster = self.cluster
+        slices = Slices()
+        nodes = []
+        for node in list(cluster.nodes.values()):
+            if node.state != "down":
+                nodes.append(node.spec())
+            await slices.pause()
+        specs = []
+        for job_id in sorted(cluster.core.in_core, key=_seq_key):
+            job = cluster.jobs.get(job_id)
+            if job is not None and job_id in cluster.core.in_core:  # else it left meanwhile (and was touched)
+                specs.append(cluster.job_service.core_spec(job))
+            await slices.pause()
+        return tuple(nodes), tuple(specs)
 
     async def node_watch(self) -> None:
         """Mark silent nodes down, every few seconds, until cancelled."""
         period = max(0.05, min(self.config.node_timeout_s / 4, 5.0))
         while True:
             await asyncio.sleep(period)
-            self.cluster.check_nodes(self.config.node_timeout_s)
+            self.cluster.node_messages.check_nodes(self.config.node_timeout_s)
             try:
                 await self.commit()
                 await self.prune_answers()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from gpud.controller.job_reason import JobReason
 from gpud.controller.nodes import NodeRecord
 from gpud.jobs import Job, gpus_of
 from gpud.model import QueueReport, Resources
@@ -13,9 +14,12 @@ from gpud.policy import TimeSlicing
 CONFIDENTIAL = ("command", "script", "env", "workdir", "output", "error")
 
 
-def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
+def job_view(job: Job, reason: JobReason, nodes: Mapping[str, NodeRecord], now: float,
              slicing: TimeSlicing | None = None) -> dict:
-    """The API's job object: what was asked, where it runs, how it ended, and how its GPU share is kept."""
+    """The API's job object: what was asked, where it runs, how it ended, and how its GPU share is kept.
+
+    ``reason`` gives its words (``reason``), its kind (``reason_code``) and its leading clause (``reason_short``).
+    """
     placements: list[dict[str, object] | None] = []
     for run in job.runs:
         p = run.placement
@@ -30,7 +34,8 @@ def job_view(job: Job, reason: str, nodes: Mapping[str, NodeRecord], now: float,
                                         for run in job.runs if run.placement is not None and run.since)
     return {
         "id": job.id, "name": job.name, "user": job.user, "project": job.project, "state": job.state,
-        "reason": reason, "priority_class": job.priority_class, "priority": job.priority,
+        "reason": reason.text, "reason_code": reason.code, "reason_short": reason.short,
+        "priority_class": job.priority_class, "priority": job.priority,
         "gpus": job.gpus, "gpu_memory_gib": job.gpu_memory_gib, "tasks": job.tasks,
         "min_tasks": job.min_tasks, "cpus": job.cpus, "memory_gib": job.memory_gib,
         "constraint": job.constraint, "pool": job.pool, "workdir": job.workdir, "command": job.command,
@@ -65,6 +70,8 @@ def public_view(view: dict, job: Job) -> dict:
     shown = {key: value for key, value in view.items() if key not in CONFIDENTIAL}
     shown["confidential"] = True
     shown["reason"] = redact(shown.get("reason"), job)
+    if "reason_short" in shown:
+        shown["reason_short"] = redact(shown["reason_short"], job)
     if "events" in shown:
         shown["events"] = [{**event, "message": redact(event.get("message"), job)} for event in shown["events"]]
     if "elements" in shown:

@@ -33,10 +33,10 @@ CLUSTER = "cluster"
 
 def explain(job: Job, cluster: Cluster) -> dict:
     """The job's state, its blockers and what would let it start, as data (see the module)."""
-    reason = cluster.reason_of(job)
+    reason = cluster.waits.reason_of(job)
     answer: dict[str, Any] = {"id": job.id, "state": job.state, "reason": reason, "never": False, "blockers": [],
                               "would_start": [], "standing": [], "expected": []}
-    answer["start"] = cluster.start_of(job)  # the expected start, from the same plan (gpud.core.reservations)
+    answer["start"] = cluster.waits.start_of(job)  # the expected start, from the same plan (gpud.core.reservations)
     if job.state != PENDING:
         return answer
     blockers, would = answer["blockers"], answer["would_start"]
@@ -69,7 +69,7 @@ def explain(job: Job, cluster: Cluster) -> dict:
         would.append(_if("lease_over", CLUSTER, f"node {node}'s lease and grace period running out", node=node,
                          until=until))
     if job.array_limit is not None and job.id not in cluster.core.in_core:
-        queued = cluster.array_queued.get(job.array_id, 0)
+        queued = cluster.job_service.array_queued.get(job.array_id, 0)
         blockers.append(_item("array_limit", f"array {job.array_id} already has {queued} elements queued or running, "
                               f"its limit (%{job.array_limit})", array=job.array_id, limit=job.array_limit,
                               queued=queued))
@@ -77,7 +77,7 @@ def explain(job: Job, cluster: Cluster) -> dict:
                          array=job.array_id))
     if blockers:
         return answer
-    waiting = cluster.waiting_of(job)
+    waiting = cluster.waits.waiting_of(job)
     core = waiting.blocker if waiting is not None else None
     if waiting is not None:
         # The scheduler's own blocker, as it gave it: the rule and its numbers, and the queue it judged.

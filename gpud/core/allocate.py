@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Final, Iterator
 from gpud.core.admission import refusal
 from gpud.core.backlog import Group
 from gpud.core.limits import USER_ONLY
-from gpud.core.blockers import FRAGMENTED_RULE, GANG, running
-from gpud.core.passed_over import Learnt, PassedOver
-from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced, free_room, restate_learnt
+from gpud.core.pending import gang_tasks, needed_tasks
+from gpud.core.placement import FRAGMENTED, WAITING, explain_unplaced
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.queues import QueueState
+from gpud.core.recorder import Learnt, PassedOver
 from gpud.core.reservations import Planner
-from gpud.core.shapes import FailedShapes, failure_dims, first_covering, shape_key
+from gpud.core.shapes import Failure, FailedShapes, failure_dims, first_covering, shape_key
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, Blocker, JobSpec
 
@@ -33,7 +33,9 @@ class Allocate:
     A job that finds no room (or that a queue rule refuses) is remembered
     by its shape (``Blocks``): the rest of its queue's jobs at least as
     large are passed over without a search, and a queue whose every job is
-    that large is passed over whole.
+    that large is passed over whole. Each job's binds go through a statement
+    of its own, as KAI-Scheduler's allocate opens one per job: a job's
+    tasks are bound all together or not at all, and no job's undo outlives it.
     """
 
     def __init__(self, session: Session) -> None:
@@ -41,9 +43,6 @@ class Allocate:
         self.state = session.state
         self.placer = session.placer
         self.reasons = session.reasons
-        self.fragmented = session.fragmented
-        self.late_reasons = session.late_reasons
-        self.stmt = Statement(self.state)
         self.blocks = Blocks(self.state)
         self.planner = session.planner
         self.blocked_as_before = _BlockedAsBefore(session, self.blocks, self.planner)
@@ -83,7 +82,7 @@ class Allocate:
                         continue  # started this cycle
                     tasks = gang_tasks(state, job)
                     found = self.blocks.find(job, queue, tasks)
-                    if found is not None and found[1] in ROOM_KINDS and planner.plan_new(job, tasks):
+                    if found is not None and found.kind in ROOM_KINDS and planner.plan_new(job, tasks):
                         left.append((queue, jobs))
                         break
             runs = left
@@ -95,29 +94,31 @@ class Allocate:
         queue = state.project_queue(job)
         tasks = gang_tasks(state, job)
         planner = self.planner
-        found = self.blocks.find(job, queue, tasks)
-        if found is not None and found[1] in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
-            found = None  # it found no room beside the room held, but it may borrow that
-        if found is not None:
-            found = (in_own_terms(state, job, tasks, found[0]), found[1])
+        known = self.blocks.find(job, queue, tasks)
+        if known is not None and known.kind in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
+            known = None  # it found no room beside the room held, but it may borrow that
+        if known is not None:
+            self.reasons.learnt(job, queue, tasks, known.blocker)
+            return False
+        waiting = state.pending_tasks(job.id) if planner.active else []
+        stmt = self.session.statement()
+        found = self.place(stmt, job, queue, tasks)
         if found is None:
-            waiting = state.pending_tasks(job.id) if planner.active else []
-            found = self.place(job, queue, tasks)
-            if found is None:
-                planner.placed(job, waiting)
-                started(self.session, job, queue)
+            planner.placed(job, waiting)
+            self.reasons.started(job, queue)
+            return True
+        blocker, kind = found
+        if planner.active and kind in ROOM_KINDS:
+            pending, minimum = self._tried
+            if planner.borrow(stmt, job, tasks, lambda: self.placer.place(stmt, job, pending, minimum) > 0):
+                self.reasons.started(job, queue)
                 return True
-            if planner.active and found[1] in ROOM_KINDS:
-                pending, minimum = self._tried
-                if planner.borrow(self.stmt, job, tasks,
-                                  lambda: self.placer.place(self.stmt, job, pending, minimum) > 0):
-                    started(self.session, job, queue)
-                    return True
-                plan_start(state, planner, job, queue, tasks)
-        self.reasons[job.id] = (queue, found[0])
+            plan_start(state, planner, job, queue, tasks)
+        self.reasons.waits(job.id, queue, blocker)
         return False
 
-    def place(self, job: JobSpec, queue: QueueState, tasks: int) -> tuple[Blocker | None, str] | None:
+    def place(self, stmt: Statement, job: JobSpec, queue: QueueState,
+              tasks: int) -> tuple[Blocker | None, str] | None:
         """Place the job's pending tasks into free room, as many as fit of an elastic job, if the queue
         rules let its queue take them: None when placed, else (blocker, kind) of the failure,
         remembered for the jobs that come after (``tasks``: how many must start together)."""
@@ -133,13 +134,13 @@ class Allocate:
                 self.blocks.refuse(job, queue, tasks, refusing, binds)
             return refusing, ""
         self._tried = (pending, max(minimum, 1))
-        if self.placer.place(self.stmt, job, pending, max(minimum, 1)):
+        if self.placer.place(stmt, job, pending, max(minimum, 1)):
             return None
-        found = explain_unplaced(state, job, tasks)
-        self.blocks.room.add(job, tasks, found[0], found[1])
-        if found[1] == FRAGMENTED:
-            self.fragmented.add(job.id)
-        return found
+        blocker, kind = explain_unplaced(state, job, tasks)
+        self.blocks.room.add(job, tasks, blocker, kind)
+        if kind == FRAGMENTED:
+            self.reasons.found_fragmented(job.id)
+        return blocker, kind
 
     def blocks_whole_queue(self, queue: QueueState) -> bool:
         """True when every job the queue has left is blocked as an earlier one was; then how each of
@@ -150,22 +151,18 @@ class Allocate:
         borrow = planner if planner.active and planner.holds_room(queue.pool) else None
         if not self.blocks.blocks_all(queue, borrow):
             return False
-        self.late_reasons[queue] = self.blocks.late_reasons(queue)
+        self.reasons.queue_passed_over(queue, self.blocks.late_reasons(queue))
         return True
 
 
 class _BlockedAsBefore(Skip):
     """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
-    the reason is the whole group's (``Session.group_reasons``): its jobs share their shape. A
-    blocker learnt from a smaller job is restated for the group when read (``Session.learnt_reasons``):
-    most are never read, and a cycle passes over thousands of groups."""
+    the reason is the whole group's (``ReasonRecorder.group_learnt``): its jobs share their shape."""
 
     def __init__(self, session: Session, blocks: Blocks, planner: Planner) -> None:
         self.planner = planner
         self.state = session.state
         self.reasons = session.reasons
-        self.group_reasons = session.group_reasons
-        self.learnt_reasons = session.learnt_reasons
         self.blocks = blocks
 
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
@@ -173,18 +170,13 @@ class _BlockedAsBefore(Skip):
         tasks = gang_tasks(state, job)
         sid = state.shapes.of_group(group) if group is not None else -1
         found = self.blocks.find(job, queue, tasks, sid)
-        if found is None or (found[1] in ROOM_KINDS and self.planner.active
+        if found is None or (found.kind in ROOM_KINDS and self.planner.active
                              and self.planner.may_borrow(job, tasks, sid)):
             return False
-        blocker = found[0]
-        if group is not None and blocker is not None and blocker.rule == FRAGMENTED_RULE:
-            self.learnt_reasons[group] = Learnt(queue, blocker, tasks, free_room(state, job))
-            self.group_reasons.pop(group, None)
-        elif group is not None:
-            self.group_reasons[group] = (queue, in_own_terms(state, job, tasks, blocker))
-            self.learnt_reasons.pop(group, None)
+        if group is not None:
+            self.reasons.group_learnt(group, job, queue, tasks, found.blocker)
         else:
-            self.reasons[job.id] = (queue, in_own_terms(state, job, tasks, blocker))
+            self.reasons.learnt(job, queue, tasks, found.blocker)
         return True
 
 
@@ -200,8 +192,8 @@ class Blocks:
         self.room = FailedShapes(state)
         self.rules: dict[QueueState, FailedShapes] = {}
 
-    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> tuple[Blocker | None, str] | None:
-        """(blocker, kind) when the job is blocked by an earlier failure, else None (``sid``: its shape's
+    def find(self, job: JobSpec, queue: QueueState, tasks: int, sid: int = -1) -> Failure | None:
+        """The earlier failure that blocks the job (its blocker and kind), else None (``sid``: its shape's
         number, when known)."""
         found = self.room.find(job, tasks, 0, sid)
         if found is None and queue in self.rules:
@@ -224,7 +216,7 @@ class Blocks:
             job = group.jobs[0]
             tasks = max(job.gang_minimum, 1)
             found = self.find(job, queue, tasks)
-            if found is None or (borrow is not None and found[1] in ROOM_KINDS and borrow.may_borrow(job, tasks)):
+            if found is None or (borrow is not None and found.kind in ROOM_KINDS and borrow.may_borrow(job, tasks)):
                 return False
         return True
 
@@ -250,8 +242,8 @@ class LateReasons(PassedOver):
         self.rules = rules
         self.free = free  # each pool's free GPUs and CPUs at that moment
 
-    def of(self, job: JobSpec) -> tuple[QueueState, Blocker | None] | None:
-        """(queue, blocker) for a job of the queue that has not started; None if no failure covers it."""
+    def of(self, job: JobSpec) -> Learnt | None:
+        """The failure remembered then that covers a job of the queue that has not started; None if none."""
         state = self.state
         klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
         tasks = max(job.gang_minimum, 1)
@@ -260,9 +252,9 @@ class LateReasons(PassedOver):
             found = first_covering(self.rules, klass, failure_dims(base, tasks, 0 if job.preemptible else 1))
         if found is None:
             return None
-        blocker = found[0]
+        blocker = found.blocker
         free = self.free.get(blocker.pool) if blocker is not None and not blocker.selector else None
-        return self.queue, restate_learnt(state, job, tasks, blocker, free)
+        return Learnt(self.queue, blocker, tasks, free)
 
 
 def _in_order(groups: list[Group]) -> Iterator[JobSpec]:
@@ -281,40 +273,3 @@ def plan_start(state: ClusterState, planner: Planner, job: JobSpec, queue: Queue
     what its queue's fair share entitles it to."""
     fair = queue.fair_share.gpu
     planner.plan(job, tasks, not job.request.uses_gpu or state.need(job, tasks).gpu <= fair + EPS)
-
-
-def needed_tasks(state: ClusterState, job: JobSpec) -> tuple[list[int], int]:
-    """The job's pending task indices and how many of them must start together."""
-    pending = state.pending_tasks(job.id)
-    running = job.tasks - len(pending)
-    return pending, max(0, job.gang_minimum - running)
-
-
-def gang_tasks(state: ClusterState, job: JobSpec) -> int:
-    """How many pending tasks of the job must start together, at least one."""
-    if job.id not in state.touched and not job.placements:  # every task waits, as when the cycle began
-        minimum = job.gang_minimum
-        return minimum if minimum > 1 else 1
-    return max(job.gang_minimum - job.tasks + state.placements[job.id].count(None), 1)
-
-
-def started(session: Session, job: JobSpec, queue: QueueState) -> None:
-    """Record that the job got tasks placed: it waits no more, or (an elastic job started with
-    fewer tasks than it asks for) why its other tasks still wait."""
-    state = session.state
-    left = state.pending_count(job.id)
-    if not left:
-        session.reasons.pop(job.id, None)
-        return
-    detail, _ = explain_unplaced(state, job, 1)
-    session.reasons[job.id] = (queue, running(detail, job.tasks - left, job.tasks))
-
-
-def in_own_terms(state: ClusterState, job: JobSpec, tasks: int, blocker: Blocker | None) -> Blocker | None:
-    """``blocker``, learnt from a smaller job, as the job would be told had it been the first of its
-    shape to find no room, now: a gang's count of nodes that could hold one task is made anew for it."""
-    if blocker is None or blocker.rule not in (FRAGMENTED_RULE, GANG):
-        return restate_learnt(state, job, tasks, blocker, None)
-    if blocker.rule == GANG:
-        return explain_unplaced(state, job, tasks)[0]
-    return restate_learnt(state, job, tasks, blocker, free_room(state, job))

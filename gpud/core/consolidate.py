@@ -5,12 +5,13 @@ from __future__ import annotations
 import bisect
 from typing import Final, Iterator, TYPE_CHECKING
 
-from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Backlog, Group
 from gpud.core.memo import Memo
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import VictimLists, wanted_share
+from gpud.core.evict import VictimLists
+from gpud.core.victim_rooms import wanted_share
 from gpud.core.nodes import FreeOrder, NodeState
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
@@ -51,7 +52,7 @@ class Consolidate:
 
     def run(self) -> None:
         """Serve the jobs allocation found fragmented, in queue order."""
-        state, fragmented = self.state, self.session.fragmented
+        state, fragmented = self.state, self.session.reasons.fragmented
         if not fragmented:
             return
         blocked = Backlog(state.policies.job_order, state.job_specific_plugins)
@@ -79,7 +80,7 @@ class Consolidate:
         book = queue.book
         limited = book.refusal(job, need.gpu, state.pool_of(job)) if book is not None else None
         if limited is not None:  # a limit reached since allocation found it fragmented: it waits for that now
-            self.session.reasons[job.id] = (queue, limited[0])
+            self.session.reasons.waits(job.id, queue, limited[0])
             return None
         index = state.indexes.get(state.pool_of(job))
         if index is None or index.free_gpu + EPS < need.gpu:
@@ -98,7 +99,7 @@ class Consolidate:
         if not self.session.planner.keeps():  # it would delay a reservation (gpud.core.reservations)
             stmt.rollback()
             return None
-        started(self.session, job, queue)
+        self.session.reasons.started(job, queue)
         return None
 
     def clear_node_for(self, stmt: Statement, job: JobSpec, task: int) -> bool:

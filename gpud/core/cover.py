@@ -6,7 +6,7 @@ from typing import Protocol
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.queues import QueueState
-from gpud.core.shapes import Dims, at_least, failure_dims, shape_key
+from gpud.core.shapes import Dims, failure_dims, shape_key
 from gpud.model import JobSpec
 
 
@@ -21,7 +21,18 @@ class StateView(Protocol):
         """The node pool a job runs in."""
 
 
-Sized = tuple[Dims, float]  # a group's failure dimensions and its jobs' time limit (inf: none)
+class Sized:
+    """A group's failure dimensions and its jobs' time limit (inf: none), as covers compare groups."""
+
+    __slots__ = ("dims", "limit")
+
+    def __init__(self, dims: Dims, limit: float) -> None:
+        self.dims = dims
+        self.limit = limit
+
+    def at_least(self, other: Sized) -> bool:
+        """True when this is at least ``other`` in every dimension and in its time limit."""
+        return self.limit >= other.limit and self.dims.at_least(other.dims)
 
 
 class _Cover:
@@ -103,7 +114,7 @@ class QueueCovers:
             state = self.state
             klass, base = shape_key(job, state.pool_of(job), state.job_specific_plugins)
             limit = job.time_limit if job.time_limit is not None else float("inf")
-            known = (klass, (failure_dims(base, max(job.gang_minimum, 1), 0 if job.preemptible else 1), limit))
+            known = (klass, Sized(failure_dims(base, max(job.gang_minimum, 1), 0 if job.preemptible else 1), limit))
             self._by_shape[group.shape] = known
         klass, sized = known
         cover.class_of[group] = klass
@@ -115,12 +126,11 @@ class QueueCovers:
 def _keep_minimal(found: list[tuple[Sized, Group]], sized: Sized, group: Group) -> None:
     """Add a group to a class's minimal groups unless one of them is at most as large (time limit included)."""
     covers_some = False
-    dims, limit = sized
     for other, _ in found:  # a loop, not any() over a generator: every group of a fresh backlog passes here
-        if limit >= other[1] and at_least(dims, other[0]):
+        if sized.at_least(other):
             return
-        if not covers_some and other[1] >= limit and at_least(other[0], dims):
+        if not covers_some and other.at_least(sized):
             covers_some = True
     if covers_some:
-        found[:] = [(other, g) for other, g in found if not (other[1] >= limit and at_least(other[0], dims))]
+        found[:] = [(other, g) for other, g in found if not other.at_least(sized)]
     found.append((sized, group))

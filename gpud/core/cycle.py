@@ -15,8 +15,7 @@ from gpud.core.reclaim import Reclaim
 from gpud.core.queues import QueueState
 from gpud.core.session import Session
 from gpud.core.state import ClusterState, EvictedBy
-from gpud.core.blockers import EVICTED, NOT_CONSIDERED
-from gpud.model import Bind, Blocker, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
+from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
 from gpud.policy import Policy
 
 
@@ -87,7 +86,7 @@ class Scheduler:
                 action(session).run()
         finally:
             session.release_held()
-        binds, evictions = plan_changes(state, session.evicted_by)
+        binds, evictions = plan_changes(state, session.reasons.evicted)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
         if last:
@@ -145,60 +144,27 @@ def _report(queue: QueueState) -> QueueReport:
 class PendingReasons(Mapping[str, Waiting]):
     """Why each job still waits after a cycle, as data (``Waiting``), made only when read (there may be 100,000).
 
-    Captured when the plan is built: the cycle's own blockers, each group's
-    shared blocker, the evictions, and the queues' reports at that moment; a
-    group passed over with its whole queue, or for a blocker learnt from a
-    smaller job, gets its blocker when first read.
-    Which jobs wait, and in which group, is read through the backlog as of
-    that moment (``Backlog.as_of_now``), not copied.
+    Each reason is the cycle's recorder's (``ReasonRecorder.of``, which
+    decides which reason wins), with its queue's report at the moment the
+    plan was built. Which jobs wait, and in which group, is read through the
+    backlog as of that moment (``Backlog.as_of_now``), not copied.
     """
 
     def __init__(self, session: Session, reports: dict[QueueState, QueueReport],
                  waiting: dict[str, Group] | None = None) -> None:
         """``waiting``: each waiting job's group, when not the backlog's (``ClusterState.waiting_after``)."""
-        # The session's and the state's dicts of this cycle are kept, not copied: the next cycle makes new ones.
-        state = session.state
+        # The session's recorder is kept, not copied: the next cycle makes a new one.
         self._reasons = session.reasons
-        self._state = state
-        self._group_reason = session.group_reasons
-        self._learnt = session.learnt_reasons
-        self._late = session.late_reasons
-        self._found_when_read: dict[Group, tuple[QueueState | None, Blocker | None] | None] = {}
-        self._jobs = state.jobs  # read only for jobs of queues passed over whole
-        self._evicted = session.evicted_by
-        # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
-        self._orphans = state.orphans.copy()
-        self._group_of: Mapping[str, Group] = state.backlog.as_of_now() if waiting is None else waiting
+        self._orphans = session.reasons.orphans
+        self._group_of: Mapping[str, Group] = session.state.backlog.as_of_now() if waiting is None else waiting
         self._reports = reports
 
     def __getitem__(self, job_id: str) -> Waiting:
-        orphan = self._orphans.get(job_id)
-        if orphan is not None:
-            return Waiting(orphan)
-        group = self._group_of[job_id]
-        evicted = self._evicted.get(job_id)
-        if evicted is not None:
-            return Waiting(Blocker(EVICTED, evicted=evicted[1]))
-        found = self._reasons.get(job_id) or self._group_reason.get(group)
-        if found is None and (group in self._learnt or group.queue in self._late):
-            if group in self._found_when_read:  # the jobs of a group share their shape, hence their reason
-                found = self._found_when_read[group]
-            else:
-                found = self._found_when_read[group] = self._worked_out(job_id, group)
-        if found is None:
-            return Waiting(Blocker(NOT_CONSIDERED))
-        queue, blocker = found
+        if job_id in self._orphans:
+            queue, blocker = self._reasons.of(job_id, None)
+        else:
+            queue, blocker = self._reasons.of(job_id, self._group_of[job_id])
         return Waiting(blocker, self._reports[queue] if queue is not None else None)
-
-    def _worked_out(self, job_id: str, group: Group) -> tuple[QueueState | None, Blocker | None] | None:
-        """The reason of a job whose group keeps one to be worked out when read."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            return None
-        learnt = self._learnt.get(group)
-        if learnt is not None:
-            return learnt.of(self._state, job)
-        return self._late[group.queue].of(job)
 
     def __iter__(self) -> Iterator[str]:
         yield from self._group_of

@@ -5,15 +5,14 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
-from gpud.core.allocate import needed_tasks
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
-from gpud.core.nodes import NodeState
-from gpud.core.placement import Placer, largest_fit
+from gpud.core.pending import needed_tasks
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement, TaskRequest
+from gpud.core.victim_rooms import NodeRoom, cheapest_room
+from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement
 
 if TYPE_CHECKING:
     from gpud.core.session import Session
@@ -38,6 +37,7 @@ class VictimLists:
     def __init__(self, state: ClusterState, orders: Memo[QueueState, list[VictimEntry]]) -> None:
         self.state = state
         self._order = state.policies.victim_order
+        self.weighs_lost_work = self._order.weighs_lost_work  # room is chosen by the work its victims lose
         self._veto = state.hook.gpud_can_evict if has_implementations(state.hook.gpud_can_evict) else None
         self.vetoes = self._veto is not None
         self._orders = orders
@@ -365,59 +365,6 @@ class ShareLimit:
         return None
 
 
-class _NodeRoom:
-    """What one node would have free if some victims' tasks on it were gone (nothing is changed).
-
-    ``want`` is the share of one GPU a shared task takes here (less the
-    tolerance), None when the node's GPUs are too small for it; ``freed_*``
-    add up what the victims' tasks here hold.
-    """
-
-    __slots__ = ("node", "share", "copied", "whole", "cpu", "mem", "victims", "want", "freed_gpu", "freed_cpu",
-                 "freed_mem")
-
-    def __init__(self, node: NodeState, want: float | None) -> None:
-        self.node = node
-        self.share = node.free_share  # copied before the first change
-        self.copied = False
-        self.whole = node.free_whole
-        self.cpu = node.free_cpu
-        self.mem = node.free_mem
-        self.victims: list[Victim] = []
-        self.want = want
-        self.freed_gpu = self.freed_cpu = self.freed_mem = 0.0
-
-    def free(self, victim: Victim, placement: TaskPlacement) -> None:
-        """Count the victim's task at ``placement`` (on this node) as gone."""
-        gpu_index = placement.gpu_index
-        if gpu_index:
-            gpu_share = placement.gpu_share
-            share = self.share
-            if not self.copied:
-                share = self.share = list(share)
-                self.copied = True
-            for i in gpu_index:
-                before = share[i]
-                after = before + gpu_share
-                if after >= _FULL:
-                    after = 1.0
-                    if before < _FULL:
-                        self.whole += 1
-                share[i] = after
-            self.freed_gpu += gpu_share * len(gpu_index)
-        request = victim.job.request
-        self.cpu += request.cpus
-        self.mem += request.memory_gib
-        self.freed_cpu += request.cpus
-        self.freed_mem += request.memory_gib
-        victims = self.victims
-        if not victims or victims[-1] is not victim:
-            victims.append(victim)
-
-
-_FULL = 1.0 - EPS  # a GPU's share at least this free is a whole free GPU
-
-
 def _may_hold(level: QueueState) -> tuple[QueueState, float, float, float]:
     """(level, GPUs, CPUs, memory): the larger of its fair share and what it holds now, in each resource."""
     share = level.fair_share
@@ -425,119 +372,6 @@ def _may_hold(level: QueueState) -> tuple[QueueState, float, float, float]:
             share.cpu if share.cpu > level.alloc_cpu else level.alloc_cpu,
             share.memory if share.memory > level.alloc_mem else level.alloc_mem)
 
-
-def wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
-    """The share of one GPU of ``gpu_memory_gib`` a shared task takes, less the tolerance; None if it cannot."""
-    if request.gpu_memory_gib is not None and request.gpu_memory_gib > gpu_memory_gib + EPS:
-        return None
-    return request.gpu_share_on(gpu_memory_gib) - EPS
-
-
-def _cheapest_node(state: ClusterState, placer: Placer, job: JobSpec, ordered: Iterable[Victim],
-                   usable: dict[int, bool], must: tuple[float, float, float] | None = None,
-                   holdings: Mapping[str, tuple[float, float, float]] | None = None) -> _NodeRoom | None:
-    """The node that can hold one more task of ``job`` after evicting the earliest prefix of victims.
-
-    Victims are added in victim order, each to the nodes its tasks sit on;
-    the first node that would fit is the one whose needed victims come
-    earliest in that order (lowest priority, least work lost).
-    ``usable`` remembers, by node kind, whether the node could hold a task
-    of the job at all. With ``must``, the victims' tasks on the node must
-    also hold at least that many GPUs, CPUs and memory; ``holdings``, at least
-    what the victims hold by node, then passes over nodes where they cannot.
-    A node a filter plugin refuses the job (``Placer.allows``) is never chosen.
-    """
-    return _NodeChoice(state, placer, job, usable, must, holdings).first_room(ordered)
-
-
-class _NodeChoice:
-    """The search of ``_cheapest_node``: what each node would have free without the victims seen so far."""
-
-    def __init__(self, state: ClusterState, placer: Placer, job: JobSpec, usable: dict[int, bool],
-                 must: tuple[float, float, float] | None,
-                 holdings: Mapping[str, tuple[float, float, float]] | None) -> None:
-        self.state = state
-        self.placer = placer
-        self.job = job
-        self.pool = state.pool_of(job)
-        self.usable = usable
-        self.rooms: dict[str, _NodeRoom | None] = {}  # None: a node that cannot be cleared for the job
-        self.wants: dict[float, float | None] = {}  # ``wanted_share`` by the GPUs' memory
-        request = job.request
-        # The request's numbers, read once: its properties are worked out at every read.
-        self.cpus, self.mem = request.cpus - EPS, request.memory_gib - EPS
-        self.uses_gpu, self.shared, self.whole = request.uses_gpu, request.is_shared, request.whole_gpus
-        self.must = must
-        self.must_gpu, self.must_cpu, self.must_mem = (
-            (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0))
-        self.holdings = holdings if must is not None else None
-
-    def first_room(self, ordered: Iterable[Victim]) -> _NodeRoom | None:
-        """Count the victims' tasks as gone, one victim after the other, from the nodes they sit on; the
-        first node that would then hold the task, or None."""
-        rooms, placements = self.rooms, self.state.placements
-        for victim in ordered:
-            for placement in placements[victim.job.id]:
-                if placement is None:
-                    continue
-                name = placement.node
-                room = rooms[name] if name in rooms else self._open(name)
-                if room is None:
-                    continue
-                room.free(victim, placement)
-                if self._holds_task(room):
-                    return room
-        return None
-
-    def _open(self, name: str) -> _NodeRoom | None:
-        """The room of a node seen for the first time: None when clearing it could not serve the job."""
-        node = self.state.nodes[name]
-        could_hold = self.usable.get(node.kind)
-        if could_hold is None:
-            could_hold = self._could_hold(node)
-        room = None
-        if (could_hold and (self.holdings is None or self._victims_hold_enough(name))
-                and (not self.placer.filters or self.placer.allows(self.job, node))):
-            room = _NodeRoom(node, self._wanted_share(node) if self.shared else None)
-        self.rooms[name] = room
-        return room
-
-    def _could_hold(self, node: NodeState) -> bool:
-        """Whether the node, were it empty, could hold a task of the job: kept by node kind (``usable``)."""
-        job = self.job
-        fits = self.usable[node.kind] = (node.pool == self.pool and node.spec.schedulable
-                                         and largest_fit(node, job) and node.matches(job.node_selector))
-        return fits
-
-    def _victims_hold_enough(self, name: str) -> bool:
-        """False when the victims on the node hold less than ``must`` (as ``holdings`` sums them up)."""
-        if self.holdings is None:
-            return True
-        most = self.holdings.get(name, _NOTHING)  # sums may round apart from the room's: one more EPS
-        return most[0] >= self.must_gpu - EPS and most[1] >= self.must_cpu - EPS and most[2] >= self.must_mem - EPS
-
-    def _wanted_share(self, node: NodeState) -> float | None:
-        """The share of one of the node's GPUs a shared task of the job takes (``wanted_share``)."""
-        size = node.gpu_memory_gib
-        if size not in self.wants:
-            self.wants[size] = wanted_share(self.job.request, size)
-        return self.wants[size]
-
-    def _holds_task(self, room: _NodeRoom) -> bool:
-        """Whether the room would hold one task of the job, its victims freeing at least ``must``."""
-        if self.cpus > room.cpu or self.mem > room.mem:
-            return False
-        if self.must is not None and (room.freed_gpu < self.must_gpu or room.freed_cpu < self.must_cpu
-                                      or room.freed_mem < self.must_mem):
-            return False
-        if not self.uses_gpu:
-            return True
-        if self.shared:
-            return room.want is not None and max(room.share) >= room.want
-        return room.whole >= self.whole
-
-
-_NOTHING = (0.0, 0.0, 0.0)
 
 
 def _always() -> bool:
@@ -651,8 +485,8 @@ class _RoomMaking:
 
     def _place_task(self, task_need: Resources,
                     holdings: Mapping[str, tuple[float, float, float]] | None) -> TaskPlacement | None:
-        """A placement for one task: free room as it is, else on the node cleared by evicting the fewest
-        victims, earliest in the order; None when no node can be cleared."""
+        """A placement for one task: free room as it is, else on the node cleared by the victims
+        ``cheapest_room`` chooses; None when no node can be cleared."""
         limit = self.limit
         must = limit.must_free(task_need) if limit is not None else None
         if must is not None and max(must) <= EPS:
@@ -663,8 +497,8 @@ class _RoomMaking:
             # queue no longer over its level), the node is chosen again without it.
             refused = self.refused
             choice = self.ordered if not refused else _without(self.ordered, refused)
-            room = _cheapest_node(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
-                                  must, holdings)
+            room = cheapest_room(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
+                                 must, holdings, self.lists.weighs_lost_work)
             if room is None:
                 return None
             before = len(refused)
@@ -673,7 +507,7 @@ class _RoomMaking:
                 return None
         return placement
 
-    def _clear(self, room: _NodeRoom) -> TaskPlacement | None:
+    def _clear(self, room: NodeRoom) -> TaskPlacement | None:
         """Evict the room's victims from its node, then place one task of the job there, or None."""
         name = room.node.name
         for victim in room.victims:

@@ -113,6 +113,14 @@ class FairQueueOrder(QueueOrder):
 class VictimOrder:
     """The order in which a queue's running jobs are evicted: smaller ``key`` first."""
 
+    @property
+    def weighs_lost_work(self) -> bool:
+        """True when every key starts with the victim's priority, then the GPU-seconds it would lose
+        (``Victim.lost_gpu_seconds``), both ascending: evictions then choose, among the sets of victims
+        that make room, the one that loses the least work (``gpud.core.victim_rooms``). An order of
+        one's own that keeps this from a built-in order it extends, with another key, must say False."""
+        return False
+
     def key(self, victim: Victim) -> Any:
         """The victim's sort key; it must not change within a cycle."""
         raise NotImplementedError
@@ -137,6 +145,11 @@ class LeastLostWorkVictimOrder(PriorityVictimOrder):
     The key depends on the cycle's ``now``: two jobs of different sizes may
     change places from one cycle to the next, never within one.
     """
+
+    @property
+    def weighs_lost_work(self) -> bool:
+        """True: the key is the priority, then the work lost."""
+        return True
 
     def key(self, victim: Victim) -> Any:
         """Lowest priority first, then the least work lost, then the most recently started."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final, Mapping
 
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
 from gpud.core.nodes import NodeIndex, NodeState
-from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE, restated
+from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
 from gpud.core.state import ClusterState, Statement
 from gpud.model import EPS, Blocker, JobSpec, Resources, TaskPlacement
 from gpud.policy import NodePool
@@ -238,30 +237,3 @@ def free_room(state: ClusterState, job: JobSpec) -> tuple[float, float]:
     if index is None:
         return 0.0, 0.0
     return free_on(index, matching_nodes(index, job.node_selector))
-
-
-def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Blocker | None,
-                   free: tuple[float, float] | None) -> Blocker | None:
-    """``blocker``, learnt from a smaller job, in the terms of ``job`` (``tasks`` of its tasks start
-    together), as ``explain_unplaced`` would have said it when ``free`` (GPUs, CPUs) was free: a
-    shortage with the job's own need; where free room was too scattered for the smaller request, this
-    one may be larger than any node, or lack GPUs or CPUs outright, or else find the room scattered
-    for its own request. Reads only the nodes' sizes, never what is free now: a reason may be read
-    while the next cycle runs. Without ``free`` (not known), scattered room stays scattered; a gang's
-    count of nodes that could hold one task stays the smaller request's (``in_own_terms`` in
-    gpud.core.allocate counts it anew while the cycle runs)."""
-    if blocker is None:
-        return None
-    if blocker.rule == SHORTAGE:
-        return restated(blocker, state.need(job, tasks))
-    if blocker.rule not in (FRAGMENTED_RULE, GANG):
-        return blocker
-    pool, request = blocker.pool, job.request
-    index = state.indexes.get(pool)
-    if index is not None and not any(largest_fit(n, job) for n in matching_nodes(index, job.node_selector)):
-        return Blocker(NODE_SIZE, pool, tasks=tasks, request=request, selector=blocker.selector)
-    need = state.need(job, tasks)
-    if free is None:
-        return dataclasses.replace(blocker, need=need, tasks=tasks, request=request)
-    return (shortage(pool, need, free[0], free[1], blocker.selector)
-            or dataclasses.replace(blocker, free=free[0], need=need, tasks=tasks, request=request))

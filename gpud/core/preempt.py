@@ -6,12 +6,12 @@ import bisect
 from typing import Any, Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
-from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
 from gpud.core.orders import JobOrder
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import Victim
@@ -135,7 +135,7 @@ class Preempt:
                 must = None
         if must is None and make_room(self.session, job, candidates, RULE, preemptor.eligible, self.lists,
                                       preemptor.ready, limit, preemptor.holdings):
-            started(self.session, job, queue)
+            self.session.reasons.started(job, queue)
             return None
         self.remember_failure(job, queue, tasks, limit, must)
         return self.hopeless
@@ -158,8 +158,7 @@ class Preempt:
         or released, when the queue has no hard bound (``_bounded``).
         """
         refused_by_limit = limit.refusal
-        if refused_by_limit is not None:
-            self.session.reasons[job.id] = (queue, refused_by_limit)
+        self.session.reasons.overrule(job.id, queue, refused_by_limit)
         self.failed[queue].add(job, tasks, refused_by_limit, own=-job.priority)
         if short_of is None or _bounded(queue):
             return
@@ -225,8 +224,7 @@ class _Hopeless(Skip):
             if short is not None:
                 found = short.find(job, tasks, -job.priority, number)
         if found is not None:
-            if found[0] is not None:
-                self.reasons[job.id] = (queue, found[0])
+            self.reasons.overrule(job.id, queue, found.blocker)
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None

@@ -6,10 +6,10 @@ import itertools
 from typing import Final, TYPE_CHECKING
 
 from gpud.core.admission import refusal
-from gpud.core.allocate import gang_tasks, needed_tasks, started
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
+from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.memo import Memo
 from gpud.core.queues import QueueState
@@ -166,7 +166,7 @@ class Reclaim:
             failures.add(job, tasks, None)  # no queue may give back, and there is no room without: as make_room finds
             return self.hopeless
         if self.evict_for(claim, over_share, over_quota):
-            started(self.session, job, queue)
+            self.session.reasons.started(job, queue)
             return None
         failures.add(job, tasks, None)
         return self.hopeless

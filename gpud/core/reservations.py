@@ -183,7 +183,9 @@ class Timeline:
         self.predicted = predicted
         self.gpu = self.cpu = self.mem = 0.0  # free now, summed
         self.events: list[tuple[float, float, float, float]] = []  # (time, GPUs, CPUs, memory) freed (<0: taken)
-        self.ends: list[tuple[float, int]] = []  # (end, node) of occupants that started by now
+        # (end, node, key) of occupants that started by now; ``ended`` finds the occupant by its key
+        self.ends: list[tuple[float, int, int]] = []
+        self.ended: dict[int, Occupant] = {}
         self.later: dict[int, int] = {}  # node -> how many of its occupants start later
         for k, profile in enumerate(nodes):
             spec = profile.node.spec
@@ -206,7 +208,12 @@ class Timeline:
             self.cpu -= sign * o.cpu
             self.mem -= sign * o.mem
             if now < end < FOREVER:
-                self._edit(self.ends, (end, k), sign, keep_order)
+                key = id(o)
+                self._edit(self.ends, (end, k, key), sign, keep_order)
+                if sign > 0:
+                    self.ended[key] = o
+                else:
+                    del self.ended[key]
         else:
             changes.append((start, -g, -o.cpu, -o.mem))
             self.later[k] = self.later.get(k, 0) + sign
@@ -282,6 +289,34 @@ def tasks_fitting(request: TaskRequest, node: NodeState, gpus: list[float], cpu:
     fit = min(len(whole) // count, by_host) if count else by_host
     fit_n = int(fit)
     return fit_n, whole[:fit_n * count]
+
+
+def count_fitting(request: TaskRequest, node: NodeState, gpus: list[float], cpu: float, mem: float) -> int:
+    """How many tasks of ``request`` fit in the free room given: ``tasks_fitting``'s count, without
+    choosing GPUs."""
+    by_host = FOREVER
+    if request.cpus > EPS:
+        by_host = (cpu + EPS) // request.cpus
+    if request.memory_gib > EPS:
+        by_host = min(by_host, (mem + EPS) // request.memory_gib)
+    if not request.uses_gpu:
+        return int(by_host) if by_host < FOREVER else 1 << 20
+    if request.is_shared:
+        if request.gpu_memory_gib is not None and request.gpu_memory_gib > node.gpu_memory_gib + EPS:
+            return 0
+        share = request.gpu_share_on(node.gpu_memory_gib)
+        found = 0
+        for free in gpus:
+            while free >= share - EPS and found < by_host:
+                found += 1
+                free -= share
+        return found
+    count = request.whole_gpus
+    whole = 0
+    for free in gpus:
+        if free >= 1.0 - EPS:
+            whole += 1
+    return int(min(whole // count, by_host) if count else by_host)
 
 
 class PoolPlan:
@@ -437,14 +472,18 @@ class PoolPlan:
             timeline = Timeline(nodes, now, predicted)
         need_gpu = tasks * (request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared
                             else float(request.whole_gpus))
-        # A node whose occupants all started by now only gains room as they end: its fit changes only
-        # at its own ends. One with a planned start later (a reservation) is worked out at every time.
-        ends = timeline.ends
+        # A node whose occupants all started by now only gains room as they end: its room at t is its
+        # room now plus what ended on it by t, added as t passes each end, and its fit changes only then.
+        # One with a planned start later (a reservation) is worked out anew at its changes.
+        ends, ended, later = timeline.ends, timeline.ended, timeline.later
         # A node with a start planned later (a reservation) changes too as the job's span [t, t + runtime)
         # comes to cover such a start, and as t passes its end: at those times only.
         later_ends, comings = self._later_changes(nodes, timeline, runtime, predicted)
-        fit: list[tuple[int, list[int]]] = [(0, [])] * len(nodes)
-        stale: set[int] = set(timeline.later)
+        counts = [0] * len(nodes)
+        chosen_later: dict[int, list[int]] = {}  # a later node's GPUs, from when it was last worked out
+        rooms: dict[int, tuple[list[float], float, float]] = {}  # a node's room at t, once something ended on it
+        total = 0
+        stale: set[int] = set(later)
         at = at_later = at_coming = 0
         near: list[tuple[float, int]] = []  # starts the span is about to cover, or just did
         tried = 0
@@ -453,8 +492,20 @@ class PoolPlan:
             if tried > MAX_TIMES:
                 return None
             while at < len(ends) and ends[at][0] <= t:
-                stale.add(ends[at][1])
+                _, k, key = ends[at]
                 at += 1
+                stale.add(k)
+                if k in later:
+                    continue
+                room = rooms.get(k)
+                if room is None:
+                    gpus, cpu, mem = nodes[k].free_at_now(now, predicted)
+                    room = (list(gpus), cpu, mem)
+                o = ended[key]
+                free = room[0]
+                for i in o.gpus:
+                    free[i] += o.share
+                rooms[k] = (free, room[1] + o.cpu, room[2] + o.mem)
             while at_later < len(later_ends) and later_ends[at_later][0] <= t:
                 stale.add(later_ends[at_later][1])
                 at_later += 1
@@ -472,33 +523,56 @@ class PoolPlan:
                     if k not in stale:
                         gpus, cpu, mem = profile.free_at_now(now, predicted)
                         if profile.may_fit_now(request, predicted):
-                            fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem,
-                                                   profile.free_now(now, predicted))
+                            count = count_fitting(request, profile.node, gpus, cpu, mem)
+                            if count > 0:
+                                counts[k] = count
+                                total += count
             for k in stale:
                 profile = nodes[k]
-                gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted, ESTIMATE)
-                fit[k] = tasks_fitting(request, profile.node, gpus, cpu, mem, profile.free_now(now, predicted))
+                if k in later:
+                    gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted,
+                                                       ESTIMATE)
+                    count, chosen = tasks_fitting(request, profile.node, gpus, cpu, mem,
+                                                  profile.free_now(now, predicted))
+                    chosen_later[k] = chosen
+                else:
+                    gpus, cpu, mem = rooms[k]
+                    count = count_fitting(request, profile.node, gpus, cpu, mem)
+                count = count if count > 0 else 0  # room overbooked by a planned start counts as none
+                total += count - counts[k]
+                counts[k] = count
             stale = set()
-            total = 0
-            fits = []
-            for k, (count, chosen) in enumerate(fit):
-                if count > 0:
-                    fits.append((-count, nodes[k].node.name, nodes[k], chosen))
-                    total += count
             if total < tasks:
                 continue
-            fits.sort(key=lambda f: (f[0], f[1]))
-            placed: list[tuple[NodeProfile, list[int], int]] = []
-            left = tasks
-            for negative, _, profile, chosen in fits:
-                take = min(-negative, left)
-                per_task = request.whole_gpus if not request.is_shared else 1
-                placed.append((profile, chosen[:take * per_task] if request.uses_gpu else [], take))
-                left -= take
-                if not left:
-                    break
-            return t, placed
+            return t, self._chosen(request, tasks, nodes, counts, chosen_later, t, runtime, predicted)
         return None
+
+    def _chosen(self, request: TaskRequest, tasks: int, nodes: list[NodeProfile], counts: list[int],
+                chosen_later: dict[int, list[int]], t: float, runtime: float,
+                predicted: bool) -> list[tuple[NodeProfile, list[int], int]]:
+        """Where ``tasks`` tasks go at t, given each node's count of tasks fitting: the nodes that fit the
+        most first (by name among equals), and the GPUs each takes (GPUs least free now first)."""
+        now = self.now
+        fits = sorted((-count, nodes[k].node.name, k) for k, count in enumerate(counts) if count > 0)
+        per_task = request.whole_gpus if not request.is_shared else 1
+        placed: list[tuple[NodeProfile, list[int], int]] = []
+        left = tasks
+        for negative, _, k in fits:
+            profile = nodes[k]
+            take = min(-negative, left)
+            chosen: list[int] = []
+            if request.uses_gpu:
+                if k in chosen_later:
+                    chosen = chosen_later[k]
+                else:  # all its occupants started by now: its room over the span is its room at t
+                    gpus, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, predicted,
+                                                       ESTIMATE)
+                    chosen = tasks_fitting(request, profile.node, gpus, cpu, mem, profile.free_now(now, predicted))[1]
+            placed.append((profile, chosen[:take * per_task], take))
+            left -= take
+            if not left:
+                break
+        return placed
 
     def _later_changes(self, nodes: list[NodeProfile], timeline: Timeline, runtime: float,
                        predicted: bool) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
@@ -599,14 +673,24 @@ class PoolPlan:
         return ok
 
 
+def plans_somewhere(state: ClusterState) -> bool:
+    """True when some pool with nodes plans reservations or estimates (its ``jobs`` or ``estimate_jobs``)."""
+    for name, index in state.indexes.items():
+        settings = state.policy.reservations_in(name)
+        if (settings.jobs or settings.estimate_jobs) and index.nodes:
+            return True
+    return False
+
+
 class Planner:
     """Reservations and estimates for one allocation, pool by pool (``PoolPlan``), into ``out``."""
 
     def __init__(self, state: ClusterState, out: dict[str, Reservation]) -> None:
         self.state = state
         self.out = out
-        # Without a job that has a time limit no room is ever known to free: nothing to plan.
-        self.active = state.limited > 0
+        # Without a job that has a time limit no room is ever known to free, and without a pool that
+        # plans starts nothing is asked: nothing to plan, and allocation goes as without reservations.
+        self.active = state.limited > 0 and plans_somewhere(state)
         self.pools: dict[str, PoolPlan | None] = {}
 
     def pool(self, job: JobSpec) -> PoolPlan | None:

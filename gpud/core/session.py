@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from gpud.core.backlog import Group
 from gpud.core.memo import Memo
-from gpud.core.passed_over import Learnt, PassedOver
 from gpud.core.placement import Placer
 from gpud.core.queues import QueueState
+from gpud.core.recorder import ReasonRecorder
 from gpud.core.reservations import Planner
-from gpud.core.state import ClusterState, EvictedBy, Statement
-from gpud.model import Blocker, Reservation
+from gpud.core.state import ClusterState, Statement
+from gpud.model import Reservation
 
 
 class Session:
@@ -21,37 +20,27 @@ class Session:
     with the state. ``placer`` finds room for tasks with the pools'
     placement strategies. What one action learns that a later one
     reads lives here, not in the state, and is dropped with the session: the
-    cycle's outputs below, read by the plan's pending reasons.
+    cycle's outputs below; ``reasons`` is read by the plan's pending reasons.
     """
 
     def __init__(self, state: ClusterState) -> None:
-        self.state = state
+        self.state: ClusterState = state
         self.policies = state.policies
-        self.placer = Placer(state)
-        # Why each job the actions took and could not start waits: (its queue, the blocker).
-        self.reasons: dict[str, tuple[QueueState | None, Blocker | None]] = {}
-        # The same for every job of a group passed over whole: its jobs share their shape.
-        self.group_reasons: dict[Group, tuple[QueueState | None, Blocker | None]] = {}
-        # Groups passed over for a blocker learnt from a smaller job, restated for them when read.
-        self.learnt_reasons: dict[Group, Learnt] = {}
-        # Queues whose jobs allocation passed over all at once, and how to say why each waits.
-        self.late_reasons: dict[QueueState, PassedOver] = {}
-        # Jobs allocation found no room for though the free capacity was there: consolidation's work.
-        self.fragmented: set[str] = set()
+        self.placer: Placer = Placer(state)
+        # Why each job waits and why each was evicted, recorded by every action (gpud.core.recorder).
+        self.reasons: ReasonRecorder = ReasonRecorder(state)
         # Each queue's evictable jobs in victim order, shared by the cycle's actions (gpud.core.evict),
         # stamped with the queue's ``changes``.
         self.victim_orders: Memo[QueueState, list[tuple]] = Memo()
-        # Each job the cycle evicted: the eviction rule, its reason, the job it made room for.
-        self.evicted_by: EvictedBy = {}
         # The planned start of jobs allocation found no room for (gpud.core.reservations), by job id;
         # the room the first of them need is held from the actions until ``release_held``.
         self.reservations: dict[str, Reservation] = {}
-        self.planner = Planner(state, self.reservations)
+        self.planner: Planner = Planner(state, self.reservations)
 
     def release_held(self) -> None:
         """Give back the room reservations held through the cycle's actions (before the plan is made)."""
         self.planner.release_all()
 
     def statement(self) -> Statement:
-        """A new statement on the state, recording its evictions in ``evicted_by``."""
-        return Statement(self.state, self.evicted_by)
+        """A new statement on the state, recording its evictions in the session's reasons."""
+        return Statement(self.state, self.reasons.evicted)

@@ -21,9 +21,6 @@ class StateView(Protocol):
         """The node pool a job runs in."""
 
 
-Dims = tuple[float, float, float, int, int]  # (size, CPUs, memory, tasks, the caller's own dimension)
-
-
 def shape_key(job: JobSpec, pool: str, job_specific: bool) -> tuple[tuple, tuple[float, float, float]]:
     """A job's shape as the failure memory compares it: (class, (size, CPUs, memory)).
 
@@ -45,49 +42,66 @@ def shape_key(job: JobSpec, pool: str, job_specific: bool) -> tuple[tuple, tuple
     return group, (size, r.cpus, r.memory_gib)
 
 
+class Dims:
+    """A request's dimensions as the failure memory compares them: its shape's ``size`` (GPUs, or a
+    slice's GPU memory), ``cpu`` and ``memory``, the ``tasks`` that must start together, and the
+    caller's ``own`` dimension (larger means harder)."""
+
+    __slots__ = ("size", "cpu", "memory", "tasks", "own")
+
+    def __init__(self, size: float, cpu: float, memory: float, tasks: int, own: int) -> None:
+        self.size = size
+        self.cpu = cpu
+        self.memory = memory
+        self.tasks = tasks
+        self.own = own
+
+    def at_least(self, other: Dims) -> bool:
+        """True when these dimensions are at least ``other``'s, every one."""
+        return (self.size >= other.size and self.cpu >= other.cpu and self.memory >= other.memory
+                and self.tasks >= other.tasks and self.own >= other.own)
+
+
 def failure_dims(base: tuple[float, float, float], tasks: int, own: int = 0) -> Dims:
-    """A request's dimensions as the failure memory compares them: its shape's size, CPUs and memory,
-    the tasks that must start together and the caller's own dimension (``own``; larger means harder)."""
-    return (base[0], base[1], base[2], tasks, own)
-
-
-def at_least(dims: Dims, other: Dims) -> bool:
-    """True when ``dims`` is at least ``other`` in every dimension."""
-    return (dims[0] >= other[0] and dims[1] >= other[1] and dims[2] >= other[2] and dims[3] >= other[3]
-            and dims[4] >= other[4])
+    """A request's dimensions (``Dims``) from its shape's size, CPUs and memory (``shape_key``)."""
+    return Dims(base[0], base[1], base[2], tasks, own)
 
 
 class Failure:
-    """A request that failed, by its dimensions (``Dims``, one field each), and (reason, kind)."""
+    """A request that failed: its dimensions (as ``Dims`` names them), the ``blocker`` it met (None
+    when the caller keeps no reason) and the ``kind`` of wait (the caller's word; "" when none)."""
 
-    __slots__ = ("size", "cpu", "mem", "tasks", "own", "why")
+    __slots__ = ("size", "cpu", "memory", "tasks", "own", "blocker", "kind")
 
-    def __init__(self, dims: Dims, why: tuple[Blocker | None, str]) -> None:
-        self.size: float = dims[0]
-        self.cpu: float = dims[1]
-        self.mem: float = dims[2]
-        self.tasks: int = dims[3]
-        self.own: int = dims[4]
-        self.why: tuple = why  # kept as the tuple given: compiled, a typed pair would be made anew when read
+    def __init__(self, dims: Dims, blocker: Blocker | None, kind: str) -> None:
+        self.size: float = dims.size
+        self.cpu: float = dims.cpu
+        self.memory: float = dims.memory
+        self.tasks: int = dims.tasks
+        self.own: int = dims.own
+        self.blocker = blocker
+        self.kind = kind
 
-    def covers(self, size: float, cpu: float, mem: float, tasks: int, own: int) -> bool:
-        """True when a request of these dimensions is at least as large as this failure."""
-        return size >= self.size and cpu >= self.cpu and mem >= self.mem and tasks >= self.tasks and own >= self.own
+    def covers(self, dims: Dims) -> bool:
+        """True when a request of ``dims`` is at least as large as this failure."""
+        return (dims.size >= self.size and dims.cpu >= self.cpu and dims.memory >= self.memory
+                and dims.tasks >= self.tasks and dims.own >= self.own)
 
     def within(self, other: Failure) -> bool:
         """True when this failure is at least as large as ``other`` in every dimension."""
-        return other.covers(self.size, self.cpu, self.mem, self.tasks, self.own)
+        return (self.size >= other.size and self.cpu >= other.cpu and self.memory >= other.memory
+                and self.tasks >= other.tasks and self.own >= other.own)
 
 
 class _Answer:
     """The failure found for one exact request of a shape: so many tasks, this own dimension."""
 
-    __slots__ = ("tasks", "own", "why")
+    __slots__ = ("tasks", "own", "failure")
 
-    def __init__(self, tasks: int, own: int, why: tuple) -> None:
+    def __init__(self, tasks: int, own: int, failure: Failure) -> None:
         self.tasks = tasks
         self.own = own
-        self.why: tuple = why  # as in Failure
+        self.failure = failure
 
 
 class ShapeIndex:
@@ -173,10 +187,11 @@ class FailedShapes:
         frontier = self._frontier.get(klass)
         if frontier is None:
             frontier = self._frontier[klass] = []
-        failure = Failure((size, cpu, mem, tasks, own), (detail, kind))
+        dims = Dims(size, cpu, mem, tasks, own)
+        failure = Failure(dims, detail, kind)
         covers_some = False
         for failed in frontier:
-            if failed.covers(size, cpu, mem, tasks, own):
+            if failed.covers(dims):
                 return
             if not covers_some and failed.within(failure):
                 covers_some = True
@@ -195,8 +210,8 @@ class FailedShapes:
         classes = self._index.classes
         return {classes[klass]: list(failed) for klass, failed in self._frontier.items()}
 
-    def find(self, job: JobSpec, tasks: int, own: int = 0, sid: int = -1) -> tuple[Blocker | None, str] | None:
-        """(reason, kind) of a failed request this one is at least as large as, or None.
+    def find(self, job: JobSpec, tasks: int, own: int = 0, sid: int = -1) -> Failure | None:
+        """A failed request this one is at least as large as (its blocker and kind), or None.
 
         ``sid``, when known (``ShapeIndex.of_group``), is the number of the job's shape.
         """
@@ -211,28 +226,27 @@ class FailedShapes:
         if known is not None:
             for answer in known:
                 if answer.tasks == tasks and answer.own == own:
-                    return answer.why
+                    return answer.failure
         failures = self._frontier.get(index.class_of[sid])
         if not failures:
             return None
         size, cpu, mem = index.shapes[sid][1]
         for failed in failures:  # Failure.covers, inline: the size alone rules most out, cheaply
-            if (size >= failed.size and cpu >= failed.cpu and mem >= failed.mem and tasks >= failed.tasks
+            if (size >= failed.size and cpu >= failed.cpu and mem >= failed.memory and tasks >= failed.tasks
                     and own >= failed.own):
                 # Found is kept; none found is not: a failure remembered later may cover it.
                 if known is None:
                     if sid >= len(answers):
                         answers.extend([None] * (sid + 1 - len(answers)))
                     known = answers[sid] = []
-                known.append(_Answer(tasks, own, failed.why))
-                return failed.why
+                known.append(_Answer(tasks, own, failed))
+                return failed
         return None
 
 
-def first_covering(frontier: dict[tuple, list[Failure]], group: tuple, dims: Dims) -> tuple[Blocker | None, str] | None:
-    """(reason, kind) of the first failure in a ``FailedShapes.frozen`` copy that ``dims`` is at least as large as."""
-    size, cpu, mem, tasks, own = dims
+def first_covering(frontier: dict[tuple, list[Failure]], group: tuple, dims: Dims) -> Failure | None:
+    """The first failure in a ``FailedShapes.frozen`` copy that ``dims`` is at least as large as."""
     for failed in frontier.get(group, ()):
-        if failed.covers(size, cpu, mem, tasks, own):
-            return failed.why
+        if failed.covers(dims):
+            return failed
     return None

@@ -473,7 +473,7 @@ class Statement:
 
     def __init__(self, state: ClusterState, evicted_by: EvictedBy | None = None) -> None:
         """``evicted_by``: where each evicted job's rule, reason and preemptor go (the cycle's,
-        ``Session.evicted_by``); a statement that only binds needs none."""
+        ``ReasonRecorder.evicted``); a statement that only binds needs none."""
         self.state = state
         self.evicted_by: EvictedBy = {} if evicted_by is None else evicted_by
         self._undo: list[tuple] = []

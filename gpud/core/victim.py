@@ -10,13 +10,14 @@ class Victim:
     """A running job as a candidate for eviction: the job, its queue (None for a project the policy
     no longer has) and its running tasks."""
 
-    __slots__ = ("job", "queue", "tasks", "started", "now")
+    __slots__ = ("job", "queue", "tasks", "started", "now", "_lost")
 
     def __init__(self, job: JobSpec, queue: QueueState | None, tasks: list[int], now: float) -> None:
         self.job = job
         self.queue = queue
         self.tasks = tasks
         self.now = now
+        self._lost = -1.0  # worked out when first read
         if not job.is_running:
             self.started = now
         else:
@@ -30,7 +31,10 @@ class Victim:
         Stopping any of a gang's tasks restarts the whole gang, so the whole job's GPUs count. A job the
         running cycle placed loses nothing.
         """
+        if self._lost >= 0.0:
+            return self._lost
         if not self.job.is_running:
+            self._lost = 0.0
             return 0.0
         gpus = 0.0
         for placement in self.job.placements:
@@ -40,7 +44,8 @@ class Victim:
         checkpointed = self.job.checkpointed
         if checkpointed is not None and checkpointed > since:
             since = checkpointed
-        return gpus * max(0.0, self.now - since)
+        self._lost = gpus * max(0.0, self.now - since)
+        return self._lost
 
     @property
     def placed_this_cycle(self) -> bool:

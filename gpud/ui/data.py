@@ -17,7 +17,7 @@ from gpud import jsontext
 from gpud.accounting.report import report_rows
 from gpud.controller import api, arrays
 from gpud.controller.auth import Principal
-from gpud.controller.cluster import with_submitted_event
+from gpud.controller.job_events import with_submitted_event
 from gpud.controller.service import Controller
 from gpud.controller.views import job_view, node_view, queue_view, redact
 from gpud.controller.why import explain
@@ -31,8 +31,8 @@ DAY, WEEK = 86400.0, 7 * 86400.0
 
 def view_of(ctrl: Controller, principal: Principal, job: Job, now: float) -> dict:
     """The job as the API shows it to ``principal``."""
-    return api.visible(principal, job, {**job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now,
-                                                   ctrl.cluster.policy.time_slicing), **ctrl.cluster.start_of(job)})
+    return api.visible(principal, job, {**job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, now,
+                                                   ctrl.cluster.policy.time_slicing), **ctrl.cluster.waits.start_of(job)})
 
 
 @dataclass(slots=True)
@@ -140,15 +140,15 @@ async def job_page(ctrl: Controller, principal: Principal, job_id: str) -> dict[
     now = time.time()
     elements = await arrays.array_elements(ctrl, job_id)
     if elements:
-        base = job_view(elements[0], ctrl.cluster.reason_of(elements[0]), ctrl.cluster.nodes, now,
+        base = job_view(elements[0], ctrl.cluster.waits.reason(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = api.visible(principal, elements[0], {**arrays.array_view(base, elements, ctrl.cluster, now),
                                                     "events": []})
         job = arrays.first_waiting(elements)
     else:
         job = await api.find_job(ctrl, job_id)
-        view = job_view(job, ctrl.cluster.reason_of(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
-        view.update(ctrl.cluster.start_of(job))
+        view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
+        view.update(ctrl.cluster.waits.start_of(job))
         loop = asyncio.get_running_loop()
         events = with_submitted_event(job, await loop.run_in_executor(ctrl.store_executor, ctrl.store.events, job.id))
         view["events"] = [{"time": e.time, "kind": e.kind, "message": e.message, "node": e.node} for e in events]
@@ -178,7 +178,7 @@ def gpu_cells(ctrl: Controller) -> list[dict[str, Any]]:
     now = time.time()
     pools: dict[str, list[dict]] = {}
     for name, node in sorted(ctrl.cluster.nodes.items()):
-        view = node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now,
+        view = node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
                          held.get(name, (0.0, 0.0)))
         for gpu in view["gpus"]:
             jobs = holders.get((name, gpu["index"]), [])
@@ -216,7 +216,8 @@ def node_views(ctrl: Controller) -> list[dict]:
     """Every node as ``GET /api/v1/nodes`` shows it."""
     used, held = api.gpu_use(ctrl), api.host_use(ctrl)
     now = time.time()
-    return [node_view(node, used.get(name, {}), bool(ctrl.cluster.wanted.get(name)), now, held.get(name, (0.0, 0.0)))
+    return [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
+                      held.get(name, (0.0, 0.0)))
             for name, node in sorted(ctrl.cluster.nodes.items())]
 
 

@@ -97,7 +97,7 @@ def section(app: web.Application, session: Session, principal: Principal, view: 
             return await data.job_page(ctrl, principal, job_id)
         def job_version() -> object:
             # An ended job (or array) is in the store for good: what its page shows no longer changes.
-            return cluster_version() if ctrl.cluster.select(job_id) else ENDED
+            return cluster_version() if ctrl.cluster.job_service.select(job_id) else ENDED
         return Section("_job.html", (principal.user, principal.admin, session.nonce), job_values, path, job_version)
     return None
 
@@ -180,13 +180,13 @@ async def change_job(request: web.Request) -> web.Response:
     job_id, verb = request.match_info["id"], request.match_info["verb"]
     if not is_job_id(job_id):
         raise api.ApiError(404, f"no job {job_id!r}: job ids look like 42 or 42_7")
-    jobs = ctrl.cluster.select(job_id)
+    jobs = ctrl.cluster.job_service.select(job_id)
     if not jobs:
         raise api.ApiError(409, f"job {job_id} is not pending or running, so it cannot be changed")
     for one in jobs:
         api.owned(principal, one)
     for start in range(0, len(jobs), api.CHANGE_SLICE):
-        ctrl.cluster.change_many(jobs[start:start + api.CHANGE_SLICE], verb, principal.user)
+        ctrl.cluster.job_service.change_many(jobs[start:start + api.CHANGE_SLICE], verb, principal.user)
         await ctrl.commit()
     raise web.HTTPSeeOther(location=f"/ui/jobs/{job_id}")
 
@@ -210,9 +210,9 @@ async def change_node(request: web.Request) -> web.Response:
         reason = form.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise api.ApiError(422, "say why the node is drained")
-        ctrl.cluster.drain(node, reason.strip(), principal.user)
+        ctrl.cluster.node_messages.drain(node, reason.strip(), principal.user)
     else:
-        ctrl.cluster.resume(node, principal.user)
+        ctrl.cluster.node_messages.resume(node, principal.user)
     await ctrl.commit()
     raise web.HTTPSeeOther(location="/ui/nodes")
 

@@ -14,7 +14,8 @@ RUNNING = {"id": "12_3", "array_id": "12", "array_index": 3, "name": "sweep", "u
            "memory_gib": 2, "gpus": 1, "elapsed_s": 3725, "time_limit_s": 7200, "priority_class": "train",
            "priority": 50, "exit_code": None, "term_signal": None}
 PENDING = {**RUNNING, "id": "13", "array_id": None, "array_index": None, "state": "PENDING", "nodes": [],
-           "reason": "over quota; no idle GPUs", "elapsed_s": 0}
+           "reason": "over quota; no idle GPUs", "reason_code": "shortage", "reason_short": "over quota",
+           "elapsed_s": 0}
 
 
 def test_exit_codes_are_code_colon_signal():

@@ -62,13 +62,13 @@ async def test_the_in_process_node_registers_again_when_serving_it_failed(tmp_pa
     try:
         await agent.start()
         await _until(lambda: agent.link.registrations == 1 and "n1" in ctrl.links)
-        real_heartbeat = ctrl.cluster.heartbeat
+        real_heartbeat = ctrl.cluster.node_messages.heartbeat
 
         def failing_once(*args, **kwargs):
-            monkeypatch.setattr(ctrl.cluster, "heartbeat", real_heartbeat)
+            monkeypatch.setattr(ctrl.cluster.node_messages, "heartbeat", real_heartbeat)
             raise RuntimeError("a bug in the controller")
 
-        monkeypatch.setattr(ctrl.cluster, "heartbeat", failing_once)
+        monkeypatch.setattr(ctrl.cluster.node_messages, "heartbeat", failing_once)
         await _until(lambda: agent.link.registrations == 2 and "n1" in ctrl.links)
         assert ctrl.cluster.nodes["n1"].state == "up"
     finally:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpud.controller.cluster import Cluster, with_submitted_event
+from gpud.controller.cluster import Cluster
+from gpud.controller.job_events import with_submitted_event
 from gpud.controller.nodes import Gpu, NodeRecord
 from gpud.controller.persist import Persister
 from gpud.jobs import Job
@@ -29,15 +30,15 @@ class Clock:
 def cluster():
     clock = Clock()
     state = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
-    state.register(NodeRecord("n1", cpus=8, memory_gib=64,
-                              gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
-    state.take_commands()
+    state.node_messages.register(NodeRecord("n1", cpus=8, memory_gib=64,
+                                            gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
+    state.outbox.take()
     return state
 
 
 def submit(cluster: Cluster, project: str, gpus: float = 1) -> str:
     job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], gpus=gpus)
-    return cluster.submit([Submission(job)], {})[0]
+    return cluster.job_service.submit([Submission(job)], {})[0]
 
 
 def cycle(cluster: Cluster) -> dict[str, list[dict]]:
@@ -45,13 +46,13 @@ def cycle(cluster: Cluster) -> dict[str, list[dict]]:
                                      lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
                                      cluster.clock())
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
-    cluster.apply_plan(plan, skip)
-    return cluster.take_commands()
+    cluster.plans.apply(plan, skip)
+    return cluster.outbox.take()
 
 
 def report(cluster: Cluster, order: dict, state: str, **fields) -> None:
-    cluster.task_report("n1", {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
-                               "state": state, **fields})
+    cluster.node_messages.task_report("n1", {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
+                                             "state": state, **fields})
 
 
 def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
@@ -60,7 +61,7 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
     assert sorted(o["job"] for o in starts) == hogs
     for order in starts:
         report(cluster, order, "running", pid=100)
-    cluster.take_commands()
+    cluster.outbox.take()
     newcomer = submit(cluster, "b")
     orders = cycle(cluster)["n1"]
     stops = [o for o in orders if o["type"] == "stop"]
@@ -68,7 +69,7 @@ def test_a_start_waits_until_the_evicted_task_has_released_its_gpus(cluster):
     assert not [o for o in orders if o["type"] == "start"], "the GPU is still held by the stopping task"
     victim = stops[0]
     report(cluster, victim, "exited", exit_code=None, term_signal=15)
-    orders = cluster.take_commands()["n1"]
+    orders = cluster.outbox.take()["n1"]
     assert [(o["type"], o["job"]) for o in orders] == [("ack", victim["job"]), ("start", newcomer)]
     assert cluster.jobs[victim["job"]].state == "PENDING"
     assert cluster.jobs[victim["job"]].restart_count == 1
@@ -107,12 +108,12 @@ def test_a_task_that_cannot_start_fails_its_job_with_the_reason(cluster):
     report(cluster, start, "exited", reason="failed to start: no user 'u' on this node", cause="failed_to_start")
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("FAILED", "task 0 failed to start: no user 'u' on this node")
-    assert cluster.take_commands()["n1"][0]["type"] == "ack"
+    assert cluster.outbox.take()["n1"][0]["type"] == "ack"
 
 
 def test_a_task_the_node_runs_but_nobody_wants_is_stopped(cluster):
-    cluster.reconcile("n1", [{"job": "77", "task": 0, "attempt": 0, "state": "running", "pid": 5}], fresh=True)
-    (stop,) = cluster.take_commands()["n1"]
+    cluster.node_messages.reconcile("n1", [{"job": "77", "task": 0, "attempt": 0, "state": "running", "pid": 5}], fresh=True)
+    (stop,) = cluster.outbox.take()["n1"]
     assert (stop["type"], stop["job"], stop["reason"]) == ("stop", "77", "not wanted")
 
 
@@ -120,18 +121,58 @@ def test_a_running_task_missing_from_a_reregistering_node_is_requeued(cluster):
     job_id = submit(cluster, "a")
     (start,) = cycle(cluster)["n1"]
     report(cluster, start, "running", pid=100)
-    cluster.reconcile("n1", [], fresh=True)
+    cluster.node_messages.reconcile("n1", [], fresh=True)
     job = cluster.jobs[job_id]
     assert job.state == "PENDING" and job.restart_count == 1
+
+
+@pytest.mark.parametrize("requeue", [True, False])
+def test_a_heartbeat_missing_one_task_of_a_gang_on_the_node_loses_the_gang_once(cluster, requeue):
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, tasks=2, requeue=requeue)
+    (job_id,) = cluster.job_service.submit([Submission(job)], {})
+    starts = cycle(cluster)["n1"]
+    assert len(starts) == 2
+    report(cluster, starts[0], "running", pid=100)
+    cluster.clock.now += 10
+    cluster.node_messages.heartbeat("n1", None, [])  # the running task is gone, its partner not yet seen
+    if requeue:
+        assert (job.state, job.restart_count) == ("PENDING", 1)
+        assert not cluster.runs.wanted["n1"] and not cluster.runs.unsent["n1"]
+    else:
+        assert job_id not in cluster.jobs and job.state == "NODE_FAIL"
+    stops = [o for o in cluster.outbox.take()["n1"] if o["type"] == "stop"]
+    assert sorted(o["task"] for o in stops) == [0, 1]
+
+
+def test_an_array_element_lost_to_a_silent_node_keeps_its_place_in_the_array_limit(cluster):
+    cluster.node_messages.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-20")]), tasks=[])
+    cluster.outbox.take()
+    job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1)
+    ids = cluster.job_service.submit([Submission(job, array_indices=[0, 1], array_limit=1)], {})
+    starts = cycle(cluster)
+    ((node, (start,)),) = [(name, orders) for name, orders in starts.items() if orders]
+    cluster.node_messages.task_report(node, {"job": start["job"], "task": 0, "attempt": start["attempt"],
+                                             "state": "running", "pid": 100})
+    other = next(name for name in cluster.nodes if name != node)
+    cluster.clock.now += 120
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)  # the element's node fell silent: it is requeued
+    assert cluster.nodes[node].state == "down" and cluster.jobs[start["job"]].state == "PENDING"
+    cluster.clock.now += 60  # past the silent node's lease and grace period
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
+    assert cluster.job_service.array_queued[ids[0].partition("_")[0]] == 1
+    (restart,) = cycle(cluster)[other]
+    assert (restart["type"], restart["job"]) == ("start", start["job"])
 
 
 def test_a_silent_node_fails_its_non_preemptible_job(cluster):
     job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1, priority=125,
               priority_class="inference")
-    (job_id,) = cluster.submit([Submission(job)], {})
+    (job_id,) = cluster.job_service.submit([Submission(job)], {})
     cycle(cluster)
     cluster.clock.now += 120
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert job_id not in cluster.jobs
     assert (job.state, job.reason) == ("NODE_FAIL", "node n1 is down (no heartbeat for 120 s)")
     assert cluster.nodes["n1"].state == "down"
@@ -150,12 +191,12 @@ def test_the_submitted_event_comes_from_the_record_unless_an_older_store_kept_it
 
 
 def test_the_largest_node_follows_registrations_and_gpu_health(cluster):
-    assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (2, 8)
-    cluster.register(NodeRecord("n2", cpus=32, memory_gib=256, gpus=[Gpu(i, f"GPU-2{i}") for i in range(4)]),
-                     tasks=[])
-    assert (cluster.largest_node().max_gpus, cluster.largest_node().max_cpus) == (4, 32)
-    cluster.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
-    assert cluster.largest_node().max_gpus == 3
+    assert (cluster.node_messages.largest_node().max_gpus, cluster.node_messages.largest_node().max_cpus) == (2, 8)
+    cluster.node_messages.register(NodeRecord("n2", cpus=32, memory_gib=256, gpus=[Gpu(i, f"GPU-2{i}") for i in range(4)]),
+                                   tasks=[])
+    assert (cluster.node_messages.largest_node().max_gpus, cluster.node_messages.largest_node().max_cpus) == (4, 32)
+    cluster.node_messages.heartbeat("n2", [Gpu(i, f"GPU-2{i}") for i in range(3)], tasks=[])  # a GPU no longer reported
+    assert cluster.node_messages.largest_node().max_gpus == 3
 
 
 def test_a_staged_job_is_nowhere_until_accepted_and_hears_of_its_dependency_ending(cluster):
@@ -163,12 +204,12 @@ def test_a_staged_job_is_nowhere_until_accepted_and_hears_of_its_dependency_endi
     target = submit(cluster, "a")
     job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
               depends=[Dependency("afterok", target)])
-    (staged,) = cluster.stage([Submission(job)], {})
+    (staged,) = cluster.job_service.stage([Submission(job)], {})
     assert staged.id not in cluster.jobs and staged.id not in cluster.core.in_core
-    cluster.cancel(cluster.jobs[target], "u")           # ends while the staged job's record is written
-    cluster.accept([staged])
+    cluster.job_service.cancel(cluster.jobs[target], "u")           # ends while the staged job's record is written
+    cluster.job_service.accept([staged])
     assert cluster.jobs[staged.id].depends[0].met is False
-    assert "can never be met" in cluster.reason_of(staged)
+    assert "can never be met" in cluster.waits.reason_of(staged)
 
 
 def test_a_dropped_job_leaves_nothing_behind(cluster):
@@ -176,9 +217,9 @@ def test_a_dropped_job_leaves_nothing_behind(cluster):
     target = submit(cluster, "a")
     job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
               depends=[Dependency("afterany", target)])
-    staged = cluster.stage([Submission(job, array_indices=[0, 1])], {})
-    cluster.drop(staged)
-    assert not cluster.staged and target not in cluster.dependents and not cluster.arrays.get(staged[0].array_id)
+    staged = cluster.job_service.stage([Submission(job, array_indices=[0, 1])], {})
+    cluster.job_service.drop(staged)
+    assert not cluster.job_service.staged and target not in cluster.job_service.dependents and not cluster.job_service.arrays.get(staged[0].array_id)
     cycle(cluster)
     assert all(j.id not in cluster.jobs for j in staged)
 
@@ -197,14 +238,14 @@ def test_an_array_keeps_exactly_its_limit_queued_through_changes_of_many(limit, 
     clock = Clock()
     cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
     job = Job(id="", user="u", project="a", workdir="/tmp", command=["true"], gpus=1)
-    ids = cluster.submit([Submission(job, array_indices=tuple(range(30)), array_limit=limit)], {})
+    ids = cluster.job_service.submit([Submission(job, array_indices=tuple(range(30)), array_limit=limit)], {})
     array_id = ids[0].partition("_")[0]
     for verb, picks in ops:
         chosen = [cluster.jobs[ids[i]] for i in sorted(set(picks)) if ids[i] in cluster.jobs]
-        cluster.change_many(chosen, verb, "u")
+        cluster.job_service.change_many(chosen, verb, "u")
         members = [cluster.jobs[i] for i in ids if i in cluster.jobs]
         queued = [j for j in members if j.id in cluster.core.in_core]
-        assert len(queued) == cluster.array_queued.get(array_id, 0) <= limit
+        assert len(queued) == cluster.job_service.array_queued.get(array_id, 0) <= limit
         waiting = [j for j in members if not j.hold and j.id not in cluster.core.in_core]
         assert not waiting or len(queued) == limit, "an element waits while the array is under its limit"
 
@@ -216,18 +257,18 @@ def test_a_dependency_that_ends_while_a_submit_is_staged_in_parts_counts_as_it_e
     report(cluster, start, "running", pid=10)
     job = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1,
               depends=[Dependency("afterok", target)])
-    parts = cluster.stage_in_parts([Submission(job, array_indices=tuple(range(5)))], {}, part=2)
+    parts = cluster.job_service.stage_in_parts([Submission(job, array_indices=tuple(range(5)))], {}, part=2)
     staged = list(next(parts))
     report(cluster, start, "exited", exit_code=0)  # the target completes between two parts
     assert target not in cluster.jobs
     for part in parts:
         staged.extend(part)
-    cluster.accept(staged)
+    cluster.job_service.accept(staged)
     assert [cluster.jobs[j.id].depends[0].met for j in staged] == [True] * 5
 
 
 def test_a_silent_nodes_requeued_job_runs_nowhere_before_the_nodes_lease_and_grace_are_over(cluster):
-    cluster.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0")]), tasks=[])
+    cluster.node_messages.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0")]), tasks=[])
     job_id = submit(cluster, "a")
     cycle(cluster)
     job = cluster.jobs[job_id]
@@ -236,19 +277,19 @@ def test_a_silent_nodes_requeued_job_runs_nowhere_before_the_nodes_lease_and_gra
     other = "n2" if first == "n1" else "n1"
     last_heard = cluster.clock.now
     cluster.clock.now += 61
-    cluster.heartbeat(other, None, [])
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert silent.state == "down" and (job.state, job.restart_count) == ("PENDING", 1)
     assert cycle(cluster) == {}
-    assert cluster.reason_of(job).startswith(f"waiting 6 s more for node {first}'s lease and grace period")
+    assert cluster.waits.reason_of(job).startswith(f"waiting 6 s more for node {first}'s lease and grace period")
     # The lease (60 s), the grace period (5 s) and the margin for the node to kill what ignored its signal.
     cluster.clock.now = last_heard + 60 + 5 + 2 - 0.1
-    cluster.heartbeat(other, None, [])
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert cycle(cluster) == {}
     cluster.clock.now = last_heard + 60 + 5 + 2
-    cluster.heartbeat(other, None, [])
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.heartbeat(other, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
     (start,) = cycle(cluster)[other]
     assert (start["job"], start["attempt"]) == (job_id, 1)
 
@@ -256,9 +297,9 @@ def test_a_silent_nodes_requeued_job_runs_nowhere_before_the_nodes_lease_and_gra
 def test_a_down_node_that_heartbeats_again_is_up_with_its_down_reason_cleared(cluster):
     node = cluster.nodes["n1"]
     cluster.clock.now += 120
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert (node.state, node.reason) == ("down", "no heartbeat for 120 s")
-    cluster.heartbeat("n1", None, [])
+    cluster.node_messages.heartbeat("n1", None, [])
     assert (node.state, node.reason) == ("up", "")
     assert node.spec().schedulable
     job_id = submit(cluster, "a")
@@ -267,16 +308,16 @@ def test_a_down_node_that_heartbeats_again_is_up_with_its_down_reason_cleared(cl
 
 def test_a_drained_node_back_from_silence_keeps_its_drain_reason(cluster):
     node = cluster.nodes["n1"]
-    cluster.drain(node, "bad fan", "admin")
+    cluster.node_messages.drain(node, "bad fan", "admin")
     cluster.clock.now += 120
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert node.reason == "no heartbeat for 120 s"
-    cluster.heartbeat("n1", None, [])
+    cluster.node_messages.heartbeat("n1", None, [])
     assert (node.state, node.drain, node.reason) == ("up", True, "bad fan")
     cluster.clock.now += 120
-    cluster.check_nodes(timeout_s=60)
-    cluster.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
+    cluster.node_messages.check_nodes(timeout_s=60)
+    cluster.node_messages.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0"), Gpu(1, "GPU-1")]), tasks=[])
     back = cluster.nodes["n1"]
     assert (back.state, back.reason, back.drain) == ("up", "bad fan", True)
-    cluster.resume(back, "admin")
+    cluster.node_messages.resume(back, "admin")
     assert back.reason == ""

@@ -36,15 +36,15 @@ class Clock:
 def make_cluster(nodes: int = 2, gpus: int = 1, policy: dict = POLICY) -> Cluster:
     cluster = Cluster(parse_policy(policy, "test"), make_plugin_manager(), Persister(None, None), Clock())
     for n in range(1, nodes + 1):
-        cluster.register(NodeRecord(f"n{n}", cpus=8, memory_gib=64,
-                                    gpus=[Gpu(i, f"GPU-{n}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_commands()
+        cluster.node_messages.register(NodeRecord(f"n{n}", cpus=8, memory_gib=64,
+                                                  gpus=[Gpu(i, f"GPU-{n}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.outbox.take()
     return cluster
 
 
 def submit(cluster: Cluster, project: str, gpus: float = 1, **fields) -> str:
     job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], gpus=gpus, **fields)
-    return cluster.submit([Submission(job)], {})[0]
+    return cluster.job_service.submit([Submission(job)], {})[0]
 
 
 def cycle(cluster: Cluster) -> dict[str, list[dict]]:
@@ -52,13 +52,13 @@ def cycle(cluster: Cluster) -> dict[str, list[dict]]:
                                      lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
                                      cluster.clock())
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
-    cluster.apply_plan(plan, skip)
-    return cluster.take_commands()
+    cluster.plans.apply(plan, skip)
+    return cluster.outbox.take()
 
 
 def report(cluster: Cluster, node: str, order: dict, state: str, **fields) -> None:
-    cluster.task_report(node, {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
-                               "state": state, **fields})
+    cluster.node_messages.task_report(node, {"job": order["job"], "task": order["task"], "attempt": order["attempt"],
+                                             "state": state, **fields})
 
 
 def orders(commands: dict[str, list[dict]], kind: str) -> list[tuple[str, dict]]:
@@ -74,7 +74,7 @@ def preempted_while_another_node_frees(cluster: Cluster) -> tuple[str, str, dict
     victim = submit(cluster, "a")
     ((old_node, old_start),) = orders(cycle(cluster), "start")
     report(cluster, old_node, old_start, "running", pid=11)
-    cluster.take_commands()
+    cluster.outbox.take()
     submit(cluster, "b")
     commands = cycle(cluster)
     ((stop_node, stop),) = orders(commands, "stop")
@@ -83,7 +83,7 @@ def preempted_while_another_node_frees(cluster: Cluster) -> tuple[str, str, dict
     (build_node,) = {run.placement.node for run in cluster.jobs[build].runs}
     report(cluster, build_node, {"job": build, "task": 0, "attempt": cluster.jobs[build].runs[0].attempt},
            "exited", exit_code=0)
-    cluster.take_commands()
+    cluster.outbox.take()
     return victim, old_node, stop, build_node
 
 
@@ -94,8 +94,8 @@ def test_a_preempted_job_starts_nowhere_until_its_old_copy_has_ended():
     assert (job.state, job.restart_count) == ("PENDING", 1)
     cluster.clock.now += 5
     assert orders(cycle(cluster), "start") == [], "its old copy is in its grace period on " + old_node
-    assert cluster.reason_of(job) == (f"waits for its previous run to end: task 0 on node {old_node} still being "
-                                      f"stopped (SIGKILL in 15 s at the latest, after the 20 s grace period)")
+    assert cluster.waits.reason_of(job) == (f"waits for its previous run to end: task 0 on node {old_node} still being "
+                                            f"stopped (SIGKILL in 15 s at the latest, after the 20 s grace period)")
     answer = explain(job, cluster)
     assert [b["rule"] for b in answer["blockers"]] == ["completing"]
     assert answer["blockers"][0]["stopping"] == [{"node": old_node, "task": 0, "attempt": stop["attempt"],
@@ -112,7 +112,7 @@ def test_a_completing_job_is_scheduled_again_as_soon_as_its_old_copy_is_reported
     victim, old_node, stop, free_node = preempted_while_another_node_frees(cluster)
     assert victim not in cluster.core.in_core
     # The node re-registers without the task: whatever it was stopping is over.
-    cluster.reconcile(old_node, [], fresh=True)
+    cluster.node_messages.reconcile(old_node, [], fresh=True)
     assert victim in cluster.core.in_core
     assert victim not in cluster.completing
 
@@ -122,22 +122,22 @@ def test_a_silent_nodes_stopping_copy_holds_its_job_until_the_lease_and_grace_ar
     victim, old_node, stop, free_node = preempted_while_another_node_frees(cluster)
     last_heard = cluster.clock.now
     cluster.clock.now = last_heard + 61
-    cluster.heartbeat(free_node, None, [])
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.heartbeat(free_node, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert cluster.nodes[old_node].state == "down"
     assert orders(cycle(cluster), "start") == []
-    assert "lease and grace period" in cluster.reason_of(cluster.jobs[victim])
+    assert "lease and grace period" in cluster.waits.reason_of(cluster.jobs[victim])
     assert [b["rule"] for b in explain(cluster.jobs[victim], cluster)["blockers"]] == ["fenced"]
     cluster.clock.now = last_heard + 60 + GRACE_S + 2
-    cluster.heartbeat(free_node, None, [])
-    cluster.check_nodes(timeout_s=60)
+    cluster.node_messages.heartbeat(free_node, None, [])
+    cluster.node_messages.check_nodes(timeout_s=60)
     assert [(node, o["job"]) for node, o in orders(cycle(cluster), "start")] == [(free_node, victim)]
 
 
 def test_a_job_cancelled_while_completing_leaves_nothing_waiting():
     cluster = make_cluster()
     victim, old_node, stop, free_node = preempted_while_another_node_frees(cluster)
-    cluster.cancel(cluster.jobs[victim], "u")
+    cluster.job_service.cancel(cluster.jobs[victim], "u")
     assert victim not in cluster.completing
     report(cluster, old_node, stop, "exited", term_signal=9)  # reported late: nothing to release
     assert victim not in cluster.jobs
@@ -148,7 +148,7 @@ def test_completing_survives_a_controller_restart():
     victim, old_node, stop, free_node = preempted_while_another_node_frees(cluster)
     restarted = make_cluster(nodes=0)
     restarted.restore([cluster.jobs[victim]], [cluster.nodes[old_node], cluster.nodes[free_node]],
-                      cluster.next_seq)
+                      cluster.job_service.next_seq)
     assert victim in restarted.completing and victim not in restarted.core.in_core
 
 
@@ -212,11 +212,11 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
     def heartbeats() -> None:
         for name in cluster.nodes:
             if name not in silent:
-                cluster.heartbeat(name, None, [{"job": k[0], "task": k[1], "attempt": k[2], "state": "running",
-                                                "pid": k[2] + 100} for k, node in alive.items() if node == name])
-        deliver(cluster.take_commands())
-        cluster.check_nodes(timeout_s=60)
-        deliver(cluster.take_commands())
+                cluster.node_messages.heartbeat(name, None, [{"job": k[0], "task": k[1], "attempt": k[2], "state": "running",
+                                                              "pid": k[2] + 100} for k, node in alive.items() if node == name])
+        deliver(cluster.outbox.take())
+        cluster.node_messages.check_nodes(timeout_s=60)
+        deliver(cluster.outbox.take())
 
     def current(key: tuple[str, int, int]) -> bool:
         job = cluster.jobs.get(key[0])
@@ -239,12 +239,12 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
                 key = keys[pick % len(keys)]
                 report(cluster, alive.pop(key), {"job": key[0], "task": key[1], "attempt": key[2]}, "exited",
                        exit_code=0 if ok else 1)
-                deliver(cluster.take_commands())
+                deliver(cluster.outbox.take())
         elif step[0] == "cancel" and submitted:
             job = cluster.jobs.get(submitted[step[1] % len(submitted)])
             if job is not None:
-                cluster.cancel(job, "u")
-            deliver(cluster.take_commands())
+                cluster.job_service.cancel(job, "u")
+            deliver(cluster.outbox.take())
         elif step[0] == "silence" and f"n{step[1] + 1}" in cluster.nodes:
             # A node falls silent for good; its own lease stops what it runs (the stop signal, then the grace).
             name = f"n{step[1] + 1}"
@@ -261,7 +261,7 @@ def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gp
         for key in sorted(k for k in alive if not current(k)):
             report(cluster, alive.pop(key), {"job": key[0], "task": key[1], "attempt": key[2]}, "exited",
                    term_signal=9)
-            deliver(cluster.take_commands())
+            deliver(cluster.outbox.take())
         deliver(cycle(cluster))
     assert not [job for job in cluster.jobs if job in cluster.completing and not any(
         k[0] == job and not current(k) for k in alive)], "a job waits for a copy that has ended"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ import pytest
 
 from gpud import jsontext
 
-from gpud.controller.persist import Persister
+from gpud.controller.persist import ROWS_PER_SLICE, Persister
 from gpud.jobs import Job
 from gpud.store.sqlite import SQLiteStore
 from waiting import until
@@ -58,3 +59,32 @@ def test_json_text_takes_whatever_the_json_module_takes():
         assert jsontext.loads(json.dumps(value)) == json.loads(json.dumps(value))
     with pytest.raises(ValueError):
         jsontext.loads("{not json")
+
+
+CHANGED = 16  # more than the turns of the loop before the rows of the first slice are made
+
+
+async def test_a_batch_too_big_for_one_slice_is_written_whole_and_changes_made_meanwhile_follow(tmp_path):
+    store = SQLiteStore(tmp_path)
+    with ThreadPoolExecutor(1) as executor:
+        persist = Persister(store, executor)
+        jobs = [Job(id=str(n), user="u", project="p", workdir="/tmp", command=["true"])
+                for n in range(ROWS_PER_SLICE * 8)]
+        for job in jobs:
+            persist.job(job)
+        first = asyncio.ensure_future(persist.flush())
+        changed: set[str] = set()
+        turns = 0
+        while not first.done():  # while the batch's rows are made and written, the first jobs change, once each
+            if turns < CHANGED:
+                jobs[turns].state = "RUNNING"
+                persist.job(jobs[turns])
+                changed.add(jobs[turns].id)
+            turns += 1
+            await asyncio.sleep(0)
+        await first
+        await persist.flush()
+        assert len(changed) == CHANGED
+        for job in jobs:
+            assert stored_state(store.path, job.id) == ("RUNNING" if job.id in changed else "PENDING")
+        store.close()

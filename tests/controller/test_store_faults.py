@@ -127,7 +127,7 @@ async def test_failed_commits_lose_no_acknowledged_job_and_run_no_refused_one(tm
             await until(lambda: all((markers / name).exists() for name in acked), "every acknowledged job to run", timeout=120.0)
             await until(lambda: not any(j.state in ("PENDING", "RUNNING") for j in ctrl.cluster.jobs.values()),
                         "every job to end")
-            in_memory = {j.name for j in ctrl.cluster.jobs.values()} | {j.name for j in ctrl.cluster.staged.values()}
+            in_memory = {j.name for j in ctrl.cluster.jobs.values()} | {j.name for j in ctrl.cluster.job_service.staged.values()}
             assert not refused & in_memory
     finally:
         await agent.stop()

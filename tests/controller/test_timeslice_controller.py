@@ -7,6 +7,7 @@ import tomllib
 
 import pytest
 
+from gpud.controller.job_reason import recorded
 from gpud.controller.nodes import Gpu, NodeRecord
 from gpud.controller.node_commands import start_command
 from gpud.controller.views import job_view, sharing_view
@@ -174,7 +175,7 @@ def test_the_order_is_understood_by_the_node():
 
 def test_show_says_compute_and_memory_are_enforced_when_slicing():
     job = placed(submit(gpus=0.25))
-    view = job_view(job, "", {"n1": node()}, 0.0, TimeSlicing("strict"))
+    view = job_view(job, recorded(""), {"n1": node()}, 0.0, TimeSlicing("strict"))
     sharing = view["sharing"]
     assert sharing["compute"]["enforced"] and sharing["compute"]["mode"] == "strict"
     assert sharing["memory"]["enforced"] and sharing["memory"]["limit_gib"] == 20.0
@@ -200,16 +201,16 @@ def cluster():
     policy = parse_policy({"time_slicing": {"mode": "fair", "lease_ms": 100, "precision": 0.1},
                            "projects": [{"name": "p", "gpu_quota": 1}]}, "test")
     state = Cluster(policy, make_plugin_manager(), Persister(None, None), lambda: 1000.0)
-    state.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0", memory_gib=80.0)]), tasks=[])
-    state.take_commands()
+    state.node_messages.register(NodeRecord("n1", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0", memory_gib=80.0)]), tasks=[])
+    state.outbox.take()
     return state
 
 
 def test_two_halves_share_a_gpu_and_a_memory_offender_fails_with_the_reason(cluster):
     from test_cluster_state import cycle, report
     from gpud.submission import Submission
-    ids = [cluster.submit([Submission(Job(id="", user="u", project="p", workdir="/tmp", command=["true"],
-                                          gpus=0.5))], {})[0] for _ in range(2)]
+    ids = [cluster.job_service.submit([Submission(Job(id="", user="u", project="p", workdir="/tmp", command=["true"],
+                                                      gpus=0.5))], {})[0] for _ in range(2)]
     jobs = {i: cluster.jobs[i] for i in ids}
     starts = cycle(cluster)["n1"]
     assert sorted(o["job"] for o in starts) == sorted(ids)

@@ -18,15 +18,15 @@ def make_cluster(policy: dict, nodes: list[tuple[str, int, float]]) -> Cluster:
     cluster = Cluster(parse_policy({"min_runtime": 0, "grace_period": 5, **policy}, "test"), make_plugin_manager(),
                       Persister(None, None), lambda: 1000.0)
     for name, gpus, cpus in nodes:
-        cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
-                                    gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_commands()
+        cluster.node_messages.register(NodeRecord(name, cpus=cpus, memory_gib=256,
+                                                  gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.outbox.take()
     return cluster
 
 
 def submit(cluster: Cluster, project: str, **fields) -> Job:
     job = Job(id="", user="u", project=project, workdir="/tmp", command=["true"], **fields)
-    job_id = cluster.submit([Submission(job)], {})[0]
+    job_id = cluster.job_service.submit([Submission(job)], {})[0]
     return cluster.jobs[job_id]
 
 
@@ -35,8 +35,8 @@ def cycle(cluster: Cluster) -> None:
                                      lambda: (cluster.jobs[i].spec() for i in sorted(cluster.core.in_core)),
                                      cluster.clock())
     plan, skip = cluster.core.finished(scheduler.cycle(cluster.clock()))
-    cluster.apply_plan(plan, skip)
-    cluster.take_commands()
+    cluster.plans.apply(plan, skip)
+    cluster.outbox.take()
 
 
 def rules(answer: dict) -> list[str]:
@@ -148,7 +148,7 @@ def test_the_scheduler_gives_its_blocker_as_data_and_why_words_it():
     assert (blocker["rule"], blocker["resource"], blocker["pool"]) == ("shortage", "gpu", "default")
     assert (blocker["free"], blocker["need"]["gpu"]) == (4, 6)
     assert scheduler["queue"]["name"] == "p" and scheduler["queue"]["allocated"]["gpu"] == 8
-    assert scheduler["message"] == answer["reason"] == cluster.reason_of(wide)
+    assert scheduler["message"] == answer["reason"] == cluster.waits.reason_of(wide)
     assert answer["reason"].endswith("waiting for GPUs: pool default has 4 free, the job needs 6")
     gang = submit(cluster, "p", gpus=2, tasks=2)
     cycle(cluster)
@@ -177,7 +177,7 @@ def test_where_the_project_stands_is_not_listed_as_a_blocker():
 def test_an_array_element_held_by_its_limit_lists_that_limit():
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("n1", 8, 64)])
     job = Job(id="", user="u", project="p", workdir="/tmp", command=["true"], gpus=1)
-    ids = cluster.submit([Submission(job, (0, 1, 2), 1)], {})
+    ids = cluster.job_service.submit([Submission(job, (0, 1, 2), 1)], {})
     cycle(cluster)
     held = cluster.jobs[ids[1]]
     answer = explain(held, cluster)
@@ -189,9 +189,9 @@ def test_an_array_element_held_by_its_limit_lists_that_limit():
 
 def test_a_job_with_a_constraint_is_told_about_the_constraint():
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
-    cluster.register(NodeRecord("small", cpus=64, memory_gib=256, labels={"kind": "small"},
-                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
-    cluster.take_commands()
+    cluster.node_messages.register(NodeRecord("small", cpus=64, memory_gib=256, labels={"kind": "small"},
+                                              gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+    cluster.outbox.take()
     job = submit(cluster, "p", gpus=2, constraint={"kind": "small"})
     cycle(cluster)
     answer = explain(job, cluster)
@@ -215,9 +215,9 @@ def test_a_reclaim_held_back_by_the_minimum_run_time_says_when_it_is_due():
     cluster = Cluster(parse_policy({"min_runtime": 60, "grace_period": 5, "projects": [
         {"name": "lab", "gpu_quota": 2}, {"name": "guest", "gpu_quota": 0}]}, "test"), make_plugin_manager(),
         Persister(None, None), lambda: now[0])
-    cluster.register(NodeRecord("n1", cpus=64, memory_gib=256, gpus=[Gpu(i, f"GPU-{i}") for i in range(2)]),
-                     tasks=[])
-    cluster.take_commands()
+    cluster.node_messages.register(NodeRecord("n1", cpus=64, memory_gib=256, gpus=[Gpu(i, f"GPU-{i}") for i in range(2)]),
+                                   tasks=[])
+    cluster.outbox.take()
     guest = submit(cluster, "guest", gpus=2)
     cycle(cluster)
     assert guest.state != PENDING
@@ -240,12 +240,12 @@ def test_a_constraint_and_a_size_no_matching_node_holds_are_refused_at_submit():
 
     from gpud.submission import SubmitError, admit, read_job
     cluster = make_cluster({"projects": [{"name": "p", "gpu_quota": 8}]}, [("big", 8, 64)])
-    cluster.register(NodeRecord("small", cpus=4, memory_gib=16, labels={"kind": "small", "rack": "r1"},
-                                gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
+    cluster.node_messages.register(NodeRecord("small", cpus=4, memory_gib=16, labels={"kind": "small", "rack": "r1"},
+                                              gpus=[Gpu(0, "GPU-small-0")]), tasks=[])
 
     def check(**fields):
-        return admit(read_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}), user="u", admin=False,
-                         policy=cluster.policy, capacity=cluster.largest_node())
+        return admit(read_job({"project": "p", "workdir": "/tmp", "command": ["true"], **fields}), user="u",
+                     admin=False, policy=cluster.policy, capacity=cluster.node_messages.largest_node())
     with pytest.raises(SubmitError) as refused:
         check(gpus=2, constraint={"kind": "small"})
     assert refused.value.field == "constraint"

@@ -100,7 +100,7 @@ def build(scenario: Scenario) -> tuple[Cluster, str | None]:
         submit(cluster, project, **fields)
     cycle(cluster)
     for job in [j for j in cluster.jobs.values() if j.state == PENDING]:
-        cluster.cancel(job, "test")  # what did not start is no part of the load
+        cluster.job_service.cancel(job, "test")  # what did not start is no part of the load
     job = submit(cluster, "p1", **scenario.pending)
     cycle(cluster)
     return cluster, (job.id if job.state == PENDING else None)
@@ -109,9 +109,9 @@ def build(scenario: Scenario) -> tuple[Cluster, str | None]:
 def add_nodes(cluster: Cluster, nodes: list[tuple[str, int, float]]) -> None:
     """Register nodes (name, GPUs, CPUs) with the cluster."""
     for name, gpus, cpus in nodes:
-        cluster.register(NodeRecord(name, cpus=cpus, memory_gib=256,
-                                    gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
-    cluster.take_commands()
+        cluster.node_messages.register(NodeRecord(name, cpus=cpus, memory_gib=256,
+                                                  gpus=[Gpu(i, f"GPU-{name}-{i}") for i in range(gpus)]), tasks=[])
+    cluster.outbox.take()
 
 
 def started(cluster: Cluster, job_id: str) -> bool:
@@ -137,7 +137,7 @@ def end_until(cluster: Cluster, job_id: str, jobs: list, done) -> None:
         if done():
             return
         if other.id in cluster.jobs:
-            cluster.cancel(other, "test")
+            cluster.job_service.cancel(other, "test")
     assert done(), f"ending every job the condition names did not bring it about: {explain(cluster.jobs[job_id], cluster)}"
 
 
@@ -278,7 +278,7 @@ def freed_enough(before: tuple, after: tuple, condition: dict, whole: bool) -> b
 def end_all_but(cluster: Cluster, job_id: str) -> None:
     """End every running job but the one asked about."""
     for other in newest_first(cluster, job_id):
-        cluster.cancel(other, "test")
+        cluster.job_service.cancel(other, "test")
 
 
 def never_rules(answer: dict) -> int:

@@ -85,6 +85,18 @@ def test_without_reservations_small_jobs_take_the_room_first():
     assert "gang" not in sim.reserved
 
 
+def test_with_reservations_and_estimates_off_jobs_with_limits_go_as_without_limits():
+    # No pool plans a start: the limits change nothing, and no pending job is given an estimate.
+    off = GANG_BEHIND_RUNNING.replace("[policy]\n", "[policy]\n    reservations = {{ jobs = 0, estimate_jobs = 0 }}\n")
+    expect = 'running = ["running", "small-1", "small-2", "small-3"]\nstarted = { short = 70 }'
+    sim = run(off.format(until=99, short_limit=20, expect=expect))
+    assert not sim.reserved and not sim.first_estimates
+    unlimited = off.replace("    time_limit = 100\n", "").replace("    time_limit = 1000\n", "").replace(
+        "    time_limit = 300\n", "").replace("    time_limit = {short_limit}\n", "")
+    again = run(unlimited.format(until=99, expect="started = { short = 70 }"))  # it runs on, without a limit
+    assert again.started == sim.started
+
+
 def test_a_larger_job_that_ends_in_time_backfills_behind_smaller_ones_that_cannot():
     # The 1-GPU jobs end after the reserved start and cannot borrow; a 2-GPU job of a 20 s limit, larger
     # than they are, can: the queue is not passed over whole for what the 1-GPU jobs found.

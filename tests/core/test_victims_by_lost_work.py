@@ -27,7 +27,7 @@ from gpud.plugins import make_plugin_manager
 from gpud.policy import LEAST_LOST_WORK, YOUNGEST_FIRST, Department, Policy, Project, Resources
 from gpud.policy_file import parse_policy
 
-from test_properties import NOW, POOL, Room, policies, requests, run_cycles, Case
+from test_properties import NOW, POOL, Case, Room, department_total, policies, project_alloc, requests, run_cycles
 
 PM = make_plugin_manager()
 TOL = 1e-6
@@ -233,3 +233,185 @@ def test_the_policy_file_names_the_victim_order():
     assert parse_policy({}, "p.toml").victim_order == LEAST_LOST_WORK
     with pytest.raises(ConfigError, match="victim_order must be one of"):
         parse_policy({"victim_order": "oldest"}, "p.toml")
+
+
+# --- the set of victims: never more lost than one allowed victim alone -------------------------
+
+@st.composite
+def crowded_cases(draw) -> Case:
+    """Small nodes full of running jobs of every shape (single tasks, gangs, elastic gangs, fractions,
+    memory slices, CPU-only; projects in departments), each with its own start and checkpoint, and one
+    pending job of one task, of any request kind, that must evict to start."""
+    policy = draw(policies())
+    # Projects that may go over quota: a preemptor that must first give its project's quota back takes
+    # victims in order until it may (must_give_back), whatever they lose.
+    projects = {name: dataclasses.replace(p, over_quota=True) for name, p in policy.projects.items()}
+    policy = dataclasses.replace(policy, projects=projects, min_runtime_s=draw(st.sampled_from([0.0, 0.0, 300.0])))
+    specs = [NodeSpec(name=f"n{i}", gpus=draw(st.integers(1, 3)), gpu_memory_gib=draw(st.sampled_from([40.0, 80.0])),
+                      cpus=32.0, memory_gib=128.0, pool=POOL) for i in range(1, draw(st.integers(2, 4)) + 1)]
+    room = Room(specs)
+    jobs: list[JobSpec] = []
+    seq = 0
+    for _ in range(draw(st.integers(3, 12))):
+        # Fractions often: a whole GPU then takes several victims, and the sets of victims differ.
+        request = draw(st.one_of(requests(), st.sampled_from([0.25, 0.5]).map(lambda share: TaskRequest(gpus=share))))
+        tasks = draw(st.integers(1, 3))
+        min_tasks = draw(st.one_of(st.none(), st.integers(1, tasks)))
+        job = JobSpec(id="", project=draw(st.sampled_from(sorted(policy.projects)[:draw(st.integers(1, 3))])),
+                      request=request, priority=draw(st.sampled_from([25, 50, 50, 50, 50, 100])), tasks=tasks,
+                      min_tasks=min_tasks, submitted=0.0, placements=(None,) * tasks)
+        nodes_of = [draw(st.sampled_from(sorted(room.specs))) for _ in range(draw(st.integers(job.gang_minimum, tasks)))]
+        # Jobs alike, each with its own start and checkpoint, side by side (sharing GPUs where they are fractions).
+        for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):
+            placements = []
+            for node in nodes_of:
+                placement = room.take(node, request)
+                if placement is None:
+                    break
+                placements.append(placement)
+            if len(placements) < job.gang_minimum:
+                _give_back(room, placements, request)
+                break
+            started = float(draw(st.integers(0, int(NOW))))
+            checkpointed = draw(st.one_of(st.none(), st.integers(0, int(NOW)).map(float)))
+            jobs.append(dataclasses.replace(job, id=f"j{seq}", seq=seq, started=started, checkpointed=checkpointed,
+                                            placements=tuple(placements) + (None,) * (tasks - len(placements))))
+            seq += 1
+    running_projects = sorted({j.project for j in jobs}) or sorted(policy.projects)
+    project = draw(st.sampled_from(running_projects if draw(st.integers(0, 3)) else sorted(policy.projects)))
+    wants = draw(st.one_of(requests(), st.just(TaskRequest(gpus=1.0))))
+    jobs.append(JobSpec(id="wants", project=project, request=wants,
+                        priority=draw(st.sampled_from([75, 75, 75, 100, 125])), submitted=NOW, seq=len(jobs) + 100,
+                        placements=(None,)))
+    return Case(policy, Snapshot(tuple(specs), tuple(jobs), NOW), 1)
+
+
+def _fits_without(snapshot: Snapshot, job: JobSpec, node: str, gone: JobSpec) -> bool:
+    """Whether one task of ``job`` fits on ``node`` were the tasks of ``gone`` there stopped."""
+    spec = next(n for n in snapshot.nodes if n.name == node)
+    share, cpu, mem = [1.0] * spec.gpus, spec.cpus, spec.memory_gib
+    for other in snapshot.jobs:
+        for p in other.placements:
+            if p is not None and p.node == node and other.id != gone.id:
+                for i in p.gpu_index:
+                    share[i] -= p.gpu_share
+                cpu -= other.request.cpus
+                mem -= other.request.memory_gib
+    request = job.request
+    if request.cpus > cpu + 1e-9 or request.memory_gib > mem + 1e-9:
+        return False
+    if not request.uses_gpu:
+        return True
+    if request.is_shared:
+        if request.gpu_memory_gib is not None and request.gpu_memory_gib > spec.gpu_memory_gib:
+            return False
+        return max(share) >= request.gpu_share_on(spec.gpu_memory_gib) - 1e-9
+    return sum(1 for free in share if free >= 1.0 - 1e-9) >= request.whole_gpus
+
+
+def _held_on(job: JobSpec, node: str) -> Resources:
+    held = Resources()
+    for p in job.placements:
+        if p is not None and p.node == node:
+            held += Resources(p.gpu_share * len(p.gpu_index), job.request.cpus, job.request.memory_gib)
+    return held
+
+
+def _within_share(case: Case, plan, preemptor: JobSpec, gone: JobSpec, node: str) -> bool:
+    """Whether the preemptor, taking its task with ``gone`` stopped on ``node`` alone, keeps its project and
+    department within the larger of their fair share and what they hold (the preempt rule)."""
+    snapshot = case.snapshot
+    department = case.policy.projects[preemptor.project].department
+    held = project_alloc(snapshot)
+    levels = [(r, held.get(preemptor.project, Resources())) for r in plan.queues
+              if r.kind == "project" and r.name == preemptor.project]
+    levels += [(r, department_total(case.policy, held, department)) for r in plan.queues
+               if r.kind == "department" and r.name == department]
+    freed = _held_on(gone, node)
+    need = Resources(preemptor.request.gpus if preemptor.request.gpu_memory_gib is None else 0.0,
+                     preemptor.request.cpus, preemptor.request.memory_gib)
+    for report, before in levels:
+        for r in ("gpu", "cpu", "memory"):
+            allowed = max(report.fair_share.get(r), before.get(r))
+            if before.get(r) + need.get(r) - freed.get(r) > allowed + 1e-6:
+                return False
+    return True
+
+
+def _may_go_instead(case: Case, plan, preemptor: JobSpec, chosen: list[JobSpec], other: JobSpec) -> bool:
+    """Whether the rules that evicted ``chosen`` would let ``other`` go alone in their place: for preemption,
+    a preemptible job of the preemptor's project below its priority; for reclaim, a job of a queue a chosen
+    victim came from, holding the same kinds of resource."""
+    rules = {e.rule for e in plan.evictions}
+    if rules == {"preempt"}:
+        return other.project == preemptor.project and other.priority < preemptor.priority
+    if rules == {"reclaim"}:
+        def kinds(job: JobSpec) -> tuple[bool, bool, bool]:
+            return job.request.uses_gpu, job.request.cpus > 0, job.request.memory_gib > 0
+        return any(other.project == v.project and kinds(other) == kinds(v) for v in chosen)
+    return False
+
+
+def costlier_than_one(case: Case) -> list[str]:
+    """Evictions for the one-task job that lose more GPU-seconds, in all, than one allowed victim whose
+    stop alone would have made room for it (or whose priority is lower than every chosen one's)."""
+    snapshot = case.snapshot
+    plan = schedule(snapshot, case.policy, PM)
+    preemptor = next(j for j in snapshot.jobs if j.id == "wants")
+    mine = [e for e in plan.evictions if e.for_job == "wants"]
+    if not mine or len(mine) != len(plan.evictions) or any(e.rule == "consolidate" for e in mine):
+        return []
+    if {e.rule for e in mine} == {"preempt"} and must_give_back(case.policy, preemptor):
+        return []
+    evicted = {(e.job, task) for e in mine for task in e.tasks}
+    if any(b.job != "wants" and (b.job, b.task) not in evicted for b in plan.binds):
+        return []  # another job started or grew before the preemptor's turn: the room it saw is not the snapshot's
+    jobs = {j.id: j for j in snapshot.jobs}
+    chosen = [jobs[job_id] for job_id in dict.fromkeys(e.job for e in mine)]
+    total = sum(lost(v, NOW) for v in chosen)
+    highest = max(v.priority for v in chosen)
+    found = []
+    for other in snapshot.jobs:
+        if (other.id in jobs and other not in chosen and other.is_running and other.preemptible
+                and other.priority <= highest and (other.started or 0.0) <= NOW - case.policy.min_runtime_s
+                and _may_go_instead(case, plan, preemptor, chosen, other)):
+            for node in sorted({p.node for p in other.placements if p is not None}):
+                if not _fits_without(snapshot, preemptor, node, other):
+                    continue
+                if "preempt" in {e.rule for e in mine} and not _within_share(case, plan, preemptor, other, node):
+                    continue
+                if other.priority < highest or lost(other, NOW) < total - TOL:
+                    found.append(f"evicted {[v.id for v in chosen]} (priority {highest}) losing {total:g} GPU-s; "
+                                 f"{other.id} (priority {other.priority}) alone on {node} would have lost "
+                                 f"{lost(other, NOW):g}")
+    return found
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded_cases())
+def test_no_set_of_victims_loses_more_than_one_allowed_victim_alone(case):
+    wrong = costlier_than_one(case)
+    assert not wrong, (wrong, case.policy, case.snapshot)
+
+
+def test_two_half_gpu_victims_losing_more_than_one_whole_gpu_victim_stay():
+    """The set of victims is weighed whole: two half-GPU jobs that lose 10 GPU-s each, the cheapest victims
+    one by one, together lose more than the one whole-GPU job that loses 15 on the other node. (Youngest
+    first, the older whole-GPU job stays.)"""
+    def half(job_id: str, seq: int) -> JobSpec:
+        return JobSpec(id=job_id, project="p", request=TaskRequest(gpus=0.5), priority=50, submitted=0.0,
+                       started=10.0, checkpointed=980.0, placements=(TaskPlacement("n1", (0,), 0.5),), seq=seq)
+    whole = JobSpec(id="w", project="p", request=TaskRequest(gpus=1.0), priority=50, submitted=0.0, started=0.0,
+                    checkpointed=985.0, placements=(TaskPlacement("n2", (0,), 1.0),), seq=3)
+    wants = JobSpec(id="wants", project="p", request=TaskRequest(gpus=1.0), priority=75, submitted=NOW, seq=9)
+    nodes = (NodeSpec("n1", gpus=1, pool=POOL), NodeSpec("n2", gpus=1, pool=POOL))
+    snapshot = Snapshot(nodes, (half("h1", 1), half("h2", 2), whole, wants), NOW)
+    for order, victims in ((LEAST_LOST_WORK, ["w"]), (YOUNGEST_FIRST, ["h1", "h2"])):
+        policy = Policy(departments={"default": Department("default", implicit=True)},
+                        projects={"p": Project("p", quota={POOL: Resources(2.0)})}, min_runtime_s=0.0,
+                        victim_order=order)
+        plan = schedule(snapshot, policy, PM)
+        assert sorted(e.job for e in plan.evictions) == victims, order
+        assert [b.job for b in plan.binds] == ["wants"]
+        if order == LEAST_LOST_WORK:
+            assert not costlier_than_one(Case(policy, snapshot, 1))

@@ -14,8 +14,9 @@ from daemons import POLICY, running_cluster, wait_for
 from waiting import poll
 
 ROOT = Path(__file__).resolve().parents[2]
-# Where a job that unpickles this module's functions finds it and the helpers it imports.
-IMPORTS = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+# What a submitit job needs to unpickle this module's functions: this folder, and tests/ for its imports (daemons).
+JOB_PATH = os.pathsep.join((str(HERE), str(HERE.parent)))
 EXAMPLES = ROOT / "examples" / "slurm"
 PARTITIONS = '\n[partitions]\nbatch = "default"\n'
 
@@ -202,8 +203,7 @@ def test_submitit_runs_a_function_and_an_array(cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the job's workdir, where gpud's own output file of its script goes
     # The functions are pickled by reference to this module, so the jobs (which get this environment, as
     # sbatch exports it) import it as a user's job imports the user's package.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (*IMPORTS, os.environ.get("PYTHONPATH"))
-                                                     if p))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (JOB_PATH, os.environ.get("PYTHONPATH")) if p))
     executor = submitit.SlurmExecutor(folder=tmp_path / "submitit-%j")
     executor.update_parameters(time=5, cpus_per_task=1, mem="1GB", job_name="submitit-test")
     job = executor.submit(_add, 2, 3)
@@ -226,7 +226,7 @@ def test_submitit_runs_a_function_in_every_task(cluster, tmp_path, monkeypatch):
     for key, value in cluster["env"].items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(IMPORTS))
+    monkeypatch.setenv("PYTHONPATH", JOB_PATH)
     executor = submitit.SlurmExecutor(folder=tmp_path / "tasks-%j")
     executor.update_parameters(time=5, cpus_per_task=1, ntasks_per_node=2, job_name="ranks")
     job = executor.submit(_rank)

@@ -227,6 +227,7 @@ def test_demo_runs_to_the_end_and_exits_zero(ups):
     assert "$ gpuctl projects" in out and "$ gpuctl history" in out
     assert "FAIR SHARE" in out and "alice-lab" in out and "bob-lab" in out
     assert "big-sweep" in out and "0 did not" in out
+    assert "waiting for the next scheduling cycle" not in out  # jobs no cycle judged yet are not shown as waiting
     assert len(list((up.state_dir / "demo").glob("gpud-*.out"))) == len(demo_jobs(4, "/"))
 
 

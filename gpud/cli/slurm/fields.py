@@ -53,12 +53,14 @@ def nodelist(job: dict) -> str:
     return hostlist(sorted(nodes)) if nodes else "None assigned"
 
 
+def why(job: dict) -> str:
+    """squeue's ``%r``: a waiting job's reason in short (its leading clause, ``reason_short``), else ``None``."""
+    return (job.get("reason_short") or "None") if job.get("state") == "PENDING" else "None"
+
+
 def where_or_why(job: dict) -> str:
-    """squeue's ``%R``: the node list of a running job, the reason in parentheses of a waiting one."""
-    if job.get("state") == "PENDING":
-        reason = (job.get("reason") or "None").split(";")[0].strip()
-        return f"({reason})"
-    return nodelist(job)
+    """squeue's ``%R``: the node list of a running job, the reason in short in parentheses of a waiting one."""
+    return f"({why(job)})" if job.get("state") == "PENDING" else nodelist(job)
 
 
 def pool(job: dict) -> str:
@@ -95,8 +97,7 @@ SQUEUE_FIELDS: dict[str, Callable[[dict], str]] = {
     else clock(max(0.0, j["time_limit_s"] - (j.get("elapsed_s") or 0)), True),
     "D": _node_count, "C": lambda j: f"{(j.get('cpus') or 1) * (j.get('tasks') or 1):g}",
     "c": lambda j: f"{j.get('cpus') or 1:g}", "m": lambda j: f"{round((j.get('memory_gib') or 0) * 1024)}M",
-    "R": where_or_why, "r": lambda j: (j.get("reason") or "None").split(";")[0] if j.get("state") == "PENDING"
-    else "None", "N": lambda j: nodelist(j) if j.get("nodes") else "",
+    "R": where_or_why, "r": why, "N": lambda j: nodelist(j) if j.get("nodes") else "",
     "b": _gres, "V": lambda j: stamp(j.get("submitted")), "S": lambda j: stamp(j.get("started"), "N/A"),
     "e": lambda j: stamp(j.get("ended"), "N/A"), "Z": lambda j: j.get("workdir") or "",
     "o": lambda j: " ".join(j.get("command") or []) or "(script)", "Q": lambda j: str(j.get("priority") or 0),

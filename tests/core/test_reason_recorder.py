@@ -1,0 +1,155 @@
+"""Why a job waits has one owner, the cycle's ReasonRecorder: which reason wins, and in whose terms.
+
+The property runs random small clusters of every job shape (single tasks,
+gangs, elastic gangs, fractions, memory slices, CPU-only, departments)
+through real cycles: a job that waits with every task is told its blocker in
+its own terms, whichever smaller job of its queue the failure memory learnt
+it from. The other tests record through a real session and read back what
+the plan would say, one precedence rule each.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+
+from gpud.core import Scheduler
+from gpud.core.blockers import EVICTED, FRAGMENTED_RULE, GANG, LIMIT, NODE_SIZE, NOT_CONSIDERED, SHORTAGE
+from gpud.core.session import Session
+from gpud.model import Blocker, Evicted, JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.policy import Department, Policy, Project
+
+from test_properties import PM, SETTINGS, TOL, cases, run_cycles
+
+OWN_TERMS = (SHORTAGE, FRAGMENTED_RULE, GANG, NODE_SIZE)
+
+
+def close(a: Resources, b: Resources) -> bool:
+    return abs(a.gpu - b.gpu) <= TOL and abs(a.cpu - b.cpu) <= TOL and abs(a.memory - b.memory) <= TOL
+
+
+@SETTINGS
+@given(cases())
+def test_a_waiting_job_is_told_its_blocker_in_its_own_terms(case):
+    for before, plan, after in run_cycles(case, case.cycles):
+        state = Scheduler(before, case.policy, PM).state  # the sizes the cycle saw, for each job's need
+        ran_before = {job.id for job in before.jobs if job.running_tasks}
+        for job in after.jobs:
+            if job.running_tasks or job.id in ran_before or job.project not in case.policy.projects:
+                continue  # a job that runs some tasks is told why the others wait
+            blocker = plan.pending[job.id].blocker
+            assert blocker is not None, job.id
+            if blocker.rule not in OWN_TERMS:
+                continue
+            tasks = max(job.gang_minimum, 1)
+            if blocker.rule != SHORTAGE:
+                assert blocker.request == job.request, f"{job.id} is told of {blocker.request}: {blocker}"
+                assert blocker.tasks == tasks, f"{job.id} is told of {blocker.tasks} tasks, needs {tasks}: {blocker}"
+            if blocker.rule != NODE_SIZE:
+                need = state.need(job, tasks)
+                assert close(blocker.need, need), f"{job.id} is told it needs {blocker.need}, needs {need}: {blocker}"
+
+
+@SETTINGS
+@given(cases())
+def test_a_job_stopped_by_an_eviction_is_told_why_it_was_evicted(case):
+    for _, plan, after in run_cycles(case, case.cycles):
+        still = {job.id: job for job in after.jobs if job.running_tasks < job.tasks}
+        for eviction in plan.evictions:
+            if eviction.moved or eviction.job not in still:
+                continue
+            blocker = plan.pending[eviction.job].blocker
+            assert blocker is not None and blocker.rule == EVICTED, f"{eviction.job} evicted, told {blocker}"
+            assert blocker.evicted == eviction.why
+
+
+# --- precedence, recorded through a real session -------------------------------------------------
+
+def session_of(jobs: tuple[JobSpec, ...]) -> tuple[Scheduler, Session]:
+    """A scheduler over one node of 4 GPUs and project p1 (p9 is unknown), and a session begun on it."""
+    policy = Policy(departments={"d": Department("d")}, projects={"p1": Project("p1", department="d")})
+    scheduler = Scheduler(Snapshot((NodeSpec("n1", gpus=4),), jobs, 10.0), policy, PM)
+    scheduler.state.begin_cycle(10.0)
+    return scheduler, Session(scheduler.state)
+
+
+RUNNING = JobSpec("run", "p1", TaskRequest(2), started=0.0, placements=(TaskPlacement("n1", (0, 1)),))
+WAITING = JobSpec("wait", "p1", TaskRequest(4))
+
+
+def shortage(need: float) -> Blocker:
+    return Blocker(SHORTAGE, "default", resource="gpu", free=2.0, need=Resources(need))
+
+
+def test_a_later_action_replaces_a_reason_only_with_a_blocker_of_its_own():
+    scheduler, session = session_of((RUNNING, WAITING))
+    reasons, queue = session.reasons, scheduler.state.project_queue(WAITING)
+    reasons.waits("wait", queue, shortage(4.0))
+    reasons.overrule("wait", queue, None)
+    assert reasons.of("wait", None) == (queue, shortage(4.0))
+    limit = Blocker(LIMIT, "default", level="project", name="p1")
+    reasons.overrule("wait", queue, limit)
+    assert reasons.of("wait", None) == (queue, limit)
+
+
+def test_an_evicted_job_is_told_why_until_the_eviction_is_rolled_back():
+    scheduler, session = session_of((RUNNING, WAITING))
+    reasons, queue = session.reasons, scheduler.state.project_queue(RUNNING)
+    reasons.waits("run", queue, shortage(2.0))
+    why = Evicted("preempt", "wait", "p1", 75, "run", 50)
+    stmt = session.statement()
+    stmt.evict(scheduler.state.jobs["run"], 0, "preempt", why, "wait")
+    assert reasons.of("run", None) == (None, Blocker(EVICTED, evicted=why))
+    stmt.rollback()
+    assert reasons.of("run", None) == (queue, shortage(2.0))
+
+
+def test_a_job_of_an_unknown_project_is_told_so_whatever_else_was_recorded():
+    stray = JobSpec("stray", "p9", TaskRequest(1))
+    _, session = session_of((stray,))
+    session.reasons.waits("stray", None, shortage(1.0))
+    queue, blocker = session.reasons.of("stray", None)
+    assert queue is None and blocker is not None and blocker.rule == "unknown_project" and blocker.name == "p9"
+
+
+def test_an_elastic_job_started_with_some_tasks_is_told_why_the_others_wait_and_then_nothing():
+    elastic = JobSpec("el", "p1", TaskRequest(0.5), tasks=3, min_tasks=1)
+    scheduler, session = session_of((RUNNING, elastic))
+    state, reasons = scheduler.state, session.reasons
+    queue = state.project_queue(elastic)
+    reasons.waits("el", queue, shortage(1.5))
+    stmt = session.statement()
+    stmt.bind(state.jobs["el"], 0, TaskPlacement("n1", (2,), 0.5))
+    reasons.started(state.jobs["el"], queue)
+    _, blocker = reasons.of("el", None)
+    assert blocker is not None and (blocker.runs, blocker.of_tasks) == (1, 3)
+    stmt.bind(state.jobs["el"], 1, TaskPlacement("n1", (2,), 0.5))
+    stmt.bind(state.jobs["el"], 2, TaskPlacement("n1", (3,), 0.5))
+    reasons.started(state.jobs["el"], queue)
+    assert reasons.of("el", None) == (None, Blocker(NOT_CONSIDERED))  # it waits no more: no action's reason
+
+
+def test_a_jobs_own_reason_comes_before_its_groups():
+    scheduler, session = session_of((RUNNING, WAITING))
+    state, reasons = scheduler.state, session.reasons
+    queue = state.project_queue(WAITING)
+    group = state.backlog.as_of_now()["wait"]
+    reasons.group_learnt(group, WAITING, queue, 1, shortage(1.0))
+    _, told = reasons.of("wait", group)
+    assert told is not None and told.need == Resources(4.0, 1.0, 1.0)  # restated: it needs 4 GPUs, not 1
+    limit = Blocker(LIMIT, "default", level="project", name="p1")
+    reasons.waits("wait", queue, limit)
+    assert reasons.of("wait", group) == (queue, limit)
+
+
+def test_a_task_larger_than_any_node_is_told_of_its_own_request_not_a_smaller_jobs():
+    from gpud.core import schedule
+    from gpud.reasons import pending_texts
+
+    policy = Policy(departments={"d": Department("d")}, projects={"p1": Project("p1", department="d")})
+    small = JobSpec("small", "p1", TaskRequest(3, cpus=0.0), submitted=1.0, seq=1)
+    large = JobSpec("large", "p1", TaskRequest(3, cpus=3.0), tasks=2, submitted=2.0, seq=2)
+    plan = schedule(Snapshot((NodeSpec("n1", gpus=2),), (small, large), 10.0), policy, PM)
+    blocker = plan.pending["large"].blocker
+    assert blocker is not None and blocker.rule == NODE_SIZE
+    assert (blocker.request, blocker.tasks) == (large.request, 2)
+    assert "3 CPU" in pending_texts(plan)["large"], pending_texts(plan)["large"]
