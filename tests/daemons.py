@@ -7,6 +7,7 @@ directories.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,15 +15,17 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from node_helpers import kill_everything
+from waiting import poll
 
-TIMEOUT_S = 20.0
+TIMEOUT_S = 30.0
+# A daemon's start imports most of gpud: on a host busy with other test workers that alone can take many seconds.
+START_TIMEOUT_S = 90.0
 
 POLICY = """\
 grace_period = 2
@@ -58,14 +61,10 @@ def free_port() -> int:
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, interval: float = 0.05) -> Any:
     """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    last = poll(check, timeout, interval)
+    if not last:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    return last
 
 
 class Process:
@@ -136,7 +135,7 @@ class LiveCluster:
         first = ["--init", "--allow-root"] if not (self.state_dir / "gpud.sqlite").exists() else []
         self.controller = Process(["controller", "--config", str(self.config), "--log-level", "info", *first],
                                   self.root / "controller.log")
-        wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}")
+        wait_for(self._healthy, f"the controller to serve\n{self.controller.output()}", START_TIMEOUT_S)
 
     def _healthy(self) -> bool:
         if self.controller is not None and not self.controller.alive():
@@ -167,7 +166,8 @@ class LiveCluster:
         process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
         self.nodes[name] = process
         if wait:
-            wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}")
+            wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}",
+                     START_TIMEOUT_S)
         return process
 
     def node_state(self, name: str) -> str | None:
@@ -249,8 +249,34 @@ class LiveCluster:
         return wait_for(reached, f"job {job_id} to be {'/'.join(states)} ({self.job(job_id)['reason']})",
                         timeout)
 
+    def cycles(self) -> int:
+        """How many scheduling cycles the controller has run (its /healthz says)."""
+        status, body = self.api("GET", "/healthz", token=None)
+        assert status == 200, (status, body)
+        return body["cycles"]
+
+    def wait_cycles(self, count: int = 2, timeout: float = TIMEOUT_S) -> None:
+        """Wait until the controller has run ``count`` more scheduling cycles: what they would do is done."""
+        target = self.cycles() + count
+        wait_for(lambda: self.cycles() >= target, f"{count} more scheduling cycles", timeout)
+
     def token_for(self, user: str, admin: bool = False) -> str:
         """A new token for ``user``, made by the admin."""
         status, body = self.api("POST", "/api/v1/tokens", {"user": user, "admin": admin})
         assert status == 201, body
         return body["token"]
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, policy: str = POLICY, nodes: dict[str, int] | None = None,
+                    **options: Any) -> Iterator[LiveCluster]:
+    """A started controller and node daemons (``nodes``: name to fake GPUs), under ``root``; on leaving, every
+    process is stopped by pid and every task the nodes left is killed. ``options`` go to :class:`LiveCluster`."""
+    cluster = LiveCluster(root, policy, **options)
+    try:
+        cluster.start_controller()
+        for name, gpus in (nodes or {}).items():
+            cluster.start_node(name, gpus=gpus)
+        yield cluster
+    finally:
+        cluster.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemons import POLICY, Process, free_port, wait_for  # noqa: E402
+from daemons import POLICY, START_TIMEOUT_S, Process, free_port, wait_for  # noqa: E402
 from node_helpers import kill_everything  # noqa: E402
 
 
@@ -56,7 +56,7 @@ class HaCluster:
         args = ["controller", "--config", str(self.configs[i]), "--log-level", "info"]
         process = Process([*args, *(["--init", "--allow-root"] if init else [])], self.root / f"c{i}.log")
         self.controllers[i] = process
-        wait_for(lambda: self.health(i) is not None, f"controller c{i} to serve\n{process.output()}")
+        wait_for(lambda: self.health(i) is not None, f"controller c{i} to serve\n{process.output()}", START_TIMEOUT_S)
         return process
 
     def health(self, i: int) -> dict | None:
@@ -95,7 +95,8 @@ class HaCluster:
                           f"fake_gpus = {gpus}\n")
         process = Process(["node", "--config", str(config), "--log-level", "info"], self.root / f"{name}.log")
         self.nodes[name] = process
-        wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}")
+        wait_for(lambda: self.node_state(name) == "up", f"node {name} to register\n{process.output()}",
+                 START_TIMEOUT_S)
         return process
 
     def client(self, **kwargs: Any):

@@ -8,6 +8,8 @@ import signal
 import time
 from typing import Callable
 
+from waiting import poll
+
 from gpud.node import cgroups, cgspares, fence, freezer, procs
 from gpud.node.spec import TaskKey, TaskSpec
 from gpud.node.taskstate import EXITED, Layout, TaskState, read_state
@@ -18,13 +20,9 @@ ME = pwd.getpwuid(os.getuid()).pw_name
 
 def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02) -> object:
     """Poll ``predicate`` until it returns something true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+    value = poll(predicate, timeout, interval)
+    assert value, f"timed out after {timeout} s waiting for {predicate}"
+    return value
 
 
 def spec_json(workdir: str, command: list[str] | None = None, **fields) -> dict:
@@ -95,12 +93,17 @@ def kill_everything(state_dir: str) -> None:
     deadline = time.monotonic() + 5
     for name in os.listdir(tasks_dir):
         task_dir = os.path.join(tasks_dir, name)
-        while freezer.task_cgroup(task_dir) and time.monotonic() < deadline:
-            freezer.remove_task_cgroup(task_dir)  # once its killed processes are gone
-            time.sleep(0.02)
-    while any(procs.same_process(pid, None) for pid in supervisors) and time.monotonic() < deadline:
-        time.sleep(0.01)
+        poll(lambda: freezer_group_removed(task_dir), max(0.0, deadline - time.monotonic()))
+    poll(lambda: not any(procs.same_process(pid, None) for pid in supervisors), max(0.0, deadline - time.monotonic()),
+         0.01)
     cgspares.remove_stale(tasks_dir)  # the spare cgroups the killed supervisors kept
+
+
+def freezer_group_removed(task_dir: str) -> bool:
+    """Try to remove the task's freezer cgroup (it goes once its killed processes are gone); whether it is gone."""
+    if freezer.task_cgroup(task_dir):
+        freezer.remove_task_cgroup(task_dir)
+    return not freezer.task_cgroup(task_dir)
 
 
 def _supervisors_under(tasks_dir: str) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,17 +16,12 @@ from gpud.gpu.fake import FakeBackend
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from node_helpers import kill_everything
+from waiting import until
 from gpud.controller.app import make_app
 from gpud.controller.config import ControllerConfig
 from gpud.controller.keys import CONTROLLER
 from gpud.ui.app import make_ui_app
 
-async def until(check: Any, what: str, timeout: float = 20.0) -> None:
-    """Wait, without blocking the event loop, until ``check()`` is true; fail naming ``what`` after ``timeout``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import math
 import json
-import time
 from typing import Any
 
 from aiohttp import web
@@ -169,7 +168,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         after = job_list.decode_cursor(query["cursor"]) if "cursor" in query else None
     except job_list.CursorError as exc:
         raise ApiError(400, str(exc), field="cursor") from None
-    now = time.time()
+    now = ctrl.clock()
 
     def decode_ended() -> list[Job]:  # read and decoded in the store's thread, off the event loop
         records = ctrl.store.history(since=now - RECENTLY_ENDED_S, user=user, project=project, limit=10_000)
@@ -198,13 +197,13 @@ async def show_job(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
     elements = await arrays.array_elements(ctrl, request.match_info["id"])
     if elements:
-        now = time.time()
+        now = ctrl.clock()
         base = job_view(elements[0], ctrl.cluster.waits.reason(elements[0]), ctrl.cluster.nodes, now,
                         ctrl.cluster.policy.time_slicing)
         view = {**arrays.array_view(base, elements, ctrl.cluster, now), "events": []}
         return ok(visible(request[PRINCIPAL], elements[0], view))
     job = await find_job(ctrl, request.match_info["id"])
-    view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, time.time(),
+    view = job_view(job, ctrl.cluster.waits.reason(job), ctrl.cluster.nodes, ctrl.clock(),
                     ctrl.cluster.policy.time_slicing)
     view.update(ctrl.cluster.waits.start_of(job))
     loop = asyncio.get_running_loop()
@@ -279,7 +278,7 @@ async def history(request: web.Request) -> web.Response:
     records = await loop.run_in_executor(
         ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
                                                         project=query.get("project"), limit=limit))
-    now = time.time()
+    now = ctrl.clock()
     jobs = [visible(principal, job, job_view(job, recorded(job.reason), ctrl.cluster.nodes, now,
                                              ctrl.cluster.policy.time_slicing))
             for job in (Job.from_record(jsontext.loads(r)) for r in records)]
@@ -288,7 +287,7 @@ async def history(request: web.Request) -> web.Response:
 
 async def list_nodes(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
-    now = time.time()
+    now = ctrl.clock()
     used, held = gpu_use(ctrl), host_use(ctrl)
     return ok({"nodes": [node_view(node, used.get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), now,
                                    held.get(name, (0.0, 0.0)))
@@ -335,7 +334,7 @@ async def change_node(request: web.Request) -> web.Response:
     else:
         ctrl.cluster.node_messages.resume(node, principal.user)
     await ctrl.commit()
-    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), time.time(),
+    return ok(node_view(node, gpu_use(ctrl).get(name, {}), bool(ctrl.cluster.runs.wanted.get(name)), ctrl.clock(),
                         host_use(ctrl).get(name, (0.0, 0.0))))
 
 
@@ -391,7 +390,7 @@ async def create_token(request: web.Request) -> web.Response:
         raise ApiError(422, "admin and allow_root must be true or false, and only user, admin and allow_root "
                             "are known fields")
     token = new_token()
-    record = TokenRecord(digest(token), body["user"].strip(), admin, time.time(), allow_root=allow_root)
+    record = TokenRecord(digest(token), body["user"].strip(), admin, ctrl.clock(), allow_root=allow_root)
     ctrl.persist.token(record)
     await ctrl.commit()
     ctrl.auth.add(record)

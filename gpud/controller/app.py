@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -124,13 +124,21 @@ async def describe(request: web.Request) -> web.Response:
     return web.json_response(openapi.document())
 
 
+SCHEDULING = web.AppKey("scheduling", bool)  # whether cycles run on their own (make_app)
+
 LINK_CLOSE_WAIT_S = 2.0  # how long a stopping controller waits for a node to answer its close
 
 
-def make_app(config: ControllerConfig) -> web.Application:
-    """The controller application; its store, loops and links start and stop with it."""
+def make_app(config: ControllerConfig, clock: Callable[[], float] = time.time,
+             scheduling: bool = True) -> web.Application:
+    """The controller application; its store, loops and links start and stop with it.
+
+    ``clock`` is the controller's wall clock. With ``scheduling`` false no cycle runs on its own: whoever
+    holds the app runs each one with ``await app[CONTROLLER].run_cycle()`` (tests of the API do).
+    """
     app = web.Application(middlewares=[guard], client_max_size=int(config.max_body_mib * 1024 * 1024))
-    app[CONTROLLER] = Controller(config)
+    app[CONTROLLER] = Controller(config, clock)
+    app[SCHEDULING] = scheduling
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get(NODE_PATH, node_connect)
@@ -159,8 +167,9 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
     loops: list[asyncio.Task] = []
 
     def start() -> None:
-        loops.extend([asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"),
-                      asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch"),
+        if app[SCHEDULING]:
+            loops.append(asyncio.create_task(ctrl.scheduling_loop(), name="gpud-scheduling"))
+        loops.extend([asyncio.create_task(ctrl.node_watch(), name="gpud-node-watch"),
                       asyncio.create_task(ctrl.charger.loop(), name="gpud-charging")])
         ctrl.kick.set()
 

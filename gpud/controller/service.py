@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from gpud import jsontext
 from gpud.accounting.charger import Charger
@@ -68,8 +68,10 @@ def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
 class Controller:
     """Everything the HTTP handlers call: one instance per running controller."""
 
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, clock: Callable[[], float] = time.time) -> None:
+        """``clock`` gives the wall-clock time every lifecycle stamp and scheduling cycle reads."""
         self.config = config
+        self.clock = clock
         self.policy, self.pm, self.policy_data = load_policy_and_plugins(config.policy)
         self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-store")
         self.cycle_executor = ThreadPoolExecutor(1, thread_name_prefix="gpud-cycle")
@@ -92,7 +94,7 @@ class Controller:
         self.warm: dict[str, Job] = {}
         self.cluster_id = self.files.cluster_id
         self.persist = Persister(self.store, self.store_executor)
-        self.cluster = Cluster(self.policy, self.pm, self.persist)
+        self.cluster = Cluster(self.policy, self.pm, self.persist, clock)
         self.links: dict[str, Any] = {}
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
@@ -103,7 +105,7 @@ class Controller:
         self.cycles = 0
         self.last_cycle_s = 1.0          # the first cycle may be a big one: give it the thread
         self.last_cycle_work_s = 1.0     # the same, with preparing it and applying its plan
-        self.started = time.time()
+        self.started = clock()
         self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
         self.submit_rate = SubmitRate(config.submit_rate, config.submit_burst)
@@ -311,7 +313,7 @@ class Controller:
         work_began = time.perf_counter()
         cluster.job_service.check_time_limits()
         cluster.plans.settle_preemptions()
-        now = time.time()
+        now = self.clock()
         heavy = cluster.core.heavy(INLINE_OPS)
         usage = self.charger.decayed_usage()
         ops, anew = cluster.core.begin()

@@ -7,6 +7,7 @@ from urllib.parse import quote, quote_plus, urlencode, urlsplit
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud import client
 
@@ -15,7 +16,7 @@ PORTS = st.sampled_from(["", ":6830", ":0", ":65535", ":65536", ":", ":x", ":08"
 PATHS = st.sampled_from(["", "/", "/gpud", "/a/b/", "/a?b=1", "/a#x", "/a b", "/%41"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(["http", "https", "ftp", "HTTP"]), HOSTS, PORTS, PATHS)
 def test_a_controller_url_is_taken_apart_as_urlsplit_does(scheme, host, port, path):
     url = f"{scheme}://{host}{port}{path}"

@@ -97,7 +97,7 @@ def test_a_silent_server_times_out():
         listener.listen()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         with pytest.raises(Unreachable, match="no answer in time"):
-            Client(url, timeout=0.2).get("whoami")
+            Client(url, timeout=0.2, retry_s=1.0).get("whoami")  # not the default minute of retries
 
 
 def test_settings_from_the_environment_win(tmp_path):

@@ -3,6 +3,7 @@
 import tomllib
 
 from hypothesis import given, settings, strategies as st
+from hypothesis_budget import examples
 
 from gpud.simpletoml import read_simple
 
@@ -16,7 +17,7 @@ LINES = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.lists(LINES, max_size=6), st.sampled_from(["\n", "\r\n"]))
 def test_agrees_with_tomllib_wherever_it_answers(lines, newline):
     text = newline.join(lines)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from gpud.channel import local_pair
+from waiting import until
 
 
 async def _collect(texts) -> list[str]:
@@ -77,10 +78,7 @@ async def test_the_in_process_node_registers_again_when_serving_it_failed(tmp_pa
 
 
 async def _until(check, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
+    await until(check, str(check), timeout)
 
 
 async def test_a_stuck_controller_side_does_not_hold_up_the_node_leaving(monkeypatch):

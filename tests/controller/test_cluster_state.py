@@ -226,12 +226,13 @@ def test_a_dropped_job_leaves_nothing_behind(cluster):
 
 from hypothesis import given, settings, HealthCheck  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis_budget import examples
 
 OPS = st.lists(st.tuples(st.sampled_from(["cancel", "hold", "release"]),
                          st.lists(st.integers(0, 29), max_size=12)), max_size=12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limit=st.integers(1, 6), ops=OPS)
 def test_an_array_keeps_exactly_its_limit_queued_through_changes_of_many(limit, ops):
     clock = Clock()

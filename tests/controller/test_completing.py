@@ -8,6 +8,7 @@ goes out while an earlier copy of it still runs on a node.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis_budget import examples
 
 from gpud.controller.cluster import Cluster
 from gpud.controller.completing import Completing, job_of
@@ -184,7 +185,7 @@ STEPS = st.lists(st.one_of(
 ), min_size=5, max_size=40)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.integers(1, 3), gpus=st.integers(1, 4), steps=STEPS)
 def test_no_start_goes_out_while_an_earlier_copy_of_its_job_still_runs(nodes, gpus, steps):
     cluster = make_cluster(nodes, gpus, PROPERTY_POLICY)

@@ -13,6 +13,7 @@ import asyncio
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.controller import job_list
 from gpud.controller.listing_order import COMPACT_AT, ListingOrder, sort_key
@@ -53,7 +54,7 @@ job_specs = st.lists(st.tuples(st.integers(0, 20), st.one_of(st.none(), st.integ
                                st.sampled_from(PROJECTS), st.booleans()), max_size=60)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(specs=job_specs, ended_specs=job_specs, states=st.sets(st.sampled_from(["PENDING", "RUNNING", "COMPLETED"]),
                                                              min_size=1),
        user=st.sampled_from([None, *USERS]), project=st.sampled_from([None, *PROJECTS]), limit=st.integers(1, 7))

@@ -11,9 +11,10 @@ import pytest
 
 from gpud import jsontext
 
-from gpud.controller.persist import FLUSH_SOON_S, ROWS_PER_SLICE, Persister
+from gpud.controller.persist import ROWS_PER_SLICE, Persister
 from gpud.jobs import Job
 from gpud.store.sqlite import SQLiteStore
+from waiting import until
 
 
 def stored_state(path: str, job_id: str) -> str | None:
@@ -36,8 +37,7 @@ async def test_a_flushed_change_is_in_the_file_and_one_flushed_soon_follows_with
         persist.flush_soon()
         persist.flush_soon()  # one flush for both
         assert stored_state(store.path, "7") == "PENDING"
-        await asyncio.sleep(FLUSH_SOON_S * 5)
-        assert stored_state(store.path, "7") == "RUNNING"
+        await until(lambda: stored_state(store.path, "7") == "RUNNING", "the flush that was asked for soon")
         assert persist.batches == 2
         store.close()
 

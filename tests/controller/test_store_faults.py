@@ -37,6 +37,7 @@ from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.store.sqlite import SQLiteStore
 from node_helpers import kill_everything
+from waiting import until
 
 SUBMITTERS = 6
 JOBS_EACH = 12
@@ -66,15 +67,6 @@ class FailingConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
-
-
-async def until(check, what: str, timeout: float = 120.0) -> None:
-    """Wait for ``check()`` to be true, polling; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -122,7 +114,7 @@ async def test_failed_commits_lose_no_acknowledged_job_and_run_no_refused_one(tm
 
     try:
         await agent.start()
-        await until(lambda: "n1" in ctrl.links, "the node to connect")
+        await until(lambda: "n1" in ctrl.links, "the node to connect", timeout=120.0)
         faults.failing = True
         async with aiohttp.ClientSession() as session:
             await asyncio.gather(*(submitter(session, n) for n in range(SUBMITTERS)))
@@ -132,7 +124,7 @@ async def test_failed_commits_lose_no_acknowledged_job_and_run_no_refused_one(tm
             assert faults.failed and acked and refused, (faults.failed, len(acked), len(refused))
             assert all("database or disk is full" in m and "state store" in m for m in messages), messages
             faults.failing = False
-            await until(lambda: all((markers / name).exists() for name in acked), "every acknowledged job to run")
+            await until(lambda: all((markers / name).exists() for name in acked), "every acknowledged job to run", timeout=120.0)
             await until(lambda: not any(j.state in ("PENDING", "RUNNING") for j in ctrl.cluster.jobs.values()),
                         "every job to end")
             in_memory = {j.name for j in ctrl.cluster.jobs.values()} | {j.name for j in ctrl.cluster.job_service.staged.values()}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.accounting.charger import Charger
 from gpud.jobs import Job, TaskRun
@@ -35,7 +36,7 @@ def project_gpu_seconds(rows: dict) -> float:
     return sum(amount[0] for (level, _, _), amount in rows.items() if level == "project")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(STEPS)
 @example([("start", 0.25, "a"), ("advance", 1.0), ("crash",)])  # a crash before the first charge ever
 def test_usage_is_what_tasks_held_less_at_most_what_a_crash_drops(steps):

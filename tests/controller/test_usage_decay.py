@@ -7,6 +7,7 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.accounting.decay import charged, decay_factor, decayed, last_reset, scaled
 
@@ -44,7 +45,7 @@ def test_decay_in_two_steps_is_decay_in_one(half_life, a, b):
                         rel_tol=1e-9, abs_tol=1e-300)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(ROWS, CHARGES, HALF_LIVES, st.floats(min_value=0.0, max_value=1e6))
 def test_charging_then_decaying_equals_decaying_then_charging_the_decayed_amount(rows, charges, half_life, gap):
     t0 = 1_700_000_000.0

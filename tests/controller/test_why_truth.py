@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.controller.cluster import Cluster
 from gpud.controller.nodes import Gpu, NodeRecord
@@ -35,7 +36,7 @@ from gpud.model import EPS
 from test_why import make_cluster, submit, cycle
 
 # WHY_TRUTH_EXAMPLES=1000 runs the figure.
-TRUTH = settings(max_examples=int(os.environ.get("WHY_TRUTH_EXAMPLES", "100")), deadline=None,
+TRUTH = settings(max_examples=int(os.environ.get("WHY_TRUTH_EXAMPLES", examples(100))), deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 NOT_MECHANICAL = {"smaller_tasks"}  # names no size to resubmit with
 CYCLES = 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.model import JobSpec, NodeSpec, Resources
 from gpud.policy import Department, Policy, Project, Reservations
@@ -59,7 +60,7 @@ def aged(job: JobSpec, weight: float, at: float) -> float:
     return job.priority + weight * (at - job.submitted) / 3600.0
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(aged_cases())
 def test_no_job_starts_while_one_of_its_shape_aged_above_it_waits(case):
     policy, nodes, jobs, runtimes = case

@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.core import schedule
 from gpud.model import JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskRequest
@@ -36,7 +37,7 @@ from gpud.reasons import pending_texts
 from test_properties import NOW, PM, POOL, TOL, Case, Room, cases, project_alloc
 
 # The figure is 1,000 examples: LIVENESS_EXAMPLES=1000 runs that many (about 10 minutes on a loaded machine).
-LIVENESS = settings(max_examples=int(os.environ.get("LIVENESS_EXAMPLES", "200")), deadline=None,
+LIVENESS = settings(max_examples=int(os.environ.get("LIVENESS_EXAMPLES", examples(200))), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 RESOURCES = ("gpu", "cpu", "memory")
 

@@ -7,6 +7,7 @@ import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.core import Scheduler, schedule
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
@@ -17,7 +18,7 @@ from test_warm_scheduler import books, fresh_state
 from gpud.reasons import pending_texts
 
 
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

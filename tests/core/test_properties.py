@@ -15,6 +15,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.core import schedule
 from gpud.core.evict import VictimLists
@@ -28,7 +29,7 @@ POOL = "default"
 NOW = 1000.0
 TOL = 1e-6
 PM = make_plugin_manager()
-SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @dataclass
@@ -351,7 +352,7 @@ def test_reclaimer_never_ends_above_its_fair_share(case):
                         f"{r}, fair share {share.get(r):g}")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_a_converged_cluster_stays_put(case):
     cycles = list(run_cycles(case, 11))

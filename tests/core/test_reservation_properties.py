@@ -14,6 +14,7 @@ import math
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.core import Scheduler
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskRequest
@@ -112,7 +113,7 @@ def outranks(one: JobSpec, other: JobSpec) -> bool:
     return (-one.priority, one.submitted, one.seq) < (-other.priority, other.submitted, other.seq)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_cases())
 def test_no_job_holding_a_reservation_starts_later_than_its_reserved_start(case):
     policy, nodes, jobs, runtimes = case

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.errors import ConfigError
 from gpud.model import NodeSpec, TaskPlacement, TaskRequest
@@ -311,7 +312,7 @@ def test_started_defaults_to_submitted():
     assert jobs(s)["j"].started == 30.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(["0.25", "0.5", "0.75", "1", "2", "3", "gpu_memory_gib = 20"]), max_size=8))
 def test_running_gpus_never_overlap_or_exceed_a_share_of_one(requests):
     text = "".join(f'[[jobs]]\nname = "j{i}"\nproject = "p1"\n'

@@ -16,6 +16,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.core import schedule
 from gpud.core.orders import LeastLostWorkVictimOrder, PriorityVictimOrder
@@ -172,7 +173,7 @@ def wrong_choices(case: Case) -> list[str]:
     return found
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(twin_cases())
 def test_no_eviction_loses_more_than_an_allowed_twin_would(case):
     wrong = wrong_choices(case)

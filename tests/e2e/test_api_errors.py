@@ -9,17 +9,13 @@ import time
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import LiveCluster, running_cluster, wait_for
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("errors"))
-    try:
-        live.start_controller()
+    with running_cluster(tmp_path_factory.mktemp("errors")) as live:
         yield live
-    finally:
-        live.close()
 
 
 def raw_exchange(cluster: LiveCluster, data: bytes) -> tuple[int, str, bytes]:

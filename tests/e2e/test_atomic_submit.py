@@ -107,13 +107,8 @@ def test_a_submit_the_store_refuses_is_503_and_never_exists_or_runs(full_disk_cl
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path)
-    try:
-        live.start_controller()
-        yield live
-    finally:
-        live.close()
+def cluster(live_cluster):
+    return live_cluster()
 
 
 def test_a_token_the_store_cannot_hold_is_400_and_spoils_no_concurrent_submit(cluster):

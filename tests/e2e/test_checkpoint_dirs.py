@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import running_cluster, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only under a root node")
 
@@ -41,13 +41,10 @@ def cluster():
     # The node's state directory must be reachable by the jobs' users, as /var/lib/gpud/node is.
     root = tempfile.mkdtemp(prefix="gpud-ckpt-root-")
     os.chmod(root, 0o711)
-    live = LiveCluster(Path(root))
     try:
-        live.start_controller()
-        live.start_node("n1", gpus=2)
-        yield live
+        with running_cluster(Path(root), nodes={"n1": 2}) as live:
+            yield live
     finally:
-        live.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -195,7 +192,7 @@ def test_a_purge_missed_while_the_node_was_away_happens_when_it_is_back(cluster,
     status, _ = cluster.api("POST", f"/api/v1/jobs/{job_id}/cancel", token=nobody)
     assert status in (200, 202), status
     cluster.wait_state(job_id, "CANCELLED")
-    time.sleep(1)
+    cluster.wait_cycles(1)
     assert os.path.exists(directory), "deleted with no node daemon running?"
     cluster.start_node("n1", gpus=2)
     wait_for(lambda: not os.path.exists(directory), "the checkpoint directory to be purged once the node is back")

@@ -12,6 +12,7 @@ import pytest
 
 from daemons import LiveCluster, wait_for
 from node_helpers import alive, kill_everything
+from programs import FOREVER
 
 PY_ENV = ("import os; print(' '.join(f'{k}={os.environ.get(k)}' for k in ('CUDA_VISIBLE_DEVICES', "
           "'GPUD_JOB_ID', 'GPUD_TASK_INDEX', 'GPUD_NUM_TASKS', 'GPUD_RESTART_COUNT', 'MASTER_ADDR', "
@@ -19,11 +20,8 @@ PY_ENV = ("import os; print(' '.join(f'{k}={os.environ.get(k)}' for k in ('CUDA_
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path)
-    live.start_controller()
-    yield live
-    live.close()
+def cluster(live_cluster):
+    return live_cluster()
 
 
 def output_of(cluster: LiveCluster, job_id: str) -> str:
@@ -199,7 +197,7 @@ def test_a_silent_node_is_marked_down_and_its_jobs_requeued_or_failed(tmp_path):
 
 def test_reclaim_preempts_and_requeues_with_a_restart_count(cluster):
     cluster.start_node("n1", gpus=4)
-    hogs = [cluster.submit(command=["python3", "-u", "-c", PY_ENV + "; import time; time.sleep(300)"], gpus=1,
+    hogs = [cluster.submit(command=["python3", "-u", "-c", PY_ENV + "\n" + FOREVER], gpus=1,
                            cpus=0.25, project="alpha") for _ in range(4)]
     for job_id in hogs:
         cluster.wait_state(job_id, "RUNNING")
@@ -233,7 +231,7 @@ def test_a_faulty_gpu_is_taken_out_of_service_and_reported(cluster):
     first = cluster.submit(command=["sleep", "300"], gpus=1, cpus=0.5)
     second = cluster.submit(command=["sleep", "300"], gpus=1, cpus=0.5)
     assert cluster.wait_state(first, "RUNNING")["placements"][0]["gpus"] == [0]
-    time.sleep(1.0)
+    cluster.wait_cycles(2)
     assert cluster.job(second)["state"] == "PENDING"
     status, metrics = cluster.api("GET", "/metrics", token=None)
     assert 'gpud_gpus_unhealthy{pool="default"} 1' in metrics

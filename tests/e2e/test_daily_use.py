@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import running_cluster, wait_for
 
 NODE = "n1"
 
@@ -18,13 +18,8 @@ NODE = "n1"
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A controller and one node daemon with 4 fake GPUs, as processes on 127.0.0.1; stopped by pid after."""
-    cluster = LiveCluster(tmp_path_factory.mktemp("daily"))
-    try:
-        cluster.start_controller()
-        cluster.start_node(NODE, gpus=4)
+    with running_cluster(tmp_path_factory.mktemp("daily"), nodes={NODE: 4}) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def gpuctl(live, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -98,7 +93,7 @@ def test_logs_follow_waits_for_a_pending_job_to_start(live, tmp_path):
                                 env={**os.environ, "GPUD_URL": live.url, "GPUD_TOKEN": live.admin_token},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(2)
+        live.wait_cycles(2)  # the held job does not start, and the follower waits on
         assert follower.poll() is None, follower.communicate()
         ok(gpuctl(live, "release", job_id))
         out, err = follower.communicate(timeout=30)
@@ -152,7 +147,7 @@ def test_an_elastic_gang_says_what_it_runs_and_restarts_with_each_new_world_size
         # The same words whether the cycle that started the job or a later one judged the others last.
         assert running["reason"].startswith("runs 2 of its 4 tasks; the others wait: project alpha: "), running["reason"]
         assert "; waiting for GPUs: " in running["reason"] and running["reason_code"] == "partial", running
-        time.sleep(2.5)  # later cycles too: they no longer start the job, only find its other tasks no room
+        live.wait_cycles(2)  # later cycles too: they no longer start the job, only find its other tasks no room
         row = next(line for line in ok(gpuctl(live, "queue")).splitlines() if line.startswith(gang + " "))
         assert "runs 2 of its 4 tasks; the others wait: " in row, row
         out = [tmp_path / f"gpud-{gang}.{task}.out" for task in range(4)]

@@ -124,7 +124,7 @@ def test_a_stopped_node_daemon_stops_its_own_tasks_and_its_jobs_never_run_twice(
             # Back: up by itself, with no trace of why it was down.
             wait_for(lambda: _node_view(cluster, "n1")["state"] == "up", "the node to be up again")
             assert _node_view(cluster, "n1")["reason"] == ""
-            time.sleep(1.0)
+            cluster.wait_cycles(2)  # the cycles with the node back start no second copy
         _no_copy_ran_twice(cluster, watch, movers)
     finally:
         cluster.close()
@@ -254,7 +254,7 @@ def test_a_node_cut_off_by_a_network_partition_stops_its_own_tasks_and_no_job_ru
                 netns.restore()
             wait_for(lambda: _node_view(cluster, "n1")["state"] == "up", "the node to be up again", timeout=40)
             assert _node_view(cluster, "n1")["reason"] == ""
-            time.sleep(1.0)
+            cluster.wait_cycles(2)  # the cycles with the node back start no second copy
         _no_copy_ran_twice(cluster, watch, movers)
         assert "lease ran out" in daemon.output()
     finally:

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ if importlib.util.find_spec("gpud.controller") is None or importlib.util.find_sp
     pytest.skip("gpud.controller is not importable yet: the end-to-end gpuctl tests need `gpud controller`",
                 allow_module_level=True)
 
-from daemons import POLICY, LiveCluster, wait_for  # noqa: E402  (after the skip: it needs the daemons)
+from daemons import POLICY, running_cluster, wait_for  # noqa: E402  (after the skip: it needs the daemons)
+from waiting import poll
 
 ANSWER_TIMEOUT_S = "10"
 NODE = "n1"
@@ -23,13 +23,8 @@ NODE = "n1"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A controller and one node daemon with 4 fake GPUs, as processes on 127.0.0.1; stopped by pid after."""
-    live = LiveCluster(tmp_path_factory.mktemp("gpuctl-e2e"))
-    try:
-        live.start_controller()
-        live.start_node(NODE, gpus=4)
+    with running_cluster(tmp_path_factory.mktemp("gpuctl-e2e"), nodes={NODE: 4}) as live:
         yield {"live": live, "url": live.url, "token": live.admin_token, "root": live.root, "hung": None}
-    finally:
-        live.close()
 
 
 def gpuctl(cluster, *args: str, token: str | None = None, cwd: Path | None = None, stdin: str | None = None):
@@ -69,13 +64,9 @@ def job(cluster, job_id: str) -> dict:
 
 
 def wait_state(cluster, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = job(cluster, job_id)
-        if found["state"] in states or time.monotonic() > deadline:
-            assert found["state"] in states, found
-            return found
-        time.sleep(0.2)
+    found = poll(lambda: (lambda now: now if now["state"] in states else None)(job(cluster, job_id)), timeout, 0.2)
+    assert found, job(cluster, job_id)
+    return found
 
 
 def test_whoami_and_tokens(cluster):

@@ -7,7 +7,6 @@ other project more of the surplus, and with history off they split it evenly.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -55,7 +54,7 @@ def test_a_project_that_just_used_the_node_gets_less_of_it_with_history(tmp_path
         hog = cluster.submit(command=["sleep", "2"], gpus=4, project="used")
         cluster.wait_state(hog, "COMPLETED")
         wait_for(lambda: usage_of(cluster, "used") > 7.0, "the used project's GPU-seconds to be charged")
-        time.sleep(0.5)  # a charge after the job's end has reached the scheduler
+        cluster.wait_cycles(1)  # a charge after the job's end has reached the scheduler
         # One batch: a cycle between separate submits would give the whole node to whoever came first.
         batch = [{"command": ["sleep", "60"], "gpus": 1, "project": project, "workdir": str(cluster.workdir)}
                  for project in ["used"] * 4 + ["fresh"] * 4]
@@ -65,7 +64,7 @@ def test_a_project_that_just_used_the_node_gets_less_of_it_with_history(tmp_path
         split = (used_gets, 4 - used_gets)
         wait_for(lambda: (running_gpus(cluster, used), running_gpus(cluster, fresh)) == split,
                  f"the node split {split} between the used and the fresh project")
-        time.sleep(2.0)  # and it stays so: no reclaim back and forth
+        cluster.wait_cycles(2)  # and it stays so: no reclaim back and forth
         assert (running_gpus(cluster, used), running_gpus(cluster, fresh)) == split
     finally:
         cluster.close()

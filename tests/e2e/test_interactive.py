@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 
+import psutil
 import pytest
 
 from daemons import POLICY, LiveCluster, free_port, wait_for
@@ -101,23 +102,31 @@ def test_window_size_and_its_changes_reach_the_job(cluster, terminals):
     assert term.wait() == 0
 
 
+def command_running(*argv: str) -> int | None:
+    """The pid of a process that runs exactly ``argv`` and is not stopped, if there is one."""
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] == list(argv) and proc.info["status"] != psutil.STATUS_STOPPED:
+            return proc.pid
+    return None
+
+
 def test_ctrl_c_and_ctrl_z_act_in_the_job(cluster, terminals):
     term = gpuctl_pty(cluster, terminals, "run", "-p", "alpha", "--gpus", "1", "--", "bash", "--norc", "-i")
     term.expect(r"attaching")
     term.expect(r"bash-\S+[#$] ")  # the job's prompt: attached, so keys now go to the job, not to gpuctl
-    term.send("sleep 100\r")
-    time.sleep(1.0)
+    term.send("sleep 1001\r")
+    wait_for(lambda: command_running("sleep", "1001"), "the job's sleep to run")
     term.send(b"\x03")  # Ctrl-C: SIGINT to the job's foreground process group, not to gpuctl
     term.expect(r"\^C")
     term.send("echo status-$((100+$?))\r")
     term.expect(r"status-230")  # 130: the sleep was killed by SIGINT
-    term.send("sleep 100\r")
-    time.sleep(1.0)
+    term.send("sleep 1002\r")
+    wait_for(lambda: command_running("sleep", "1002"), "the job's second sleep to run")
     term.send(b"\x1a")  # Ctrl-Z: the job's shell stops its sleep
     term.expect(r"Stopped")
     term.send("fg\r")
-    term.expect(r"sleep 100")
-    time.sleep(0.5)
+    term.expect(r"sleep 1002")
+    wait_for(lambda: command_running("sleep", "1002"), "the sleep to run on in the foreground")
     term.send(b"\x03")
     term.expect(r"\^C")
     term.send("exit 5\r")

@@ -14,16 +14,14 @@ import sys
 
 import pytest
 
-from daemons import LiveCluster
+from daemons import LiveCluster, running_cluster
 
 ELEMENTS = 2500
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("pages"))
-    try:
-        live.start_controller()
+    with running_cluster(tmp_path_factory.mktemp("pages")) as live:
         live.submit(command=["true"], hold=True, name="first")
         status, answer = live.api("POST", "/api/v1/jobs", {"project": "alpha", "workdir": str(live.workdir),
                                                            "command": ["true"], "hold": True,
@@ -31,8 +29,6 @@ def cluster(tmp_path_factory):
         assert status == 201, answer
         live.submit(command=["true"], hold=True, name="last")
         yield live
-    finally:
-        live.close()
 
 
 def pages(cluster: LiveCluster, query: str = "") -> list[dict]:

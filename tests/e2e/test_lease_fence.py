@@ -26,6 +26,7 @@ from gpud.node.taskstate import EXITED, Layout, read_state
 from gpud.node.tasks import TaskTable
 from gpud.wire.task import ExitCause
 from node_helpers import kill_everything, running, spec
+from waiting import observe
 
 LEASE_S = 3.0
 GRACE_S = 1.0
@@ -220,8 +221,9 @@ def test_the_fence_leaves_a_task_alone_while_the_lease_is_renewed_and_ends_with_
     assert process is not None
     wait_for(lambda: fence.running(run_root), "the fence to take its lock")
     assert fence.ensure(run_root, child_env()) is None, "one fence per node"
-    time.sleep(3.0)  # three lease periods, renewed all along
-    assert (read_state(table.layout.task_dir(key)) or state).state != EXITED and procs.group_alive(state.pid)
+    # Three lease periods, renewed all along: the task lives throughout.
+    assert all(observe(lambda: procs.group_alive(state.pid), 3.0, 0.05))
+    assert (read_state(table.layout.task_dir(key)) or state).state != EXITED
     beaten = len(_beats(workdir / "beats"))
     wait_for(lambda: len(_beats(workdir / "beats")) > beaten + 3, "the task to beat on after three lease periods")
     assert process.poll() is None, "the fence watches while a task runs"
@@ -243,8 +245,8 @@ def test_an_idle_fence_ends_with_the_daemon_that_started_it(tmp_path):
                                env=child_env())
     try:
         wait_for(lambda: fence.running(str(run_root)), "the fence to take its lock")
-        time.sleep(1.0)
-        assert process.poll() is None, "with its daemon alive and a lease held, it watches"
+        assert all(answer is None for answer in observe(process.poll, 1.0, 0.05)), \
+            "with its daemon alive and a lease held, it watches"
         daemon.kill()
         daemon.wait()
         assert process.wait(timeout=15) == 0, "no task and no daemon: it ends, though the lease has 600 s left"

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemons import POLICY, LiveCluster, wait_for
+from daemons import POLICY, running_cluster, wait_for
 from gpud.gpu.fake import FakeBackend
 from gpud.node.metrics import render as render_node
 from gpud.node.slicerun import GpuSlicer, PlanRecord
@@ -127,13 +127,9 @@ def test_the_rules_catch_what_promtool_refuses(text, says):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("metrics"), policy="usage_charge_interval = 0.5\n" + POLICY)
-    try:
-        live.start_controller()
-        live.start_node("n1", gpus=2)
+    with running_cluster(tmp_path_factory.mktemp("metrics"), "usage_charge_interval = 0.5\n" + POLICY,
+                         nodes={"n1": 2}) as live:
         yield live
-    finally:
-        live.close()
 
 
 def test_the_controllers_metrics_pass_after_jobs_have_run(cluster):

@@ -18,28 +18,25 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                status_code_conformance)
 from schemathesis.checks import not_a_server_error
 
-from daemons import LiveCluster
+from daemons import running_cluster
 from gpud.controller import openapi
 from gpud.controller.app import make_app
 from gpud.controller.config import ControllerConfig
 from gpud.submission import JOB_FIELDS
+from hypothesis_budget import examples
 
 # Not negative_data_rejection: like most REST APIs this one ignores query parameters it does not know.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-EXAMPLES = 25
+EXAMPLES = examples(25)  # requests per operation and caller
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    cluster = LiveCluster(tmp_path_factory.mktemp("openapi"))
-    try:
-        cluster.start_controller()
+    with running_cluster(tmp_path_factory.mktemp("openapi")) as cluster:
         cluster.tokens = {"admin": cluster.admin_token, "alice": cluster.token_for("alice"),
                           "bob": cluster.token_for("bob")}
         cluster.held = cluster.submit(command=["true"], hold=True, token=cluster.tokens["alice"])
         yield cluster
-    finally:
-        cluster.close()
 
 
 OPERATIONS = [(method, path) for path, ops in openapi.document()["paths"].items() for method in ops]

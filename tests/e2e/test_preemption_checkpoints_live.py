@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import LiveCluster, running_cluster, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the node runs jobs as their users only as root")
 
@@ -50,13 +50,10 @@ done
 @pytest.fixture
 def cluster():
     root = Path(tempfile.mkdtemp(prefix="gpud-lostwork-"))
-    live = LiveCluster(root, policy=POLICY)
     try:
-        live.start_controller()
-        live.start_node("n1", gpus=2)
-        yield live
+        with running_cluster(root, POLICY, nodes={"n1": 2}) as live:
+            yield live
     finally:
-        live.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

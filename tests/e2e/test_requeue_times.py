@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import wait_for
 from gpud.node.taskstate import EXITED, Layout, read_state
+from programs import until_exists
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path)
-    live.start_controller()
-    yield live
-    live.close()
+def cluster(live_cluster):
+    return live_cluster()
 
 
 def test_a_requeued_job_runs_nowhere_its_time_stops_and_history_keeps_its_run(cluster):
@@ -26,7 +24,7 @@ def test_a_requeued_job_runs_nowhere_its_time_stops_and_history_keeps_its_run(cl
     hogs = [cluster.submit(command=["sleep", "300"], gpus=1, cpus=0.25, project="alpha") for _ in range(4)]
     for job_id in hogs:
         cluster.wait_state(job_id, "RUNNING")
-    time.sleep(2)
+    wait_for(lambda: all(cluster.job(job_id)["elapsed_s"] >= 2 for job_id in hogs), "the hogs to have run 2 s")
     newcomer = cluster.submit(command=["sleep", "300"], gpus=2, cpus=0.25, project="beta")
     cluster.wait_state(newcomer, "RUNNING")
     requeued = [cluster.job(j) for j in hogs if cluster.job(j)["restart_count"] == 1]
@@ -35,7 +33,7 @@ def test_a_requeued_job_runs_nowhere_its_time_stops_and_history_keeps_its_run(cl
     assert job["state"] == "PENDING" and job["nodes"] == [] and job["placements"] == [None]
     ran = job["elapsed_s"]
     assert 2 <= ran < 30
-    time.sleep(1.5)
+    cluster.wait_cycles(2)
     assert cluster.job(job["id"])["elapsed_s"] == ran      # waiting again is not running
     assert cluster.api("POST", f"/api/v1/jobs/{job['id']}/cancel")[0] == 200
     history = {j["id"]: j for j in cluster.api("GET", "/api/v1/history")[1]["jobs"]}
@@ -50,7 +48,7 @@ def test_an_exit_heard_after_a_controller_restart_keeps_the_nodes_end_time(clust
     cluster.start_node("n1", gpus=2)
     release, begun, last_act = cluster.workdir / "go", cluster.workdir / "begun", cluster.workdir / "last-act"
     script = (f"import os, time\nopen({str(begun)!r}, 'w').close()\n"
-              f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+              + until_exists(str(release)) +
               f"open({str(last_act)!r}, 'w').write(repr(time.time()))\n")
     job_id = cluster.submit(command=[sys.executable, "-c", script], gpus=1)
     cluster.wait_state(job_id, "RUNNING")

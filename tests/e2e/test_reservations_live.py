@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemons import LiveCluster, wait_for
+from daemons import wait_for
 
 POLICY = """\
 grace_period = 1
@@ -24,14 +24,8 @@ LIMIT_S = 12.0
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path, policy=POLICY)
-    try:
-        live.start_controller()
-        live.start_node("n1", gpus=8)
-        yield live
-    finally:
-        live.close()
+def cluster(live_cluster):
+    return live_cluster(POLICY, nodes={"n1": 8})
 
 
 def test_a_gang_holds_its_start_and_a_short_job_backfills(cluster):

@@ -10,6 +10,8 @@ import pytest
 
 from daemons import POLICY, LiveCluster, wait_for
 from gpud.cli.job_cmd import show_text
+from programs import FOREVER, until_exists
+from waiting import observe
 
 FAIR = POLICY + '\n[time_slicing]\nmode = "fair"\nlease_ms = 50\nprecision = 0.1\nmemory_grace = 1\n'
 FROZEN = ("T", "D")  # SIGSTOP shows as T; the cgroup freezer as D
@@ -26,15 +28,9 @@ def proc_state(pid: int) -> str:
 
 def frozen_part(pid: int, seconds: float) -> float:
     """The part of ``seconds`` the process spent frozen, sampled every 10 ms."""
-    frozen = total = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        state = proc_state(pid)
-        assert state != "gone"
-        frozen += state in FROZEN
-        total += 1
-        time.sleep(0.01)
-    return frozen / total
+    states = observe(lambda: proc_state(pid), seconds, 0.01)
+    assert "gone" not in states
+    return sum(state in FROZEN for state in states) / len(states)
 
 
 def pid_file_command(path, body: str) -> list[str]:
@@ -55,7 +51,7 @@ def test_the_busy_job_of_a_fair_pair_gets_the_gpu_while_its_partner_sleeps(fair_
     cluster = fair_cluster
     busy_pid, idle_pid = cluster.workdir / "busy.pid", cluster.workdir / "idle.pid"
     busy = cluster.submit(command=pid_file_command(busy_pid, "while True: pass"), gpus=0.5)
-    idle = cluster.submit(command=pid_file_command(idle_pid, "time.sleep(600)"), gpus=0.5)
+    idle = cluster.submit(command=pid_file_command(idle_pid, FOREVER), gpus=0.5)
     for job_id in (busy, idle):
         job = cluster.wait_state(job_id, "RUNNING")
     text = show_text(job, job["started"])
@@ -63,7 +59,7 @@ def test_the_busy_job_of_a_fair_pair_gets_the_gpu_while_its_partner_sleeps(fair_
     assert "slice, enforced (the node stops the job 1 s after it holds more than its slice" in text, text
     pid = int(wait_for(lambda: busy_pid.exists() and busy_pid.read_text(), "the busy job's pid"))
     wait_for(lambda: idle_pid.exists() and idle_pid.read_text(), "the idle job's pid")
-    time.sleep(2)  # a few plans: the sleeper is found idle
+    cluster.wait_cycles(3)  # a few plans: the sleeper is found idle
     # Blind to the sleeper's idleness, the busy job would be frozen about half the time (its 0.5 share).
     assert frozen_part(pid, 4.0) < 0.25
 
@@ -74,9 +70,8 @@ def test_a_job_holding_more_gpu_memory_than_its_slice_is_stopped(fair_cluster):
     # 0.5 of an 80 GiB fake GPU: a 40 GiB slice (+5 %). It holds 30 GiB, then 50 GiB once told to.
     body = ("fd = os.memfd_create('fake-gpu-mem')  # the fake GPUs' convention (gpud.gpu.fakesim)\n"
             "os.ftruncate(fd, 30 << 30)\n"
-            f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
-            "os.ftruncate(fd, 50 << 30)\n"
-            "time.sleep(600)\n")
+            + until_exists(str(go)) +
+            "os.ftruncate(fd, 50 << 30)\n" + FOREVER)
     job_id = cluster.submit(command=["python3", "-c", f"import os, time\n{body}"], gpus=0.5)
     job = cluster.wait_state(job_id, "RUNNING")
     assert "slice, enforced" in show_text(job, job["started"])

@@ -6,12 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from daemons import POLICY, LiveCluster, wait_for
+from daemons import POLICY, running_cluster, wait_for
+from waiting import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -25,11 +25,7 @@ PARTITIONS = '\n[partitions]\nbatch = "default"\n'
 def cluster(tmp_path_factory):
     """A controller and two node daemons (1 fake GPU each), with the shims written into a bin directory."""
     root = tmp_path_factory.mktemp("slurm")
-    live = LiveCluster(root, policy=POLICY + PARTITIONS)
-    try:
-        live.start_controller()
-        live.start_node("n01", gpus=1)
-        live.start_node("n02", gpus=1)
+    with running_cluster(root, POLICY + PARTITIONS, nodes={"n01": 1, "n02": 1}) as live:
         bin_dir = root / "bin"
         done = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "slurm-shims", "--dir", str(bin_dir)],
                               capture_output=True, text=True, timeout=60)
@@ -38,8 +34,6 @@ def cluster(tmp_path_factory):
                "GPUD_TOKEN": live.admin_token, "GPUD_PROJECT": "alpha", "GPUD_TIMEOUT": "10",
                "XDG_CONFIG_HOME": str(root / "no-config")}
         yield {"live": live, "bin": bin_dir, "env": env, "work": live.workdir}
-    finally:
-        live.close()
 
 
 def slurm(cluster, *argv: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -246,12 +240,10 @@ def _states_once_ended(jobs) -> list[str]:
     A function's result is written before its process exits, so the job may
     still run for a moment after ``result()`` returns.
     """
-    deadline = time.monotonic() + 60
-    while True:
-        states = [j.get_info(mode="force").get("State") for j in jobs]
-        if not {"PENDING", "RUNNING"} & set(states) or time.monotonic() > deadline:
-            return states
-        time.sleep(0.5)
+    def states() -> list[str]:
+        return [j.get_info(mode="force").get("State") for j in jobs]
+    poll(lambda: not {"PENDING", "RUNNING"} & set(states()), 60, 0.5)
+    return states()
 
 
 def test_srun_outside_a_job_runs_the_command_as_an_interactive_job(cluster):

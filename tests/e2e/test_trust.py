@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from daemons import POLICY, LiveCluster
+from daemons import POLICY, LiveCluster, running_cluster
 from gpud.cli.job_cmd import show_text
 
 SECRET = "hf_s3cr3t-value"
@@ -46,15 +46,10 @@ ME = pwd.getpwuid(os.geteuid()).pw_name
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("trust"), policy=POLICY + RESTRICTED)
-    try:
-        live.start_controller()
-        live.start_node("n1", gpus=2)
+    with running_cluster(tmp_path_factory.mktemp("trust"), POLICY + RESTRICTED, nodes={"n1": 2}) as live:
         live.alice = live.token_for("alice")
         live.bob = live.token_for("bob")
         yield live
-    finally:
-        live.close()
 
 
 def alice_job(cluster: LiveCluster, **extra) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import Process, free_port, wait_for
+from daemons import START_TIMEOUT_S, Process, free_port, wait_for
 from node_helpers import kill_everything
 
 from gpud.allinone import CLIENT_MARK, default_policy, default_state_dir, write_client_config
@@ -42,7 +42,7 @@ class Up:
             self.popen = subprocess.Popen([sys.executable, "-m", "gpud.cli.gpud_main", "up", *self.flags],
                                           env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.root)
         if wait:
-            wait_for(self._ready, "gpud up to be ready")
+            wait_for(self._ready, "gpud up to be ready", START_TIMEOUT_S)
         return self
 
     def _ready(self) -> bool:

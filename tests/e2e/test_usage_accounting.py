@@ -21,11 +21,8 @@ USAGE_POLICY = f"usage_half_life = 0\nusage_charge_interval = {INTERVAL_S}\n" + 
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    live = LiveCluster(tmp_path, policy=USAGE_POLICY)
-    live.start_controller()
-    yield live
-    live.close()
+def cluster(live_cluster):
+    return live_cluster(USAGE_POLICY)
 
 
 def usage(cluster: LiveCluster, token: str | None = "admin", **query: str) -> dict:

@@ -12,6 +12,8 @@ import pytest
 
 from gpud.gpu import NoGpuError, make_backend
 from gpud.gpu.fake import FakeBackend, clear_faults, fake_uuid, inject_fault, set_process_usage
+from programs import FOREVER
+from waiting import poll
 
 
 def test_uuids_are_stable_per_node_and_index(tmp_path):
@@ -48,7 +50,7 @@ def test_unknown_fault_kind_is_refused(tmp_path):
 
 def test_process_usage_is_reported_for_live_processes_only(tmp_path):
     backend = FakeBackend("n1", 2, str(tmp_path), simulate=False)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen(["sleep", "30"])
     try:
         set_process_usage(str(tmp_path), child.pid, 1, 12.5, 70.0)
         set_process_usage(str(tmp_path), os.getpid(), 0, 1.0, 5.0)
@@ -95,8 +97,7 @@ BUSY_WITH_MEMORY = ("import os, sys, time\n"
                     "other = hold_gpu_memory(1 << 30, ordinal=1)\n"
                     "print('ready', flush=True)\n"
                     "if sys.argv[1] == 'busy':\n"
-                    "    while True: pass\n"
-                    "time.sleep(60)\n")
+                    "    while True: pass\n" + FOREVER)
 
 
 def on_gpus(uuids: list[str], mode: str, **extra: str) -> subprocess.Popen:
@@ -125,16 +126,14 @@ def test_fake_gpus_see_their_processes_load_and_declared_memory(tmp_path):
         usage = usage_after(backend, 0.5)
         # The busy one: 3 GiB on its first visible GPU (fake GPU 2), 1 GiB on its second (GPU 0), busy on both.
         assert {k: v[0] for k, v in usage.items()} == {(busy.pid, 2): 3.0, (busy.pid, 0): 1.0, (idle.pid, 1): 3.0}
-        assert usage[(busy.pid, 2)][1] > 30 and usage[(busy.pid, 0)][1] > 30, usage
+        # Busy is what the process's CPU time says: on a loaded host (other test workers) it gets a share of a core.
+        assert usage[(busy.pid, 2)][1] > 5 and usage[(busy.pid, 0)][1] > 5, usage
         assert usage[(idle.pid, 1)][1] < 1.0, usage
         by_gpu = {u.gpu_index: u for u in backend.gpu_usage()}
         assert [round(by_gpu[i].memory_used_gib, 2) for i in range(3)] == [1.0, 3.0, 3.0]
         assert by_gpu[1].utilization < 1.0 <= by_gpu[2].utilization <= 100.0
         os.kill(busy.pid, signal.SIGSTOP)  # a frozen job is an idle GPU
-        time.sleep(0.1)
-        backend.processes()
-        time.sleep(0.3)
-        assert all(p.utilization == 0.0 for p in backend.processes() if p.pid == busy.pid)
+        assert poll(lambda: all(p.utilization == 0.0 for p in backend.processes() if p.pid == busy.pid), 10, 0.1)
     finally:
         for child in (busy, idle, elsewhere):
             child.kill()

@@ -21,6 +21,8 @@ from gpud.node.link import ControllerLink
 from gpud.node.spec import TaskKey
 from node_helpers import alive, kill_everything, wait_for
 from node_helpers import spec_json as spec  # the start orders carry the spec as JSON
+from programs import FOREVER, until_exists
+from waiting import until
 
 KEY = "test-cluster-key"
 
@@ -86,7 +88,7 @@ class FakeController:
             self.unanswered_register = False
             await self.ws.send_json({"type": "registered", "heartbeat_s": self.heartbeat_s, **self.lease})
 
-    async def next(self, kind: str, where=lambda m: True, timeout: float = 15.0) -> dict:
+    async def next(self, kind: str, where=lambda m: True, timeout: float = 30.0) -> dict:
         """The next message of type ``kind`` that satisfies ``where`` (earlier others are dropped)."""
         async def find():
             while True:
@@ -102,13 +104,6 @@ class FakeController:
             if where(message):
                 return message
 
-
-async def until(check, what: str, timeout: float = 15.0) -> None:
-    """Poll ``check`` on the event loop until it is true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def task_report(job: str, state: str):
@@ -183,14 +178,12 @@ async def test_start_report_exit_and_ack(agent, controller, workdir):
 
 async def test_stop_order_uses_grace_then_sigkill(agent, controller, workdir):
     await controller.next("register")
-    trap = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n")
+    trap = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n" + FOREVER
     await controller.send({"type": "start", "job": "6", "task": 0, "attempt": 0,
                            "spec": spec(workdir, [sys.executable, "-c", trap])})
     running = await controller.next("task", task_report("6", "running"))
     assert running["pid"]
-    while "ready" not in (workdir / "gpud-6.out").read_text():
-        await asyncio.sleep(0.02)
+    await until(lambda: "ready" in (workdir / "gpud-6.out").read_text(), "the task to say it is ready")
     await controller.send({"type": "stop", "job": "6", "task": 0, "attempt": 0, "reason": "preempted",
                            "grace_s": 0.3})
     exited = await controller.next("task", task_report("6", "exited"))
@@ -208,7 +201,7 @@ async def test_a_node_whose_lease_runs_out_stops_its_tasks_and_starts_none_until
     try:
         await controller.next("register")
         assert os.stat(state_dir / "lease.json").st_mode & 0o777 == 0o600
-        trap = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)\n"
+        trap = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + FOREVER
         await controller.send({"type": "start", "job": "7", "task": 0, "attempt": 0,
                                "spec": spec(workdir, [sys.executable, "-c", trap], grace_s=30.0)})
         running = await controller.next("task", task_report("7", "running"))
@@ -296,11 +289,8 @@ async def test_a_wrong_cluster_key_is_refused_and_retried(controller, state_dir)
     node = NodeAgent(config, FakeBackend("n1", 1, str(state_dir)))
     await node.start()
     try:
-        for _ in range(200):
-            if controller.refused >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert controller.refused >= 2 and controller.messages.empty()
+        await until(lambda: controller.refused >= 2, "the controller to refuse the node twice", timeout=10.0)
+        assert controller.messages.empty()
     finally:
         await node.stop()
 
@@ -325,7 +315,7 @@ async def test_task_survives_kill_9_of_the_daemon_and_is_readopted(controller, s
     daemon = start_daemon(controller, state_dir, key_file, run_dir)
     try:
         await controller.next("register")
-        wait = "import os, sys, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nsys.exit(5)\n"
+        wait = until_exists("go") + "raise SystemExit(5)\n"
         await controller.send({"type": "start", "job": "40", "task": 0, "attempt": 0,
                                "spec": spec(workdir, [sys.executable, "-c", wait])})
         running = await controller.next("task", task_report("40", "running"))
@@ -389,7 +379,7 @@ async def test_two_jobs_given_one_id_are_two_tasks_each_stopped_and_acknowledged
     """A controller restored from a backup may give job id 7 again: the node keys tasks by the job uid too."""
     await controller.next("register")
     old_uid, new_uid = "a" * 32, "b" * 32
-    old = spec(workdir, [sys.executable, "-c", "import time; time.sleep(300)"], job_uid=old_uid, output="old.out")
+    old = spec(workdir, ["sleep", "300"], job_uid=old_uid, output="old.out")
     new = spec(workdir, [sys.executable, "-c", "print('new job 7')"], job_uid=new_uid, output="new.out")
     await controller.send({"type": "start", "job": "7", "task": 0, "attempt": 0, "spec": old})
     first = await controller.next("task", lambda m: m.get("job_uid") == old_uid and m["state"] == "running")
@@ -410,7 +400,7 @@ async def test_two_jobs_given_one_id_are_two_tasks_each_stopped_and_acknowledged
 
 async def test_orders_without_a_uid_from_an_older_controller_still_reach_the_task(agent, controller, workdir):
     await controller.next("register")
-    trap = [sys.executable, "-c", "import time; time.sleep(300)"]
+    trap = ["sleep", "300"]
     await controller.send({"type": "start", "job": "8", "task": 0, "attempt": 0,
                            "spec": spec(workdir, trap, job_uid="c" * 32)})
     await controller.next("task", lambda m: m["job"] == "8" and m["state"] == "running")
@@ -453,8 +443,7 @@ async def test_the_link_stops_even_when_a_connect_swallows_the_cancel():
     link = ControllerLink("ws://127.0.0.1:1/never", "key", owner=None, reconnect_max_s=0.05,
                           connect=swallowing_connect)
     running = asyncio.create_task(link.run())
-    while attempts < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: attempts >= 2, "a second connection attempt")
     running.cancel()
     done, _ = await asyncio.wait({running}, timeout=5)
     assert running in done and running.cancelled(), "the link kept reconnecting after it was cancelled"

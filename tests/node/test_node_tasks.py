@@ -18,6 +18,7 @@ from gpud.wire.task import ExitCause
 from gpud.node.taskstate import Layout
 from gpud.node.tasks import TaskTable
 from node_helpers import alive, kill_everything, run_to_end, running, spec, wait_for
+from programs import FOREVER, until_exists
 
 PRINT_ENV = ("import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'GPUD_JOB_ID', 'GPUD_TASK_INDEX', "
              "'GPUD_NUM_TASKS', 'GPUD_RESTART_COUNT', 'GPUD_CHECKPOINT_DIR', 'MASTER_ADDR', 'MASTER_PORT', "
@@ -25,7 +26,7 @@ PRINT_ENV = ("import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'GPUD_JOB_ID', 'G
              "print(json.dumps({k: os.environ.get(k) for k in keys} | {'uid': os.getuid(), 'cwd': os.getcwd(), "
              "'pgid': os.getpgid(0), 'pid': os.getpid()}))")
 
-WAIT_FOR_GO = "import os, sys, time\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
+WAIT_FOR_GO = "import sys\n" + until_exists("go")
 
 # The user nobody may not reach a virtualenv under a private home; the system Python has what PRINT_ENV needs.
 SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
@@ -189,7 +190,7 @@ def test_stop_sends_term_to_the_whole_group(table, workdir):
 # signals between a buffered stream's writes), and print in the handler then raises "reentrant call": the
 # task ends with code 1 a few hundredths of a second after the stop, whatever its grace.
 TRAP_TERM = ("import os, signal, time\nsignal.signal(signal.SIGTERM, lambda *a: os.write(1, b'got TERM\\n'))\n"
-             "os.write(1, b'ready\\n')\nwhile True: time.sleep(0.05)\n")
+             "os.write(1, b'ready\\n')\n" + FOREVER)
 
 
 def test_stop_waits_grace_then_kills_a_task_that_traps_term(table, workdir):
@@ -327,13 +328,14 @@ def test_a_task_whose_state_cannot_be_written_does_not_end_the_supervision_of_th
     broken, other = TaskKey("38", 0, 0), TaskKey("39", 0, 0)
     table.start(broken, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO]))
     table.start(other, spec(workdir, ["sleep", "60"], grace_s=5))
-    supervisor = running(table, broken).supervisor_pid
+    started = running(table, broken)
+    supervisor = started.supervisor_pid
     running(table, other)
     state_file = os.path.join(table.layout.task_dir(broken), "state.json")
     os.remove(state_file)
     os.makedirs(os.path.join(state_file, "in-the-way"))  # the exit can no longer be written there
     (workdir / "go").write_text("")
-    time.sleep(0.5)
+    wait_for(lambda: not alive(started.pid), timeout=10)  # the broken task has exited
     assert table.stop(other, "cancelled")
     state = run_to_end(table, other)
     assert (state.reason, state.term_signal) == ("stopped", signal.SIGTERM)
@@ -368,9 +370,7 @@ def test_a_new_table_adopts_running_tasks_and_records_their_exit(tmp_path, workd
         first = TaskTable(Layout(state_dir))
         first.adopt()
         key = TaskKey("25", 0, 0)
-        first.start(key, spec(workdir, [sys.executable, "-c",
-                                        "import os, time, sys\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
-                                        "sys.exit(5)"]))
+        first.start(key, spec(workdir, [sys.executable, "-c", WAIT_FOR_GO + "sys.exit(5)"]))
         pid = running(first, key).pid
         first.launcher.close()
         del first

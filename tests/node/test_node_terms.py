@@ -8,6 +8,7 @@ import json
 from aiohttp import web
 
 from gpud.node.link import ControllerLink, node_url
+from waiting import until
 
 KEY = "k"
 
@@ -47,10 +48,7 @@ async def serve(handler) -> tuple[web.AppRunner, str]:
 
 
 async def wait_until(check, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
+    await until(check, str(check), timeout)
 
 
 async def test_a_node_goes_past_a_standby_to_the_leader_and_ignores_an_older_term():
@@ -86,9 +84,9 @@ async def test_a_node_goes_past_a_standby_to_the_leader_and_ignores_an_older_ter
         await ws.send_json({"type": "stop", "job": "new", "term": 3})
         await ws.send_json({"type": "stop", "job": "later", "term": 4})  # a newer leader: its term is taken
         await ws.send_json({"type": "stop", "job": "stale", "term": 3})
-        await wait_until(lambda: len(owner.orders) >= 2)
-        await asyncio.sleep(0.2)
-        assert [order["job"] for order in owner.orders] == ["new", "later"]
+        await ws.send_json({"type": "stop", "job": "last", "term": 4})  # taken after "stale" was weighed
+        await wait_until(lambda: len(owner.orders) >= 3)
+        assert [order["job"] for order in owner.orders] == ["new", "later", "last"]
         assert link.term == 4
     finally:
         running.cancel()

@@ -81,21 +81,3 @@ def test_a_task_forking_past_its_pids_limit_is_refused(tmp_path):
     finally:
         table.launcher.close()
         kill_everything(str(tmp_path / "state"))
-
-
-@needs_pids
-def test_a_job_forking_past_the_policys_pids_limit_is_refused(tmp_path):
-    from daemons import POLICY, LiveCluster
-
-    cluster = LiveCluster(tmp_path, policy="task_pids_max = 50\n" + POLICY)
-    try:
-        cluster.start_controller()
-        cluster.start_node("n1", gpus=1)
-        job_id = cluster.submit(command=[sys.executable, "-c", FORKER], gpus=0, cpus=1,
-                                output="forker.out")
-        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout=60)
-        assert job["state"] == "COMPLETED", job
-        started, refused, written = (cluster.workdir / "forker.out").read_text().split()
-        assert refused == "True" and int(started) < 50 and int(written) == 50, (started, refused, written)
-    finally:
-        cluster.close()

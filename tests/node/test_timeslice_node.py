@@ -16,10 +16,12 @@ from gpud.gpu.fake import FakeBackend, fake_uuid
 from gpud.node.agent import NodeAgent
 from gpud.node.config import NodeConfig
 from gpud.node.spec import TaskSpec
-from gpud.node.freezer import freezer_for, freezer_root, remove_task_cgroup, task_cgroup
-from node_helpers import kill_everything
+from gpud.node.freezer import freezer_for, freezer_root, task_cgroup
+from node_helpers import freezer_group_removed, kill_everything
 from node_helpers import spec_json as spec  # the start orders carry the spec as JSON
 from test_node_link import KEY, controller, start_daemon, stop_daemon  # noqa: F401 - controller is a fixture
+from programs import until_exists
+from waiting import observe, poll, until
 
 SPIN = [sys.executable, "-c", "while True: pass"]
 # Says when its handler is in place (a stop before that would end it by SIGTERM, not by its handler).
@@ -46,21 +48,11 @@ def proc_state(pid: int) -> str:
 
 
 def seen_states(pid: int, seconds: float) -> set[str]:
-    found = set()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found.add(proc_state(pid))
-        time.sleep(0.005)
-    return found
+    return set(observe(lambda: proc_state(pid), seconds))
 
 
 async def wait_until(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {predicate}")
+    return await until(predicate, str(predicate), timeout)
 
 
 @pytest.fixture
@@ -76,9 +68,7 @@ def remove_cgroups(state_dir) -> None:
     tasks = state_dir / "tasks"
     deadline = time.monotonic() + 5
     for task_dir in tasks.iterdir() if tasks.is_dir() else ():
-        while task_cgroup(str(task_dir)) and time.monotonic() < deadline:
-            remove_task_cgroup(str(task_dir))
-            time.sleep(0.02)
+        poll(lambda: freezer_group_removed(str(task_dir)), max(0.0, deadline - time.monotonic()))
 
 
 @pytest.fixture
@@ -187,10 +177,7 @@ async def test_no_task_stays_frozen_after_kill_9_of_the_daemon(controller, state
         b = await start(controller, "77", sliced(workdir, SPIN))
         pids = [a["pid"], b["pid"]]
         await wait_until(lambda: {proc_state(p) for p in pids} & set(FROZEN))
-        for _ in range(100):  # kill it while one of them is frozen
-            if {proc_state(p) for p in pids} & set(FROZEN):
-                break
-            time.sleep(0.005)
+        poll(lambda: {proc_state(p) for p in pids} & set(FROZEN), 0.5, 0.005)  # kill it while one is frozen
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait()
         await wait_until(lambda: all(proc_state(p) in "RS" for p in pids), timeout=8)
@@ -208,7 +195,7 @@ def holding(workdir, first_gib: float, then_gib: float) -> list[str]:
             "import os, time\n"
             "fd = os.memfd_create('fake-gpu-mem')  # what fake GPUs count as the process's GPU memory\n"
             f"os.ftruncate(fd, int({first_gib} * 2**30))\n"
-            f"while not os.path.exists({str(workdir / 'grow')!r}): time.sleep(0.02)\n"
+            + until_exists(str(workdir / "grow")) +
             f"os.ftruncate(fd, int({then_gib} * 2**30))\n"
             "while True: pass\n"]
 

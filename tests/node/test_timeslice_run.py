@@ -19,6 +19,7 @@ from gpud.node import failsafe
 from gpud.node.freezer import CgroupFreezer, SignalFreezer, freezer_root
 from gpud.node.slicerun import GpuSlicer, Member, UsageMonitor
 from gpud.node.standins import mean_error_pp, run_slicer, spawn, summary
+from waiting import observe, poll
 
 BOUND_PP = 2.0
 BUSY_ENOUGH = 0.8  # below this part of their core, the stand-ins cannot show an error of 2 pp
@@ -32,13 +33,9 @@ def proc_state(pid: int) -> str:
 
 
 def wait_state(pid: int, states: str, timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = proc_state(pid)
-        if state in states:
-            return state
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} is {proc_state(pid)}, not one of {states!r}")
+    state = poll(lambda: (lambda now: now if now in states else None)(proc_state(pid)), timeout, 0.01)
+    assert state, f"process {pid} is {proc_state(pid)}, not one of {states!r}"
+    return state
 
 
 def assert_within(samples, bound: float = BOUND_PP) -> None:
@@ -206,7 +203,7 @@ def test_closing_the_slicer_thaws_everything(standin):
     slicer = GpuSlicer(0, "strict", 0.05, 0.1)
     slicer.set_members([Member(str(p.pid), "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for p in procs])
     slicer.start()
-    time.sleep(0.3)
+    assert poll(lambda: any(proc_state(p.pid) == "T" for p in procs), 10, 0.005), "the slicer froze neither"
     slicer.close()
     for p in procs:
         assert wait_state(p.pid, "RS") in "RS"
@@ -221,9 +218,7 @@ def test_release_thaws_the_task_before_returning(standin):
     try:
         wait_state(procs[0].pid, "T")
         slicer.release(members[0].key)
-        assert proc_state(procs[0].pid) in "RS"
-        time.sleep(0.5)
-        assert proc_state(procs[0].pid) in "RS"
+        assert set(observe(lambda: proc_state(procs[0].pid), 0.5)) <= {"R", "S"}
     finally:
         slicer.close()
 
@@ -243,9 +238,7 @@ def test_a_task_being_stopped_is_left_thawed(standin, tmp_path):
         time.sleep(0.2)
         failsafe.mark_stopping(str(dirs[0]))
         # The next switch drops the task; on a busy machine that may take a while.
-        deadline = time.monotonic() + 10
-        while [m.key for m in slicer.members()] != ["1"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        poll(lambda: [m.key for m in slicer.members()] == ["1"], 10)
         assert [m.key for m in slicer.members()] == ["1"]
         for _ in range(20):
             assert proc_state(procs[0].pid) in "RS"
@@ -290,8 +283,7 @@ def test_the_heartbeat_goes_silent_when_the_slicer_stops(tmp_path, standin):
     slicer = GpuSlicer(0, "strict", 0.05, 0.1, heartbeat=path)
     slicer.set_members([Member("a", "/nonexistent", proc.pid, SignalFreezer(proc.pid), 0.5, 0.5)])
     slicer.start()
-    time.sleep(0.2)
-    assert not failsafe.silent(path)
+    assert poll(lambda: not failsafe.silent(path), 10), "the slicer keeps its fail-safe heartbeat"
     slicer.close()
     assert failsafe.silent(path, now=time.time() + failsafe.SILENCE_S + 1)
 
@@ -320,9 +312,7 @@ def test_a_shortfall_is_carried_into_the_next_plans(standin):
     slicer = GpuSlicer(0, "strict", LEASE_S, PRECISION, meter=meter)
     slicer.set_members([Member(k, "/nonexistent", p.pid, SignalFreezer(p.pid), 0.5, 0.5) for k, p in procs.items()])
     slicer.start()
-    deadline = time.monotonic() + 30
-    while len(slicer.history) < 7 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll(lambda: len(slicer.history) >= 7, 30, 0.05)
     slicer.close()
     plans = slicer.history[1:7]
     assert len(plans) == 6, f"{len(slicer.history)} plans in 30 s"

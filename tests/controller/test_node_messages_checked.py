@@ -1,10 +1,10 @@
 """Node messages are checked like API bodies: a malformed one gets an error naming the field, never a crash.
 
-A real controller process on 127.0.0.1; the test speaks the node protocol
-over a real WebSocket with the cluster key, registers, and sends messages a
-broken or hostile node might: NaN and Infinity, wrong types, numbers too
-large for any task. Each is answered with an error naming what is wrong;
-the connection stays open, and the controller logs no traceback.
+A controller in the test's process (tests/in_process.py); the test speaks the
+node protocol over a real WebSocket with the cluster key, registers, and sends
+messages a broken or hostile node might: NaN and Infinity, wrong types,
+numbers too large for any task. Each is answered with an error naming what is
+wrong; the connection stays open, and the controller logs no traceback.
 """
 
 from __future__ import annotations
@@ -15,19 +15,7 @@ import json
 import aiohttp
 import pytest
 
-from daemons import LiveCluster
-
 GOOD_TASK = {"job": "1", "task": 0, "attempt": 0, "state": "running", "pid": 4242}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    live = LiveCluster(tmp_path_factory.mktemp("node-messages"))
-    try:
-        live.start_controller()
-        yield live
-    finally:
-        live.close()
 
 
 def task(**change) -> dict:
@@ -58,38 +46,40 @@ BAD = [
 ]
 
 
-async def test_malformed_node_messages_get_an_error_naming_the_field_and_the_link_stays(cluster):
+def no_traceback(caplog) -> None:
+    tracebacks = [record.getMessage() for record in caplog.records if record.exc_info]
+    assert not tracebacks, tracebacks
+
+
+async def test_malformed_node_messages_get_an_error_naming_the_field_and_the_link_stays(local_controller, caplog):
+    cluster = local_controller
     key = (cluster.state_dir / "cluster.key").read_text().strip()
-    url = cluster.url.replace("http", "ws") + "/api/v1/node/connect"
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, headers={"Authorization": f"Bearer {key}"}) as ws:
-            await ws.send_str(json.dumps({"type": "register", "node": "odd", "cpus": 4, "memory_gib": 8,
-                                          "gpus": [{"index": 0, "memory_gib": 80}], "tasks": []}))
-            assert (await answer(ws))["type"] == "registered"
-            for text, words in BAD:
-                await ws.send_str(text)
-                got = await answer(ws)
-                assert got["type"] == "error" and words in got["error"], (text[:80], got)
-                await ws.send_str(json.dumps({"type": "heartbeat", "seq": 7, "tasks": []}))
-                assert (await answer(ws))["type"] == "lease", text[:80]   # the link still serves this node
-    status, health = cluster.api("GET", "/healthz", token=None)
+    async with cluster.client.ws_connect("/api/v1/node/connect", headers={"Authorization": f"Bearer {key}"}) as ws:
+        await ws.send_str(json.dumps({"type": "register", "node": "odd", "cpus": 4, "memory_gib": 8,
+                                      "gpus": [{"index": 0, "memory_gib": 80}], "tasks": []}))
+        assert (await answer(ws))["type"] == "registered"
+        for text, words in BAD:
+            await ws.send_str(text)
+            got = await answer(ws)
+            assert got["type"] == "error" and words in got["error"], (text[:80], got)
+            await ws.send_str(json.dumps({"type": "heartbeat", "seq": 7, "tasks": []}))
+            assert (await answer(ws))["type"] == "lease", text[:80]   # the link still serves this node
+    status, health = await cluster.api("GET", "/healthz", user=None)
     assert status == 200
-    log = cluster.controller.log.read_text(errors="replace")
-    assert "Traceback" not in log, log[-3000:]
+    no_traceback(caplog)
 
 
-async def test_a_register_with_impossible_sizes_is_refused_with_the_field(cluster):
+async def test_a_register_with_impossible_sizes_is_refused_with_the_field(local_controller, caplog):
+    cluster = local_controller
     key = (cluster.state_dir / "cluster.key").read_text().strip()
-    url = cluster.url.replace("http", "ws") + "/api/v1/node/connect"
     for body, words in ((' "cpus": Infinity', "Infinity"), (' "cpus": -2', "cpus must be a number"),
                         (' "memory_gib": "8"', "memory_gib must be a number"), (' "cpus": 1e400', "cpus")):
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(url, headers={"Authorization": f"Bearer {key}"}) as ws:
-                await ws.send_str('{"type": "register", "node": "odd2", "tasks": [],' + body + "}")
-                got = await answer(ws)
-                assert got["type"] == "error" and words in got["error"], (body, got)
-    assert "odd2" not in {n["name"] for n in cluster.api("GET", "/api/v1/nodes")[1]["nodes"]}
-    assert "Traceback" not in cluster.controller.log.read_text(errors="replace")
+        async with cluster.client.ws_connect("/api/v1/node/connect", headers={"Authorization": f"Bearer {key}"}) as ws:
+            await ws.send_str('{"type": "register", "node": "odd2", "tasks": [],' + body + "}")
+            got = await answer(ws)
+            assert got["type"] == "error" and words in got["error"], (body, got)
+    assert "odd2" not in {n["name"] for n in (await cluster.api("GET", "/api/v1/nodes"))[1]["nodes"]}
+    no_traceback(caplog)
 
 
 async def answer(ws: aiohttp.ClientWebSocketResponse) -> dict:
