@@ -58,11 +58,14 @@ class PolicySet:
         asked, queue_order, _ = _read(hook.gpud_queue_order_key, pm, QueueOrder, "")
         self.queue_order: QueueOrder = (queue_order if queue_order is not None and not asked
                                         else _AskedQueueOrder(asked, queue_order))
-        asked, victim_order, _ = _read(hook.gpud_victim_order_key, pm, VictimOrder, "")
+        asked, victim_order, alone_order = _read(hook.gpud_victim_order_key, pm, VictimOrder, "")
         if youngest_first and isinstance(victim_order, LeastLostWorkVictimOrder):
             victim_order = PriorityVictimOrder()
+        elif youngest_first and isinstance(alone_order, LeastLostWorkVictimOrder):
+            # Only the built-in order would answer, through pluggy: the youngest-first order answers instead.
+            victim_order, asked, alone_order = PriorityVictimOrder(), [], None
         self.victim_order: VictimOrder = (victim_order if victim_order is not None and not asked
-                                          else _AskedVictimOrder(asked, victim_order))
+                                          else _AskedVictimOrder(asked, victim_order, alone_order))
         self._strategies: dict[str, Strategy] = {}
 
     def strategy(self, name: str) -> Strategy:
@@ -189,9 +192,15 @@ class _AskedQueueOrder(QueueOrder):
 class _AskedVictimOrder(VictimOrder):
     """A victim order with plugins asked before the victim-order object (or with none)."""
 
-    def __init__(self, asked: list[_Ask], then: VictimOrder | None) -> None:
+    def __init__(self, asked: list[_Ask], then: VictimOrder | None, alone: VictimOrder | None) -> None:
         self.asked = asked
         self.then = then
+        self.alone = alone  # the victim-order object that gives every key, though asked through pluggy
+
+    @property
+    def weighs_lost_work(self) -> bool:
+        """As the victim-order object that gives every key declares; else False."""
+        return self.alone is not None and self.alone.weighs_lost_work
 
     def key(self, victim: Victim) -> Any:
         """The first plugin's key that is not None, else the victim-order object's."""

@@ -6,7 +6,10 @@ could hold it; whatever it then finds must be what a placer with no memory finds
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
+from hypothesis import strategies as st
 
 from gpud.core import schedule
 from gpud.core.placement import Placer
@@ -86,12 +89,13 @@ def traced(pm):
 
 
 @SETTINGS
-@given(cases())
-def test_the_built_in_strategies_place_as_their_hooks_do(case):
+@given(cases(), st.sampled_from(["least_lost_work", "youngest_first"]))
+def test_the_built_in_strategies_place_as_their_hooks_do(case, victim_order):
     # The core calls the built-in policy objects' methods itself: the plan must be the one their hooks
-    # give when called through pluggy.
-    direct = schedule(case.snapshot, case.policy, make_plugin_manager())
-    hooked = schedule(case.snapshot, case.policy, traced(make_plugin_manager()))
+    # give when called through pluggy, with either victim order.
+    policy = dataclasses.replace(case.policy, victim_order=victim_order)
+    direct = schedule(case.snapshot, policy, make_plugin_manager())
+    hooked = schedule(case.snapshot, policy, traced(make_plugin_manager()))
     assert direct.binds == hooked.binds and direct.evictions == hooked.evictions
     assert dict(pending_texts(direct)) == dict(pending_texts(hooked))
 
