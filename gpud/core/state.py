@@ -229,7 +229,9 @@ class ClusterState:
         """Make this cycle's placements the baseline: started jobs start, evicted ones wait again."""
         backlog, jobs = self.backlog, self.jobs
         for job, current, running, waiting in self._changed():
-            started = (job.started if job.is_running and running else self.now) if running else None
+            # A job that ran on, not moved, keeps its start; one moved restarts now (a move is a stop and a start).
+            started = ((job.started if job.is_running and not _moved(job, current) else self.now) if running
+                       else None)
             updated = _with_placements(job, current, started)
             jobs[job.id] = updated
             backlog.remove(job)
@@ -452,6 +454,16 @@ class ClusterState:
             index.free_gpu += sign * placement.gpu_share * len(placement.gpu_index)
             index.free_cpu += sign * request.cpus
             index.free_mem += sign * request.memory_gib
+
+
+def _moved(job: JobSpec, placements: tuple[TaskPlacement | None, ...]) -> bool:
+    """True when a task that ran before the cycle runs elsewhere after it (consolidation moved it)."""
+    for task, before in enumerate(job.placements):
+        if before is not None and task < len(placements):
+            after = placements[task]
+            if after is not None and after != before:
+                return True
+    return False
 
 
 def _with_placements(job: JobSpec, placements: tuple[TaskPlacement | None, ...], started: float | None) -> JobSpec:
