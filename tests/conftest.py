@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 
 import pytest
 from hypothesis import settings
@@ -25,6 +26,11 @@ from in_process import close, open_controller
 
 # CI (CI set, as .ci/run runs) tries each property's full number of examples; a developer's run of the README's
 # test command a quarter of it (tests/hypothesis_budget.py). HYPOTHESIS_PROFILE=ci asks for the full number here.
+# A shell starts a background job with SIGINT ignored, and the programs tests start inherit that: gpuctl would
+# then never see the Ctrl-C a test sends it. Tests start their programs as a terminal would.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 settings.register_profile("ci", deadline=None, max_examples=100)
 settings.register_profile("dev", deadline=None, max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
