@@ -7,7 +7,7 @@ from gpud.controller.views import job_view, public_view
 from gpud.jobs import Dependency
 from gpud.lifecycle import PENDING, RUNNING
 
-from tests.controller.test_why import cycle, make_cluster, submit
+from test_why import cycle, make_cluster, submit
 
 PROJECTS = {"projects": [{"name": "alpha", "gpu_quota": 4}, {"name": "beta", "gpu_quota": 4}]}
 
