@@ -16,7 +16,7 @@ from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Statement, Victim
-from gpud.model import EPS, Evicted, JobSpec
+from gpud.model import EPS, Evicted, JobSpec, TaskPlacement
 
 if TYPE_CHECKING:
     from gpud.core.session import Session
@@ -204,13 +204,14 @@ class Consolidate:
                  movable: list[Movable]) -> int | None:
         """Move tasks off ``node``, in order, until task ``task`` of ``job`` fits there, then place each
         moved task elsewhere; how many moved, or None (nothing changed) when that does not work out."""
-        placer = self.placer
+        placer, placements = self.placer, self.state.placements
         mark = stmt.checkpoint()
-        moved: list[Movable] = []
+        moved: list[tuple[JobSpec, int, float]] = []  # each moved task and the GPUs it held
         placement = None
         for other, other_task in movable:
+            held = _gpus_held(placements[other.id][other_task])
             stmt.evict(other, other_task, RULE, Evicted(RULE, job.id, node=node.name), job.id)
-            moved.append((other, other_task))
+            moved.append((other, other_task, held))
             placement = placer.fit_on(job, node)
             if placement is not None:
                 break
@@ -218,13 +219,20 @@ class Consolidate:
             stmt.rollback(mark)
             return None
         stmt.bind(job, task, placement)
-        for other, other_task in moved:
+        for other, other_task, held in moved:
             found = placer.find(other)
-            if found is None:
+            if found is None or self._past_limit(other, found, held):
                 stmt.rollback(mark)
                 return None
             stmt.bind(other, other_task, found)
         return len(moved)
+
+    def _past_limit(self, job: JobSpec, placement: TaskPlacement, held: float) -> bool:
+        """Whether the moved task, holding more GPUs where it lands than before (a memory slice on smaller
+        GPUs), would take its user or project past a limit; its task is off the book meanwhile."""
+        book = self.state.book
+        gpus = _gpus_held(placement)
+        return book is not None and gpus > held + EPS and book.refusal(job, gpus) is not None
 
 
 class _Hopeless(Skip):
@@ -241,6 +249,11 @@ class _Hopeless(Skip):
         return (self.attempts >= MAX_JOBS_PER_CYCLE
                 or self.failed.find(job, gang_tasks(state, job), 0,
                                     state.shapes.of_group(group) if group is not None else -1) is not None)
+
+
+def _gpus_held(placement: TaskPlacement | None) -> float:
+    """The GPUs a task placed so holds (its share of each of its GPUs)."""
+    return placement.gpu_share * len(placement.gpu_index) if placement is not None else 0.0
 
 
 def _cleared(node: NodeState, movable: list[Movable]) -> tuple[list[float], float, float]:

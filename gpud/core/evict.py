@@ -540,7 +540,28 @@ class _RoomMaking:
             if lost:
                 self.lists.gained(state.queue_of(vjob))
                 running = len(state.running_tasks(vjob.id))
+                placed = stmt.checkpoint()
                 placer.place(stmt, vjob, lost, max(0, vjob.gang_minimum - running))
+                if self._moved_past_limit(vjob, [p for t, p in tasks if t in lost], lost, placed):
+                    stmt.rollback(mark)
+                    continue
             running = len(state.running_tasks(vjob.id))
             if 0 < running < vjob.gang_minimum or (limit is not None and not limit.holds()):
                 stmt.rollback(mark)
+
+    def _moved_past_limit(self, vjob: JobSpec, before: list[TaskPlacement], tasks: list[int], placed: int) -> bool:
+        """Whether the victim's tasks, moved, hold more GPUs than ``before`` (a memory slice on smaller GPUs)
+        and so take its user or project past a limit that they were within, or further past it."""
+        book, placements = self.state.book, self.state.placements[vjob.id]
+        held = sum(p.gpu_share * len(p.gpu_index) for p in before)
+        now = [placements[task] for task in tasks]
+        gpus = sum(p.gpu_share * len(p.gpu_index) for p in now if p is not None)
+        if book is None or gpus <= held + EPS:
+            return False
+        self.stmt.rollback(placed)  # the book as before the move, to ask it about the move's GPUs
+        past = book.refusal(vjob, gpus) is not None
+        if not past:
+            for task, placement in zip(tasks, now):
+                if placement is not None:
+                    self.stmt.bind(vjob, task, placement)
+        return past
