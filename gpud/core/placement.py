@@ -65,7 +65,7 @@ class Placer:
             return True
         pool, request, selector = self.state.pool_of(job), job.request, job.node_selector
         nodes = self.state.nodes
-        for name in set(released):
+        for name in released:
             node = nodes[name]
             if (node.pool == pool and node.spec.schedulable and node.holds_host_resources(request)
                     and (not selector or node.matches(selector))

@@ -80,6 +80,26 @@ def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
     assert found is not None and found.node == "n2"
 
 
+def test_the_nodes_released_since_a_count_are_each_named_once_latest_first():
+    # A node released again moves to the front; a count taken between two releases sees only the later.
+    state = full_cluster()
+    state.begin_cycle()
+    stmt, start = Statement(state), state.releases
+    evict(state, stmt, "a1")
+    after_a1 = state.releases
+    for job_id in ("b", "a2", "c"):
+        evict(state, stmt, job_id)
+    assert state.released_since(start) == ["n3", "n1", "n2"]
+    assert state.released_since(after_a1) == ["n3", "n1", "n2"]
+    assert state.released_since(state.releases - 1) == ["n3"]
+    assert state.released_since(state.releases) == []
+    stmt.rollback()  # the jobs bound again release nothing
+    assert state.released_since(start) == ["n3", "n1", "n2"]
+    state.begin_cycle()
+    assert state.released_since(start) is None
+    assert state.released_since(state.releases) == []
+
+
 # --- the built-in strategies, called by the core itself ------------------------------------------
 
 def traced(pm):
