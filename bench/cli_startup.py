@@ -10,6 +10,8 @@ store), which leaves gpuctl's own cost alone.
 
 Runs, interleaved round by round so that machine load hits each alike:
   python -c pass                    the floor: the install's interpreter, its site-packages, nothing else;
+  argparse + json                   one option parsed by argparse, one JSON answer read by json: the least
+                                    any client built on them does (both import re, and argparse gettext);
   gpuctl submit -p bench -- true    one submit, the way a shell loop calls it;
   gpuctl queue                      the job table (50 jobs and more);
   sbatch --parsable --wrap true     one submit through the Slurm shim.
@@ -48,6 +50,9 @@ gpu_quota = 100000
 cpu_quota = 10000000
 memory_quota_gib = 100000000
 """
+# The least a command-line client built on argparse and json does: parse one option, read one JSON answer.
+ARGPARSE_JSON = ("import argparse, json; parser = argparse.ArgumentParser(prog='x'); parser.add_argument('-p'); "
+                 "parser.parse_args(['-p', 'x']); json.loads('{\"ids\": [\"1\"]}')")
 QUEUE = {"jobs": [{"id": str(i), "name": f"train-{i}", "user": "ann", "project": "bench",
                    "state": "RUNNING" if i < 8 else "PENDING", "started": time.time() - 60 * i if i < 8 else None,
                    "gpus": 1, "tasks": 1, "nodes": ["n1"] if i < 8 else [], "reason": "" if i < 8 else
@@ -195,6 +200,7 @@ def measure(pythons: dict[str, str], url: str, token: str, home: str, runs: int,
         subprocess.run([gpuctl, "slurm-shims", "--dir", shims], env=env, check=True, stdout=subprocess.DEVNULL)
         install_cases = {
             "python -c pass": [python, "-c", "pass"],
+            "argparse + json": [python, "-c", ARGPARSE_JSON],
             "gpuctl submit": [gpuctl, "submit", "-p", "bench", "--", "true"],
             "gpuctl queue": [gpuctl, "queue"],
             "sbatch --parsable": [os.path.join(shims, "sbatch"), "--parsable", "-A", "bench", "--wrap", "true"],
