@@ -90,5 +90,6 @@ def test_gpuctl_queue_prints_from_its_fields_the_table_of_the_whole_jobs(cluster
 
 
 def _without_times(table: str) -> list[list[str]]:
-    return [[("H:MM" if ":" in cell and cell.replace(":", "").isdigit() else cell) for cell in line.split("  ")]
+    """The table's words, each duration (``1:02``, ``1:02:03``) as H:MM, whatever the columns' widths."""
+    return [[("H:MM" if ":" in word and word.replace(":", "").isdigit() else word) for word in line.split()]
             for line in table.splitlines()]
