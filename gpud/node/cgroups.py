@@ -250,9 +250,13 @@ def _mkdir(path: str) -> None:
 class TaskCgroup:
     """One task's cgroups (a directory named ``name`` in each hierarchy); every call tolerates a vanished group."""
 
-    def __init__(self, name: str, hierarchies: Hierarchies, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, name: str, hierarchies: Hierarchies, skip: tuple[str, ...] = (),
+                 starter: int | None = None) -> None:
         self.name = name
         self.hierarchies = hierarchies
+        # The process that starts tasks in these groups (this one, unless told): listed in them while one of its
+        # threads forks a task there (gpud.node.cgspawn), and never one of the task's processes.
+        self.starter = os.getpid() if starter is None else starter
         self.v1 = {c: os.path.join(base, name) for c, base in hierarchies.v1.items() if c not in skip}
         self.v2 = os.path.join(hierarchies.v2, name) if hierarchies.v2 else None
 
@@ -334,12 +338,12 @@ class TaskCgroup:
             _write(os.path.join(home.get(mount, mount), "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
-        """Every process in the task's cgroups, but this one.
+        """Every process in the task's cgroups, but the one that starts tasks in them (``starter``).
 
         One hierarchy tells: the task was forked inside all of them, and a
-        process cannot leave a cgroup of its own accord without root. This
-        process is never among them: it is listed only while its spawner
-        thread forks the task from inside the groups.
+        process cannot leave a cgroup of its own accord without root. The
+        starter is listed only while one of its threads forks the task from
+        inside the groups.
         """
         found: set[int] = set()
         one = self.v2 or self.v1.get("pids") or self.v1.get("freezer")
@@ -348,7 +352,7 @@ class TaskCgroup:
                 found.update(int(line) for line in _read(os.path.join(path, "cgroup.procs")).split())
             except (OSError, ValueError):
                 pass
-        found.discard(os.getpid())
+        found.discard(self.starter)
         return sorted(found)
 
     def signal(self, sig: int, *, besides_group: int | None = None) -> int:
@@ -441,8 +445,13 @@ def gpu_devices_allowed(gpu_minors: tuple[int, ...]) -> dict[int, tuple[int, ...
     return {NVIDIA_MAJOR: (), **{major: () for major in _uvm_majors()}}
 
 
-def recorded(task_dir: str, file_name: str = "cgroups") -> TaskCgroup | None:
-    """The cgroups a supervisor recorded for the task in ``task_dir`` (to kill what a lost supervisor left)."""
+def recorded(task_dir: str, file_name: str = "cgroups", supervisor: int | None = None) -> TaskCgroup | None:
+    """The cgroups a supervisor recorded for the task in ``task_dir`` (to kill what a lost supervisor left).
+
+    ``supervisor``: the pid of the task's supervisor, known to be alive
+    (so no process of the task has its pid): never counted among the
+    task's processes, though listed while it starts the task.
+    """
     try:
         with open(os.path.join(task_dir, file_name), encoding="utf-8") as f:
             paths = [line.strip() for line in f if line.strip()]
@@ -459,7 +468,7 @@ def recorded(task_dir: str, file_name: str = "cgroups") -> TaskCgroup | None:
             v2 = base
         else:
             v1[os.path.basename(os.path.dirname(base))] = base
-    return TaskCgroup(name, Hierarchies(v1=v1, v2=v2))
+    return TaskCgroup(name, Hierarchies(v1=v1, v2=v2), starter=supervisor)
 
 
 def own_cgroups(hierarchies: Hierarchies, proc_file: str = "/proc/self/cgroup") -> dict[str, str]:

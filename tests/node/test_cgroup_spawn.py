@@ -221,6 +221,35 @@ def test_a_spawner_thread_that_cannot_go_home_ends_and_leaves_the_group(made):
         spawner.close()
 
 
+@pytest.mark.skipif("pids" not in HOST.v1, reason="no writable pids cgroup")
+def test_the_process_starting_a_task_is_never_counted_among_its_processes(made, tmp_path):
+    # While its spawner thread is inside, the group lists this process: neither the supervisor itself nor a fence
+    # told which supervisor starts the task may count (and kill) it as one of the task's.
+    base = os.path.join(HOST.v1["pids"], f"starter-{os.getpid()}")
+    os.mkdir(base)
+    made.append(base)
+    name = "task"
+    os.mkdir(os.path.join(base, name))
+    made.append(os.path.join(base, name))
+    (tmp_path / "cgroups").write_text(os.path.join(base, name) + "\n")
+    spawner = cgspawn.Spawner(cgroups.own_cgroups(HOST))
+
+    def look() -> tuple[str, list[int], list[int], list[int]]:
+        with open(os.path.join(base, name, "cgroup.procs")) as f:
+            listed = f.read()
+        return (listed, cgroups.TaskCgroup(name, cgroups.Hierarchies(v1={"pids": base})).pids(),
+                cgroups.recorded(str(tmp_path), supervisor=os.getpid()).pids(),  # type: ignore[union-attr]
+                cgroups.TaskCgroup(name, cgroups.Hierarchies(v1={"pids": base}), starter=1).pids())
+
+    try:
+        listed, own, told, other = spawner.spawn([os.path.join(base, name)], look)
+    finally:
+        spawner.close()
+    assert listed.split() == [str(os.getpid())]
+    assert own == told == [], "never counted by the process itself, nor by one told it starts the task"
+    assert other == [os.getpid()], "one not told counts it"
+
+
 def test_a_missing_program_fails_to_start(table, workdir):
     key = TaskKey(f"n{os.getpid()}", 0, 0)
     table.start(key, spec(workdir, ["no-such-program-gpud"]))
