@@ -34,10 +34,13 @@ def _me(api) -> str:
     return str(api.get("whoami")["user"])
 
 
-def _listed(api, users: list[str], all_states: bool) -> list[dict]:
+def _listed(api, users: list[str], all_states: bool, shown: set[str] | None = None) -> list[dict]:
+    """The jobs of ``users`` (everyone's when none), active ones or all; with ``shown``, only those fields."""
     query = {"all": "1"} if all_states else {}
     if len(users) == 1:
         query["user"] = users[0]
+    if shown:
+        query["fields"] = ",".join(sorted(shown | {"user"}))
     jobs = api.get("jobs", query or None)["jobs"]
     return [job for job in jobs if not users or job.get("user") in users]
 
@@ -73,6 +76,7 @@ def squeue(argv: list[str]) -> int:
     parser.add_argument("-n", "--name")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("squeue", extra)
+    fmt = args.format or fields.SQUEUE_DEFAULT
     api = _client()
     users = _ids(args.user) + ([_me(api)] if args.me else [])
     if args.jobs:
@@ -80,7 +84,9 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("state") in ("PENDING", "RUNNING")]
         jobs = [job for job in jobs if not users or job.get("user") in users]
     else:
-        jobs = _listed(api, users, all_states=False)
+        filters = {"pool": args.partition, "project": args.account, "name": args.name}
+        shown = fields.squeue_needs(fmt) | {"state"} | {name for name, given in filters.items() if given}
+        jobs = _listed(api, users, all_states=False, shown=shown)
     if args.states:
         wanted = {_state_name(s) for s in args.states.split(",")}
         if "ALL" not in wanted:
@@ -91,7 +97,6 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("project") in args.account.split(",")]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
-    fmt = args.format or fields.SQUEUE_DEFAULT
     lines = [] if args.noheader else [fields.squeue_line(fmt, None)]
     lines.extend(fields.squeue_line(fmt, job) for job in jobs)
     if lines:
