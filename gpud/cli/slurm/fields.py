@@ -10,7 +10,7 @@ import re
 import time
 from typing import Callable
 
-from gpud.slurm_env import hostlist
+from gpud.hostlist import hostlist
 
 STATE_CODES = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
                "TIMEOUT": "TO", "PREEMPTED": "PR", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM"}

@@ -9,8 +9,10 @@ from gpud.cli.slurm import fields
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off.
-    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off. gpuctl's Formatter knows
+    # the terminal's width without importing shutil.
+    from gpud.cli.common import Formatter
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, formatter_class=Formatter)
     parser.add_argument("--help", action="help", help="show this help and exit")
     return parser
 
@@ -226,7 +228,7 @@ def scontrol(argv: list[str]) -> int:
     words = [w for w in argv if not w.startswith("-")]
     if len(words) >= 2 and words[0] == "show" and words[1] in ("hostnames", "hostname"):
         import os
-        from gpud.slurm_env import expand_hostlist
+        from gpud.hostlist import expand_hostlist
         text = words[2] if len(words) > 2 else os.environ.get("SLURM_JOB_NODELIST", "")
         for name in expand_hostlist(text):
             print(name)
@@ -286,7 +288,7 @@ def sinfo(argv: list[str]) -> int:
     parser.add_argument("-N", "--Node", action="store_true")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("sinfo", extra)
-    from gpud.slurm_env import hostlist
+    from gpud.hostlist import hostlist
     nodes = _client().get("nodes")["nodes"]
     groups: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
