@@ -1,4 +1,4 @@
-"""Benchmark of one `gpuctl submit`, `gpuctl queue` and `sbatch --parsable` call against Python's start-up floor.
+"""Benchmark of one `gpuctl submit`, `gpuctl queue`, `sbatch --parsable` and `squeue` call against Python's start-up.
 
 gpuctl is installed the regular way (not editable) into a temporary venv, `pip install --no-deps .` from
 this checkout (GPUD_COMPILE=1 in the environment compiles the core, as for a real install); --python
@@ -14,7 +14,8 @@ Runs, interleaved round by round so that machine load hits each alike:
                                     any client built on them does (both import re, and argparse gettext);
   gpuctl submit -p bench -- true    one submit, the way a shell loop calls it;
   gpuctl queue                      the job table (50 jobs and more);
-  sbatch --parsable --wrap true     one submit through the Slurm shim.
+  sbatch --parsable --wrap true     one submit through the Slurm shim;
+  squeue                            the job table through the Slurm shim.
 Prints the median wall time of each, its minimum, the median CPU time (user + system of the process:
 steadier on a loaded machine), and each median minus the floor's; with --instructions, the instructions
 each executes once (valgrind) and their ratio to the floor's, which load does not move: wall time on a
@@ -204,6 +205,7 @@ def measure(pythons: dict[str, str], url: str, token: str, home: str, runs: int,
             "gpuctl submit": [gpuctl, "submit", "-p", "bench", "--", "true"],
             "gpuctl queue": [gpuctl, "queue"],
             "sbatch --parsable": [os.path.join(shims, "sbatch"), "--parsable", "-A", "bench", "--wrap", "true"],
+            "squeue": [os.path.join(shims, "squeue")],
         }
         for name, argv in install_cases.items():
             cases[prefix + name] = argv
