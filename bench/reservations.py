@@ -20,7 +20,10 @@ size (1, 2-8, 9-32, over 32 GPUs), jobs still waiting at the end counting their 
 bound B is the longest time limit times one plus the most gangs waiting at once: a gang waits at most for
 the running jobs' limits and the gangs ahead of it. It also prints the share of the GPUs' time left idle on
 nodes that a holding reservation names (drained for a gang: backfill may use that room only with jobs whose
-limits end before the reserved start), the utilisation that reservations cost. Start estimates are judged as the share of jobs that
+limits end before the reserved start), the utilisation that reservations cost. What any reservation must
+cost in (c) is shown by two more replays of it: Slurm-like EASY backfill (one job per pool holds room; Mu'alem
+and Feitelson 2001), and perfect knowledge (every job's limit is its run time, so reservations start at the
+real ends and a job backfills wherever it really ends in time). Start estimates are judged as the share of jobs that
 waited whose estimate made at submission was within max(10 min, 25 % of the actual wait) of their start:
 gpud's estimate (predicted run times as the controller predicts them, gpud.prediction: the mean of the
 user's last two jobs of the same shape, capped at the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
@@ -90,12 +93,16 @@ def nodes_for(gpus: int) -> tuple[NodeSpec, ...]:
     return tuple(NodeSpec(f"n{i}", gpus=8, cpus=256, memory_gib=4096) for i in range(math.ceil(gpus / 8)))
 
 
-def policy(reservations: bool) -> Policy:
+def policy(reservations: bool | Reservations) -> Policy:
+    """One project on the default pool, with the policy's default reservations (True), none (False), or those given."""
+    settings = reservations if isinstance(reservations, Reservations) else (
+        Reservations() if reservations else Reservations(jobs=0))
     return Policy(departments={"default": Department("default", implicit=True)}, projects={"p": Project("p")},
-                  min_runtime_s=0.0, reservations=Reservations() if reservations else Reservations(jobs=0))
+                  min_runtime_s=0.0, reservations=settings)
 
 
-def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, gang_size: float = 8.0) -> Replay:
+def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool | Reservations,
+           gang_size: float = 8.0) -> Replay:
     """Run the jobs through the scheduler, a cycle at every submission and end, until the last submission
     plus the longest limit (jobs still waiting then count their wait so far)."""
     jobs = sorted(jobs, key=lambda j: j.submitted)
@@ -267,8 +274,14 @@ def run(args: argparse.Namespace) -> dict:
     jobs, gpus = starvation_jobs(8.0 if args.quick else 24.0, rng)
     starvation: dict = {"gpus": gpus, "jobs": len(jobs)}
     most_waiting = 0
-    for label, on in (("with_reservations", True), ("without_reservations", False)):
-        result = replay(nodes_for(gpus), jobs, on)
+    # Two references for what reservations must cost in this stream: Slurm-like EASY backfill (one job per
+    # pool holds room; Mu'alem and Feitelson 2001), and every limit equal to its run time (perfect
+    # knowledge: reservations start at the real ends, and a job backfills wherever it really ends in time).
+    exact = [TJob(j.id, j.submitted, j.runtime, j.runtime, j.gpus, j.tasks, j.user) for j in jobs]
+    for label, on, stream in (("with_reservations", True, jobs), ("without_reservations", False, jobs),
+                              ("easy_one_reservation", Reservations(jobs=1), jobs),
+                              ("perfect_knowledge", True, exact)):
+        result = replay(nodes_for(gpus), stream, on)
         stats = figures(jobs, result, gpus)
         gang_waits = [result.starts.get(j.id, result.end) - j.submitted for j in jobs if j.size >= 8]
         span = max(1.0, result.end - min(j.submitted for j in jobs))
@@ -276,7 +289,7 @@ def run(args: argparse.Namespace) -> dict:
                              "idle_on_reserved_nodes": round(result.idle_reserved_gpu_s / (gpus * span), 4),
                              "gangs_never_started": sum(1 for j in jobs if j.size >= 8 and j.id not in result.starts),
                              **{k: v for k, v in stats.items() if k.startswith("wait_")}}
-        if on:
+        if label == "with_reservations":
             most_waiting = result.most_gangs_waiting
     starvation["bound_s"] = 3600.0 * (1 + most_waiting)
     out["starvation"] = starvation
@@ -297,7 +310,7 @@ def report(out: dict) -> str:
                      f"gpud {est['gpud']}, run-to-limit {est['run_to_limit']}")
     s = out["starvation"]
     lines.append(f"starvation: {s['gpus']} GPUs, {s['jobs']} jobs, bound {s['bound_s']:.0f} s")
-    for label in ("with_reservations", "without_reservations"):
+    for label in ("with_reservations", "without_reservations", "easy_one_reservation", "perfect_knowledge"):
         e = s[label]
         lines.append(f"  {label:<22} longest gang wait {e['gang_wait_max_s']:.0f} s, utilisation "
                      f"{e['utilization']:.3f} (idle on nodes held for a reservation {e['idle_on_reserved_nodes']:.3f}), "

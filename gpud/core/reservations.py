@@ -506,7 +506,9 @@ class PoolPlan:
         near: list[tuple[float, int]] = []  # starts the span is about to cover, or just did
         tried = 0
         slack = slack if request.uses_gpu else -1.0
-        best: tuple[float, float, list[tuple[NodeProfile, list[int], int]]] | None = None  # (idle, t, where)
+        # (idle, expected free, t, where) of each time tried; the soonest any choice is expected free
+        found: list[tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]]] = []
+        soonest = FOREVER
         until = FOREVER  # the last time tried: the first that fits plus the slack
         for t in timeline.possible_times(need_gpu, tasks * request.cpus, tasks * request.memory_gib):
             tried += 1
@@ -567,12 +569,19 @@ class PoolPlan:
                 continue
             if slack < 0.0:
                 return t, self._chosen(request, tasks, nodes, counts, chosen_later, t, runtime, predicted)
-            idle, placed = self._least_idle(request, tasks, nodes, counts, chosen_later, t, runtime)
-            if best is None:
+            idle, latest, first, placed = self._least_idle(request, tasks, nodes, counts, chosen_later, t, runtime,
+                                                           slack)
+            if not found:
                 until = on_grid(t, slack)
-            if best is None or idle < best[0] - 1.0:  # a GPU-second less idle, or it is not worth a later start
-                best = (idle, t, placed)
-        return None if best is None else (best[1], best[2])
+            found.append((idle, latest, t, placed))
+            soonest = min(soonest, first)
+        # The least idle of the choices expected free within the slack of the soonest; a GPU-second less
+        # idle is worth a later start, less is not.
+        best: tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]] | None = None
+        for choice in found:
+            if choice[1] <= soonest + slack and (best is None or choice[0] < best[0] - 1.0):
+                best = choice
+        return None if best is None else (best[2], best[3])
 
     def _chosen(self, request: TaskRequest, tasks: int, nodes: list[NodeProfile], counts: list[int],
                 chosen_later: dict[int, list[int]], t: float, runtime: float,
@@ -602,12 +611,13 @@ class PoolPlan:
         return placed
 
     def _least_idle(self, request: TaskRequest, tasks: int, nodes: list[NodeProfile], counts: list[int],
-                    chosen_later: dict[int, list[int]], t: float,
-                    runtime: float) -> tuple[float, list[tuple[NodeProfile, list[int], int]]]:
+                    chosen_later: dict[int, list[int]], t: float, runtime: float,
+                    slack: float) -> tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]]:
         """Where ``tasks`` tasks go at t so that the GPUs they take, freed at their running jobs' predicted
-        ends, wait idle the least for the last of them: the idle expected (GPU-seconds) and the choice
-        (as ``_chosen``). Nodes that free together and soon win over a node free now that would wait
-        for others to drain."""
+        ends, wait idle the least for the last of them, among the choices expected free within ``slack``
+        seconds of the soonest: the idle expected (GPU-seconds), when the choice is expected free, the
+        soonest any is, and the choice (as ``_chosen``). Nodes that free together win over a node free
+        now that would wait for others to drain."""
         now = self.now
         per_task = request.whole_gpus if not request.is_shared else 1
         # (latest predicted free, minus the mean, name, node, its GPUs, tasks it takes, their frees)
@@ -630,15 +640,17 @@ class PoolPlan:
             mean = sum(times) / len(times) if times else now
             options.append((max(times, default=now), -mean, profile.node.name, k, gpus, take, times))
         options.sort()
-        best_idle = FOREVER
+        best_idle, best_latest, soonest = FOREVER, FOREVER, FOREVER
         best: list[tuple[tuple[float, float, str, int, list[int], int, list[float]], int]] = []
         covered, tried = 0, 0
         for j, option in enumerate(options):
             covered += option[5]
             if covered < tasks:
                 continue
+            if soonest == FOREVER:  # the nodes that free first: no choice is expected free sooner
+                soonest = option[0]
             tried += 1
-            if tried > LEAST_IDLE_TRIES:
+            if tried > LEAST_IDLE_TRIES or option[0] > soonest + slack:
                 break
             # The last of the first j + 1 nodes to free sets the start: of those, the ones freeing nearest it.
             taken: list[tuple[tuple[float, float, str, int, list[int], int, list[float]], int]] = []
@@ -652,10 +664,10 @@ class PoolPlan:
                     break
             idle = sum(latest - f for o, take in taken for f in o[6][:take * per_task])
             if idle < best_idle - EPS:
-                best_idle, best = idle, taken
+                best_idle, best_latest, best = idle, latest, taken
         placed = [(nodes[o[3]], o[4][:take * per_task], take) for o, take in best]
         share = request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared else 1.0
-        return best_idle * share, placed
+        return best_idle * share, best_latest, soonest, placed
 
     def _predicted_free(self, profile: NodeProfile) -> list[float]:
         """When each GPU of the node is expected free of what runs on it now: its tasks' predicted ends
