@@ -23,7 +23,10 @@ nodes that a holding reservation names (drained for a gang: backfill may use tha
 limits end before the reserved start), the utilisation that reservations cost. What any reservation must
 cost in (c) is shown by two more replays of it: Slurm-like EASY backfill (one job per pool holds room; Mu'alem
 and Feitelson 2001), and perfect knowledge (every job's limit is its run time, so reservations start at the
-real ends and a job backfills wherever it really ends in time). Start estimates are judged as the share of jobs that
+real ends and a job backfills wherever it really ends in time); and by the least idle that the drains must
+leave, from the states the replay reached: at the first cycle a whole-node gang's held nodes drain, the least
+GPU time any choice of its nodes leaves idle before it starts by its promised start, knowing every running
+job's real end, where no waiting job's limit fits the gaps (``least_drain_idle``). Start estimates are judged as the share of jobs that
 waited whose estimate made at submission was within max(10 min, 25 % of the actual wait) of their start:
 gpud's estimate (predicted run times as the controller predicts them, gpud.prediction: the mean of the
 user's last two jobs of the same shape, capped at the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
