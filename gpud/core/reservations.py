@@ -32,6 +32,7 @@ FOREVER: Final = float("inf")
 MAX_TIMES: Final = 512  # start times tried for one job; a job that fits at none of them gets no plan
 LEAST_IDLE_TRIES: Final = 32  # latest nodes tried by ``_least_idle``, the earliest to free first
 LEAST_IDLE_NODES: Final = 64  # nodes ``_least_idle`` chooses among, at most
+LEAST_IDLE_TIMES: Final = 8  # times in a resolution step that ``_least_idle`` works out a choice at, at most
 
 
 def on_grid(t: float, step: float) -> float:
@@ -509,7 +510,8 @@ class PoolPlan:
         # (idle, expected free, t, where) of each time tried; the soonest any choice is expected free
         found: list[tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]]] = []
         soonest = FOREVER
-        until = FOREVER  # the last time tried: the first that fits plus the slack
+        until = FOREVER  # the last time tried: the end of the first fit's resolution step
+        tried_total = 0  # the tasks that fit at the last time a choice was worked out
         for t in timeline.possible_times(need_gpu, tasks * request.cpus, tasks * request.memory_gib):
             tried += 1
             if tried > MAX_TIMES or t > until:
@@ -569,6 +571,10 @@ class PoolPlan:
                 continue
             if slack < 0.0:
                 return t, self._chosen(request, tasks, nodes, counts, chosen_later, t, runtime, predicted)
+            # Later in the step, a time is worth a choice only where more room fits than at the last tried.
+            if found and (total <= tried_total or len(found) >= LEAST_IDLE_TIMES):
+                continue
+            tried_total = total
             idle, latest, first, placed = self._least_idle(request, tasks, nodes, counts, chosen_later, t, runtime,
                                                            slack)
             if not found:
