@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpud.cli import gpuctl, submit_cmd
+from gpud.cli import gpuctl, queue_cmd, submit_cmd
 from gpud.cli.gpuctl import VERBS, main
 from gpuctl_helpers import closed_port, stand_in  # noqa: F401  (a fixture)
 
@@ -281,10 +281,11 @@ def test_queue_filters_and_me(api, capsys):
     assert main(["queue", "--me", "--project", "vision", "--state", "pd,R"]) == 0
     assert capsys.readouterr().out.split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES",
                                                "REASON"]
-    assert api.requests[1]["query"] == "state=PENDING%2CRUNNING&user=alice&project=vision&limit=5000"
+    fields = "%2C".join(queue_cmd.QUEUE_FIELDS)  # only what the table shows
+    assert api.requests[1]["query"] == f"state=PENDING%2CRUNNING&user=alice&project=vision&fields={fields}&limit=5000"
     assert main(["queue", "--all", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"jobs": []}
-    assert api.requests[2]["query"] == "all=1&limit=5000"
+    assert api.requests[2]["query"] == "all=1&limit=5000"  # --json: the whole job objects
 
 
 def test_queue_follows_next_cursor_to_the_last_page(api, capsys):
@@ -302,6 +303,27 @@ def test_queue_follows_next_cursor_to_the_last_page(api, capsys):
     assert [job["id"] for job in answer["jobs"]] == ["1", "2", "3_0"]
     assert answer["arrays"] == {"3": {"elements": 1}} and answer["next_cursor"] is None
     assert [r["query"] for r in api.requests] == ["limit=5000", "limit=5000&cursor=c1", "limit=5000&cursor=c2"]
+
+
+def test_squeue_and_sacct_list_every_page(api, capsys):
+    from gpud.cli.slurm.jobs import sacct, squeue
+
+    def pages():
+        yield {"jobs": [{"id": "1", "user": "ann", "state": "RUNNING"}], "arrays": {}, "next_cursor": "c1"}
+        yield {"jobs": [{"id": "2", "user": "ann", "state": "PENDING"}], "arrays": {}, "next_cursor": None}
+    listing = pages()
+
+    class Paged(dict):
+        def get(self, key, default=None):
+            return (200, next(listing), {}) if key == "GET /api/v1/jobs" else super().get(key, default)
+
+    api.routes["GET /api/v1/whoami"] = (200, {"user": "ann"}, {})
+    api.routes = Paged(api.routes)
+    assert squeue(["-h", "-o", "%i %T"]) == 0
+    assert capsys.readouterr().out.split() == ["1", "RUNNING", "2", "PENDING"]
+    listing = pages()
+    assert sacct(["-n", "-X", "-P", "-o", "JobID,State"]) == 0
+    assert capsys.readouterr().out.split() == ["1|RUNNING", "2|PENDING"]
 
 
 def test_cancel_goes_on_past_a_refusal(api, capsys):
