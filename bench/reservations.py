@@ -20,7 +20,13 @@ size (1, 2-8, 9-32, over 32 GPUs), jobs still waiting at the end counting their 
 bound B is the longest time limit times one plus the most gangs waiting at once: a gang waits at most for
 the running jobs' limits and the gangs ahead of it. It also prints the share of the GPUs' time left idle on
 nodes that a holding reservation names (drained for a gang: backfill may use that room only with jobs whose
-limits end before the reserved start), the utilisation that reservations cost. Start estimates are judged as the share of jobs that
+limits end before the reserved start), the utilisation that reservations cost. What any reservation must
+cost in (c) is shown by two more replays of it: Slurm-like EASY backfill (one job per pool holds room; Mu'alem
+and Feitelson 2001), and perfect knowledge (every job's limit is its run time, so reservations start at the
+real ends and a job backfills wherever it really ends in time); and by the least idle that the drains must
+leave, from the states the replay reached: at the first cycle a whole-node gang's held nodes drain, the least
+GPU time any choice of its nodes leaves idle before it starts by its promised start, knowing every running
+job's real end, where no waiting job's limit fits the gaps (``least_drain_idle``). Start estimates are judged as the share of jobs that
 waited whose estimate made at submission was within max(10 min, 25 % of the actual wait) of their start:
 gpud's estimate (predicted run times as the controller predicts them, gpud.prediction: the mean of the
 user's last two jobs of the same shape, capped at the limit; Tsafrir et al. 2007) and Slurm's run-to-limit method (every job runs to its limit), from the
@@ -84,18 +90,24 @@ class Replay:
     cycles: int = 0
     most_gangs_waiting: int = 0
     idle_reserved_gpu_s: float = 0.0  # GPU-seconds left idle on nodes that a holding reservation names
+    drain_bound_gpu_s: float = 0.0  # the least of it that knowing every end could leave (``least_drain_idle``)
+    drained: set[str] = field(default_factory=set)  # gangs whose nodes began to drain
 
 
 def nodes_for(gpus: int) -> tuple[NodeSpec, ...]:
     return tuple(NodeSpec(f"n{i}", gpus=8, cpus=256, memory_gib=4096) for i in range(math.ceil(gpus / 8)))
 
 
-def policy(reservations: bool) -> Policy:
+def policy(reservations: bool | Reservations) -> Policy:
+    """One project on the default pool, with the policy's default reservations (True), none (False), or those given."""
+    settings = reservations if isinstance(reservations, Reservations) else (
+        Reservations() if reservations else Reservations(jobs=0))
     return Policy(departments={"default": Department("default", implicit=True)}, projects={"p": Project("p")},
-                  min_runtime_s=0.0, reservations=Reservations() if reservations else Reservations(jobs=0))
+                  min_runtime_s=0.0, reservations=settings)
 
 
-def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, gang_size: float = 8.0) -> Replay:
+def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool | Reservations,
+           gang_size: float = 8.0) -> Replay:
     """Run the jobs through the scheduler, a cycle at every submission and end, until the last submission
     plus the longest limit (jobs still waiting then count their wait so far)."""
     jobs = sorted(jobs, key=lambda j: j.submitted)
@@ -138,6 +150,17 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
             used[bind.placement.node] = used.get(bind.placement.node, 0.0) + gpus
             on.setdefault(bind.job, []).append((bind.placement.node, gpus))
         reserved = {node for r in plan.reservations.values() if r.holds for node in r.nodes}
+        for job_id, r in plan.reservations.items():
+            job = by_id[job_id]
+            if (r.holds and job_id not in out.drained and job.size >= gang_size and job.gpus == 8
+                    and any(used.get(node, 0.0) < size[node] for node in r.nodes)):
+                out.drained.add(job_id)
+                waiting = min((j.limit for j in jobs[:at] if j.id not in out.starts), default=math.inf)
+                ends_by_node: dict[str, list[float]] = {node: [] for node in size}
+                for running, held in on.items():
+                    for node, gpus in held:
+                        ends_by_node[node] += [ends[running]] * int(round(gpus))
+                out.drain_bound_gpu_s += least_drain_idle(ends_by_node, job.tasks, now, r.start, waiting)
         for job_id in fresh:
             found = plan.reservations.get(job_id)
             if found is not None:
@@ -152,6 +175,25 @@ def replay(nodes: tuple[NodeSpec, ...], jobs: list[TJob], reservations: bool, ga
         step = min(upcoming) - now
         out.idle_reserved_gpu_s += step * sum(size[node] - used.get(node, 0.0) for node in reserved)
         now = min(upcoming)
+
+
+def least_drain_idle(ends: dict[str, list[float]], nodes: int, now: float, promised: float,
+                     shortest_limit: float) -> float:
+    """The least GPU time that ``nodes`` whole 8-GPU nodes must sit idle, from now, for a gang to start on them
+    all at once by its promised start, knowing when each running job really ends (``ends``: by node, one entry
+    per GPU in use): each GPU waits from its job's end (now, if free) to the gang's start, and no waiting job
+    fits such a gap by its limit. 0 when one might (a waiting job's limit is shorter than the promise is away)."""
+    if promised - now >= shortest_limit:
+        return 0.0
+    frees = {node: times + [now] * (8 - len(times)) for node, times in ends.items()}
+    best = math.inf
+    for start in sorted({max(times) for times in frees.values()}):
+        if start > promised:
+            break
+        costs = sorted(sum(start - t for t in times) for times in frees.values() if max(times) <= start)
+        if len(costs) >= nodes:
+            best = min(best, sum(costs[:nodes]))
+    return 0.0 if best == math.inf else best
 
 
 def figures(jobs: list[TJob], run: Replay, capacity: int) -> dict:
@@ -267,16 +309,23 @@ def run(args: argparse.Namespace) -> dict:
     jobs, gpus = starvation_jobs(8.0 if args.quick else 24.0, rng)
     starvation: dict = {"gpus": gpus, "jobs": len(jobs)}
     most_waiting = 0
-    for label, on in (("with_reservations", True), ("without_reservations", False)):
-        result = replay(nodes_for(gpus), jobs, on)
+    # Two references for what reservations must cost in this stream: Slurm-like EASY backfill (one job per
+    # pool holds room; Mu'alem and Feitelson 2001), and every limit equal to its run time (perfect
+    # knowledge: reservations start at the real ends, and a job backfills wherever it really ends in time).
+    exact = [TJob(j.id, j.submitted, j.runtime, j.runtime, j.gpus, j.tasks, j.user) for j in jobs]
+    for label, on, stream in (("with_reservations", True, jobs), ("without_reservations", False, jobs),
+                              ("easy_one_reservation", Reservations(jobs=1), jobs),
+                              ("perfect_knowledge", True, exact)):
+        result = replay(nodes_for(gpus), stream, on)
         stats = figures(jobs, result, gpus)
         gang_waits = [result.starts.get(j.id, result.end) - j.submitted for j in jobs if j.size >= 8]
         span = max(1.0, result.end - min(j.submitted for j in jobs))
         starvation[label] = {"gang_wait_max_s": round(max(gang_waits), 1), "utilization": stats["utilization"],
                              "idle_on_reserved_nodes": round(result.idle_reserved_gpu_s / (gpus * span), 4),
+                             "least_idle_knowing_ends": round(result.drain_bound_gpu_s / (gpus * span), 4),
                              "gangs_never_started": sum(1 for j in jobs if j.size >= 8 and j.id not in result.starts),
                              **{k: v for k, v in stats.items() if k.startswith("wait_")}}
-        if on:
+        if label == "with_reservations":
             most_waiting = result.most_gangs_waiting
     starvation["bound_s"] = 3600.0 * (1 + most_waiting)
     out["starvation"] = starvation
@@ -297,10 +346,11 @@ def report(out: dict) -> str:
                      f"gpud {est['gpud']}, run-to-limit {est['run_to_limit']}")
     s = out["starvation"]
     lines.append(f"starvation: {s['gpus']} GPUs, {s['jobs']} jobs, bound {s['bound_s']:.0f} s")
-    for label in ("with_reservations", "without_reservations"):
+    for label in ("with_reservations", "without_reservations", "easy_one_reservation", "perfect_knowledge"):
         e = s[label]
         lines.append(f"  {label:<22} longest gang wait {e['gang_wait_max_s']:.0f} s, utilisation "
-                     f"{e['utilization']:.3f} (idle on nodes held for a reservation {e['idle_on_reserved_nodes']:.3f}), "
+                     f"{e['utilization']:.3f} (idle on nodes held for a reservation {e['idle_on_reserved_nodes']:.3f}, "
+                     f"at least {e['least_idle_knowing_ends']:.3f} knowing every end), "
                      f"gangs never started {e['gangs_never_started']}")
     lines.append(f"estimates, all traces: gpud {out['estimates']['gpud']}, run-to-limit "
                  f"{out['estimates']['run_to_limit']} (of {out['estimates']['judged']} jobs that waited)")

@@ -181,7 +181,10 @@ class Reservations:
     each hold the room they need from the earliest time running jobs' time
     limits free it, if that is within ``window_s``: a later job may start
     only where it ends before, or uses room the reservation does not need.
-    The next ``estimate_jobs`` get a start estimate without holding room.
+    The next ``estimate_jobs`` get a start estimate without holding room. A
+    holding reservation is promised the end of the ``resolution_s`` step (from
+    Unix time 0) that holds its earliest start, and takes the start and nodes
+    in that step that leave the least GPU time idle while it waits.
     ``jobs`` 0 turns reservations off. A job without a time limit gets
     ``default_time_limit_s`` (None: it has no limit), none above ``max_time_limit_s``.
     """
@@ -189,6 +192,7 @@ class Reservations:
     jobs: int = 4
     window_s: float = 7 * 86400.0
     estimate_jobs: int = 12
+    resolution_s: float = 300.0
     default_time_limit_s: float | None = None
     max_time_limit_s: float | None = None
 

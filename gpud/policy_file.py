@@ -34,7 +34,7 @@ POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weight
 LIMITS_KEYS = ("user_gpus", "user_running_jobs", "user_pending_jobs")
 FAIR_SHARE_KEYS = ("history", "strength", "entry_penalty", "user_order")
 PRIORITY_CLASS_KEYS = ("priority", "idle_timeout", "default_time_limit")
-RESERVATION_KEYS = ("jobs", "window", "estimate_jobs", "default_time_limit", "max_time_limit")
+RESERVATION_KEYS = ("jobs", "window", "estimate_jobs", "resolution", "default_time_limit", "max_time_limit")
 TIME_SLICING_KEYS = ("mode", "lease_ms", "precision", "memory_tolerance", "memory_enforce", "memory_grace")
 QUOTA_KEYS = {"gpu": "gpu_quota", "cpu": "cpu_quota", "memory": "memory_quota_gib"}
 LIMIT_KEYS = {"gpu": "gpu_limit", "cpu": "cpu_limit", "memory": "memory_limit_gib"}
@@ -162,7 +162,7 @@ def _reservations(top: Table, base: Reservations) -> Reservations:
     return Reservations(jobs=table.integer("jobs", base.jobs, lo=0, hi=100_000),
                         window_s=table.seconds("window", base.window_s),
                         estimate_jobs=table.integer("estimate_jobs", base.estimate_jobs, lo=0, hi=1_000_000),
-                        default_time_limit_s=default_limit, max_time_limit_s=max_limit)
+                        resolution_s=table.seconds("resolution", base.resolution_s), default_time_limit_s=default_limit, max_time_limit_s=max_limit)
 
 
 def _pool_reservations(top: Table, base: Reservations) -> dict[str, Reservations]:

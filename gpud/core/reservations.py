@@ -30,6 +30,17 @@ HOLDING: Final = 1
 ESTIMATE: Final = 2
 FOREVER: Final = float("inf")
 MAX_TIMES: Final = 512  # start times tried for one job; a job that fits at none of them gets no plan
+LEAST_IDLE_TRIES: Final = 32  # latest nodes tried by ``_least_idle``, the earliest to free first
+LEAST_IDLE_NODES: Final = 64  # nodes ``_least_idle`` chooses among, at most
+LEAST_IDLE_TIMES: Final = 8  # times in a resolution step that ``_least_idle`` works out a choice at, at most
+
+
+def on_grid(t: float, step: float) -> float:
+    """The first multiple of ``step`` seconds (Unix time) at or after t; t itself when ``step`` is 0."""
+    if step <= 0:
+        return t
+    found = math.ceil(t / step) * step
+    return found if found >= t else t
 
 
 def end_of(job: JobSpec, now: float) -> float:
@@ -349,6 +360,7 @@ class PoolPlan:
         self.least_cpu = min(p.node.spec.cpus for p in self.nodes)
         self.least_mem = min(p.node.spec.memory_gib for p in self.nodes)
         self.kept: dict[NodeState, int] = {}  # held nodes found to keep their reservations, at their version
+        self._frees: dict[int, tuple[int, list[float]]] = {}  # ``_predicted_free`` by node, at its version
 
     def _timeline(self, predicted: bool) -> Timeline:
         """The pool's timeline, by limits or as predicted."""
@@ -417,10 +429,13 @@ class PoolPlan:
         if not hold and self.estimates >= settings.estimate_jobs:
             return None
         limit = job.time_limit if job.time_limit is not None else FOREVER
-        found = self._earliest(job, tasks, limit, False)
+        found = self._earliest(job, tasks, limit, False, settings.resolution_s if hold else -1.0)
         if found is None:
             return None
         start, chosen = found
+        # A holding reservation promises the end of its resolution step: its nodes are chosen among those
+        # that fit by then (``_earliest``), and a later cycle's choice fits by then too.
+        promised = on_grid(start, settings.resolution_s) if hold else start
         if hold and start - now > settings.window_s:
             hold = False
             if self.estimates >= settings.estimate_jobs:
@@ -451,12 +466,16 @@ class PoolPlan:
                     self.held_nodes.append(node.node)
         else:
             self.estimates += 1
-        return Reservation(job.id, self.state.pool_of(job), start, tuple(sorted(p.node.name for p, _, _ in chosen)),
-                           hold, estimate)
+        return Reservation(job.id, self.state.pool_of(job), promised if hold else start,
+                           tuple(sorted(p.node.name for p, _, _ in chosen)), hold, estimate)
 
-    def _earliest(self, job: JobSpec, tasks: int, runtime: float,
-                  predicted: bool) -> tuple[float, list[tuple[NodeProfile, list[int], int]]] | None:
-        """The earliest time ``tasks`` tasks of the job fit together for ``runtime`` seconds, and where."""
+    def _earliest(self, job: JobSpec, tasks: int, runtime: float, predicted: bool,
+                  slack: float = -1.0) -> tuple[float, list[tuple[NodeProfile, list[int], int]]] | None:
+        """The earliest time ``tasks`` tasks of the job fit together for ``runtime`` seconds, and where.
+        With a ``slack`` of 0 or more (a holding reservation's resolution), the times up to the end of
+        the earliest's resolution step (``on_grid``) are tried too, and the time and nodes expected to
+        leave the least GPU time idle while they wait for the job win (``_least_idle``); the earliest
+        among equals."""
         now = self.now
         request, selector = job.request, job.node_selector
         # Most jobs may run on every node of the pool: its timeline, kept, serves. Others get their own.
@@ -487,10 +506,16 @@ class PoolPlan:
         at = at_later = at_coming = 0
         near: list[tuple[float, int]] = []  # starts the span is about to cover, or just did
         tried = 0
+        slack = slack if request.uses_gpu else -1.0
+        # (idle, expected free, t, where) of each time tried; the soonest any choice is expected free
+        found: list[tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]]] = []
+        soonest = FOREVER
+        until = FOREVER  # the last time tried: the end of the first fit's resolution step
+        tried_total = 0  # the tasks that fit at the last time a choice was worked out
         for t in timeline.possible_times(need_gpu, tasks * request.cpus, tasks * request.memory_gib):
             tried += 1
-            if tried > MAX_TIMES:
-                return None
+            if tried > MAX_TIMES or t > until:
+                break
             while at < len(ends) and ends[at][0] <= t:
                 _, k, key = ends[at]
                 at += 1
@@ -544,8 +569,25 @@ class PoolPlan:
             stale = set()
             if total < tasks:
                 continue
-            return t, self._chosen(request, tasks, nodes, counts, chosen_later, t, runtime, predicted)
-        return None
+            if slack < 0.0:
+                return t, self._chosen(request, tasks, nodes, counts, chosen_later, t, runtime, predicted)
+            # Later in the step, a time is worth a choice only where more room fits than at the last tried.
+            if found and (total <= tried_total or len(found) >= LEAST_IDLE_TIMES):
+                continue
+            tried_total = total
+            idle, latest, first, placed = self._least_idle(request, tasks, nodes, counts, chosen_later, t, runtime,
+                                                           slack)
+            if not found:
+                until = on_grid(t, slack)
+            found.append((idle, latest, t, placed))
+            soonest = min(soonest, first)
+        # The least idle of the choices expected free within the slack of the soonest; a GPU-second less
+        # idle is worth a later start, less is not.
+        best: tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]] | None = None
+        for choice in found:
+            if choice[1] <= soonest + slack and (best is None or choice[0] < best[0] - 1.0):
+                best = choice
+        return None if best is None else (best[2], best[3])
 
     def _chosen(self, request: TaskRequest, tasks: int, nodes: list[NodeProfile], counts: list[int],
                 chosen_later: dict[int, list[int]], t: float, runtime: float,
@@ -573,6 +615,80 @@ class PoolPlan:
             if not left:
                 break
         return placed
+
+    def _least_idle(self, request: TaskRequest, tasks: int, nodes: list[NodeProfile], counts: list[int],
+                    chosen_later: dict[int, list[int]], t: float, runtime: float,
+                    slack: float) -> tuple[float, float, float, list[tuple[NodeProfile, list[int], int]]]:
+        """Where ``tasks`` tasks go at t so that the GPUs they take, freed at their running jobs' predicted
+        ends, wait idle the least for the last of them, among the choices expected free within ``slack``
+        seconds of the soonest: the idle expected (GPU-seconds), when the choice is expected free, the
+        soonest any is, and the choice (as ``_chosen``). Nodes that free together win over a node free
+        now that would wait for others to drain."""
+        now = self.now
+        per_task = request.whole_gpus if not request.is_shared else 1
+        # (latest predicted free, minus the mean, name, node, its GPUs, tasks it takes, their frees)
+        options: list[tuple[float, float, str, int, list[int], int, list[float]]] = []
+        fitting = [k for k, count in enumerate(counts) if count > 0]
+        if len(fitting) > LEAST_IDLE_NODES:  # a large pool: the nodes ``_chosen`` would take first
+            fitting = sorted(fitting, key=lambda k: (-counts[k], nodes[k].node.name))[:LEAST_IDLE_NODES]
+        for k in fitting:
+            count = counts[k]
+            profile = nodes[k]
+            take = count if count < tasks else tasks
+            if k in chosen_later:
+                gpus = chosen_later[k]
+            else:
+                free, cpu, mem = profile.free_over(t, t + runtime if runtime > 0 else t + EPS, False, ESTIMATE)
+                gpus = tasks_fitting(request, profile.node, free, cpu, mem, profile.free_now(now, False))[1]
+            gpus = gpus[:take * per_task]
+            frees = self._predicted_free(profile)
+            times = [frees[i] for i in gpus]
+            mean = sum(times) / len(times) if times else now
+            options.append((max(times, default=now), -mean, profile.node.name, k, gpus, take, times))
+        options.sort()
+        best_idle, best_latest, soonest = FOREVER, FOREVER, FOREVER
+        best: list[tuple[tuple[float, float, str, int, list[int], int, list[float]], int]] = []
+        covered, tried = 0, 0
+        for j, option in enumerate(options):
+            covered += option[5]
+            if covered < tasks:
+                continue
+            if soonest == FOREVER:  # the nodes that free first: no choice is expected free sooner
+                soonest = option[0]
+            tried += 1
+            if tried > LEAST_IDLE_TRIES or option[0] > soonest + slack:
+                break
+            # The last of the first j + 1 nodes to free sets the start: of those, the ones freeing nearest it.
+            taken: list[tuple[tuple[float, float, str, int, list[int], int, list[float]], int]] = []
+            left, latest = tasks, now
+            for o in sorted(options[:j + 1], key=lambda o: (o[1], o[2])):
+                take = o[5] if o[5] < left else left
+                taken.append((o, take))
+                latest = max(latest, max(o[6][:take * per_task], default=now))
+                left -= take
+                if not left:
+                    break
+            idle = sum(latest - f for o, take in taken for f in o[6][:take * per_task])
+            if idle < best_idle - EPS:
+                best_idle, best_latest, best = idle, latest, taken
+        placed = [(nodes[o[3]], o[4][:take * per_task], take) for o, take in best]
+        share = request.gpu_share_on(nodes[0].node.gpu_memory_gib) if request.is_shared else 1.0
+        return best_idle * share, best_latest, soonest, placed
+
+    def _predicted_free(self, profile: NodeProfile) -> list[float]:
+        """When each GPU of the node is expected free of what runs on it now: its tasks' predicted ends
+        (now for a free GPU); kept until the node's occupants change."""
+        cached = self._frees.get(profile.index)
+        if cached is not None and cached[0] == profile.version:
+            return cached[1]
+        frees = [self.now] * profile.node.spec.gpus
+        for o in profile.occupants:
+            if o.kind == RUNNING:
+                for i in o.gpus:
+                    if o.pend > frees[i]:
+                        frees[i] = o.pend
+        self._frees[profile.index] = (profile.version, frees)
+        return frees
 
     def _later_changes(self, nodes: list[NodeProfile], timeline: Timeline, runtime: float,
                        predicted: bool) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:

@@ -6,9 +6,10 @@ it sent the heartbeat that was answered, so its lease always runs out no
 later than the controller's view of it. The daemon writes the lease to a
 file in the run directory; every task supervisor reads that file and, once
 the lease has run out (the daemon stopped, hung or cut off from the
-controller), stops its tasks: the stop signal, at most ``grace_s`` seconds,
-then SIGKILL. The controller requeues a silent node's jobs only after the
-lease plus that grace period (and a margin), so no job runs twice at once.
+controller), stops its tasks: the stop signal, then SIGKILL at the lease's
+end plus ``grace_s`` (at once, for a supervisor that got to run later than
+that). The controller requeues a silent node's jobs only after the lease
+plus that grace period (and a margin), so no job runs twice at once.
 
 Times are on the host's monotonic clock, which every process of the host
 shares; the boot id guards against a lease written before a reboot.

@@ -358,15 +358,24 @@ class TaskRun:
         if self.cgroup is not None:
             self.cgroup.signal(sig, besides_group=self.pid)
 
-    def fence(self, grace_s: float) -> None:
-        """The node's lease ran out: stop the task (its stop signal, SIGKILL after at most ``grace_s``)."""
-        if self.stopping_reason is not None or self.leader_status is not None:
-            return
-        try:
-            sig = signal_number(self.spec.stop_signal)
-        except ValueError:
-            sig = signal.SIGTERM
-        self._begin_stop(lease.FENCED_REASON, ExitCause.FENCED, sig, max(0.0, min(self.spec.grace_s, grace_s)))
+    def fence(self, held: lease.Lease, now: float) -> bool:
+        """The node's lease ``held`` ran out: stop the task (its stop signal) and SIGKILL what is left at the
+        lease's end plus the grace period, however late this process saw it run out (the controller starts the
+        job elsewhere counting from the lease's end, not from when the node got round to it). A task already
+        stopping keeps that deadline too. True when this began the task's stop."""
+        if self.leader_status is not None:
+            return False
+        kill_at = held.expires + max(0.0, min(self.spec.grace_s, held.grace_s))
+        began = self.stopping_reason is None
+        if began:
+            try:
+                sig = signal_number(self.spec.stop_signal)
+            except ValueError:
+                sig = signal.SIGTERM
+            self._begin_stop(lease.FENCED_REASON, ExitCause.FENCED, sig, max(0.0, kill_at - now))
+        if self.kill_at is not None:
+            self.kill_at = min(self.kill_at, kill_at)
+        return began
 
     def look_at_stop_request(self, *, even_without_file: bool = False) -> None:
         """Carry out the stop request in the task directory, if there is a new one (or, when asked, the default stop)."""
@@ -670,10 +679,9 @@ class Supervisor:
                 if held is None or not held.expired(now):
                     continue
                 for run in self.runs.values():
-                    if run.lease_file == path and run.stopping_reason is None and run.leader_status is None:
+                    if run.lease_file == path and run.fence(held, now):
                         print(f"gpud supervisor: the node's lease ran out; stopping task {run.key.dirname}",
                               file=sys.stderr, flush=True)
-                        run.fence(held.grace_s)
         return self._next_lease_check
 
     def _advance(self, run: TaskRun, now: float, strays: list[int]) -> float:

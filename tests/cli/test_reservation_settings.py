@@ -25,10 +25,19 @@ def test_the_reservations_table_sets_pools_and_class_default_limits():
     assert policy.time_limit_for("default", "train", 10 * 86400.0) == 2 * 86400.0
 
 
+def test_the_resolution_of_promised_starts_is_five_minutes_unless_set():
+    def parsed(table: dict):
+        return parse_policy({"reservations": table, "projects": [{"name": "p"}]}, "policy.toml")
+    assert parsed({}).reservations.resolution_s == 300.0
+    assert parsed({"resolution": "15m"}).reservations.resolution_s == 900.0
+    assert parsed({"resolution": 0}).reservations.resolution_s == 0.0
+
+
 @pytest.mark.parametrize("table, words", [
     ({"jobs": -1}, "reservations.jobs"),
     ({"default_time_limit": 0}, "longer than 0 seconds"),
     ({"window": "soon"}, "reservations.window"),
+    ({"resolution": -60}, "reservations.resolution"),
     ({"job": 3}, "job"),
 ])
 def test_a_bad_reservations_table_is_refused_by_name(table, words):

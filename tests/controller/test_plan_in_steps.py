@@ -22,6 +22,7 @@ from gpud.jobs import Job
 from gpud.plugins import make_plugin_manager
 from gpud.policy_file import parse_policy
 from gpud.submission import Submission
+from hypothesis_budget import examples
 
 POLICY = {"min_runtime": 0, "grace_period": 5, "projects": [{"name": "a", "gpu_quota": 8}]}
 
@@ -135,7 +136,7 @@ def test_a_job_held_while_the_snapshot_is_read_a_piece_at_a_time_is_not_started(
     assert not any(started(cluster).values()) and cluster.jobs[ids[0]].state == "PENDING"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(nodes=st.integers(1, 3), gpus=st.integers(1, 4),
        shapes=st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0]), st.integers(1, 2)), min_size=1, max_size=10),
        actions=st.lists(st.tuples(st.sampled_from(["none", "cancel", "hold", "down"]), st.integers(0, 99)),

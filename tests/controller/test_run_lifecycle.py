@@ -16,6 +16,7 @@ from gpud.lifecycle import (RUN_EXITED, RUN_NONE, RUN_RUNNING, RUN_STARTING, RUN
 from gpud.plugins import make_plugin_manager
 from gpud.policy_file import parse_policy
 from gpud.submission import Submission
+from hypothesis_budget import examples
 
 POLICY = {"min_runtime": 0, "grace_period": 5,
           "projects": [{"name": "a", "gpu_quota": 2}, {"name": "b", "gpu_quota": 2}]}
@@ -139,7 +140,7 @@ def check_array_counts(cluster: Cluster) -> None:
         assert limit is None or queued <= limit
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(steps, min_size=1, max_size=40))
 # A running array element that its node no longer runs is requeued: it once kept its count in the array's limit.
 @example([("submit", "a", 1.0, 1, True, 2), ("cycle",), ("running", 0, 1), ("heartbeat", "n1", 0)])

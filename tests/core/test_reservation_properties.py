@@ -116,8 +116,15 @@ def outranks(one: JobSpec, other: JobSpec) -> bool:
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_cases())
 def test_no_job_holding_a_reservation_starts_later_than_its_reserved_start(case):
+    check_reservations_kept(case)
+
+
+def check_reservations_kept(case) -> None:
+    """Replay the case; every job that held a reservation started by its first reserved start, unless a job
+    that outranks it started after the reservation was made."""
     policy, nodes, jobs, runtimes = case
-    note(f"reservations.jobs={policy.reservations.jobs} placement={policy.placement}")
+    note(f"reservations.jobs={policy.reservations.jobs} resolution={policy.reservations.resolution_s:g} "
+         f"placement={policy.placement}")
     for node in nodes:
         note(f"{node.name}: {node.gpus} GPUs, {node.cpus:g} CPUs, {node.memory_gib:g} GiB")
     for job in jobs:
@@ -148,3 +155,34 @@ def test_the_replay_gives_reservations_and_keeps_them():
     assert reserved["gang"] == (EPOCH + 100.0, EPOCH + 10.0)
     assert started["gang"] == EPOCH + 100.0
     assert all(started[f"s{i}"] == EPOCH + 200.0 for i in range(4))
+
+
+@st.composite
+def draining_cases(draw):
+    """Nodes of one size full of 1-GPU jobs that end, early or at their limits, at random times; gangs of whole
+    nodes come, then more 1-GPU jobs: reservations choose among nodes that drain, and move as jobs end early."""
+    size = draw(st.sampled_from([2, 4]))
+    policy = Policy(departments={"default": Department("default", implicit=True)}, projects={"p": Project("p")},
+                    min_runtime_s=0.0, reservations=Reservations(jobs=draw(st.integers(1, 3)),
+                                                                 resolution_s=draw(st.sampled_from([0.0, 60.0, 300.0]))))
+    nodes = tuple(NodeSpec(f"n{i}", gpus=size, cpus=64.0, memory_gib=256.0) for i in range(draw(st.integers(2, 5))))
+    jobs, runtimes = [], {}
+
+    def add(name: str, gpus: int, tasks: int, submitted: int, limit: float) -> None:
+        job = JobSpec(name, "p", TaskRequest(gpus=float(gpus)), tasks=tasks, submitted=EPOCH + submitted,
+                      seq=len(jobs), time_limit=limit, placements=(None,) * tasks)
+        jobs.append(job)
+        runtimes[name] = float(draw(st.integers(1, int(limit))))
+    for i in range(len(nodes) * size):
+        add(f"f{i}", 1, 1, 0, draw(st.sampled_from(LIMITS)))
+    for i in range(draw(st.integers(1, 3))):
+        add(f"g{i}", size, draw(st.integers(1, len(nodes))), draw(st.integers(1, 60)), draw(st.sampled_from(LIMITS)))
+    for i in range(draw(st.integers(0, 6))):
+        add(f"s{i}", 1, 1, draw(st.integers(1, 300)), draw(st.sampled_from(LIMITS)))
+    return policy, nodes, jobs, runtimes
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(draining_cases())
+def test_no_gang_waiting_on_draining_nodes_starts_later_than_its_reserved_start(case):
+    check_reservations_kept(case)

@@ -387,7 +387,7 @@ def costlier_than_one(case: Case) -> list[str]:
     return found
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(crowded_cases())
 def test_no_set_of_victims_loses_more_than_one_allowed_victim_alone(case):
     wrong = costlier_than_one(case)

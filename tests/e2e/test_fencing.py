@@ -28,15 +28,19 @@ from gpud.node import procs
 LEASE_S = 2.0
 GRACE_S = 1.0
 POLICY_FENCED = POLICY.replace("grace_period = 2", f"grace_period = {GRACE_S:g}")
-# Ignores the stop signal, so only the SIGKILL after the grace period ends it; every process carries the marker.
+# Ignores the stop signal, so only the SIGKILL after the grace period ends it; every process carries the marker,
+# whose value is the cluster's directory: the probes of a fencing test run beside this one (another checkout's
+# suite, say) are not this test's copies.
 STUBBORN = ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]
 MARK = "GPUD_FENCE_PROBE"
 
 
 class CopyWatch:
-    """Samples /proc every few milliseconds: which copies (restart counts) of each job have a live process."""
+    """Samples /proc every few milliseconds: which copies (restart counts) of each of ``cluster``'s probe jobs
+    have a live process."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: LiveCluster) -> None:
+        self.mark = str(cluster.root)
         self.samples = 0
         self.overlaps: list[tuple[str, tuple[str, ...]]] = []  # (job, the copies alive together)
         self.seen: dict[str, set[str]] = {}
@@ -58,7 +62,7 @@ class CopyWatch:
             if not entry.isdigit():
                 continue
             marks = procs.environ_marks(int(entry), (MARK, "GPUD_JOB_ID", "GPUD_RESTART_COUNT"))
-            if MARK in marks and procs.same_process(int(entry), None):
+            if marks.get(MARK) == self.mark and procs.same_process(int(entry), None):
                 copies.setdefault(marks["GPUD_JOB_ID"], set()).add(marks["GPUD_RESTART_COUNT"])
         return copies
 
@@ -77,7 +81,7 @@ def _cluster(tmp_path: Path) -> LiveCluster:
 
 
 def _probe(cluster: LiveCluster, **fields) -> str:
-    return cluster.submit(command=STUBBORN, env={MARK: "1"}, cpus=0.1, **fields)
+    return cluster.submit(command=STUBBORN, env={MARK: str(cluster.root)}, cpus=0.1, **fields)
 
 
 def _node_view(cluster: LiveCluster, name: str) -> dict:
@@ -106,7 +110,7 @@ def test_a_stopped_node_daemon_stops_its_own_tasks_and_its_jobs_never_run_twice(
     try:
         cluster.start_controller()
         cluster.start_node("n1", gpus=4)
-        with CopyWatch() as watch:
+        with CopyWatch(cluster) as watch:
             # Two requeueable jobs and a non-preemptible one on n1; n2 joins once they run there.
             movers = [_probe(cluster, gpus=2), _probe(cluster, gpus=1)]
             failed = [_probe(cluster, gpus=1, priority="build", project="beta")]
@@ -238,7 +242,7 @@ def test_a_node_cut_off_by_a_network_partition_stops_its_own_tasks_and_no_job_ru
     try:
         cluster.start_controller()
         daemon = cluster.start_node_in_netns("n1", gpus=4)
-        with CopyWatch() as watch:
+        with CopyWatch(cluster) as watch:
             movers = [_probe(cluster, gpus=2), _probe(cluster, gpus=1)]
             failed = [_probe(cluster, gpus=1, priority="build", project="beta")]
             for job_id in movers + failed:
