@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Final, Mapping
+from typing import Final, Iterable, Mapping
 
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.blockers import CONSTRAINT, FRAGMENTED_RULE, GANG, NO_NODES, NODE_SIZE, SHORTAGE
 from gpud.core.state import ClusterState, Statement
-from gpud.model import EPS, Blocker, JobSpec, Resources, TaskPlacement
+from gpud.model import EPS, Blocker, JobSpec, Resources, TaskPlacement, TaskRequest
 from gpud.policy import NodePool
 
 
@@ -65,7 +65,7 @@ class Placer:
             return True
         pool, request, selector = self.state.pool_of(job), job.request, job.node_selector
         nodes = self.state.nodes
-        for name in set(released):
+        for name in released:
             node = nodes[name]
             if (node.pool == pool and node.spec.schedulable and node.holds_host_resources(request)
                     and (not selector or node.matches(selector))
@@ -200,12 +200,26 @@ def explain_unplaced(state: ClusterState, job: JobSpec, tasks: int) -> tuple[Blo
     short = shortage(pool, need, free_gpu, free_cpu, wanted)
     if short is not None:
         return short, WAITING
-    # Free capacity is there, but scattered: how many nodes could hold one task now (few: asked once per shape).
+    # Free capacity is there, but scattered: how many nodes could hold one task now.
     request = job.request
-    holders = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
-                  and n.pick_gpus(request, range(n.gpus)) is not None)
     return Blocker(GANG if tasks > 1 else FRAGMENTED_RULE, pool, free=free_gpu, need=need, tasks=tasks,
-                   request=request, nodes_now=holders, selector=wanted), FRAGMENTED
+                   request=request, nodes_now=holders_now(index, matching, selector, request),
+                   selector=wanted), FRAGMENTED
+
+
+def holders_now(index: NodeIndex, matching: list[NodeState], selector: Mapping[str, str] | None,
+                request: TaskRequest) -> int:
+    """How many of ``matching`` (the pool's nodes that match ``selector``) could hold one task of
+    ``request`` now."""
+    nodes: Iterable[NodeState] = matching
+    if request.uses_gpu and not request.is_shared:
+        # Only a node with that many whole GPUs free can: those are read from the index's buckets, not
+        # the whole pool (a busy pool has few, and a warm cycle asks this for each shape that fails).
+        nodes = index.with_free_gpus(request.whole_gpus)
+        if selector:
+            nodes = [n for n in nodes if n.matches(selector)]
+    return sum(1 for n in nodes if n.spec.schedulable and n.holds_host_resources(request)
+               and n.pick_gpus(request, range(n.gpus)) is not None)
 
 
 def shortage(pool: str, need: Resources, free_gpu: float, free_cpu: float,

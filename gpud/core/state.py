@@ -91,9 +91,10 @@ class ClusterState:
         self.orphans: dict[str, Blocker] = {}
         self.touched: set[str] = set()
         self.releases = 0
-        # The node of each release this cycle, in order; the first is release number ``_log_base`` + 1.
-        self._release_log: list[str] = []
-        self._log_base = 0
+        # Each node released on this cycle, by the number of its latest release (``releases`` then), in
+        # the order of those releases: the nodes released since any count are at its end, each once.
+        self._released: dict[str, int] = {}
+        self._log_base = 0  # ``releases`` when the cycle began
         self.changes = 0  # binds and releases: what is derived from allocations holds while it stands still
         self.changes_at_begin = 0
         self.limited = 0  # jobs with a time limit: without any, no reservation can be planned
@@ -187,7 +188,7 @@ class ClusterState:
         self.cycle += 1
         self.changes_at_begin = self.changes
         self.touched = set()
-        self._release_log = []
+        self._released = {}
         self._log_base = self.releases
         demand = {}
         for queue in self.queues.values():
@@ -348,10 +349,17 @@ class ClusterState:
 
     def released_since(self, releases: int) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
-        once per release; None when that count is from before this cycle."""
+        each once, the latest first; None when that count is from before this cycle."""
         if releases < self._log_base:
             return None
-        return self._release_log[releases - self._log_base:]
+        # Read from the end, as far back as ``releases``: as many steps as nodes released since, however
+        # many releases there were (a cycle that evicts thousands asks this after each failed search).
+        names = []
+        for name, number in reversed(self._released.items()):
+            if number <= releases:
+                break
+            names.append(name)
+        return names
 
     def running_tasks(self, job_id: str) -> list[int]:
         """Indices of the job's tasks that hold a placement now."""
@@ -400,6 +408,12 @@ class ClusterState:
                 key = (queue, job.user)
                 self.user_gpus[key] = self.user_gpus.get(key, 0.0) + gpu
 
+    def _note_release(self, node: str) -> None:
+        """Keep ``node`` as released at the count now (``releases``), after every node released before."""
+        released = self._released
+        released.pop(node, None)
+        released[node] = self.releases
+
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
         self.touched.add(job.id)
         self.releases += 1
@@ -407,7 +421,7 @@ class ClusterState:
         slots = self.placements[job.id]
         placement = slots[task]
         assert placement is not None and isinstance(slots, list), f"task {task} of job {job.id} is not running"
-        self._release_log.append(placement.node)
+        self._note_release(placement.node)
         node = self.nodes[placement.node]
         node.give_back((job.id, task), job.request)
         index = self.indexes.get(node.pool)
@@ -443,7 +457,7 @@ class ClusterState:
         """Give back room ``hold`` kept; it counts as a release (free room grew)."""
         self.changes += 1
         self.releases += 1
-        self._release_log.append(node.name)
+        self._note_release(node.name)
         placement = node.give_back(key, request)
         self._index_change(node, placement, request, 1.0)
 

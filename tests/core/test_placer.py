@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpud.core import schedule
-from gpud.core.placement import Placer
+from gpud.core.placement import Placer, holders_now, matching_nodes
 from gpud.core.state import ClusterState, Statement
 from gpud.model import JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
@@ -78,6 +78,43 @@ def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
     state.begin_cycle()
     found = placer.find(wide)
     assert found is not None and found.node == "n2"
+
+
+def test_the_nodes_released_since_a_count_are_each_named_once_latest_first():
+    # A node released again moves to the front; a count taken between two releases sees only the later.
+    state = full_cluster()
+    state.begin_cycle()
+    stmt, start = Statement(state), state.releases
+    evict(state, stmt, "a1")
+    after_a1 = state.releases
+    for job_id in ("b", "a2", "c"):
+        evict(state, stmt, job_id)
+    assert state.released_since(start) == ["n3", "n1", "n2"]
+    assert state.released_since(after_a1) == ["n3", "n1", "n2"]
+    assert state.released_since(state.releases - 1) == ["n3"]
+    assert state.released_since(state.releases) == []
+    stmt.rollback()  # the jobs bound again release nothing
+    assert state.released_since(start) == ["n3", "n1", "n2"]
+    state.begin_cycle()
+    assert state.released_since(start) is None
+    assert state.released_since(state.releases) == []
+
+
+@SETTINGS
+@given(cases())
+def test_the_nodes_that_could_hold_a_task_now_are_counted_as_over_every_node(case):
+    # A fragmented job is told how many nodes could hold one of its tasks now; counted from the index's
+    # buckets, that is the count over every node of its pool that matches its selector.
+    state = ClusterState(case.snapshot, case.policy, PM)
+    for job in case.snapshot.jobs:
+        index = state.indexes.get(state.pool_of(job))
+        if index is None:
+            continue
+        matching = matching_nodes(index, job.node_selector)
+        request = job.request
+        every = sum(1 for n in matching if n.spec.schedulable and n.holds_host_resources(request)
+                    and n.pick_gpus(request, range(n.gpus)) is not None)
+        assert holders_now(index, matching, job.node_selector, request) == every
 
 
 # --- the built-in strategies, called by the core itself ------------------------------------------
