@@ -37,3 +37,8 @@ def observe(sample: Callable[[], Any], seconds: float, interval: float = 0.005) 
         seen.append(sample())
         time.sleep(interval)
     return seen
+
+
+async def loop_turn() -> None:
+    """Let the event loop run once: what was scheduled with call_soon (or woken) before now runs first."""
+    await asyncio.sleep(0)

@@ -8,6 +8,7 @@ import gc
 import weakref
 
 from gpud.controller.heap import FullPasses
+from waiting import loop_turn
 
 
 class Node:
@@ -29,7 +30,7 @@ def test_the_survivors_of_a_long_full_pass_are_frozen_and_garbage_is_still_colle
             assert passes.passes == 1 and passes.freezes == 1
             assert gc.get_freeze_count() >= frozen + len(kept)
             assert gone() is None
-            await asyncio.sleep(0)  # the loop's turn: the collection that starts the long-lived count afresh
+            await loop_turn()  # the loop's turn: the collection that starts the long-lived count afresh
             assert passes.passes == 2
             # What the freeze took is walked no more: a full pass now sees only what was made since.
             assert len(gc.get_objects(generation=2)) < len(kept)

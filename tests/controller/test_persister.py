@@ -14,7 +14,7 @@ from gpud import jsontext
 from gpud.controller.persist import ROWS_PER_SLICE, Persister
 from gpud.jobs import Job
 from gpud.store.sqlite import SQLiteStore
-from waiting import until
+from waiting import loop_turn, until
 
 
 def stored_state(path: str, job_id: str) -> str | None:
@@ -81,7 +81,7 @@ async def test_a_batch_too_big_for_one_slice_is_written_whole_and_changes_made_m
                 persist.job(jobs[turns])
                 changed.add(jobs[turns].id)
             turns += 1
-            await asyncio.sleep(0)
+            await loop_turn()
         await first
         await persist.flush()
         assert len(changed) == CHANGED

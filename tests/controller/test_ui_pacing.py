@@ -9,6 +9,7 @@ import pytest
 
 from gpud.ui.live import OwnTime
 from gpud.ui.pacing import MAX_GAP_S, MIN_GAP_S, SHARE, PushBudget
+from waiting import loop_turn
 
 
 def run(budget: PushBudget, seconds: int, rest_per_s: float, cost: float, changes: set[int] | None = None,
@@ -92,7 +93,7 @@ async def test_a_push_is_charged_its_own_cpu_not_that_of_tasks_that_run_while_it
 
 async def test_a_failing_or_cancelled_push_ends_as_a_plain_await_would():
     async def fails() -> None:
-        await asyncio.sleep(0)
+        await loop_turn()
         raise LookupError("gone")
 
     with pytest.raises(LookupError):

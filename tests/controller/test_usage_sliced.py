@@ -23,6 +23,7 @@ from gpud.model import TaskPlacement
 from gpud.policy import Policy, Project
 from gpud.store.sqlite import SQLiteStore
 from gpud.store.usage import UsageStore
+from waiting import loop_turn
 
 POLICY = Policy(projects={"a": Project("a"), "b": Project("b")}, usage_half_life_s=0.0)
 STEPS = st.lists(st.one_of(
@@ -82,7 +83,7 @@ def test_tasks_that_stop_or_start_during_a_charge_are_charged_once(first, steps)
                     await asyncio.gather(charging.pop(), return_exceptions=True)
                 elif step[0] == "turn":
                     for _ in range(step[1]):
-                        await asyncio.sleep(0)
+                        await loop_turn()
                 shown = project_gpu_seconds(charger.amounts(clock[0]))
                 holding = held + sum(job.gpus * (clock[0] - run.since) for job, run in running)
                 assert abs(shown - holding) <= 1e-6, (shown, holding)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from gpud.waits import wait_event
+from waiting import loop_turn
 
 
 async def _heartbeats(event: asyncio.Event, beats: list[int]) -> None:
@@ -20,9 +21,9 @@ async def test_a_cancel_arriving_as_the_event_is_set_stops_the_loop():
     for _ in range(20):
         event, beats = asyncio.Event(), []
         task = asyncio.create_task(_heartbeats(event, beats))
-        await asyncio.sleep(0)
+        await loop_turn()
         event.set()
-        await asyncio.sleep(0)  # the event's waiter is done; the loop has not run on yet
+        await loop_turn()  # the event's waiter is done; the loop has not run on yet
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 2)
