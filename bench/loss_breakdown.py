@@ -6,14 +6,17 @@ counted apart. The replay has no time limits (the trace's pods run their recorde
 node failures: those causes are printed, always 0, so that the table says so rather than leave it out.
 
 Choice of one eviction: the running jobs of the victim's priority that the rule would have let go
-in its place, as the bench sees the cluster before the cycle: preemptible, past the policy's
+in its place, as the bench sees the cluster before the cycle, less the room the cycle's other new
+starts took (allocation places jobs before eviction makes room): preemptible, past the policy's
 min_runtime, not evicted in the same cycle, eligible by the rule (preempt: the preemptor's project;
 reclaim: another project holding more GPUs than its fair share; consolidate: any project), and
-making room for one task of the job served on their own where they run (GPUs by index: a whole GPU
-free, or a share of one GPU); where the victim alone did not (it went with others), freeing as many
-GPUs on one node as it did. CPUs, memory, node selectors and the reclaim's finer rules (quotas,
-departments, the resource a queue is over in) are left out, so "allowed" is an estimate that may
-count a job the core could not have chosen; the victim itself is always among them. For each eviction,
+making room for one task of the job served in the victim's stead, beside the other victims evicted
+for that job (on a node it may use, its node selector; GPUs by index: whole GPUs free, or a share of
+one GPU; CPUs and memory); where the victim so did not (a gang), freeing as many GPUs on one node as
+it did. The finer rules (quotas,
+departments, the resource a queue is over in, a preemption's fair-share limit, filter plugins) are
+left out, so "allowed" is an estimate that may count a job the core could not have chosen; the
+victim itself is always among them. For each eviction,
 the work lost by the victim, the least and the most any allowed job would have lost, and what the
 youngest allowed job would have lost (youngest_first's pick in that very state).
 
@@ -41,6 +44,7 @@ class Running:
     started: float
     lost: float                      # GPU-seconds it would lose if stopped now
     held: dict[str, dict[int, float]]  # the share of each GPU it holds, by node and GPU index
+    host: dict[str, tuple[float, float]]  # the CPUs and memory it holds, by node
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Breakdown:
                 "evictions": len(mine), "with_choice": len(chose),
                 "mean_allowed": round(sum(c.allowed for c in mine) / len(mine), 2) if mine else 0.0,
                 "lost": round(sum(c.lost for c in mine), 1),
+                "lost_without_choice": round(sum(c.lost for c in mine if c.allowed <= 1), 1),
                 "lost_with_choice": round(sum(c.lost for c in chose), 1),
                 "best_with_choice": round(sum(c.best for c in chose), 1),
                 "worst_with_choice": round(sum(c.worst for c in chose), 1),
@@ -114,19 +119,29 @@ class Breakdown:
                                    max(lost_of), youngest))
 
 
-def allowed(victim: Running, cause: str, preemptor_project: str | None, task: tuple[int, float],
-            running: Iterable[Running], evicted: set[str], free: dict[str, list[float]], min_runtime: float,
-            now: float, over_share: set[str]) -> list[Running]:
+def allowed(victim: Running, cause: str, preemptor_project: str | None, task: tuple[int, float, float, float],
+            usable: set[str], running: Iterable[Running], evicted: set[str],
+            free: dict[str, tuple[list[float], float, float]], min_runtime: float, now: float,
+            over_share: set[str], companions: list[Running]) -> list[Running]:
     """The running jobs of ``victim``'s priority the rule would have let go in its place (see the module);
-    ``task`` is one task of the job served: (whole GPUs, or 0 and the share of one GPU), ``free`` the
-    free share of each GPU, by node."""
-    whole, share = task
+    ``task`` is one task of the job served (whole GPUs, or 0 and the share of one GPU; CPUs; memory),
+    ``usable`` the nodes it may use, ``free`` each node's free share of each GPU, CPUs and memory,
+    ``companions`` the other victims evicted for the same job."""
+    whole, share, cpus, memory = task
 
     def fits(job: Running) -> bool:
         for node, gpus in job.held.items():
-            after = list(free[node])
-            for index, taken in gpus.items():
-                after[index] += taken
+            if node not in usable:
+                continue
+            shares, cpu, mem = free[node]
+            after = list(shares)
+            for other in [job] + [c for c in companions if c.name != job.name]:
+                for index, taken in other.held.get(node, {}).items():
+                    after[index] += taken
+                held_cpu, held_mem = other.host.get(node, (0.0, 0.0))
+                cpu, mem = cpu + held_cpu, mem + held_mem
+            if cpus > cpu + 1e-6 or memory > mem + 1e-6:
+                continue
             if (whole and sum(1 for f in after if f >= 1.0 - 1e-6) >= whole) or (
                     not whole and max(after, default=0.0) >= share - 1e-6):
                 return True

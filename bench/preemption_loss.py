@@ -136,7 +136,8 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
     evictions = moves = 0
     breakdown = Breakdown()
     sequence: list[tuple[float, str]] = []  # every eviction, (time, job), in order
-    gpus_of = {node.name: [0.0 if i in node.out_of_service else 1.0 for i in range(node.gpus)] for node in nodes}
+    gpus_of = {node.name: ([0.0 if i in node.out_of_service else 1.0 for i in range(node.gpus)], node.cpus,
+                           node.memory_gib) for node in nodes}
     memory_of = {node.name: node.gpu_memory_gib for node in nodes}
     while events:
         now = events[0][0]
@@ -169,14 +170,20 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
             this = job.gpus() * (now - job.started - saved)
             if before is not None:
                 seen, free, over = before
+                free = _less_new_starts(free, plan.binds, running, eviction.for_job, jobs)
                 cause = "consolidate" if eviction.rule == "consolidate" else eviction.rule
                 preemptor = jobs[eviction.for_job].spec if eviction.for_job in jobs else job.spec
                 request = preemptor.request
                 victim_node = next(iter(seen[eviction.job].held), "")
-                task = (request.whole_gpus, request.gpu_share_on(memory_of.get(victim_node, 80.0)))
+                task = (request.whole_gpus, request.gpu_share_on(memory_of.get(victim_node, 80.0)), request.cpus,
+                        request.memory_gib)
+                usable = {node.name for node in nodes
+                          if all(node.labels.get(k) == v for k, v in preemptor.node_selector.items())}
                 breakdown.note(now, eviction.job, cause, eviction.moved and cause != "consolidate", this,
-                               allowed(seen[eviction.job], cause, preemptor.project, task,
-                                       seen.values(), evicted, free, policy.min_runtime_s, now, over))
+                               allowed(seen[eviction.job], cause, preemptor.project, task, usable,
+                                       seen.values(), evicted, free, policy.min_runtime_s, now, over,
+                                       [seen[e.job] for e in plan.evictions
+                                        if e.for_job == eviction.for_job and e.job != eviction.job]))
                 sequence.append((now, eviction.job))
             lost += this
             rule = "moved" if eviction.moved else eviction.rule
@@ -215,32 +222,59 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
             "sequence": sequence}
 
 
-def _before(jobs: dict[str, _Job], running: set[str], now: float, gpus_of: dict[str, list[float]],
-            scheduler: Scheduler) -> tuple[dict[str, Running], dict[str, list[float]], set[str]]:
+def _before(jobs: dict[str, _Job], running: set[str], now: float,
+            gpus_of: dict[str, tuple[list[float], float, float]],
+            scheduler: Scheduler) -> tuple[dict[str, Running], dict[str, tuple[list[float], float, float]], set[str]]:
     """The running jobs as they stood before this cycle's evictions, each node's free GPUs, and the
     projects holding more GPUs than their fair share (the cycle's fair shares)."""
     seen: dict[str, Running] = {}
-    free = {node: list(shares) for node, shares in gpus_of.items()}
+    shares_of = {node: list(shares) for node, (shares, _, _) in gpus_of.items()}
+    cpu_of = {node: cpu for node, (_, cpu, _) in gpus_of.items()}
+    mem_of = {node: mem for node, (_, _, mem) in gpus_of.items()}
     held_by: dict[str, float] = {}
     shares: dict[str, float] = {}
     for name in running:
         job = jobs[name]
         assert job.started is not None
         held: dict[str, dict[int, float]] = {}
+        host: dict[str, tuple[float, float]] = {}
+        request = job.spec.request
         for placement in job.placements:
             if placement is not None:
                 on_node = held.setdefault(placement.node, {})
                 for index in placement.gpu_index:
                     on_node[index] = on_node.get(index, 0.0) + placement.gpu_share
-                    free[placement.node][index] -= placement.gpu_share
+                    shares_of[placement.node][index] -= placement.gpu_share
+                cpu, mem = host.get(placement.node, (0.0, 0.0))
+                host[placement.node] = (cpu + request.cpus, mem + request.memory_gib)
+                cpu_of[placement.node] -= request.cpus
+                mem_of[placement.node] -= request.memory_gib
         since = job.last_checkpoint if job.told and job.last_checkpoint is not None else job.started
         project = job.spec.project
         seen[name] = Running(name, project, job.spec.priority, job.spec.preemptible, job.started,
-                             job.gpus() * (now - since), held)
+                             job.gpus() * (now - since), held, host)
         held_by[project] = held_by.get(project, 0.0) + job.gpus()
         if project not in shares:
             shares[project] = scheduler.state.project_queue(job.spec).fair_share.gpu
+    free = {node: (shares_of[node], cpu_of[node], mem_of[node]) for node in shares_of}
     return seen, free, {p for p, gpus in held_by.items() if gpus > shares[p] + 1e-9}
+
+
+def _less_new_starts(free: dict[str, tuple[list[float], float, float]], binds, running: set[str],
+                     served: str | None, jobs: dict[str, _Job]) -> dict[str, tuple[list[float], float, float]]:
+    """The free room of ``free`` less what the cycle's other new starts took (the job served left out):
+    those placed by allocation before eviction made room took it first."""
+    left = {node: (list(shares), cpu, mem) for node, (shares, cpu, mem) in free.items()}
+    for bind in binds:
+        if bind.job == served or bind.job in running:
+            continue
+        placement = bind.placement
+        shares, cpu, mem = left[placement.node]
+        for index in placement.gpu_index:
+            shares[index] -= placement.gpu_share
+        request = jobs[bind.job].spec.request
+        left[placement.node] = (shares, cpu - request.cpus, mem - request.memory_gib)
+    return left
 
 
 def _peers(jobs: dict[str, _Job], running: set[str], evicted: set[str], now: float,
@@ -322,12 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     for order in results:
         print(f"{order}: lost GPU-hours by cause: "
               + ", ".join(f"{cause} {amount / 3600:.1f}" for cause, amount in doc["lost_by_cause"][order].items()))
-    print("per eviction, the allowed choices of the victim's priority (GPU-hours over the evictions that had a choice):")
-    print(f"{'victim order':<18}{'cause':<13}{'evictions':>10}{'w/ choice':>10}{'mean n':>8}{'chosen':>8}"
-          f"{'best':>8}{'worst':>8}{'youngest':>9}")
+    print("per eviction, the allowed choices of the victim's priority; GPU-hours lost by the evictions that had none,"
+          " and by those that had one: the chosen, the best, the worst and the youngest allowed:")
+    print(f"{'victim order':<18}{'cause':<13}{'evictions':>10}{'w/ choice':>10}{'mean n':>8}{'no choice':>10}"
+          f"{'chosen':>8}{'best':>8}{'worst':>8}{'youngest':>9}")
     for order in results:
         for cause, row in doc["choices"][order].items():
             print(f"{order:<18}{cause:<13}{row['evictions']:>10}{row['with_choice']:>10}{row['mean_allowed']:>8.2f}"
+                  f"{row['lost_without_choice'] / 3600:>10.1f}"
                   f"{row['lost_with_choice'] / 3600:>8.1f}{row['best_with_choice'] / 3600:>8.1f}"
                   f"{row['worst_with_choice'] / 3600:>8.1f}{row['youngest_with_choice'] / 3600:>9.1f}")
     for order in results:
