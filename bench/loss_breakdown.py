@@ -98,8 +98,8 @@ class Breakdown:
         return out
 
     def repeats(self) -> dict[str, float]:
-        """How concentrated the loss is: jobs evicted, evicted more than once, and the share of the
-        work lost by the jobs evicted three times or more."""
+        """How concentrated the loss is: jobs evicted, evicted more than once, the share of the work lost
+        by the jobs evicted three times or more, and the share lost by the one costliest eviction."""
         count: dict[str, int] = {}
         lost: dict[str, float] = {}
         for c in self.choices:
@@ -109,7 +109,9 @@ class Breakdown:
         often = sum(v for k, v in lost.items() if count[k] >= 3)
         return {"jobs_evicted": len(count), "evicted_twice_or_more": sum(1 for n in count.values() if n >= 2),
                 "most_evictions_of_one_job": max(count.values(), default=0),
-                "share_lost_by_jobs_evicted_3_or_more": round(often / total, 3) if total else 0.0}
+                "share_lost_by_jobs_evicted_3_or_more": round(often / total, 3) if total else 0.0,
+                "share_lost_by_the_costliest_eviction": round(max((c.lost for c in self.choices), default=0.0) / total, 3)
+                if total else 0.0}
 
     def note(self, now: float, job: str, cause: str, moved: bool, lost: float, peers: list[Running]) -> None:
         """Record one eviction; ``peers`` are the allowed choices of its priority, the victim among them."""
