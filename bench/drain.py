@@ -306,11 +306,13 @@ def show(figures: dict) -> None:
 
 
 def compare(on: dict, off: dict) -> dict:
-    """What per-task cgroups cost: the median drains' wall times, per-job supervisor CPU and start delay, on / off."""
+    """What per-task cgroups cost: the median drains' wall times, per-job supervisor and task CPU and start delay,
+    on / off."""
     def per(key: str) -> float | None:
         return round(on[key] / off[key], 3) if on.get(key) and off.get(key) else None
     return {"wall_ratio": per("wall_s"), "wall_s": [on["wall_s"], off["wall_s"]],
             "supervisor_cpu_ms_per_job": [on["supervisor_cpu_ms_per_job"], off["supervisor_cpu_ms_per_job"]],
+            "task_cpu_ms_per_job": [on["task_cpu_ms_per_job"], off["task_cpu_ms_per_job"]],
             "median_submit_to_running_s": [on["median_submit_to_running_s"], off["median_submit_to_running_s"]],
             "target_ratio": CGROUPS_TARGET_RATIO}
 
@@ -406,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         on, off = medians["on"], medians["off"]
         print(f"per-task cgroups, on / off (median drains, alternated): wall {on['wall_s']:.2f} / {off['wall_s']:.2f} s "
               f"= {cost['wall_ratio']} (target <= {CGROUPS_TARGET_RATIO}); supervisor CPU "
-              f"{on['supervisor_cpu_ms_per_job']} / {off['supervisor_cpu_ms_per_job']} ms per job; submit -> RUNNING "
+              f"{on['supervisor_cpu_ms_per_job']} / {off['supervisor_cpu_ms_per_job']} ms per job; task CPU "
+              f"{on['task_cpu_ms_per_job']} / {off['task_cpu_ms_per_job']} ms per job; submit -> RUNNING "
               f"median {on['median_submit_to_running_s']} / {off['median_submit_to_running_s']} s; load average "
               f"{', '.join(map(str, on['load_1m_each']))} / {', '.join(map(str, off['load_1m_each']))}")
     return 1 if problem else 0

@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpud.node import cgroups, procs  # noqa: E402
-from gpud.node.spec import TaskKey  # noqa: E402
+from gpud.node.spec import TaskKey, TaskSpec  # noqa: E402
 from gpud.node.taskstate import EXITED, Layout  # noqa: E402
 from gpud.node.tasks import TaskTable  # noqa: E402
 
@@ -39,11 +39,11 @@ TMPFS = "/dev/shm"
 POLL_S = 0.001
 
 
-def task_spec(workdir: str, gpu: int) -> dict:
+def task_spec(workdir: str, gpu: int) -> TaskSpec:
     """A trivial task on GPU ``gpu``, run as this user, with the drain benchmark's small CPU and memory asks."""
-    return {"user": pwd.getpwuid(os.getuid()).pw_name, "allow_root": True, "workdir": workdir,
+    return TaskSpec.decode({"user": pwd.getpwuid(os.getuid()).pw_name, "allow_root": True, "workdir": workdir,
             "command": ["true"], "cpus": 0.1, "memory_gib": 0.1, "gpu_uuids": [f"GPU-fake-{gpu}"],
-            "gpu_indices": [gpu]}
+            "gpu_indices": [gpu]})
 
 
 def supervisor_cpu() -> tuple[float, float]:

@@ -57,7 +57,8 @@ class Standby(ClientError):
 class ApiError(ClientError):
     """The controller answered with an error status and its ``{"error": ...}`` message."""
 
-    def __init__(self, status: int, message: str, field: str | None = None, index: int | None = None):
+    def __init__(self, status: int, message: str, field: str | None = None, index: int | None = None,
+                 job: str | None = None):
         where = "".join([f", field {field!r}" if field else "", f", job #{index}" if index is not None else ""])
         hint = ""
         if status == 401:
@@ -66,6 +67,7 @@ class ApiError(ClientError):
             f"the controller failed: {message} (HTTP {status})"
         super().__init__(text)
         self.status, self.message, self.field, self.index = status, message, field, index
+        self.job = job  # the job the message names, when it names one
         self.exit_code = EXIT_REFUSED if 400 <= status < 500 else EXIT_UNREACHABLE
 
 
@@ -656,8 +658,9 @@ def _api_error(status: int, data: bytes) -> ApiError:
     except ValueError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
-        index = doc.get("index")
-        return ApiError(status, doc["error"], doc.get("field"), index if isinstance(index, int) else None)
+        index, job = doc.get("index"), doc.get("job")
+        return ApiError(status, doc["error"], doc.get("field"), index if isinstance(index, int) else None,
+                        job if isinstance(job, str) else None)
     text = data.decode("utf-8", "replace").strip().splitlines()
     return ApiError(status, text[0][:200] if text else "no message")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpud.policy import Policy
+from gpud.wire.fields import WireError
 from gpud.wire.job import JobRequest
 
 # The ways a name can be taken, as the notes' "how".
@@ -27,15 +28,15 @@ def resolve(request: JobRequest, policy: Policy) -> tuple[JobRequest, list[dict[
     A partition is a pool of that name, else the pool the policy's
     ``[partitions]`` table maps it to, else the default pool. A QOS that is a
     priority class becomes the job's priority. An explicit ``pool`` or
-    ``priority`` in the request wins. An empty partition or QOS raises ValueError.
+    ``priority`` in the request wins. An empty partition or QOS raises WireError naming it.
     """
     notes: list[dict[str, str]] = []
     pool, priority = request.pool, request.priority
     partition, qos = request.partition, request.qos
     if partition == "":
-        raise ValueError("partition must be a partition name")
+        raise WireError("partition must be a partition name", "partition")
     if qos == "":
-        raise ValueError("qos must be a QOS name")
+        raise WireError("qos must be a QOS name", "qos")
     if partition is not None:
         pool, how = _pool_of(partition, policy)
         if request.pool is not None:

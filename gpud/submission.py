@@ -67,8 +67,8 @@ def admit(request: JobRequest, *, user: str, admin: bool, policy: Policy, capaci
     at fault when the policy refuses it or no node could ever run it."""
     try:
         request, notes = slurm_names.resolve(request, policy)
-    except ValueError as exc:
-        raise SubmitError(str(exc), str(exc).split()[0]) from None
+    except WireError as exc:
+        raise SubmitError(str(exc), exc.field) from None
     _check_project(request.project, user, admin, policy)
     command = list(request.command) if request.command is not None else None
     interactive_shell = request.interactive and command is None and request.script is None

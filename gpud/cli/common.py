@@ -128,12 +128,10 @@ def print_json(doc: object) -> None:
     print(json.dumps(doc, indent=2, sort_keys=False))
 
 
-def _naming(job_id: str, message: str) -> str:
-    """``message`` with the job it is about named once: prefixed with "job ID: " unless it names the job."""
-    import re
-    if re.search(rf"\b(job|array) {re.escape(job_id)}\b", message):
-        return message
-    return f"job {job_id}: {message}"
+def _naming(job_id: str, error: Exception) -> str:
+    """The error's message with the job it is about named once: prefixed with "job ID: " unless the
+    controller says its message names a job."""
+    return str(error) if getattr(error, "job", None) is not None else f"job {job_id}: {error}"
 
 
 def for_each(verb: str, ids: list[str], action: Callable[[str], object]) -> int:
@@ -146,6 +144,6 @@ def for_each(verb: str, ids: list[str], action: Callable[[str], object]) -> int:
         except ClientError as exc:
             if exc.exit_code == EXIT_UNREACHABLE:
                 raise  # the next ids would fail the same way
-            print(f"gpuctl {verb}: {_naming(job_id, str(exc))}", file=sys.stderr)
+            print(f"gpuctl {verb}: {_naming(job_id, exc)}", file=sys.stderr)
             status = max(status, exc.exit_code)
     return status

@@ -232,11 +232,14 @@ def _placements_table(placements: list) -> str:
     return "\n".join("  " + line for line in render.table(["TASK", "NODE", "GPUS", "SHARE"], rows).splitlines())
 
 
+EVENTS_NAMING_THEIR_NODE = {"started"}  # the controller's "started on NODES" says where already
+
+
 def _event(event: Any, now: float) -> str:
     if not isinstance(event, dict):
         return str(event)
     if isinstance(event.get("kind"), str) and isinstance(event.get("message"), str):
-        named = event.get("node") and str(event["node"]) not in event["message"].split()
+        named = event.get("node") and event["kind"] not in EVENTS_NAMING_THEIR_NODE
         node = f" (on {event['node']})" if named else ""
         return f"{render.when(event.get('time'), now)}  {event['kind']}: {event['message']}{node}"
     stamp = next((event[k] for k in ("time", "at", "ts") if isinstance(event.get(k), (int, float))), None)

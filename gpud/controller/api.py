@@ -41,7 +41,7 @@ RECENTLY_ENDED_S = 300.0     # finished jobs stay in the queue listing this long
 
 
 class ApiError(web.HTTPException):
-    """An error answered as ``{"error": ...}`` with its status."""
+    """An error answered as ``{"error": ...}`` with its status; ``job`` says the message names that job."""
 
     def __init__(self, status: int, message: str, **extra: Any) -> None:
         self.status_code = status
@@ -94,7 +94,7 @@ def owned(principal: Principal, job: Job) -> None:
     """403 unless the caller submitted the job or is an admin."""
     if not principal.admin and job.user != principal.user:
         raise ApiError(403, f"job {job.id} belongs to {job.user}; you ({principal.user}) may only change "
-                            f"your own jobs")
+                            f"your own jobs", job=job.id)
 
 
 async def submitted(ctrl: Controller, principal: Principal, payloads: list[Any], claim: Claim | None = None,
@@ -231,21 +231,21 @@ async def change_jobs(request: web.Request) -> web.Response:
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
     job_id, verb = request.match_info["id"], request.match_info["verb"]
     if not is_job_id(job_id):
-        raise ApiError(404, f"no job {job_id!r}: job ids look like 42 or 42_7")
+        raise ApiError(404, f"no job {job_id!r}: job ids look like 42 or 42_7", job=job_id)
     jobs = ctrl.cluster.job_service.select(job_id)
     if not jobs:
         if ctrl.store_executor and await _stored(ctrl, job_id) is not None:
-            raise ApiError(409, f"job {job_id} has already ended")
+            raise ApiError(409, f"job {job_id} has already ended", job=job_id)
         elements = await arrays.array_elements(ctrl, job_id)
         if not elements:
-            raise ApiError(404, f"no job {job_id}")
+            raise ApiError(404, f"no job {job_id}", job=job_id)
         for job in elements:
             owned(principal, job)
         summary = arrays.summary(job_id, elements, ctrl.cluster)
         counts = ", ".join(f"{n} {state.lower()}" for state, n in summary["states"].items())
         if verb != "cancel":
             raise ApiError(409, f"array {job_id} has ended ({counts}); only pending jobs can be "
-                                f"{'held' if verb == 'hold' else 'released'}")
+                                f"{'held' if verb == 'hold' else 'released'}", job=job_id)
         return ok({"ids": [], "ended": True, "array": summary})
     for job in jobs:
         owned(principal, job)
@@ -257,7 +257,7 @@ async def change_jobs(request: web.Request) -> web.Response:
     if not changed and verb != "cancel":
         state = "held" if verb == "hold" else "not held"
         raise ApiError(409, f"job {job_id} is {jobs[0].state.lower() if verb == 'hold' else state}; "
-                            f"only a pending job can be {'held' if verb == 'hold' else 'released'}")
+                            f"only a pending job can be {'held' if verb == 'hold' else 'released'}", job=job_id)
     return web.Response(text=jsontext.dumps({"ids": changed}), content_type="application/json")
 
 

@@ -264,11 +264,7 @@ class JobService:
     def preempted(self, job: Job, reason: str) -> None:
         """An evicted job holds nothing any more: requeued when it asked to be, else ended PREEMPTED."""
         if job.requeue:
-            job.move_to(PENDING, at=self.clock())
-            job.restart_count += 1
-            job.reason = f"requeued after preemption: {reason}"
-            self.events.record("requeued", f"requeued (restart {job.restart_count})", job=job.id)
-            self.persist.job(job)
+            self._requeue(job, f"requeued after preemption: {reason}", "requeued", "requeued")
             self.sync(job)  # out of the scheduler while its old copy is still being stopped
         else:
             self.finish(job, PREEMPTED, f"preempted: {reason}", stop_reason="preempted")
@@ -278,16 +274,20 @@ class JobService:
         if job.priority < 100 and job.requeue:
             for task in range(job.tasks):
                 self.runs.stop(job, task, "node failure", dead_node=dead_node)
-            job.move_to(PENDING, at=self.clock())
-            job.restart_count += 1
-            job.reason = f"requeued: {reason}"
-            self.events.record("node failure", f"{reason}; requeued (restart {job.restart_count})", job=job.id)
-            self.persist.job(job)
+            self._requeue(job, f"requeued: {reason}", "node failure", f"{reason}; requeued")
             self._core_remove(job)  # the scheduler takes it back as pending once nothing holds it back
             self.sync(job)
             self.wake()
         else:
             self.finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
+
+    def _requeue(self, job: Job, reason: str, event_kind: str, event_text: str) -> None:
+        """Back to pending for its next restart, with the event saying which restart it is, made durable."""
+        job.move_to(PENDING, at=self.clock())
+        job.restart_count += 1
+        job.reason = reason
+        self.events.record(event_kind, f"{event_text} (restart {job.restart_count})", job=job.id)
+        self.persist.job(job)
 
     def finish(self, job: Job, state: str, reason: str, *, stop_reason: str = "job ended",
                exit_from: TaskRun | None = None, dead_node: str | None = None, ended: float | None = None) -> None:

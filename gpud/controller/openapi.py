@@ -67,7 +67,8 @@ RESOURCES = {"type": "object", "properties": {k: _nullable(NUM) for k in ("gpu",
 
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error"],
-              "properties": {"error": {"type": "string", "minLength": 1}, "field": STR, "index": INT}},
+              "properties": {"error": {"type": "string", "minLength": 1}, "field": STR, "index": INT,
+                             "job": STR}},
     "JobIn": JOB_IN,
     "Job": JOB_OUT,
     "Ids": {"type": "object", "required": ["ids"], "properties": {"ids": STRINGS, "array_id": STR,

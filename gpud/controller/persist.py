@@ -31,6 +31,9 @@ class StoreError(RuntimeError):
     """
 
 
+PG_DISK_FULL = "53100"  # PostgreSQL's SQLSTATE for disk_full
+
+
 def is_store_failure(exc: BaseException) -> bool:
     """True when ``exc`` is the store's own failure (SQLite's, PostgreSQL's driver's, a fenced write)."""
     return isinstance(exc, (sqlite3.Error, Fenced)) or type(exc).__module__.split(".")[0] == "psycopg"
@@ -39,7 +42,8 @@ def is_store_failure(exc: BaseException) -> bool:
 def store_error(exc: BaseException) -> StoreError:
     """The StoreError that tells a caller why the store refused a write (naming the store's own error)."""
     full = isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
-    full = full or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "disk is full" in str(exc)
+    full = full or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+    full = full or getattr(exc, "sqlstate", None) == PG_DISK_FULL
     hint = "; free space in the controller's state directory" if full else ""
     return StoreError(f"the state store refused the write: {exc} (nothing of this request was accepted{hint})")
 

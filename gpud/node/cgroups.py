@@ -1,11 +1,10 @@
 """A cgroup per task: its memory, CPU, cpuset and pids limits, only its own GPU devices, and every process it made.
 
 The supervisor makes a task's cgroups before it starts the task and starts
-the task inside them (it steps into them for the fork, then back out), so
-nothing the task ever forks can be outside them. On a hybrid host it steps
-into the v2 group alone; the task starts at a gate that waits until the
-supervisor's cgroup worker has moved it into its v1 groups, and only then
-runs the task's own program (see ``gpud.node.gate``). Stopping the task signals
+the task inside them, so nothing the task ever forks can be outside them:
+a thread of its own steps into the v1 groups, forks the task and steps
+out (``gpud.node.cgspawn``); on a v2 host the supervisor steps into the
+group for the fork, then back out. Stopping the task signals
 and then kills every process in them, whatever left the process group
 (setsid, double forks, ``env -i``, nohup, respawners); they are removed
 once empty, after their peak memory and CPU time are read.
@@ -14,11 +13,12 @@ Where each part comes from:
 
 - cgroup v1 hierarchies (``/sys/fs/cgroup/<controller>``), one directory
   per task in each of memory, cpu, cpuacct, cpuset, pids, devices and
-  freezer that the host mounts writable;
-- a cgroup v2 hierarchy: on a pure v2 host (``/sys/fs/cgroup`` itself),
-  one directory with the memory, cpu, cpuset and pids controllers enabled
-  from the group's parent; on a hybrid host (``/sys/fs/cgroup/unified``,
-  no controllers), a directory for its ``cgroup.kill`` and ``cgroup.freeze``.
+  freezer that the host mounts writable; on a hybrid host these alone (its
+  v2 mount, ``/sys/fs/cgroup/unified``, has no controllers: a group there
+  would limit nothing, and joining it would cost each task start a move of
+  the whole supervisor);
+- on a pure v2 host (``/sys/fs/cgroup`` itself), one directory with the
+  memory, cpu, cpuset and pids controllers enabled from the group's parent.
 - GPU isolation is the v1 devices controller: every device denied but the
   usual pseudo-devices and the task's own ``/dev/nvidia<minor>`` (plus
   nvidiactl and the nvidia-uvm and -modeset devices). Without it (a pure v2
@@ -42,18 +42,16 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 from gpud.node import devfilter
+from gpud.node.cgspawn import Refused, Spawner
 
 ROOT = "/sys/fs/cgroup"
 GROUP = "gpud"
 CGROUPS_ENV = "GPUD_CGROUPS"
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "cpuset", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
-# The hybrid v2 group tracks, kills and times every process; the v1 pids group is kept: it counts (and may cap)
-# the task's processes, which nothing in a controller-less v2 group does.
-V1_REPLACED_BY_V2 = ("cpuacct", "freezer")
 CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
@@ -61,6 +59,7 @@ NVIDIACTL_MINOR, NVIDIA_MODESET_MINOR = 255, 254
 BASIC_DEVICES = ("c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:0 rwm", "c 5:1 rwm",
                  "c 5:2 rwm", "c 136:* rwm", "c 4:* rwm")
 LIMITS = ("memory", "cpu", "cpuset", "pids", "devices")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +75,6 @@ class Hierarchies:
         """Which limits hold (of memory, cpu, cpuset, pids, devices); empty: none, tasks run as without cgroups."""
         return tuple(name for name in LIMITS if name in self.v1 or name in self.v2_controllers
                      or (name == "devices" and self.device_programs))
-
-    def gated(self) -> bool:
-        """True on a hybrid host: a task is forked in its v2 group alone and must wait at a gate
-        (``gpud.node.gate``) until :meth:`TaskCgroup.settle` has moved it into its v1 groups."""
-        return bool(self.v1) and self.v2 is not None
 
     def tracked(self) -> bool:
         """True when every process of a task can be found (and killed) through its cgroups."""
@@ -127,6 +121,8 @@ def detect(root: str = ROOT) -> Hierarchies:
                    *(f"c {major}:* rwm" for major in _uvm_majors()))
         except OSError:
             del v1["devices"]
+    if v1:  # the v1 groups track, freeze, kill and time every process; a v2 mount beside them has no controllers
+        return Hierarchies(v1=v1)
     unified = os.path.join(root, "unified")
     v2 = None
     if _writable_dir(unified) and os.path.exists(os.path.join(unified, "cgroup.procs")):
@@ -135,12 +131,7 @@ def detect(root: str = ROOT) -> Hierarchies:
             v2 = os.path.join(unified, GROUP)
         except OSError:
             pass
-    if v2 is not None:
-        # The v2 group already tracks, freezes, kills and times every process: each v1 hierarchy more costs
-        # a task start two cgroup moves of the supervisor and a directory.
-        for controller in V1_REPLACED_BY_V2:
-            v1.pop(controller, None)
-    return Hierarchies(v1=v1, v2=v2, device_programs=v2 is not None and "devices" not in v1 and devfilter.usable())
+    return Hierarchies(v2=v2, device_programs=v2 is not None and devfilter.usable())
 
 
 _detected: Hierarchies | None = None
@@ -259,9 +250,13 @@ def _mkdir(path: str) -> None:
 class TaskCgroup:
     """One task's cgroups (a directory named ``name`` in each hierarchy); every call tolerates a vanished group."""
 
-    def __init__(self, name: str, hierarchies: Hierarchies, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, name: str, hierarchies: Hierarchies, skip: tuple[str, ...] = (),
+                 starter: int | None = None) -> None:
         self.name = name
         self.hierarchies = hierarchies
+        # The process that starts tasks in these groups (this one, unless told): listed in them while one of its
+        # threads forks a task there (gpud.node.cgspawn), and never one of the task's processes.
+        self.starter = os.getpid() if starter is None else starter
         self.v1 = {c: os.path.join(base, name) for c, base in hierarchies.v1.items() if c not in skip}
         self.v2 = os.path.join(hierarchies.v2, name) if hierarchies.v2 else None
 
@@ -329,44 +324,26 @@ class TaskCgroup:
         if "pids" in controllers and limits.pids_max:
             _write(os.path.join(self.v2, "pids.max"), str(limits.pids_max))
 
-    def spawn_paths(self) -> list[str]:
-        """The cgroups the supervisor steps into to fork the task: the v2 group alone when there is one (it
-        tracks every process from the first), else all of them."""
-        return [self.v2] if self.v2 else self.paths()
-
     def enter(self, pid: int) -> None:
-        """Move process ``pid`` into the cgroups of :meth:`spawn_paths`."""
-        for path in self.spawn_paths():
-            _write(os.path.join(path, "cgroup.procs"), str(pid))
-
-    def settle(self) -> None:
-        """Move the processes of a task forked in its v2 group into its v1 groups too; OSError when one refuses.
-
-        Run off the supervisor's loop, while the task waits at its gate
-        (only the gate's process is there then): each move waits for the
-        kernel (an RCU grace period). A process that is gone (the task was
-        stopped at its gate) is passed over.
-        """
-        if not self.v2 or not self.v1:
-            return
-        for pid in self.pids():
-            for path in self.v1.values():
-                try:
-                    _write(os.path.join(path, "cgroup.procs"), str(pid))
-                except ProcessLookupError:
-                    break
+        """Move process ``pid`` into the task's v2 group (a v2 group holds whole processes; the v1 groups
+        are entered by one thread, see ``gpud.node.cgspawn``)."""
+        if self.v2:
+            _write(os.path.join(self.v2, "cgroup.procs"), str(pid))
 
     def leave(self, pid: int, home: dict[str, str]) -> None:
-        """Move process ``pid`` back where it came from: ``home`` maps each hierarchy's mount to its cgroup there."""
-        for path in self.spawn_paths():
-            mount = os.path.dirname(os.path.dirname(path))
+        """Move process ``pid`` back from the task's v2 group: ``home`` maps each hierarchy's mount to its
+        cgroup there."""
+        if self.v2:
+            mount = os.path.dirname(os.path.dirname(self.v2))
             _write(os.path.join(home.get(mount, mount), "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
-        """Every process in the task's cgroups.
+        """Every process in the task's cgroups, but the one that starts tasks in them (``starter``).
 
         One hierarchy tells: the task was forked inside all of them, and a
-        process cannot leave a cgroup of its own accord without root.
+        process cannot leave a cgroup of its own accord without root. The
+        starter is listed only while one of its threads forks the task from
+        inside the groups.
         """
         found: set[int] = set()
         one = self.v2 or self.v1.get("pids") or self.v1.get("freezer")
@@ -375,6 +352,7 @@ class TaskCgroup:
                 found.update(int(line) for line in _read(os.path.join(path, "cgroup.procs")).split())
             except (OSError, ValueError):
                 pass
+        found.discard(self.starter)
         return sorted(found)
 
     def signal(self, sig: int, *, besides_group: int | None = None) -> int:
@@ -467,8 +445,13 @@ def gpu_devices_allowed(gpu_minors: tuple[int, ...]) -> dict[int, tuple[int, ...
     return {NVIDIA_MAJOR: (), **{major: () for major in _uvm_majors()}}
 
 
-def recorded(task_dir: str, file_name: str = "cgroups") -> TaskCgroup | None:
-    """The cgroups a supervisor recorded for the task in ``task_dir`` (to kill what a lost supervisor left)."""
+def recorded(task_dir: str, file_name: str = "cgroups", supervisor: int | None = None) -> TaskCgroup | None:
+    """The cgroups a supervisor recorded for the task in ``task_dir`` (to kill what a lost supervisor left).
+
+    ``supervisor``: the pid of the task's supervisor, known to be alive
+    (so no process of the task has its pid): never counted among the
+    task's processes, though listed while it starts the task.
+    """
     try:
         with open(os.path.join(task_dir, file_name), encoding="utf-8") as f:
             paths = [line.strip() for line in f if line.strip()]
@@ -485,7 +468,7 @@ def recorded(task_dir: str, file_name: str = "cgroups") -> TaskCgroup | None:
             v2 = base
         else:
             v1[os.path.basename(os.path.dirname(base))] = base
-    return TaskCgroup(name, Hierarchies(v1=v1, v2=v2))
+    return TaskCgroup(name, Hierarchies(v1=v1, v2=v2), starter=supervisor)
 
 
 def own_cgroups(hierarchies: Hierarchies, proc_file: str = "/proc/self/cgroup") -> dict[str, str]:
@@ -585,26 +568,47 @@ class Confiner:
         except (OSError, ValueError):
             cpus = []
         self.cpu_use = {cpu: 0 for cpu in cpus}
-        self._workers: dict[bool, ThreadPoolExecutor] = {}
+        self._worker: ThreadPoolExecutor | None = None
+        self._spawner: Spawner | None = None
 
-    def later(self, work: Callable[[], object], *, urgent: bool = False) -> None:
-        """Run ``work`` (a cgroup move or removal) on a worker thread, in order, off the supervisor's loop.
+    def spawn(self, group: TaskCgroup, start: Callable[[], T]) -> T:
+        """Call ``start`` (it forks the task) so that the task starts in ``group``: from a thread inside its v1
+        groups when it has some (``gpud.node.cgspawn``), with this process inside its v2 group when it has one.
 
-        ``urgent`` work (moving a task that waits at its gate) has a thread
-        of its own, so it never waits behind the removals and resets of
-        finished tasks' groups.
+        :class:`Refused`, ``start`` not called, when a group refuses.
         """
-        worker = self._workers.get(urgent)
-        if worker is None:
-            worker = self._workers[urgent] = ThreadPoolExecutor(
-                1, thread_name_prefix="gpud-cgroup-moves" if urgent else "gpud-cgroups")
-        worker.submit(_logged, work)
+        if group.v2:
+            try:
+                group.enter(os.getpid())
+            except OSError as exc:
+                raise Refused(exc) from None
+        try:
+            if not group.v1:
+                return start()
+            if self._spawner is None:
+                self._spawner = Spawner(self.home)
+            return self._spawner.spawn(list(group.v1.values()), start)
+        finally:
+            if group.v2:
+                try:
+                    group.leave(os.getpid(), self.home)
+                except OSError as exc:
+                    print(f"gpud supervisor: cannot leave the cgroup {group.v2}: {exc}", file=sys.stderr, flush=True)
+
+    def later(self, work: Callable[[], object]) -> None:
+        """Run ``work`` (a cgroup reset or removal) on a worker thread, in order, off the supervisor's loop."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
+        self._worker.submit(_logged, work)
 
     def close(self) -> None:
-        """Wait for the work handed to :meth:`later`."""
-        for worker in self._workers.values():
-            worker.shutdown(wait=True)
-        self._workers.clear()
+        """Wait for the work handed to :meth:`later`; end the spawner thread."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        if self._spawner is not None:
+            self._spawner.close()
+            self._spawner = None
 
     def pick_cpus(self, cpus: float, near: tuple[int, ...] = ()) -> list[int]:
         """The CPUs for a task of ``cpus`` CPUs: of ``near`` (its GPUs' CPUs) first, least used first; [] when

@@ -4,7 +4,7 @@ Making a task's v1 groups (a directory in each hierarchy, then its limits)
 and removing them (each rmdir, then the kernel's offlining of the memory
 group) is most of what a task's cgroups cost its start, besides moving
 processes. When a task has ended and its groups are empty, they are reset
-(peak memory, CPU time, the memory still charged to them) and renamed to a
+(peak memory, CPU time, the memory still charged to them past a little) and renamed to a
 spare name in place, which cgroup v1 allows; the next task with the same
 limits renames them to its own name and writes nothing. So every group is
 named after the task it holds while it runs, and a task's groups are gone
@@ -31,8 +31,10 @@ from gpud.node import procs
 from gpud.node.cgroups import Hierarchies, Limits, TaskCgroup, _read, _write, cgroup_name, host
 
 MAX_SPARES = 32  # idle sets of v1 groups one supervisor keeps (a node's tasks have a few shapes: one per GPU, say)
-# What a spare's memory group may still have charged after the reset: kernel objects force_empty cannot free (a page
-# or so); more, and the next task would start with less than its limit.
+# What a spare's memory group may keep charged: the kernel's per-CPU charge caches and the kernel objects a short task
+# leaves (a few hundred KiB after `true`), which emptying would not free either, or only by draining every CPU's cache,
+# costing more CPU than such a task. More, and the group is emptied; if it is still more after that, it is removed:
+# the next task would start with less than its limit.
 MAX_LEFT_CHARGED = 1 << 20
 _SPARE = re.compile(r"^(?P<tag>[0-9a-f]+)-spare-(?P<pid>\d+)-(?P<start>\d+)-\d+$")
 
@@ -122,9 +124,11 @@ def _reset(group: TaskCgroup) -> bool:
                 return False
         memory = group.v1.get("memory")
         if memory:
-            _write(os.path.join(memory, "memory.force_empty"), "0")  # what the task left charged (page cache)
-            if int(_read(os.path.join(memory, "memory.usage_in_bytes"))) > MAX_LEFT_CHARGED:
-                return False
+            usage = os.path.join(memory, "memory.usage_in_bytes")
+            if int(_read(usage)) > MAX_LEFT_CHARGED:
+                _write(os.path.join(memory, "memory.force_empty"), "0")  # what the task left charged (page cache)
+                if int(_read(usage)) > MAX_LEFT_CHARGED:
+                    return False
             _write(os.path.join(memory, "memory.max_usage_in_bytes"), "0")  # the peak starts again from 0
         cpuacct = group.v1.get("cpuacct")
         if cpuacct:

@@ -151,7 +151,7 @@ class Fence:
                 self._orders.pop(task_dir, None)
                 continue
             supervised = procs.same_process(state.supervisor_pid, state.supervisor_start)
-            group = cgroups.recorded(task_dir)
+            group = cgroups.recorded(task_dir, supervisor=state.supervisor_pid if supervised else None)
             members = group.pids() if group is not None else []
             leader = procs.group_is_ours(state.pid, state.pid_start) if state.pid else False
             if not members and not leader:

@@ -79,8 +79,7 @@ class TaskContext:
 
 def task_context(pid: int, task_dir: str | None = None) -> TaskContext:
     """The user, directory, environment and cgroups of process ``pid``, the task in ``task_dir``; OSError when
-    it is gone. The cgroups are all the task's own (see :func:`task_cgroup_procs`), even while it waits at its
-    gate."""
+    it is gone. The cgroups are all the task's own (see :func:`task_cgroup_procs`)."""
     info = os.stat(f"/proc/{pid}")
     with open(f"/proc/{pid}/environ", "rb") as f:
         raw = f.read()
@@ -102,12 +101,10 @@ def task_cgroup_procs(pid: int, task_dir: str | None) -> list[str]:
     """The ``cgroup.procs`` files a process joins to be confined as the task in ``task_dir`` (process ``pid``).
 
     The groups its supervisor recorded come first, read from the task's
-    directory rather than from where ``pid`` is now: on a hybrid host a task
-    waits at its gate in its v2 group alone until a worker has moved it
-    into its v1 groups, and a process that copied its groups then would run
-    outside the task's memory, pids and devices limits for good. In every
-    other hierarchy (a time-sliced task's freezer group, say) it gets the
-    groups ``pid`` is in that this daemon is not in itself.
+    directory rather than from where ``pid`` is now (a process of the task
+    may have been moved elsewhere by root). In every other hierarchy (a
+    time-sliced task's freezer group, say) it gets the groups ``pid`` is in
+    that this daemon is not in itself.
     """
     group = cgroups.recorded(task_dir) if task_dir else None
     recorded = [path for path in (os.path.join(d, "cgroup.procs") for d in (group.paths() if group else []))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from gpud import jsontext
-from gpud.node import cgroups, cgspares, failsafe, freezer, gate, lease, procs
+from gpud.node import cgroups, cgspares, failsafe, freezer, lease, procs
 from gpud.node.spec import SpecError, TaskKey, TaskSpec, expand_path, signal_number, task_env
 from gpud.node.taskstate import ORDER_FILE, RUNNING, STOP_FILE, TaskState, read_json, write_state
 from gpud.wire.task import ExitCause
@@ -142,7 +142,6 @@ class TaskRun:
         self.leader_exited: float | None = None  # when the leader was reaped: the task's end, whatever lingers
         self.pid = 0
         self.proc: subprocess.Popen | None = None
-        self.refused: str | None = None  # why the cgroup worker kept the task at its gate (set on that thread)
         self._stop_seen: tuple[int, int] | None = None
         run_root = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
         self.heartbeat = failsafe.heartbeat_path(run_root)
@@ -238,50 +237,37 @@ class TaskRun:
                 os.close(script_fd)
             raise
         env = task_env(self.spec, self.key, self.checkpoint_dir, who.home, who.name)
-        gated = self.confiner is not None and self.confiner.hierarchies.gated()
-        gate_in = gate_out = None
         try:
-            if gated:
-                with acting_as(who):
-                    gate.check_runnable(argv[0], env.get("PATH", os.defpath), self.spec.workdir)
             self._confine()
-        except BaseException as exc:
+        except BaseException:
             for fd in {out, err, *([] if script_fd is None else [script_fd])}:
                 os.close(fd)
-            if isinstance(exc, OSError):
-                raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
             raise
-        if gated:
-            gate_in, gate_out = gate.open_pipe()
-        try:
-            proc = subprocess.Popen(
-                gate.wrap(argv, env) if gated else argv, cwd=self.spec.workdir, env=env,
-                stdin=subprocess.DEVNULL if gate_in is None else gate_in, stdout=out, stderr=err,
+
+        def fork() -> subprocess.Popen:
+            return subprocess.Popen(
+                argv, cwd=self.spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True, close_fds=True, pass_fds=() if script_fd is None else (script_fd,),
                 user=who.uid if who.switch else None, group=who.gid if who.switch else None,
                 extra_groups=list(who.groups) if who.switch else None)
+
+        try:
+            proc = fork() if self.cgroup is None or self.confiner is None else self.confiner.spawn(self.cgroup, fork)
         except BaseException as exc:
-            self._step_out()
             self._unconfine()  # nothing runs in its cgroups: they go now, not with a task that never was
-            if gate_out is not None:
-                gate.refuse(gate_out)
+            if isinstance(exc, cgroups.Refused):
+                raise StartError(f"cannot move the task into its cgroups: {exc.reason}") from None
             if isinstance(exc, OSError):
                 raise StartError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
             if isinstance(exc, subprocess.SubprocessError):
                 raise StartError(str(exc)) from None
             raise
-        else:
-            self._step_out()
         finally:
             os.close(out)
             if err != out:
                 os.close(err)
             if script_fd is not None:
                 os.close(script_fd)
-            if gate_in is not None:
-                os.close(gate_in)
-        if gate_out is not None and self.cgroup is not None and self.confiner is not None:
-            self.confiner.later(partial(self._settle, self.cgroup, gate_out), urgent=True)
         self.proc = proc
         self.pid = proc.pid
         if self.spec.time_limit_s:
@@ -291,27 +277,17 @@ class TaskRun:
         self._record(replace(self.state, state=RUNNING, pid=proc.pid,
                              pid_start=procs.start_ticks(proc.pid), started=time.time()))
 
-    def _settle(self, group: cgroups.TaskCgroup, gate_out: int) -> None:
-        """On the cgroup worker: move the task waiting at its gate into its v1 groups, then let it run; when a
-        group refuses, close the gate (the task exits without running its program) and say why."""
-        try:
-            group.settle()
-        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task must not run outside its groups
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-            self.refused = f"cannot move the task into its cgroups: {detail}"
-            gate.refuse(gate_out)
-            return
-        gate.release(gate_out)
-
     def _confine(self) -> None:
-        """Make the task's cgroups and step into them, so the task starts there; StartError when the host refuses."""
+        """Make the task's cgroups, for the task to start in; StartError when the host refuses."""
         if self.confiner is None or not self.confiner.hierarchies.tracked():
             return
         self.pinned = self.confiner.pick_cpus(self.spec.cpus, self.spec.near_cpus)
         # Pinned to exactly as many CPUs as it asked for, a task needs no CPU quota on top.
         exact = bool(self.pinned) and len(self.pinned) == self.spec.cpus
+        # A time-sliced task is frozen in a freezer group of its own (gpud.node.freezer): not in two at once.
+        skip = (*(("cpu",) if exact else ()), *(("freezer",) if self.spec.sliced else ()))
         self.cgroup = cgroups.TaskCgroup(cgroups.cgroup_name(os.path.dirname(self.task_dir), self.key.dirname),
-                                         self.confiner.hierarchies, skip=("cpu",) if exact else ())
+                                         self.confiner.hierarchies, skip=skip)
         self.memory_limit = int(self.spec.memory_gib * GIB) if self.spec.memory_gib > 0 else None
         limits = self.limits = cgroups.Limits(memory_bytes=self.memory_limit, cpus=self.spec.cpus or None,
                                               cpuset=",".join(map(str, self.pinned)) or None,
@@ -320,9 +296,7 @@ class TaskRun:
             with open(os.path.join(self.task_dir, CGROUPS_FILE), "w", encoding="utf-8") as f:
                 f.write("".join(f"{path}\n" for path in self.cgroup.paths()))
             self.cgroup.create(limits, v1_ready=self.spares is not None and self.spares.take(self.cgroup, limits))
-            self.cgroup.enter(os.getpid())
         except OSError as exc:
-            self._step_out()
             self._unconfine()
             raise StartError(f"cannot make the task's cgroup: {exc.strerror or exc}") from None
 
@@ -333,14 +307,6 @@ class TaskRun:
         if self.confiner is not None:
             self.confiner.release_cpus(self.pinned)
         self.cgroup, self.pinned = None, []
-
-    def _step_out(self) -> None:
-        if self.cgroup is not None and self.confiner is not None:
-            try:
-                self.cgroup.leave(os.getpid(), self.confiner.home)
-            except OSError as exc:
-                print(f"gpud supervisor: cannot leave the cgroup of task {self.key.dirname}: {exc}",
-                      file=sys.stderr, flush=True)
 
     # -- stopping ----------------------------------------------------------
 
@@ -488,8 +454,6 @@ class TaskRun:
         """Record the task's exit code or terminating signal, why it ended, and what it used."""
         used = replace(self.state, max_rss_bytes=self.usage.get("max_rss_bytes"), cpu_s=self.usage.get("cpu_s"))
         reason, cause = self.stopping_reason, self.stopping_cause
-        if reason is None and self.refused is not None:
-            reason, cause = f"failed to start: {self.refused}", ExitCause.FAILED_TO_START
         if reason is None and self.usage.get("oom_kills") and self.memory_limit:
             reason = f"out of memory (limit {cgroups.format_bytes(self.memory_limit)})"
             cause = ExitCause.OUT_OF_MEMORY

@@ -89,7 +89,7 @@ def test_show_text_lists_what_is_set_and_the_events():
     text = show_text(job(state="RUNNING", started=NOW - 61, nodes=["n1"], tasks=2, min_tasks=1, gpus=4,
                          constraint={"gpu": "h100"}, time_limit_s=5400, depends=["afterok:41"],
                          placements=[{"node": "n1", "gpus": [0, 1, 2, 3], "share": 1.0}, None],
-                         events=[{"time": NOW - 61, "kind": "started", "message": "task 0 started",
+                         events=[{"time": NOW - 61, "kind": "requeued", "message": "its node stopped answering",
                                   "node": "n1"}]), NOW)
     assert "Job:         42" in text
     assert "GPUs:        2x4 (tasks x per task)" in text
@@ -100,7 +100,7 @@ def test_show_text_lists_what_is_set_and_the_events():
     assert "Elapsed:     1:01" in text
     assert "Exit:" not in text and "Held:" not in text
     assert "Tasks:\n  TASK  NODE  GPUS     SHARE\n  0     n1    0,1,2,3  1\n  1     -     -        -" in text
-    assert "11:58:59  started: task 0 started (on n1)" in text
+    assert "11:58:59  requeued: its node stopped answering (on n1)" in text
 
 
 def test_show_names_the_output_file_and_each_node_once():

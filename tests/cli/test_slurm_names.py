@@ -77,8 +77,12 @@ def test_a_qos_is_still_subject_to_who_may_use_the_class(policy):
 def test_a_partition_that_is_not_a_name_is_refused(policy):
     with pytest.raises(SubmitError, match="partition must be a partition name"):
         submit(policy, partition=7)
-    with pytest.raises(SubmitError, match="qos must be a QOS name"):
+    with pytest.raises(SubmitError, match="qos must be a QOS name") as refused:
         submit(policy, qos="")
+    assert refused.value.field == "qos" and refused.value.status == 422
+    with pytest.raises(SubmitError, match="partition must be a partition name") as refused:
+        submit(policy, partition="")
+    assert refused.value.field == "partition"
 
 
 def test_the_partitions_table_must_name_known_pools():

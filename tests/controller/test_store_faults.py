@@ -61,7 +61,9 @@ class FailingConnection:
             if self.failing and self.rng.random() < self.failure_rate:
                 self.db.execute("ROLLBACK")   # as SQLite does itself when the disk is full at COMMIT
                 self.failed += 1
-                raise sqlite3.OperationalError("database or disk is full")
+                full = sqlite3.OperationalError("database or disk is full")
+                full.sqlite_errorcode = sqlite3.SQLITE_FULL  # as SQLite's own error carries it
+                raise full
             self.committed += 1
         return self.db.execute(sql, *args)
 
@@ -122,7 +124,8 @@ async def test_failed_commits_lose_no_acknowledged_job_and_run_no_refused_one(tm
             refused = {name for name, status in answers.items() if status == 503}
             assert acked | refused == set(answers), answers
             assert faults.failed and acked and refused, (faults.failed, len(acked), len(refused))
-            assert all("database or disk is full" in m and "state store" in m for m in messages), messages
+            assert all("database or disk is full" in m and "state store" in m and "free space" in m
+                       for m in messages), messages
             faults.failing = False
             await until(lambda: all((markers / name).exists() for name in acked), "every acknowledged job to run", timeout=120.0)
             await until(lambda: not any(j.state in ("PENDING", "RUNNING") for j in ctrl.cluster.jobs.values()),

@@ -36,5 +36,6 @@ def test_a_filling_disk_loses_no_acknowledged_job_and_runs_no_refused_one(tmp_pa
     assert result["other"] == {}, result
     assert result["acknowledged"] and result["refused"], result
     assert "the state store refused the write: database or disk is full" in result["refusal"]["error"], result
+    assert "free space in the controller's state directory" in result["refusal"]["error"], result
     assert result["alive_when_full"] and result["recovered"], result
     assert (result["lost"], result["refused_stored"], result["refused_ran"]) == (0, 0, 0), result

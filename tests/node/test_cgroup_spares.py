@@ -101,6 +101,20 @@ def test_the_next_task_with_the_same_limits_gets_the_finished_tasks_groups_under
         assert state.max_rss_bytes is not None and state.max_rss_bytes < 100 * MIB, "the peak starts again"
 
 
+@pytest.mark.skipif("memory" not in HOST.v1, reason="the host has no writable memory cgroup")
+def test_a_spare_keeps_no_more_than_a_little_memory_charged(table, workdir):
+    # 32 MiB of page cache written (and synced, so it can be reclaimed) stays charged to the task's memory group
+    # after it ends; the next task must not start with that less of its limit.
+    key = TaskKey(f"w{os.getpid()}", 0, 0)
+    table.start(key, _task_spec(workdir, ["dd", "if=/dev/zero", f"of={workdir / 'cached'}", "bs=1M", "count=32",
+                                          "conv=fsync"]))
+    assert run_to_end(table, key, timeout=60).exit_code == 0
+    wait_for(lambda: _groups(table.layout.tasks_dir, key.dirname) == [])
+    charged = [int(open(os.path.join(path, "memory.usage_in_bytes")).read())
+               for path in _spares(table) if os.path.dirname(path) == HOST.v1["memory"]]
+    assert all(bytes_ <= cgspares.MAX_LEFT_CHARGED for bytes_ in charged), charged
+
+
 def test_a_task_with_other_limits_gets_groups_of_its_own(table, workdir):
     first = TaskKey(f"c{os.getpid()}", 0, 0)
     table.start(first, _task_spec(workdir, ["true"]))

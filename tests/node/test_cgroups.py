@@ -227,11 +227,20 @@ def test_a_task_opens_only_its_own_gpu_devices(table, workdir, tmp_path):
     assert own in (errno.errorcode[errno.ENXIO], errno.errorcode[errno.ENODEV], "opened")
 
 
-@pytest.mark.skipif(HOST.v2 is None or not devfilter.usable(), reason="no cgroup v2 group, or no eBPF device programs")
+# Where a v2 group can be made for the device program: the task groups' v2 directory on a pure v2 host, else a
+# hybrid host's v2 mount (its tasks use the v1 devices controller, but the device program works there all the same).
+HYBRID_V2 = os.path.join(cgroups.ROOT, "unified")
+V2_BASE = HOST.v2 or (os.path.join(HYBRID_V2, cgroups.GROUP) if HOST.v1 and os.access(HYBRID_V2, os.W_OK)
+                      and os.path.exists(os.path.join(HYBRID_V2, "cgroup.procs")) else None)
+
+
+@pytest.mark.skipif(V2_BASE is None or not devfilter.usable(), reason="no cgroup v2 mount, or no eBPF device programs")
 @pytest.mark.parametrize("gpu_minors", [(1,), ()])
 def test_on_cgroup_v2_a_device_program_lets_a_task_open_only_its_own_gpus(tmp_path, gpu_minors):
-    # The pure-v2 path (no devices controller), on this host's v2 group: the same probe as above, the task's
+    # The pure-v2 path (no devices controller), on this host's v2 mount: the same probe as above, the task's
     # cgroup made as a host without a v1 devices controller makes it.
+    assert V2_BASE is not None
+    os.makedirs(V2_BASE, exist_ok=True)
     devices = tmp_path / "dev"
     devices.mkdir()
     try:
@@ -240,7 +249,7 @@ def test_on_cgroup_v2_a_device_program_lets_a_task_open_only_its_own_gpus(tmp_pa
     except OSError as exc:
         pytest.skip(f"cannot make device nodes here: {exc.strerror}")
     group = cgroups.TaskCgroup(f"devtest-{uuid.uuid4().hex[:8]}",
-                               cgroups.Hierarchies(v2=HOST.v2, device_programs=True))
+                               cgroups.Hierarchies(v2=V2_BASE, device_programs=True))
     group.create(cgroups.Limits(gpu_minors=gpu_minors))
     probe = ("import errno, os, sys\nfor path in sys.argv[1:]:\n"
              "    try:\n        os.close(os.open(path, os.O_RDWR))\n        print('opened')\n"
