@@ -1,4 +1,4 @@
-"""Benchmark of one `gpuctl submit`, `gpuctl queue` and `sbatch --parsable` call against Python's start-up floor.
+"""Benchmark of one `gpuctl submit`, `gpuctl queue`, `sbatch --parsable` and `squeue` call against Python's start-up.
 
 gpuctl is installed the regular way (not editable) into a temporary venv, `pip install --no-deps .` from
 this checkout (GPUD_COMPILE=1 in the environment compiles the core, as for a real install); --python
@@ -10,14 +10,19 @@ store), which leaves gpuctl's own cost alone.
 
 Runs, interleaved round by round so that machine load hits each alike:
   python -c pass                    the floor: the install's interpreter, its site-packages, nothing else;
+  argparse + json                   one option parsed by argparse, one JSON answer read by json: the least
+                                    any client built on them does (both import re, and argparse gettext);
   gpuctl submit -p bench -- true    one submit, the way a shell loop calls it;
   gpuctl queue                      the job table (50 jobs and more);
-  sbatch --parsable --wrap true     one submit through the Slurm shim.
+  sbatch --parsable --wrap true     one submit through the Slurm shim;
+  squeue                            the job table through the Slurm shim.
 Prints the median wall time of each, its minimum, the median CPU time (user + system of the process:
 steadier on a loaded machine), and each median minus the floor's; with --instructions, the instructions
 each executes once (valgrind) and their ratio to the floor's, which load does not move: wall time on a
-quiet machine goes nearly as that ratio. --json prints one JSON document.
-    python bench/cli_startup.py [--runs 20] [--python PATH] [--stand-in] [--instructions] [--json]
+quiet machine goes nearly as that ratio. A baseline's rows are named "baseline: ..." and compared with
+its own floor. --json prints one JSON document.
+    python bench/cli_startup.py [--runs 20] [--python PATH] [--baseline PATH] [--stand-in] [--instructions]
+                                [--json]
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ gpu_quota = 100000
 cpu_quota = 10000000
 memory_quota_gib = 100000000
 """
+# The least a command-line client built on argparse and json does: parse one option, read one JSON answer.
+ARGPARSE_JSON = ("import argparse, json; parser = argparse.ArgumentParser(prog='x'); parser.add_argument('-p'); "
+                 "parser.parse_args(['-p', 'x']); json.loads('{\"ids\": [\"1\"]}')")
 QUEUE = {"jobs": [{"id": str(i), "name": f"train-{i}", "user": "ann", "project": "bench",
                    "state": "RUNNING" if i < 8 else "PENDING", "started": time.time() - 60 * i if i < 8 else None,
                    "gpus": 1, "tasks": 1, "nodes": ["n1"] if i < 8 else [], "reason": "" if i < 8 else
@@ -171,10 +179,9 @@ def timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]
     return elapsed, (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
 
 
-def measure(python: str, url: str, token: str, home: str, runs: int, count: bool) -> list[dict]:
-    """Run every case ``runs`` times, interleaved; one row of figures per case."""
-    bindir = os.path.dirname(python)
-    gpuctl = os.path.join(bindir, "gpuctl")
+def measure(pythons: dict[str, str], url: str, token: str, home: str, runs: int, count: bool) -> list[dict]:
+    """Run every case of every install (``pythons``: a prefix for its case names -> its interpreter) ``runs``
+    times, interleaved; one row of figures per case."""
     # The client config as `gpud up` writes it: finding the controller reads it on every call.
     # (Not in the directory the commands run in: `python -c` would import a gpud/ folder there as gpud.)
     config = os.path.join(home, "config")
@@ -185,18 +192,27 @@ def measure(python: str, url: str, token: str, home: str, runs: int, count: bool
     for name in ("GPUD_PROJECT", "GPUD_URL", "GPUD_TOKEN", "GPUD_RETRY", "GPUD_TIMEOUT", "PYTHONPATH"):
         env.pop(name, None)
     work = os.path.join(home, "work")
-    shims = os.path.join(home, "shims")
     os.makedirs(work)
-    subprocess.run([gpuctl, "slurm-shims", "--dir", shims], env=env, check=True, stdout=subprocess.DEVNULL)
+    cases: dict[str, list[str]] = {}
+    floors: dict[str, str] = {}  # each case's floor: its own install's `python -c pass`
+    for prefix, python in pythons.items():
+        gpuctl = os.path.join(os.path.dirname(python), "gpuctl")
+        shims = os.path.join(home, f"shims{len(cases)}")
+        subprocess.run([gpuctl, "slurm-shims", "--dir", shims], env=env, check=True, stdout=subprocess.DEVNULL)
+        install_cases = {
+            "python -c pass": [python, "-c", "pass"],
+            "argparse + json": [python, "-c", ARGPARSE_JSON],
+            "gpuctl submit": [gpuctl, "submit", "-p", "bench", "--", "true"],
+            "gpuctl queue": [gpuctl, "queue"],
+            "sbatch --parsable": [os.path.join(shims, "sbatch"), "--parsable", "-A", "bench", "--wrap", "true"],
+            "squeue": [os.path.join(shims, "squeue")],
+        }
+        for name, argv in install_cases.items():
+            cases[prefix + name] = argv
+            floors[prefix + name] = prefix + "python -c pass"
     # A queue worth listing: 50 pending jobs before the first timed call.
-    subprocess.run([gpuctl, "submit", "-p", "bench", "--array", "0-49", "--", "true"], env=env, cwd=work,
+    subprocess.run([*cases["gpuctl submit"][:-2], "--array", "0-49", "--", "true"], env=env, cwd=work,
                    check=True, stdout=subprocess.DEVNULL)
-    cases = {
-        "python -c pass": [python, "-c", "pass"],
-        "gpuctl submit": [gpuctl, "submit", "-p", "bench", "--", "true"],
-        "gpuctl queue": [gpuctl, "queue"],
-        "sbatch --parsable": [os.path.join(shims, "sbatch"), "--parsable", "-A", "bench", "--wrap", "true"],
-    }
     wall: dict[str, list[float]] = {name: [] for name in cases}
     cpu: dict[str, list[float]] = {name: [] for name in cases}
     for name, argv in cases.items():  # one untimed run each: page cache, .pyc files
@@ -206,19 +222,20 @@ def measure(python: str, url: str, token: str, home: str, runs: int, count: bool
             elapsed, used = timed(argv, env, work)
             wall[name].append(elapsed)
             cpu[name].append(used)
-    floor, cpu_floor = statistics.median(wall["python -c pass"]), statistics.median(cpu["python -c pass"])
     rows = []
     for name in cases:
         median, cpu_median = statistics.median(wall[name]), statistics.median(cpu[name])
+        floor, cpu_floor = statistics.median(wall[floors[name]]), statistics.median(cpu[floors[name]])
         rows.append({"case": name, "median_ms": round(median, 1), "min_ms": round(min(wall[name]), 1),
                      "over_floor_ms": round(median - floor, 1), "cpu_median_ms": round(cpu_median, 1),
                      "cpu_over_floor_ms": round(cpu_median - cpu_floor, 1)})
     if count:
-        for row, argv in zip(rows, cases.values()):
-            row["instructions"] = instructions(argv, env, work)
-        floor_count = rows[0]["instructions"]
+        counted = {name: instructions(argv, env, work) for name, argv in cases.items()}
         for row in rows:
-            row["instructions_x_floor"] = round(row["instructions"] / floor_count, 2) if floor_count else None
+            row["instructions"] = counted[row["case"]]
+            floor_count = counted[floors[row["case"]]]
+            row["instructions_x_floor"] = round(row["instructions"] / floor_count, 2) \
+                if floor_count and row["instructions"] else None
     return rows
 
 
@@ -228,6 +245,9 @@ def main() -> int:
     parser.add_argument("--python", metavar="PATH",
                         help="the interpreter of an installed gpud, with gpuctl beside it (default: install "
                              "this checkout into a temporary venv)")
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="the interpreter of a second installed gpud, with gpuctl beside it, whose calls run "
+                             "beside these, interleaved (rows named 'baseline: ...')")
     parser.add_argument("--stand-in", action="store_true",
                         help="answer from this process (canned answers) instead of a real controller")
     parser.add_argument("--instructions", action="store_true",
@@ -237,8 +257,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         python = os.path.abspath(args.python) if args.python else install(home)
-        if not os.path.exists(os.path.join(os.path.dirname(python), "gpuctl")):
-            raise SystemExit(f"no gpuctl beside {python}: install gpud there")
+        pythons = {"": python}
+        if args.baseline:
+            pythons["baseline: "] = os.path.abspath(args.baseline)
+        for one in pythons.values():
+            if not os.path.exists(os.path.join(os.path.dirname(one), "gpuctl")):
+                raise SystemExit(f"no gpuctl beside {one}: install gpud there")
         server = controller = None
         try:
             if args.stand_in:
@@ -248,7 +272,7 @@ def main() -> int:
             else:
                 controller = Controller(home)
                 url, token = controller.url, controller.token
-            rows = measure(python, url, token, home, args.runs, args.instructions)
+            rows = measure(pythons, url, token, home, args.runs, args.instructions)
             compiled = compiled_core(python)
         finally:
             if server is not None:
@@ -257,18 +281,19 @@ def main() -> int:
                 controller.stop()
     server_kind = "a stand-in in this process" if args.stand_in else "a real controller"
     print(f"{args.runs} runs each, interleaved, {server_kind} on 127.0.0.1; wall time, and CPU time (user + system) "
-          f"of the process\n{'':20} {'median':>8} {'min':>7} {'- floor':>8}   {'CPU med':>8} {'- floor':>8}",
+          f"of the process\n{'':30} {'median':>8} {'min':>7} {'- floor':>8}   {'CPU med':>8} {'- floor':>8}",
           file=sys.stderr)
     for row in rows:
         counted = f"   {row['instructions'] / 1e6:7.1f} M instructions, {row['instructions_x_floor']:.2f} x the floor" \
             if row.get("instructions") else ""
-        print(f"{row['case']:20} {row['median_ms']:8.1f} {row['min_ms']:7.1f} {row['over_floor_ms']:+8.1f}   "
+        print(f"{row['case']:30} {row['median_ms']:8.1f} {row['min_ms']:7.1f} {row['over_floor_ms']:+8.1f}   "
               f"{row['cpu_median_ms']:8.1f} {row['cpu_over_floor_ms']:+8.1f}{counted}", file=sys.stderr)
     if args.json:
         print(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                       "platform": platform.platform(), "load": os.getloadavg()},
                           "install": "given" if args.python else "temporary venv, pip install --no-deps",
                           "compiled_core": compiled,
+                          "baseline": os.path.abspath(args.baseline) if args.baseline else None,
                           "controller": "stand-in" if args.stand_in else "real",
                           "runs": args.runs, "cases": rows}, indent=2))
     return 0

@@ -22,7 +22,10 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
 - healthz_max_ms: the slowest of the /healthz requests made every 100 ms
   from the first node's connection to the end of the drain;
 - nodes_not_up, reconnects, lease_expiries, errors: must all be 0 (no node
-  marked down by mistake, no message refused).
+  marked down by mistake, no message refused);
+- gc_full_passes_all, gc_full_pass_longest_ms, gc_freezes: the garbage
+  collector's full passes over the controller's whole life, from its
+  /metrics (gpud.controller.heap), read at the end.
 
 The controller's CPU is its own: the emulators, this script and the
 machine's other load are not in it (the load average is printed beside).
@@ -239,6 +242,18 @@ def profile(pid: int, path: str) -> subprocess.Popen | None:
                             stderr=subprocess.STDOUT)
 
 
+def metrics(url: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The values of these unlabelled metrics on the controller's /metrics (those it does not show are left out)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as answer:
+        lines = answer.read().decode().splitlines()
+    found = {}
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name in names:
+            found[name] = float(value)
+    return found
+
+
 def tail(root: str, name: str) -> str:
     """The end of a log file in ``root``."""
     try:
@@ -313,6 +328,8 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         nodes = api.get("nodes")["nodes"]
         # The history answers at most MAX_HISTORY of the latest jobs; the emulators count every task's end.
         history = api.get("history", {"limit": min(args.jobs, MAX_HISTORY)})["jobs"]
+        collector = metrics(url, ("gpud_gc_full_passes_total", "gpud_gc_full_pass_longest_seconds",
+                                  "gpud_gc_freezes_total"))
     except ClientError as exc:
         raise SystemExit(f"fleet: {exc}\n{tail(root, 'controller.log')}") from None
     finally:
@@ -360,6 +377,10 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         "lease_expiries": sum(r["lease_expiries"] for r in reports),
         "errors": sum(r["errors"] for r in reports), "error_texts": [t for r in reports for t in r["error_texts"]][:5],
         "completed_exit_0": len(completed), "emulators": len(emulators),
+        "gc_full_passes_all": collector.get("gpud_gc_full_passes_total"),
+        "gc_full_pass_longest_ms": round(collector["gpud_gc_full_pass_longest_seconds"] * 1000.0, 1)
+        if "gpud_gc_full_pass_longest_seconds" in collector else None,
+        "gc_freezes": collector.get("gpud_gc_freezes_total"),
         "emulator_cpu_s": round(sum(r["cpu_s"] for r in reports), 2),
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     })

@@ -8,7 +8,11 @@ Prints the listing's time, the pages, and /healthz's median, p99 and worst
 latency while the listing ran (the worst is the longest the event loop was
 held); round 0 is /healthz alone, with nothing listed, for comparison.
 
-    python bench/list_stall.py [--jobs 100000] [--limit 1000] [--rounds 3] [--idle-s 20]
+With ``--history`` the jobs are cancelled first and each round reads them
+back from GET /api/v1/history (at most 10,000, ``--limit`` capped there)
+instead: ended jobs are decoded from the store.
+
+    python bench/list_stall.py [--jobs 100000] [--limit 1000] [--rounds 3] [--idle-s 20] [--history]
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="full listings measured")
     parser.add_argument("--idle-s", type=float, default=20.0,
                         help="first, /healthz alone for this long (round 0): the latency no listing causes")
+    parser.add_argument("--history", action="store_true",
+                        help="cancel the jobs and read them back with GET /api/v1/history?limit=LIMIT")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpud-list-stall-") as root_text:
         root = Path(root_text)
@@ -85,18 +91,24 @@ def main() -> None:
                 "array": f"0-{args.jobs - 1}"})
             if status != 201:
                 raise SystemExit(f"the submit failed: {status} {answer}")
+            if args.history:
+                status, cancelled = call(port, "POST", f"/api/v1/jobs/{answer['array_id']}/cancel", token, {})
+                if status != 200:
+                    raise SystemExit(f"the cancel failed: {status} {cancelled}")
             if args.idle_s:
                 measure(port, token, args.limit, args.jobs, 0, idle_s=args.idle_s)
             for round_ in range(args.rounds):
-                measure(port, token, args.limit, args.jobs, round_ + 1)
+                measure(port, token, args.limit, args.jobs, round_ + 1, history=args.history)
         finally:
             os.kill(process.pid, signal.SIGTERM)
             process.wait(60)
             log.close()
 
 
-def measure(port: int, token: str, limit: int, jobs: int, round_: int, idle_s: float = 0.0) -> None:
-    """One full listing with /healthz asked throughout (or, with ``idle_s``, none); prints its figures."""
+def measure(port: int, token: str, limit: int, jobs: int, round_: int, idle_s: float = 0.0,
+            history: bool = False) -> None:
+    """One full listing (or one read of the history) with /healthz asked throughout (or, with ``idle_s``,
+    none); prints its figures."""
     latencies: list[float] = []
     done = threading.Event()
 
@@ -113,7 +125,13 @@ def measure(port: int, token: str, limit: int, jobs: int, round_: int, idle_s: f
     while idle_s:
         time.sleep(idle_s)
         break
-    while not idle_s:
+    while history and not idle_s:
+        status, answer = call(port, "GET", f"/api/v1/history?limit={min(limit, 10_000)}", token)
+        if status != 200:
+            raise SystemExit(f"reading the history failed: {status} {answer}")
+        listed, pages = len(answer["jobs"]), 1
+        break
+    while not idle_s and not history:
         path = f"/api/v1/jobs?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
         status, answer = call(port, "GET", path, token)
         if status != 200:

@@ -1,7 +1,8 @@
 """``#GPUD`` directive lines at the top of a batch script, read the way sbatch reads ``#SBATCH``."""
 
-from __future__ import annotations
-
+# Annotations are evaluated as written (no `from __future__ import annotations`): typing.NamedTuple would
+# compile() each field's annotation text, and a process's first compile() builds every type of the ast
+# module, over 10 M instructions (a quarter of Python's start-up) in each sbatch or gpuctl submit SCRIPT.
 import argparse
 import shlex
 from typing import NamedTuple

@@ -7,8 +7,9 @@ What has no gpud meaning is not guessed at: it comes back as an ``Ignored``
 entry for the caller to show.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated as written (no `from __future__ import annotations`): typing.NamedTuple would
+# compile() each field's annotation text, and a process's first compile() builds every type of the ast
+# module, over 10 M instructions (a quarter of Python's start-up) in each sbatch or gpuctl submit SCRIPT.
 import re
 from typing import NamedTuple
 

@@ -1,18 +1,20 @@
 """The ``SLURM_*`` variables Slurm's sbatch and srun give a task, made from what gpud knows of its job.
 
 Pure functions over plain values: the controller calls them where it builds
-a task's start order, and the Slurm command shims read node lists with
-:func:`expand_hostlist`. A task sees these beside gpud's own ``GPUD_*``.
+a task's start order (node lists in hostlist form come from gpud.hostlist,
+which the Slurm command shims import alone). A task sees these beside gpud's
+own ``GPUD_*``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from gpud.hostlist import expand_hostlist, hostlist
 
 # The variables this module sets; a job's own environment (copied from a shell inside another job, say)
 # never overrides them.
@@ -24,8 +26,6 @@ TASK_NAMES = frozenset({
     "SLURM_RESTART_COUNT", "SLURM_JOB_ACCOUNT", "SLURM_CLUSTER_NAME"})
 ARRAY_PREFIX = "SLURM_ARRAY_"
 CLUSTER_NAME = "gpud"
-_TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,80 +151,6 @@ def merged_env(job_env: Mapping[str, str], task: Mapping[str, str], is_array: bo
     out = {k: v for k, v in job_env.items()
            if k not in TASK_NAMES and (is_array or not k.startswith(ARRAY_PREFIX))}
     out.update(task)
-    return out
-
-
-def hostlist(names: Sequence[str]) -> str:
-    """Node names in Slurm's hostlist form, in the order given: node01,node02,node03,gpu7 -> ``node[01-03],gpu7``.
-
-    Duplicates count once. Neighbouring names that end in digits of the same
-    width and share the rest are folded into one bracket, runs of numbers
-    into ranges; :func:`expand_hostlist` gives the names back in the same
-    order, so a job's first node (``scontrol show hostnames | head -1``) is
-    the node of its rank 0.
-    """
-    groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers) or (name, -1, [])
-    for name in dict.fromkeys(names):
-        match = _TRAILING_DIGITS.match(name)
-        if match is None or "[" in name or "," in name:
-            groups.append((name, -1, []))
-        elif groups and groups[-1][:2] == (match[1], len(match[2])):
-            groups[-1][2].append(int(match[2]))
-        else:
-            groups.append((match[1], len(match[2]), [int(match[2])]))
-    parts = []
-    for prefix, width, numbers in groups:
-        if width < 0:
-            parts.append(prefix)
-            continue
-        ranges = _ranges(numbers)
-        text = ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in ranges)
-        parts.append(prefix + (text if len(numbers) == 1 else f"[{text}]"))
-    return ",".join(parts)
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Every node name of a hostlist such as ``gpu7,node[01-03,07]``, in order; ValueError for a malformed one."""
-    out: list[str] = []
-    for part in _split_top(text):
-        prefix, bracket, rest = part.partition("[")
-        if not bracket:
-            out.append(part)
-            continue
-        body, close, suffix = rest.partition("]")
-        if not close:
-            raise ValueError(f"unbalanced '[' in hostlist {text!r}")
-        for item in body.split(","):
-            match = _RANGE.match(item)
-            if match is None:
-                raise ValueError(f"bad range {item!r} in hostlist {text!r}")
-            low, high = match[1], match[2] or match[1]
-            width = len(low)
-            out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(low), int(high) + 1))
-    return out
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas outside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p for p in (p.strip() for p in parts) if p]
-
-
-def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
-    """Runs of numbers that each follow the one before: 1,2,3,7,5 -> (1, 3), (7, 7), (5, 5)."""
-    out: list[tuple[int, int]] = []
-    for n in numbers:
-        if out and out[-1][1] == n - 1:
-            out[-1] = (out[-1][0], n)
-        else:
-            out.append((n, n))
     return out
 
 

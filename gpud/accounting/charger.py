@@ -4,6 +4,12 @@ Every placed task is charged up to the instant of the last charge, which is
 stored with the amounts, so a restarted controller charges from there: a
 crash loses at most the interval being charged. A task that stops between
 charges has its last stretch kept in memory until the next charge.
+
+What the running tasks owe is added up a slice of jobs at a time, the
+event loop free between slices (16,000 running jobs took 56-61 ms in one
+go). A task that stops while a charge is under way is charged from the
+charge's instant if the charge already counted it, from the last charge's
+instant if not, so each stretch is charged once.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from gpud.accounting.decay import Amount, UsageKey, charged, decayed, gpu_seconds
-from gpud.accounting.meter import owed, run_charges
+from gpud.accounting.meter import Owed, owed, run_charges
+from gpud.controller.slices import SLICE_S, Slices
 from gpud.jobs import Job, TaskRun
 from gpud.policy import Policy
 from gpud.store.usage import UsageStore
@@ -29,7 +36,7 @@ class Charger:
 
     def __init__(self, store: UsageStore, executor: Executor, policy: Callable[[], Policy],
                  running: Callable[[], list[Job]], pool_of: Callable[[str], str],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, slice_s: float = SLICE_S) -> None:
         self.store = store
         self.executor = executor
         self.policy = policy
@@ -42,6 +49,10 @@ class Charger:
         self._gpu: Mapping[UsageKey, float] = MappingProxyType({})
         self.charges = 0
         self.last_charge_s = 0.0
+        self.slice_s = slice_s
+        # While a charge adds up the running tasks: its instant, the runs (by id) it has counted up to there, and
+        # what those of them that stopped meanwhile owe up to there (charged only if that charge does not end).
+        self._counting: tuple[float, set[int], list[tuple[UsageKey, Amount]]] | None = None
 
     def load(self) -> None:
         """Read the stored usage back (blocking: call from the store's thread or before serving)."""
@@ -62,25 +73,46 @@ class Charger:
         """A task stops holding its placement at ``end``: keep what it used since the last charge."""
         if run.placement is None:
             return
-        self.tails += run_charges(job, run, self.as_of, end, self.pool_of(run.placement.node),
-                                  self.department_of(job.project))
+        pool, department = self.pool_of(run.placement.node), self.department_of(job.project)
+        start = self.as_of
+        if self._counting is not None and id(run) in self._counting[1]:
+            start, _, counted = self._counting  # the charge under way counted it up to its instant
+            counted += run_charges(job, run, self.as_of, start, pool, department)
+        self.tails += run_charges(job, run, start, end, pool, department)
 
     def pending(self, now: float) -> list[tuple[UsageKey, Amount]]:
         """What is owed since the last charge: stopped tasks' last stretches and running tasks up to ``now``."""
-        return self.tails + owed(self.running(), self.as_of, now, self.pool_of, self.department_of)
+        counted = self._counting[2] if self._counting is not None else []
+        return self.tails + counted + owed(self.running(), self.as_of, now, self.pool_of, self.department_of)
 
     async def charge(self) -> None:
         """Decay the amounts to now, add what is owed, and store both in one transaction.
 
-        Memory moves on first, so a task stopping while the write is under way
-        is charged from the new instant; a failed write leaves memory right and
-        the next charge writes it all.
+        The running tasks are counted a slice at a time (see the module
+        docstring); then memory moves on at once, so a task stopping while the
+        write is under way is charged from the new instant; a failed write
+        leaves memory right and the next charge writes it all.
         """
         began = time.perf_counter()
         now = max(self.clock(), self.as_of)
+        counted = Owed(self.as_of, now, self.pool_of)
+        runs: set[int] = set()
+        stopped: list[tuple[UsageKey, Amount]] = []
+        self._counting = (now, runs, stopped)
+        try:
+            slices = Slices(self.slice_s)
+            for job in self.running():
+                counted.add(job)
+                runs.update(map(id, job.runs))
+                await slices.pause()
+        except BaseException:
+            self.tails += stopped  # this charge ends here: what it counted of the runs that stopped is still owed
+            raise
+        finally:
+            self._counting = None
         policy = self.policy()
         rows = charged(decayed(self.rows, self.as_of, now, policy.usage_half_life_s, policy.usage_reset),
-                       self.pending(now))
+                       self.tails + counted.charges(self.department_of))
         self.rows, self.as_of, self.tails = rows, now, []
         self._gpu = MappingProxyType(gpu_seconds(rows))
         await asyncio.get_running_loop().run_in_executor(self.executor, self.store.save, rows, now)

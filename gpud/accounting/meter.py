@@ -27,12 +27,21 @@ def run_charges(job: Job, run: TaskRun, start: float, end: float, pool: str,
             (("user", pool, f"{job.project}/{job.user}"), amount)]
 
 
-def owed(jobs: Iterable[Job], start: float, end: float, pool_of: Callable[[str], str],
-         department_of: Callable[[str], str]) -> list[tuple[UsageKey, Amount]]:
-    """The charges of every placed task of ``jobs`` for the part of [start, end] it held its placement,
-    added up per user, project and department in each pool (``pool_of`` names a node's pool)."""
-    totals: dict[tuple[str, str, str], list[float]] = {}
-    for job in jobs:
+class Owed:
+    """What placed tasks owe for the part of [start, end] they held their placement, added up per user,
+    project and department in each pool, a job at a time (``pool_of`` names a node's pool)."""
+
+    __slots__ = ("start", "end", "pool_of", "totals")
+
+    def __init__(self, start: float, end: float, pool_of: Callable[[str], str]) -> None:
+        self.start = start
+        self.end = end
+        self.pool_of = pool_of
+        self.totals: dict[tuple[str, str, str], list[float]] = {}
+
+    def add(self, job: Job) -> None:
+        """Add what every placed task of ``job`` owes."""
+        start, end, totals = self.start, self.end, self.totals
         for run in job.runs:
             placement, since = run.placement, run.since
             if placement is None or since is None:
@@ -40,16 +49,29 @@ def owed(jobs: Iterable[Job], start: float, end: float, pool_of: Callable[[str],
             seconds = end - (since if since > start else start)
             if seconds <= 0:
                 continue
-            key = (pool_of(placement.node), job.project, job.user)
+            key = (self.pool_of(placement.node), job.project, job.user)
             total = totals.get(key)
             if total is None:
                 total = totals[key] = [0.0, 0.0, 0.0]
             total[0] += gpus_of(placement) * seconds
             total[1] += job.cpus * seconds
             total[2] += job.memory_gib * seconds
-    charges: list[tuple[UsageKey, Amount]] = []
-    for (pool, project, user), total in totals.items():
-        amount = (total[0], total[1], total[2])
-        charges += [(("department", pool, department_of(project)), amount), (("project", pool, project), amount),
-                    (("user", pool, f"{project}/{user}"), amount)]
-    return charges
+
+    def charges(self, department_of: Callable[[str], str]) -> list[tuple[UsageKey, Amount]]:
+        """The charges added so far, three for each (pool, project, user): its department, project and user."""
+        charges: list[tuple[UsageKey, Amount]] = []
+        for (pool, project, user), total in self.totals.items():
+            amount = (total[0], total[1], total[2])
+            charges += [(("department", pool, department_of(project)), amount), (("project", pool, project), amount),
+                        (("user", pool, f"{project}/{user}"), amount)]
+        return charges
+
+
+def owed(jobs: Iterable[Job], start: float, end: float, pool_of: Callable[[str], str],
+         department_of: Callable[[str], str]) -> list[tuple[UsageKey, Amount]]:
+    """The charges of every placed task of ``jobs`` for the part of [start, end] it held its placement,
+    added up per user, project and department in each pool (``pool_of`` names a node's pool)."""
+    total = Owed(start, end, pool_of)
+    for job in jobs:
+        total.add(job)
+    return total.charges(department_of)

@@ -22,7 +22,7 @@ from gpud.controller.persist import StoreError
 from gpud.controller.policy_change import removed_projects
 from gpud.controller.service import Controller
 from gpud.controller.submits import SubmitRefused
-from gpud.controller.views import job_view, node_view, public_view, queue_view, redact
+from gpud.controller.views import JOB_VIEW_FIELDS, job_view, node_view, public_view, queue_view, redact
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
@@ -168,6 +168,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         after = job_list.decode_cursor(query["cursor"]) if "cursor" in query else None
     except job_list.CursorError as exc:
         raise ApiError(400, str(exc), field="cursor") from None
+    shown = _fields(query.get("fields"))
     now = ctrl.clock()
 
     def decode_ended() -> list[Job]:  # read and decoded in the store's thread, off the event loop
@@ -188,8 +189,10 @@ async def list_jobs(request: web.Request) -> web.Response:
             view = job_view(job, reason, ctrl.cluster.nodes, now, ctrl.cluster.policy.time_slicing)
             jobs.append(visible(principal, job, {**view, **ctrl.cluster.waits.start_of(job)} if active else view))
         await asyncio.sleep(0)
-    answer = {"jobs": jobs, "arrays": await arrays.listed_arrays(ctrl, jobs),
-              "next_cursor": job_list.encode_cursor(last) if last is not None else None}
+    listed = await arrays.listed_arrays(ctrl, jobs)
+    if shown is not None:
+        jobs = [{key: value for key, value in job.items() if key in shown} for job in jobs]
+    answer = {"jobs": jobs, "arrays": listed, "next_cursor": job_list.encode_cursor(last) if last is not None else None}
     return web.Response(text=jsontext.dumps(answer), content_type="application/json")
 
 
@@ -274,15 +277,20 @@ async def history(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_HISTORY:
         raise ApiError(422, f"limit must be 1 to {MAX_HISTORY}, not {limit}", field="limit")
     await written(ctrl)
-    loop = asyncio.get_running_loop()
-    records = await loop.run_in_executor(
-        ctrl.store_executor, lambda: ctrl.store.history(since=since, user=query.get("user"),
-                                                        project=query.get("project"), limit=limit))
+
+    def decode() -> list[Job]:  # read and decoded in the store's thread: 10,000 jobs take seconds to decode
+        records = ctrl.store.history(since=since, user=query.get("user"), project=query.get("project"), limit=limit)
+        return [Job.from_record(jsontext.loads(r)) for r in records]
+
+    ended = await asyncio.get_running_loop().run_in_executor(ctrl.store_executor, decode)
     now = ctrl.clock()
-    jobs = [visible(principal, job, job_view(job, recorded(job.reason), ctrl.cluster.nodes, now,
-                                             ctrl.cluster.policy.time_slicing))
-            for job in (Job.from_record(jsontext.loads(r)) for r in records)]
-    return ok({"jobs": jobs})
+    jobs = []
+    for start in range(0, len(ended), VIEW_SLICE):
+        jobs += [visible(principal, job, job_view(job, recorded(job.reason), ctrl.cluster.nodes, now,
+                                                  ctrl.cluster.policy.time_slicing))
+                 for job in ended[start:start + VIEW_SLICE]]
+        await asyncio.sleep(0)
+    return web.Response(text=jsontext.dumps({"jobs": jobs}), content_type="application/json")
 
 
 async def list_nodes(request: web.Request) -> web.Response:
@@ -587,6 +595,20 @@ def _valid_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _fields(text: str | None) -> frozenset[str] | None:
+    """The job fields a listing's ``fields`` names (each job then carries only those it has); None: every field."""
+    if text is None:
+        return None
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ApiError(422, "fields must name at least one job field", field="fields")
+    unknown = names - JOB_VIEW_FIELDS
+    if unknown:
+        raise ApiError(422, f"unknown job field {sorted(unknown)[0]!r} in fields; fields: {', '.join(sorted(JOB_VIEW_FIELDS))}",
+                       field="fields")
+    return names
 
 
 def _states(text: str | None) -> set[str] | None:

@@ -72,4 +72,12 @@ def render(ctrl: Controller) -> str:
                     [({}, ctrl.charger.charges)])
     lines += metric("gpud_usage_charge_seconds", "gauge", "Time the last usage charge took, its write included.",
                     [({}, round(ctrl.charger.last_charge_s, 6))])
+    passes = ctrl.full_passes
+    if passes is not None:
+        lines += metric("gpud_gc_full_passes_total", "counter", "Full passes of Python's garbage collector (each "
+                        "holds every thread) since the controller started.", [({}, passes.passes)])
+        lines += metric("gpud_gc_full_pass_longest_seconds", "gauge", "CPU time of the longest full pass so far.",
+                        [({}, round(passes.longest_s, 6))])
+        lines += metric("gpud_gc_freezes_total", "counter", "Times the survivors of a long full pass were moved "
+                        "where later passes skip them.", [({}, passes.freezes)])
     return "\n".join(lines) + "\n"

@@ -75,8 +75,10 @@ SCHEMAS: dict[str, Any] = {
                                                                      "notes": {"type": "array", "items": STR_MAP}}},
     "Jobs": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": _ref("Job")},
                                                                     "arrays": {"type": "object"}}},
+    # A listed job: every field of a Job, or only those the listing's ``fields`` names.
+    "ListedJob": {key: value for key, value in JOB_OUT.items() if key != "required"},
     "JobPage": {"type": "object", "required": ["jobs", "arrays", "next_cursor"],
-                "properties": {"jobs": {"type": "array", "items": _ref("Job")}, "arrays": {"type": "object"},
+                "properties": {"jobs": {"type": "array", "items": _ref("ListedJob")}, "arrays": {"type": "object"},
                                "next_cursor": {"type": ["string", "null"]}}},
     "Token": {"type": "object", "required": ["id", "user", "admin", "allow_root", "created"],
               "properties": {"id": STR, "user": STR, "admin": BOOL, "allow_root": BOOL, "created": NUM}},
@@ -176,7 +178,8 @@ PATHS: dict[str, Any] = {
                            _query("all", {"enum": ["1", "true", "0", "false"]}, "every state"),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000},
                                   "at most this many jobs in the page (1000)"),
-                           _query("cursor", STR, "the next_cursor of the page before")])},
+                           _query("cursor", STR, "the next_cursor of the page before"),
+                           _query("fields", STR, "comma-separated job fields: each job carries only these")])},
     "/api/v1/jobs/batch": {"post": _op(
         "submit many jobs, all or none", _answer("201", "durable: their ids in order", _ref("Ids"),
                                                  _503="the state store refused the write"),

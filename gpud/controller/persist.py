@@ -18,6 +18,7 @@ from gpud.store import Event, Fenced, Store, TokenRecord, WriteBatch
 INLINE_WRITE_S = 0.001
 INLINE_ROWS = 256          # a batch larger than this is written in the store's thread, however fast the disk
 ROWS_PER_SLICE = 256  # rows made on the event loop between two of its turns (about 5 ms of work)
+EVENTS_PER_SLICE = 2048  # events made so between two turns (a plan that starts 16,000 jobs records as many)
 FLUSH_SOON_S = 0.02  # how long a change nobody waits for may stay in memory only
 log = logging.getLogger("gpud.controller")
 
@@ -222,24 +223,27 @@ class Persister:
     async def _take(self) -> tuple[WriteBatch, tuple[dict, dict, list, dict], list[Job]]:
         """What is marked now, as the next batch's rows; everything marked from here on goes in a later batch.
 
-        The rows of changed jobs and nodes are made here, on the event loop (the loop changes those
-        objects, so no other thread may read them): a few hundred at a time, the loop free between, so
-        the rows of 16,000 jobs just started hold it for no longer than those of a few hundred. A
+        The rows of changed jobs and nodes, and the events, are made here, on the event loop (the loop
+        changes those objects, so no other thread may read them): a few hundred at a time, the loop free
+        between, so the rows of 16,000 jobs just started hold it for no longer than those of a few hundred. A
         record made after a later change holds that change too, which is marked again for the next
         batch anyway.
         """
         batch = WriteBatch()
-        jobs, nodes = list(self._jobs.values()), list(self._nodes.items())
+        jobs, nodes, events = list(self._jobs.values()), list(self._nodes.items()), self._events
         new = list(self._new.values())
-        batch.events = [Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job), e.node and _text(e.node))
-                        for e in self._events]
         batch.tokens = [t for t in self._tokens if _storable(t.user)]
         batch.meta, batch.answers = self._meta, self._answers
         taken = (self._jobs, self._nodes, self._events, self._meta)
         self._jobs, self._new, self._nodes, self._events, self._tokens, self._meta = {}, {}, {}, [], [], {}
         self._answers = []
-        for start in range(0, len(jobs), ROWS_PER_SLICE):
+        for start in range(0, len(events), EVENTS_PER_SLICE):
             if start:
+                await asyncio.sleep(0)
+            batch.events.extend(Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job),
+                                      e.node and _text(e.node)) for e in events[start:start + EVENTS_PER_SLICE])
+        for start in range(0, len(jobs), ROWS_PER_SLICE):
+            if start or len(events) > EVENTS_PER_SLICE // 2:
                 await asyncio.sleep(0)
             batch.jobs.extend(job_rows(jobs[start:start + ROWS_PER_SLICE]))
         for start in range(0, len(nodes), ROWS_PER_SLICE):

@@ -20,6 +20,7 @@ from gpud.accounting.charger import Charger
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
+from gpud.controller.heap import FullPasses
 from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
@@ -120,6 +121,7 @@ class Controller:
         self.charger = Charger(self.usage_store, self.store_executor, lambda: self.policy, self._placed_jobs,
                                self._pool_of)
         self.cluster.runs.run_ended = self.charger.run_ended
+        self.full_passes: FullPasses | None = None  # the collector's full passes, timed once the state is open
 
     def _placed_jobs(self) -> list[Job]:
         """The jobs holding a placement on some node now."""
@@ -174,6 +176,9 @@ class Controller:
         await loop.run_in_executor(self.store_executor, self.charger.load)
         self.cluster.restore(jobs, nodes, next_seq)
         gc.freeze()  # the jobs read back live long: see Submits.commit_new
+        if self.full_passes is None:  # and what lives long from here on, once a full pass grows long
+            self.full_passes = FullPasses(loop)
+        self.full_passes.install()
         await self.persist.flush()
         await self.prune_answers()
         log.info("controller state: %d active jobs, %d nodes, from %s; scheduling core %s", len(jobs), len(nodes),
@@ -214,6 +219,8 @@ class Controller:
             except StoreError as exc:  # every acknowledged change is already durable; these were never promised
                 log.error("stopping with changes not written: %s", exc)
         finally:
+            if self.full_passes is not None:
+                self.full_passes.uninstall()
             self.cluster.job_events.close()
             self.store_executor.submit(self.usage_store.close).result()
             self.store_executor.submit(self.store.close).result()

@@ -13,6 +13,16 @@ from gpud.policy import TimeSlicing
 # What only a job's owner and the admins see: what it runs, with what secrets, and where it writes.
 CONFIDENTIAL = ("command", "script", "env", "workdir", "output", "error")
 
+# Every field of a listed job object: job_view's, the expected start's (pending jobs) and public_view's mark.
+JOB_VIEW_FIELDS = frozenset((
+    "id", "name", "user", "project", "state", "reason", "reason_code", "reason_short", "priority_class", "priority",
+    "gpus", "gpu_memory_gib", "tasks", "min_tasks", "cpus", "memory_gib", "constraint", "pool", "workdir", "command",
+    "script", "env", "time_limit_s", "array_id", "array_index", "array_limit", "depends", "hold", "requeue",
+    "stop_signal", "output", "error", "signal", "last_checkpoint", "checkpoints", "lost_gpu_hours", "submitted",
+    "started", "ended", "restart_count", "exit_code", "term_signal", "nodes", "elapsed_s", "placements", "gpu_hours",
+    "gpu_compute_request", "gpu_compute_limit", "sharing", "interactive", "max_rss_bytes", "cpu_s", "limits",
+    "estimated_start", "reserved_start", "start_nodes", "no_estimate", "confidential"))
+
 
 def job_view(job: Job, reason: JobReason, nodes: Mapping[str, NodeRecord], now: float,
              slicing: TimeSlicing | None = None) -> dict:

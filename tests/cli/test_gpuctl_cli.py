@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpud.cli import gpuctl, submit_cmd
+from gpud.cli import gpuctl, queue_cmd, submit_cmd
 from gpud.cli.gpuctl import VERBS, main
 from gpuctl_helpers import closed_port, stand_in  # noqa: F401  (a fixture)
 
@@ -281,10 +281,11 @@ def test_queue_filters_and_me(api, capsys):
     assert main(["queue", "--me", "--project", "vision", "--state", "pd,R"]) == 0
     assert capsys.readouterr().out.split() == ["ID", "NAME", "USER", "PROJECT", "STATE", "TIME", "GPUS", "NODES",
                                                "REASON"]
-    assert api.requests[1]["query"] == "state=PENDING%2CRUNNING&user=alice&project=vision&limit=5000"
+    fields = "%2C".join(queue_cmd.QUEUE_FIELDS)  # only what the table shows
+    assert api.requests[1]["query"] == f"state=PENDING%2CRUNNING&user=alice&project=vision&fields={fields}&limit=5000"
     assert main(["queue", "--all", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"jobs": []}
-    assert api.requests[2]["query"] == "all=1&limit=5000"
+    assert api.requests[2]["query"] == "all=1&limit=5000"  # --json: the whole job objects
 
 
 def test_queue_follows_next_cursor_to_the_last_page(api, capsys):

@@ -83,3 +83,52 @@ def test_submit_help_points_to_one_call_for_many_jobs(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "thousands of jobs, submit them in one call" in out
     assert "--array 0-9999" in out and "--from-file jobs.jsonl" in out
+
+
+# Counts the annotation texts typing compiles (a process's first compile() builds every type of the ast module,
+# over 10 M instructions); a typing.NamedTuple in a module with `from __future__ import annotations` does it.
+COMPILED = """\
+import sys, typing
+compiled = []
+made = typing.ForwardRef.__init__
+def counting(self, arg, *args, **kwargs):
+    compiled.append(arg)
+    made(self, arg, *args, **kwargs)
+typing.ForwardRef.__init__ = counting
+if sys.argv[1] == "sbatch":
+    from gpud.cli.slurm import run
+    status = run("sbatch", sys.argv[2:])
+else:
+    from gpud.cli.gpuctl import main
+    status = main(sys.argv[1:])
+import json
+print(json.dumps({"status": status, "compiled": compiled}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [["sbatch", "--parsable", "-A", "vision", "train.sh"], ["submit", "train.sh"]],
+                         ids=["sbatch", "gpuctl submit SCRIPT"])
+def test_a_batch_script_is_read_without_compiling_annotations(argv, stand_in, tmp_path):  # noqa: F811
+    stand_in.routes["POST /api/v1/jobs"] = (201, {"ids": ["1"]}, {})
+    (tmp_path / "train.sh").write_text("#!/bin/sh\n#SBATCH -N 2 --gres=gpu:2 -t 1:00:00\n#GPUD --project vision\n"
+                                       "#SBATCH --exclusive\nsrun python train.py\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "GPUD_URL": stand_in.url}
+    done = subprocess.run([sys.executable, "-c", COMPILED, *argv], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env=env)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0, done.stderr
+    assert stand_in.requests[-1]["body"]["tasks"] == 2  # the #SBATCH lines were read
+    assert report["compiled"] == []
+
+
+def test_squeue_imports_nothing_heavy(stand_in, tmp_path):  # noqa: F811
+    # It prints node lists with gpud.hostlist alone: gpud.slurm_env's dataclasses cost more than Python's start-up.
+    stand_in.routes["GET /api/v1/jobs"] = (200, {"jobs": [
+        {"id": "1", "name": "x", "user": "ann", "state": "RUNNING", "nodes": ["n01", "n02"], "tasks": 2}]}, {})
+    run = "import sys\nbefore = set(sys.modules)\nfrom gpud.cli.slurm import run\nstatus = run('squeue', [])\n" \
+          "import json\nprint(json.dumps({'status': status, 'modules': sorted(set(sys.modules) - before)}), file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUD_URL": stand_in.url})
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0 and "n[01-02]" in done.stdout, done.stderr
+    assert [m for m in (*NOT_NEEDED, "gpud.slurm_env") if m in report["modules"]] == []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from gpud.cli.slurm import fields
 from gpud.cli.slurm.jobs import _expand_ids
@@ -118,3 +121,37 @@ def test_sbatch_passes_script_arguments_to_shell_scripts():
 def test_sinfo_node_states(node, state):
     from gpud.cli.slurm.jobs import _node_state
     assert _node_state(node) == state
+
+
+TIMES = st.none() | st.floats(min_value=0, max_value=4e9)
+NAMES = st.text(st.characters(codec="ascii", categories=["L", "N"]), min_size=1, max_size=8)
+# A listed job of any shape: an array element or not, pending or running, with or without limits and nodes.
+JOBS = st.fixed_dictionaries({
+    "id": NAMES, "array_id": st.none() | NAMES, "array_index": st.none() | st.integers(0, 9999), "name": NAMES,
+    "user": NAMES, "state": st.sampled_from(["PENDING", "RUNNING", *sorted(fields.STATE_CODES)]), "pool": st.none() | NAMES,
+    "project": NAMES, "priority_class": st.none() | NAMES, "elapsed_s": TIMES, "time_limit_s": TIMES,
+    "nodes": st.lists(st.sampled_from(["n01", "n02", "gpu-7"]), max_size=3), "tasks": st.none() | st.integers(1, 64),
+    "cpus": st.none() | st.floats(0.5, 64), "memory_gib": st.none() | st.floats(0, 1024),
+    "reason_short": st.none() | NAMES, "reason": NAMES, "gpus": st.none() | st.floats(0, 8), "submitted": TIMES,
+    "started": TIMES, "ended": TIMES, "workdir": st.none() | NAMES, "command": st.none() | st.lists(NAMES, max_size=3),
+    "priority": st.none() | st.integers(0, 10**6), "exit_code": st.none() | st.integers(0, 255),
+})
+
+
+def test_every_squeue_letter_says_which_fields_it_reads():
+    assert set(fields.SQUEUE_NEEDS) == set(fields.SQUEUE_FIELDS)
+
+
+@pytest.mark.parametrize("letter", sorted(fields.SQUEUE_FIELDS))
+@settings(max_examples=examples(100), deadline=None)
+@given(job=JOBS)
+def test_each_squeue_letter_prints_the_same_from_only_the_fields_it_needs(letter, job):
+    # squeue asks the controller for those fields alone: each must come out as from the whole job.
+    shown = {key: value for key, value in job.items() if key in fields.SQUEUE_NEEDS[letter]}
+    assert fields.SQUEUE_FIELDS[letter](shown) == fields.SQUEUE_FIELDS[letter](job)
+
+
+def test_a_format_needs_the_fields_of_each_of_its_letters():
+    assert fields.squeue_needs(fields.SQUEUE_DEFAULT) == {"id", "pool", "name", "user", "state", "elapsed_s",
+                                                          "nodes", "tasks", "reason_short"}
+    assert fields.squeue_needs("%10j|%.5%%Z %y") == {"name", "workdir"}  # %y: no such letter, refused when printed

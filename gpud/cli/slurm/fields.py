@@ -10,7 +10,7 @@ import re
 import time
 from typing import Callable
 
-from gpud.slurm_env import hostlist
+from gpud.hostlist import hostlist
 
 STATE_CODES = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
                "TIMEOUT": "TO", "PREEMPTED": "PR", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM"}
@@ -104,6 +104,16 @@ SQUEUE_FIELDS: dict[str, Callable[[dict], str]] = {
     "p": lambda j: f"{(j.get('priority') or 0) / 1000:.8f}", "k": lambda j: "(null)", "n": lambda j: "",
     "%": lambda j: "%",
 }
+# The job fields each %-letter reads: squeue asks the controller for only those its format shows.
+SQUEUE_NEEDS: dict[str, tuple[str, ...]] = {
+    "i": ("id",), "A": ("array_id", "id"), "F": ("array_id", "id"), "K": ("array_index",), "j": ("name",),
+    "u": ("user",), "t": ("state",), "T": ("state",), "P": ("pool",), "a": ("project",), "q": ("priority_class",),
+    "M": ("elapsed_s",), "l": ("time_limit_s",), "L": ("time_limit_s", "state", "elapsed_s"), "D": ("nodes", "tasks"),
+    "C": ("cpus", "tasks"), "c": ("cpus",), "m": ("memory_gib",), "R": ("state", "reason_short", "nodes"),
+    "r": ("state", "reason_short"), "N": ("nodes",), "b": ("gpus",), "V": ("submitted",), "S": ("started",),
+    "e": ("ended",), "Z": ("workdir",), "o": ("command",), "Q": ("priority",), "p": ("priority",), "k": (), "n": (),
+    "%": (),
+}
 # The heading squeue prints over each %-letter.
 SQUEUE_HEADINGS = {"i": "JOBID", "A": "ARRAY_JOB_ID", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "j": "NAME",
                    "u": "USER", "t": "ST", "T": "STATE", "P": "PARTITION", "a": "ACCOUNT", "q": "QOS",
@@ -135,6 +145,11 @@ def squeue_line(fmt: str, job: dict | None) -> str:
         out.append(text)
     out.append(fmt[pos:])
     return "".join(out)
+
+
+def squeue_needs(fmt: str) -> set[str]:
+    """The job fields squeue's ``-o`` format ``fmt`` shows (an unknown letter needs none: squeue_line refuses it)."""
+    return {name for match in _FORMAT_ITEM.finditer(fmt) for name in SQUEUE_NEEDS.get(match[3], ())}
 
 
 # sacct's fields (sacct --helpformat), lower-cased, and what each shows of a job.

@@ -9,8 +9,10 @@ from gpud.cli.slurm import fields
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off.
-    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off. gpuctl's Formatter knows
+    # the terminal's width without importing shutil.
+    from gpud.cli.common import Formatter
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, formatter_class=Formatter)
     parser.add_argument("--help", action="help", help="show this help and exit")
     return parser
 
@@ -34,10 +36,13 @@ def _me(api) -> str:
     return str(api.get("whoami")["user"])
 
 
-def _listed(api, users: list[str], all_states: bool) -> list[dict]:
+def _listed(api, users: list[str], all_states: bool, shown: set[str] | None = None) -> list[dict]:
+    """The jobs of ``users`` (everyone's when none), active ones or all; with ``shown``, only those fields."""
     query = {"all": "1"} if all_states else {}
     if len(users) == 1:
         query["user"] = users[0]
+    if shown:
+        query["fields"] = ",".join(sorted(shown | {"user"}))
     jobs = api.get("jobs", query or None)["jobs"]
     return [job for job in jobs if not users or job.get("user") in users]
 
@@ -73,6 +78,7 @@ def squeue(argv: list[str]) -> int:
     parser.add_argument("-n", "--name")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("squeue", extra)
+    fmt = args.format or fields.SQUEUE_DEFAULT
     api = _client()
     users = _ids(args.user) + ([_me(api)] if args.me else [])
     if args.jobs:
@@ -80,7 +86,9 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("state") in ("PENDING", "RUNNING")]
         jobs = [job for job in jobs if not users or job.get("user") in users]
     else:
-        jobs = _listed(api, users, all_states=False)
+        filters = {"pool": args.partition, "project": args.account, "name": args.name}
+        shown = fields.squeue_needs(fmt) | {"state"} | {name for name, given in filters.items() if given}
+        jobs = _listed(api, users, all_states=False, shown=shown)
     if args.states:
         wanted = {_state_name(s) for s in args.states.split(",")}
         if "ALL" not in wanted:
@@ -91,7 +99,6 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("project") in args.account.split(",")]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
-    fmt = args.format or fields.SQUEUE_DEFAULT
     lines = [] if args.noheader else [fields.squeue_line(fmt, None)]
     lines.extend(fields.squeue_line(fmt, job) for job in jobs)
     if lines:
@@ -221,7 +228,7 @@ def scontrol(argv: list[str]) -> int:
     words = [w for w in argv if not w.startswith("-")]
     if len(words) >= 2 and words[0] == "show" and words[1] in ("hostnames", "hostname"):
         import os
-        from gpud.slurm_env import expand_hostlist
+        from gpud.hostlist import expand_hostlist
         text = words[2] if len(words) > 2 else os.environ.get("SLURM_JOB_NODELIST", "")
         for name in expand_hostlist(text):
             print(name)
@@ -281,7 +288,7 @@ def sinfo(argv: list[str]) -> int:
     parser.add_argument("-N", "--Node", action="store_true")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("sinfo", extra)
-    from gpud.slurm_env import hostlist
+    from gpud.hostlist import hostlist
     nodes = _client().get("nodes")["nodes"]
     groups: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
