@@ -305,6 +305,27 @@ def test_queue_follows_next_cursor_to_the_last_page(api, capsys):
     assert [r["query"] for r in api.requests] == ["limit=5000", "limit=5000&cursor=c1", "limit=5000&cursor=c2"]
 
 
+def test_squeue_and_sacct_list_every_page(api, capsys):
+    from gpud.cli.slurm.jobs import sacct, squeue
+
+    def pages():
+        yield {"jobs": [{"id": "1", "user": "ann", "state": "RUNNING"}], "arrays": {}, "next_cursor": "c1"}
+        yield {"jobs": [{"id": "2", "user": "ann", "state": "PENDING"}], "arrays": {}, "next_cursor": None}
+    listing = pages()
+
+    class Paged(dict):
+        def get(self, key, default=None):
+            return (200, next(listing), {}) if key == "GET /api/v1/jobs" else super().get(key, default)
+
+    api.routes["GET /api/v1/whoami"] = (200, {"user": "ann"}, {})
+    api.routes = Paged(api.routes)
+    assert squeue(["-h", "-o", "%i %T"]) == 0
+    assert capsys.readouterr().out.split() == ["1", "RUNNING", "2", "PENDING"]
+    listing = pages()
+    assert sacct(["-n", "-X", "-P", "-o", "JobID,State"]) == 0
+    assert capsys.readouterr().out.split() == ["1|RUNNING", "2|PENDING"]
+
+
 def test_cancel_goes_on_past_a_refusal(api, capsys):
     api.routes["POST /api/v1/jobs/1/cancel"] = (200, {"ids": ["1"]}, {})
     api.routes["POST /api/v1/jobs/3/cancel"] = (200, {"ids": ["3_0", "3_1"]}, {})

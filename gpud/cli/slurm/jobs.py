@@ -43,7 +43,7 @@ def _listed(api, users: list[str], all_states: bool, shown: set[str] | None = No
         query["user"] = users[0]
     if shown:
         query["fields"] = ",".join(sorted(shown | {"user"}))
-    jobs = api.get("jobs", query or None)["jobs"]
+    jobs = api.get_all("jobs", query)["jobs"]
     return [job for job in jobs if not users or job.get("user") in users]
 
 
