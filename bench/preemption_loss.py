@@ -29,7 +29,13 @@ evicted: reclaim, preempt, or "moved" by consolidation; by the victim's priority
 were the only job of their project and priority old enough to be one, where the order had no choice
 inside the project; and by victims that never checkpoint); --json prints
 {"lost_gpu_seconds": {"least_lost_work": A, "youngest_first": Y}, "ratio": A / Y, "lost_by_rule": ...,
-"lost_by_priority": ..., "lost_without_choice": ..., "lost_never_checkpointed": ...}.
+"lost_by_priority": ..., "lost_without_choice": ..., "lost_never_checkpointed": ..., "lost_by_cause": ..., "choices": ...,
+"repeats": ..., "divergence": ...}.
+It then breaks the work lost down (bench/loss_breakdown.py): by cause (reclaim, preemption,
+consolidation move, time limit, node failure); per eviction, how many jobs of the victim's priority
+the rule allowed in its place and what the chosen, the best, the worst and the youngest of them
+would have lost; how often the same jobs are evicted again; and where the two orders' evictions
+first differ, after which they replay different futures.
 Both orders replay the very same jobs, nodes, projects and checkpoint intervals (one --seed).
 Arrivals come --compress times faster than in the trace (20 by default; run times are the trace's),
 so that the GPUs are contended and reclaim and preemption have work to do. --quick replays the
@@ -59,6 +65,8 @@ from gpud.trace.alibaba import TracePod, pod_job, read_nodes, read_pods  # noqa:
 from gpud.trace.projects import project_of, read_helios_quotas, trace_policy  # noqa: E402
 from gpud.trace.run import plugin_manager  # noqa: E402
 from gpud.trace.scale import scale_nodes  # noqa: E402
+
+from loss_breakdown import Breakdown, Running, allowed, divergence  # noqa: E402
 
 TRACES = os.environ.get("GPUD_TRACES", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces"))
 ALIBABA = os.path.join(TRACES, "alibaba-gpu-v2023")
@@ -126,6 +134,11 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
     by_priority: dict[str, float] = {}  # the work lost, by the victim's priority
     no_choice = never = 0.0  # lost by victims that were the only ones of their project and priority; that never checkpoint
     evictions = moves = 0
+    breakdown = Breakdown()
+    sequence: list[tuple[float, str]] = []  # every eviction, (time, job), in order
+    gpus_of = {node.name: ([0.0 if i in node.out_of_service else 1.0 for i in range(node.gpus)], node.cpus,
+                           node.memory_gib) for node in nodes}
+    memory_of = {node.name: node.gpu_memory_gib for node in nodes}
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
@@ -148,11 +161,30 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
                                                      checkpointed=job.last_checkpoint))
         plan = scheduler.cycle(now)
         peers = _peers(jobs, running, {e.job for e in plan.evictions}, now, policy.min_runtime_s) if plan.evictions else {}
+        before = _before(jobs, running, now, gpus_of, scheduler) if plan.evictions else None
+        evicted = {e.job for e in plan.evictions}
         for eviction in plan.evictions:
             job = jobs[eviction.job]
             assert job.started is not None
             saved = job.checkpoints(now) * job.interval if job.interval is not None else 0.0
             this = job.gpus() * (now - job.started - saved)
+            if before is not None:
+                seen, free, over = before
+                free = _less_new_starts(free, plan.binds, running, eviction.for_job, jobs)
+                cause = "consolidate" if eviction.rule == "consolidate" else eviction.rule
+                preemptor = jobs[eviction.for_job].spec if eviction.for_job in jobs else job.spec
+                request = preemptor.request
+                victim_node = next(iter(seen[eviction.job].held), "")
+                task = (request.whole_gpus, request.gpu_share_on(memory_of.get(victim_node, 80.0)), request.cpus,
+                        request.memory_gib)
+                usable = {node.name for node in nodes
+                          if all(node.labels.get(k) == v for k, v in preemptor.node_selector.items())}
+                breakdown.note(now, eviction.job, cause, eviction.moved and cause != "consolidate", this,
+                               allowed(seen[eviction.job], cause, preemptor.project, task, usable,
+                                       seen.values(), evicted, free, policy.min_runtime_s, now, over,
+                                       [seen[e.job] for e in plan.evictions
+                                        if e.for_job == eviction.for_job and e.job != eviction.job]))
+                sequence.append((now, eviction.job))
             lost += this
             rule = "moved" if eviction.moved else eviction.rule
             by_rule[rule] = by_rule.get(rule, 0.0) + this
@@ -185,7 +217,64 @@ def replay(pods: list[TracePod], nodes, policy, pm, model: Model, seed: int, tab
     return {"lost_gpu_seconds": lost, "evictions": evictions, "moves": moves, "jobs": len(jobs),
             "by_rule": {rule: round(amount, 1) for rule, amount in sorted(by_rule.items())},
             "by_priority": {p: round(amount, 1) for p, amount in sorted(by_priority.items())},
-            "no_choice": round(no_choice, 1), "never_checkpointed": round(never, 1)}
+            "no_choice": round(no_choice, 1), "never_checkpointed": round(never, 1),
+            "by_cause": breakdown.by_cause(), "choices": breakdown.summary(), "repeats": breakdown.repeats(),
+            "sequence": sequence}
+
+
+def _before(jobs: dict[str, _Job], running: set[str], now: float,
+            gpus_of: dict[str, tuple[list[float], float, float]],
+            scheduler: Scheduler) -> tuple[dict[str, Running], dict[str, tuple[list[float], float, float]], set[str]]:
+    """The running jobs as they stood before this cycle's evictions, each node's free GPUs, and the
+    projects holding more GPUs than their fair share (the cycle's fair shares)."""
+    seen: dict[str, Running] = {}
+    shares_of = {node: list(shares) for node, (shares, _, _) in gpus_of.items()}
+    cpu_of = {node: cpu for node, (_, cpu, _) in gpus_of.items()}
+    mem_of = {node: mem for node, (_, _, mem) in gpus_of.items()}
+    held_by: dict[str, float] = {}
+    shares: dict[str, float] = {}
+    for name in running:
+        job = jobs[name]
+        assert job.started is not None
+        held: dict[str, dict[int, float]] = {}
+        host: dict[str, tuple[float, float]] = {}
+        request = job.spec.request
+        for placement in job.placements:
+            if placement is not None:
+                on_node = held.setdefault(placement.node, {})
+                for index in placement.gpu_index:
+                    on_node[index] = on_node.get(index, 0.0) + placement.gpu_share
+                    shares_of[placement.node][index] -= placement.gpu_share
+                cpu, mem = host.get(placement.node, (0.0, 0.0))
+                host[placement.node] = (cpu + request.cpus, mem + request.memory_gib)
+                cpu_of[placement.node] -= request.cpus
+                mem_of[placement.node] -= request.memory_gib
+        since = job.last_checkpoint if job.told and job.last_checkpoint is not None else job.started
+        project = job.spec.project
+        seen[name] = Running(name, project, job.spec.priority, job.spec.preemptible, job.started,
+                             job.gpus() * (now - since), held, host)
+        held_by[project] = held_by.get(project, 0.0) + job.gpus()
+        if project not in shares:
+            shares[project] = scheduler.state.project_queue(job.spec).fair_share.gpu
+    free = {node: (shares_of[node], cpu_of[node], mem_of[node]) for node in shares_of}
+    return seen, free, {p for p, gpus in held_by.items() if gpus > shares[p] + 1e-9}
+
+
+def _less_new_starts(free: dict[str, tuple[list[float], float, float]], binds, running: set[str],
+                     served: str | None, jobs: dict[str, _Job]) -> dict[str, tuple[list[float], float, float]]:
+    """The free room of ``free`` less what the cycle's other new starts took (the job served left out):
+    those placed by allocation before eviction made room took it first."""
+    left = {node: (list(shares), cpu, mem) for node, (shares, cpu, mem) in free.items()}
+    for bind in binds:
+        if bind.job == served or bind.job in running:
+            continue
+        placement = bind.placement
+        shares, cpu, mem = left[placement.node]
+        for index in placement.gpu_index:
+            shares[index] -= placement.gpu_share
+        request = jobs[bind.job].spec.request
+        left[placement.node] = (shares, cpu - request.cpus, mem - request.memory_gib)
+    return left
 
 
 def _peers(jobs: dict[str, _Job], running: set[str], evicted: set[str], now: float,
@@ -239,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
            "lost_by_priority": {o: r["by_priority"] for o, r in results.items()},
            "lost_without_choice": {o: r["no_choice"] for o, r in results.items()},
            "lost_never_checkpointed": {o: r["never_checkpointed"] for o, r in results.items()},
+           "lost_by_cause": {o: r["by_cause"] for o, r in results.items()},
+           "choices": {o: r["choices"] for o, r in results.items()},
+           "repeats": {o: r["repeats"] for o, r in results.items()},
+           "divergence": divergence(results[LEAST_LOST_WORK]["sequence"], results[YOUNGEST_FIRST]["sequence"]),
            "jobs": results[LEAST_LOST_WORK]["jobs"], "nodes": len(nodes), "gpus": capacity,
            "model": {"never": args.never, "min_interval_s": args.min_interval, "max_interval_s": args.max_interval,
                      "seed": args.seed},
@@ -260,6 +353,24 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{p} {amount / 3600:.1f}" for p, amount in result["by_priority"].items())
               + f"; by victims that were their project's only one of their priority {result['no_choice'] / 3600:.1f}"
               + f"; by victims that never checkpoint {result['never_checkpointed'] / 3600:.1f}")
+    for order in results:
+        print(f"{order}: lost GPU-hours by cause: "
+              + ", ".join(f"{cause} {amount / 3600:.1f}" for cause, amount in doc["lost_by_cause"][order].items()))
+    print("per eviction, the allowed choices of the victim's priority; GPU-hours lost by the evictions that had none,"
+          " and by those that had one: the chosen, the best, the worst and the youngest allowed:")
+    print(f"{'victim order':<18}{'cause':<13}{'evictions':>10}{'w/ choice':>10}{'mean n':>8}{'no choice':>10}"
+          f"{'chosen':>8}{'best':>8}{'worst':>8}{'youngest':>9}")
+    for order in results:
+        for cause, row in doc["choices"][order].items():
+            print(f"{order:<18}{cause:<13}{row['evictions']:>10}{row['with_choice']:>10}{row['mean_allowed']:>8.2f}"
+                  f"{row['lost_without_choice'] / 3600:>10.1f}"
+                  f"{row['lost_with_choice'] / 3600:>8.1f}{row['best_with_choice'] / 3600:>8.1f}"
+                  f"{row['worst_with_choice'] / 3600:>8.1f}{row['youngest_with_choice'] / 3600:>9.1f}")
+    for order in results:
+        print(f"{order}: repeats: " + ", ".join(f"{k} {v}" for k, v in doc["repeats"][order].items()))
+    split = doc["divergence"]
+    print(f"the two orders evict alike for {split['identical_evictions_before_divergence']} evictions, then diverge"
+          f" at t={split['diverged_at_s']} s; {split['evictions_in_both']} evictions (same job, same time) are in both")
     if y:
         print(f"least_lost_work loses {a / y:.2f} x what youngest_first loses (goal: at most 0.70)")
     return 0

@@ -106,10 +106,20 @@ class Consolidate:
         """Move the fewest tasks off one node so task ``task`` of ``job`` fits there; True on success.
 
         Among nodes cleared by as many moves, the one whose moved tasks come
-        first in the victim order wins (lowest priority, most recently started).
+        first in the victim order wins (lowest priority, most recently started;
+        with ``least_lost_work``, the least work lost). Each node's tasks are
+        tried the largest GPU holders first; where that clears the node, with
+        an order that weighs lost work (``VictimOrder.weighs_lost_work``), each
+        task there that checkpointed in its current run is tried alone too,
+        the first in the order first: a move stops and restarts the job, and
+        a job moved right after its checkpoint loses nearly nothing. Jobs that
+        never checkpointed are not tried alone, and no node is cleared that
+        the largest holders could not clear, so that a cluster without
+        checkpoints sees the moves it saw before.
         """
         placer, lists = self.placer, self.lists
-        best: tuple[int, list[tuple], NodeState] | None = None
+        weigh = lists.weighs_lost_work
+        best: tuple[int, list[tuple], NodeState, list[Movable]] | None = None
         tried = 0
         for node in self.most_free_first(self.state.pool_of(job)):
             if tried >= MAX_NODES_TRIED:
@@ -122,17 +132,43 @@ class Consolidate:
             tried += 1
             if not _might_clear(placer, job, node, movable):
                 continue
-            mark = stmt.checkpoint()
-            moves = self.try_node(stmt, job, task, node, movable)
-            stmt.rollback(mark)
-            if moves is not None and (best is None or moves <= best[0]):
-                keys = sorted([lists.key_of(other, [other_task]) for other, other_task in movable[:moves]],
-                              reverse=True)
-                if best is None or moves < best[0] or keys < best[1]:
-                    best = (moves, keys, node)
+            found = self._trial(stmt, job, task, node, movable)
+            if found is None:
+                continue
+            if best is None or found[:2] < best[:2]:
+                best = found
+            if weigh:
+                for item in self._checkpointed_in_order(movable):
+                    if best is not None and best[0] == 1 and [lists.key_of(item[0], [item[1]])] >= best[1]:
+                        break  # the one move already found loses no more than this one would
+                    if _might_clear(placer, job, node, [item]):
+                        found = self._trial(stmt, job, task, node, [item])
+                        if found is not None and (best is None or found[:2] < best[:2]):
+                            best = found
         if best is None:
             return False
-        return self.try_node(stmt, job, task, best[2], self.movable(job, best[2])) is not None
+        return self.try_node(stmt, job, task, best[2], best[3]) is not None
+
+    def _trial(self, stmt: Statement, job: JobSpec, task: int, node: NodeState,
+               order: list[Movable]) -> tuple[int, list[tuple], NodeState, list[Movable]] | None:
+        """What moving tasks of ``order`` off ``node``, in order, would take (nothing is changed): how many
+        move, their victim keys (the last in the victim order first), the node and the order; None when
+        that makes no room for the task."""
+        mark = stmt.checkpoint()
+        moves = self.try_node(stmt, job, task, node, order)
+        stmt.rollback(mark)
+        if moves is None:
+            return None
+        lists = self.lists
+        keys = sorted([lists.key_of(other, [other_task]) for other, other_task in order[:moves]], reverse=True)
+        return moves, keys, node, order
+
+    def _checkpointed_in_order(self, movable: list[Movable]) -> list[Movable]:
+        """The movable tasks whose jobs checkpointed since they last started, first in the victim order first."""
+        lists = self.lists
+        found = [item for item in movable if _checkpointed_this_run(item[0])]
+        found.sort(key=lambda item: lists.key_of(item[0], [item[1]]))
+        return found
 
     def movable(self, job: JobSpec, node: NodeState) -> list[Movable]:
         """The tasks on ``node`` that may move for ``job``, the largest GPU holders first.
@@ -249,6 +285,15 @@ class _Hopeless(Skip):
         return (self.attempts >= MAX_JOBS_PER_CYCLE
                 or self.failed.find(job, gang_tasks(state, job), 0,
                                     state.shapes.of_group(group) if group is not None else -1) is not None)
+
+
+def _checkpointed_this_run(job: JobSpec) -> bool:
+    """Whether the running job reported a checkpoint since it last started."""
+    checkpointed = job.checkpointed
+    if checkpointed is None:
+        return False
+    started = job.started if job.started is not None else job.submitted
+    return checkpointed > started
 
 
 def _gpus_held(placement: TaskPlacement | None) -> float:
