@@ -145,8 +145,11 @@ def gpud_victim_order_key(victim: Victim) -> Any:
     must not change within a cycle. Consolidation, which moves jobs rather
     than stops them, moves the tasks holding the most GPUs first and asks
     this key (for one task of the job) only between tasks that hold as
-    many, and between nodes cleared by as many moves. The built-in key is
-    lowest priority first, then most recently started. First result.
+    many, and between nodes cleared by as many moves; with an order that
+    weighs lost work it also tries alone, in this key's order, each task
+    whose job checkpointed since it started on a node the largest holders
+    clear. The built-in key is lowest priority first, then most recently
+    started. First result.
     """
 
 
