@@ -23,17 +23,10 @@ from gpud.plugins import make_plugin_manager
 from gpud.policy import LEAST_LOST_WORK, YOUNGEST_FIRST, Department, Policy, Project, Resources
 
 from test_properties import NOW, POOL, Room, requests
+from test_victims_by_lost_work import lost
 
 PM = make_plugin_manager()
 TOL = 1e-6
-
-
-def lost(job: JobSpec, now: float) -> float:
-    """GPU-seconds the running job would lose if stopped at ``now`` (the formula of docs/scheduling.md)."""
-    gpus = sum(p.gpu_share * len(p.gpu_index) for p in job.placements if p is not None)
-    started = job.started if job.started is not None else job.submitted
-    since = max(started, job.checkpointed) if job.checkpointed is not None else started
-    return gpus * max(0.0, now - since)
 
 
 def checkpointed_this_run(job: JobSpec) -> bool:
