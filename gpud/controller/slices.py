@@ -1,4 +1,4 @@
-"""The controller loop's time shared out: long work cut into slices, many small pieces admitted in turns.
+"""The controller loop's time shared out: long work cut into slices, node messages admitted in turns.
 
 The controller's loop answers every node and every request, and it runs
 every callback ready at the start of one of its turns before it looks for
@@ -8,14 +8,14 @@ as they came held it for hundreds of milliseconds; each node's heartbeat,
 each ``/healthz`` (which needs a few turns to be read and answered), waited
 as long or several times as long.
 
-So the loop's turns have a budget, SLICE_S, shared by all such work
-(:class:`Turns`, one per loop): each node message is a piece that waits
-for its turn (:meth:`Turns.enter`), and long work (a plan, the commands it
-sends, store rows, a batch of submits, a usage charge) calls
-:meth:`Slices.pause` between its steps, which lets the loop turn once its
-own slice or the turn's budget is spent and then waits for its turn as a
-node message does. Whatever is not such work (reading sockets, answering a
-request) runs between turns.
+Long work (a plan, the commands it sends, store rows, a batch of submits, a
+usage charge) calls :meth:`Slices.pause` between its steps, which lets the
+loop turn once SLICE_S is spent. Each node message is a piece that waits
+for its turn (:class:`Turns`, one per loop): a turn of the loop runs about
+SLICE_S of them. Long work is not queued behind the node messages (a plan
+that waited behind every heartbeat for each slice would fill a fleet in
+minutes): a turn of the loop runs at most a slice of each piece of long work
+under way and a turn of node messages, then reads and answers the rest.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Turns:
     has run; the rest wait, first come first served, for the next turns:
     about ``slice_s`` of them are woken per turn, as the pieces' recent cost
     says. Pieces of one task keep their order (each awaits its own turn);
-    the work done in all is the same::
+    a piece woken into a turn that the pieces woken before it have spent
+    waits first in line for the next. The work done in all is the same::
 
         began = await turns.enter()
         try:
@@ -51,26 +52,32 @@ class Turns:
         self.open = False            # a turn of the loop is under way (it ends at the loop's next turn)
         self.cost = slice_s / 8      # the recent cost of one piece (moving average)
         self.waiting: deque[asyncio.Future] = deque()
+        self.deferred: deque[asyncio.Future] = deque()  # woken in a turn already spent: they go first at the next
         self.waits = 0               # pieces that waited for a later turn (for tests and figures)
 
     async def enter(self) -> float:
         """Return when this piece may run (with the time it began, for :meth:`leave`): at once while this turn
         has time left and nobody waits, else at a later turn, in the order the pieces came."""
-        if not self.waiting and self.used() < self.slice_s:
+        if not self.waiting and not self.deferred and self.used() < self.slice_s:
             self._open()
             return time.perf_counter()
         self.waits += 1
-        future = asyncio.get_running_loop().create_future()
-        self.waiting.append(future)
-        self._open()
-        try:
-            await future
-        except asyncio.CancelledError:
-            if not future.done() or future.cancelled():
-                with contextlib.suppress(ValueError):
-                    self.waiting.remove(future)
-            raise
-        return time.perf_counter()
+        queue = self.waiting
+        while True:
+            future = asyncio.get_running_loop().create_future()
+            queue.append(future)
+            self._open()
+            try:
+                await future
+            except asyncio.CancelledError:
+                for where in (self.waiting, self.deferred):
+                    with contextlib.suppress(ValueError):
+                        where.remove(future)
+                raise
+            if self.used() < self.slice_s or not self.used():  # time left, or the turn's first piece
+                return time.perf_counter()
+            # The pieces woken with this one (their cost was guessed) spent the turn: first in line at the next.
+            queue = self.deferred
 
     def leave(self, began: float) -> None:
         """The piece that :meth:`enter` let begin at ``began`` is done: its time counts against this turn."""
@@ -92,15 +99,18 @@ class Turns:
     def _next_turn(self) -> None:
         # Runs at the loop's next turn: this turn is over; the next batch of waiting pieces runs at the one after.
         self.open = False
-        if not self.waiting:
-            return
-        self._open()
-        room = max(1, int(self.slice_s / max(self.cost, 1e-6)))
-        while self.waiting and room:
+        if self.deferred:
+            self.waiting.extendleft(reversed(self.deferred))
+            self.deferred.clear()
+        batch = max(1, int(self.slice_s / max(self.cost, 1e-6)))
+        woken = 0
+        while self.waiting and woken < batch:
             future = self.waiting.popleft()
             if not future.done():
                 future.set_result(None)
-                room -= 1
+                woken += 1
+        if woken:
+            self._open()  # after the wakeups: this turn ends once the pieces woken have run
 
 
 _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
@@ -116,8 +126,7 @@ def loop_turns() -> Turns:
 
 
 class Slices:
-    """The clock of one piece of long work on the loop, cut into slices of at most ``slice_s`` seconds each
-    that take their turns with the loop's other work (see the module docstring)."""
+    """The clock of one piece of long work on the loop, cut into slices of at most ``slice_s`` seconds each."""
 
     def __init__(self, slice_s: float = SLICE_S) -> None:
         self.slice_s = slice_s
@@ -125,12 +134,8 @@ class Slices:
         self.pauses = 0
 
     async def pause(self) -> None:
-        """Let the loop turn when this slice's time, or the loop's turn, is spent, and wait for a later turn
-        (returns at once otherwise)."""
-        turns = loop_turns()
-        spent = time.perf_counter() - self.began
-        if spent >= self.slice_s or turns.used() + spent >= turns.slice_s:
+        """Let the loop turn when this slice's time is spent (returns at once otherwise)."""
+        if time.perf_counter() - self.began >= self.slice_s:
             self.pauses += 1
-            turns.leave(self.began)
             await asyncio.sleep(0)
-            self.began = await turns.enter()
+            self.began = time.perf_counter()

@@ -1,5 +1,5 @@
-"""The loop's turns: a burst of node messages, or long sliced work, leaves the loop free between turns of bounded
-work; every piece runs, each task's pieces in order, first come first served."""
+"""The loop's turns: a burst of node messages leaves the loop free between turns of bounded work; every piece runs,
+each task's pieces in order, first come first served."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpud.controller.slices import Slices, Turns, loop_turns
+from gpud.controller.slices import Turns
 
 PIECE_S = 0.001
 
@@ -84,31 +84,31 @@ async def test_a_waiting_piece_cancelled_leaves_the_others_to_run():
     assert not turns.waiting
 
 
-async def test_long_sliced_work_shares_each_turn_with_the_pieces():
-    turns = loop_turns()
-    done: list[object] = []
+async def test_pieces_dearer_than_the_recent_ones_still_fill_one_turn_only():
+    turns = Turns(slice_s=0.005)
+    done: list[int] = []
+    for n in range(64):  # cheap pieces (heartbeats): the recent cost says a turn holds many
+        began = await turns.enter()
+        turns.leave(began)
     per_turn: list[int] = []
     finished = False
     loop = asyncio.get_running_loop()
 
-    def probe(last: int = 0) -> None:  # runs once per turn of the loop: what ran since its last run
+    def probe(last: int = 0) -> None:
         per_turn.append(len(done) - last)
         if not finished:
             loop.call_soon(probe, len(done))
 
-    async def long_work() -> None:
-        slices = Slices()
-        for step in range(100):
-            busy(PIECE_S)
-            done.append(("step", step))
-            await slices.pause()
+    async def dear(n: int) -> None:  # task exits costing 2 ms each, all ready at once
+        began = await turns.enter()
+        try:
+            busy(0.002)
+            done.append(n)
+        finally:
+            turns.leave(began)
 
     probe()
-    work = asyncio.ensure_future(long_work())
-    burst = [asyncio.ensure_future(piece(turns, done, n)) for n in range(100)]
-    await asyncio.gather(work, *burst)
+    await asyncio.gather(*(dear(n) for n in range(60)))
     finished = True
-    assert [what for what in done if not isinstance(what, int)] == [("step", step) for step in range(100)]
-    assert sorted(what for what in done if isinstance(what, int)) == list(range(100))
-    # One budget for both: no turn of the loop ran much more than one slice of them together.
-    assert max(per_turn) <= 0.005 / PIECE_S + 2, per_turn
+    assert sorted(done) == list(range(60))
+    assert max(per_turn) <= 0.005 / 0.002 + 2, per_turn
