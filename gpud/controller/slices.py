@@ -33,9 +33,10 @@ class Turns:
     """Pieces of work from many tasks admitted to the loop in turns of about ``slice_s`` each.
 
     Within one turn of the loop pieces run at once until ``slice_s`` of them
-    has run; the rest wait, first come first served, for the next turns:
-    about ``slice_s`` of them are woken per turn, as the pieces' recent cost
-    says. Pieces of one task keep their order (each awaits its own turn);
+    has run (or, on a loop busy with other work, as much as that work took in
+    the last turn); the rest wait, first come first served, for the next
+    turns: about as many of them are woken per turn as the pieces' recent
+    cost says fit. Pieces of one task keep their order (each awaits its own turn);
     a piece woken into a turn that the pieces woken before it have spent
     waits first in line for the next. The work done in all is the same::
 
@@ -48,17 +49,20 @@ class Turns:
 
     def __init__(self, slice_s: float = SLICE_S) -> None:
         self.slice_s = slice_s
+        self.budget = slice_s        # this turn's: slice_s, or what the loop's other work took in the last turn
         self.spent = 0.0             # this turn's pieces so far (wall time, as the loop's own)
         self.open = False            # a turn of the loop is under way (it ends at the loop's next turn)
         self.cost = slice_s / 8      # the recent cost of one piece (moving average)
         self.waiting: deque[asyncio.Future] = deque()
         self.deferred: deque[asyncio.Future] = deque()  # woken in a turn already spent: they go first at the next
         self.waits = 0               # pieces that waited for a later turn (for tests and figures)
+        self._turn_cpu = 0.0         # the loop thread's CPU time when this turn began
+        self.other = 0.0             # the loop's other work in a turn, lately (moving average of its CPU time)
 
     async def enter(self) -> float:
         """Return when this piece may run (with the time it began, for :meth:`leave`): at once while this turn
         has time left and nobody waits, else at a later turn, in the order the pieces came."""
-        if not self.waiting and not self.deferred and self.used() < self.slice_s:
+        if not self.waiting and not self.deferred and self.used() < self.budget:
             self._open()
             return time.perf_counter()
         self.waits += 1
@@ -74,7 +78,7 @@ class Turns:
                     with contextlib.suppress(ValueError):
                         where.remove(future)
                 raise
-            if self.used() < self.slice_s or not self.used():  # time left, or the turn's first piece
+            if self.used() < self.budget or not self.used():  # time left, or the turn's first piece
                 return time.perf_counter()
             # The pieces woken with this one (their cost was guessed) spent the turn: first in line at the next.
             queue = self.deferred
@@ -94,15 +98,21 @@ class Turns:
         if not self.open:
             self.open = True
             self.spent = 0.0
+            self._turn_cpu = time.thread_time()
             asyncio.get_running_loop().call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         # Runs at the loop's next turn: this turn is over; the next batch of waiting pieces runs at the one after.
+        # While the loop's other work (long work's slices, reads, requests) takes more than a slice a turn, the
+        # pieces get as much as it took: they keep at least half of a busy loop, so heartbeats are never starved.
+        # (A moving average: one long pass of the garbage collector does not make the next turn as long.)
+        self.other += (time.thread_time() - self._turn_cpu - self.spent - self.other) / 4
+        self.budget = max(self.slice_s, self.other)
         self.open = False
         if self.deferred:
             self.waiting.extendleft(reversed(self.deferred))
             self.deferred.clear()
-        batch = max(1, int(self.slice_s / max(self.cost, 1e-6)))
+        batch = max(1, int(self.budget / max(self.cost, 1e-6)))
         woken = 0
         while self.waiting and woken < batch:
             future = self.waiting.popleft()
