@@ -23,6 +23,10 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
   from the first node's connection to the end of the drain;
 - nodes_not_up, reconnects, lease_expiries, errors: must all be 0 (no node
   marked down by mistake, no message refused);
+- with --stretches, loop_lag_max_ms, loop_stalls_over_100ms, loop_stalls:
+  how late the controller's loop woke for a probe asking every 10 ms, and
+  the longest stalls with what the process did meanwhile
+  (bench/loop_stretches.py);
 - gc_full_passes_all, gc_full_pass_longest_ms, gc_freezes: the garbage
   collector's full passes over the controller's whole life, from its
   /metrics (gpud.controller.heap), read at the end.
@@ -351,7 +355,10 @@ def _run(args: argparse.Namespace, root: str) -> dict:
                         "loop_callbacks_over_10ms": loop["over_10ms"], "loop_callbacks_over_100ms": loop["over_100ms"],
                         "loop_cpu_s": loop["cpu_s"], "gc_full_passes": loop["gc_full"],
                         "gc_full_max_ms": loop["gc_full_max_ms"], "gc_full_s": loop["gc_full_s"],
-                        "loop_longest": loop["longest_ms"][:args.stretches]})
+                        "loop_longest": loop["longest_ms"][:args.stretches],
+                        "loop_lag_max_ms": loop["lag"]["late_max_ms"],
+                        "loop_stalls_over_100ms": loop["lag"]["stalls_over_100ms"],
+                        "loop_stalls": loop["lag"]["longest_stalls"][:args.stretches]})
     rtts = sorted(ms for r in reports for ms in r["heartbeat_rtt_ms_all"])
     probes = sorted(prober.since(began))
     first_end = min(s["first_end"] for s in found if s.get("first_end"))
@@ -459,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"the longest callbacks:")
             for ms, what in figures["loop_longest"]:
                 print(f"    {ms:8.1f} ms  {what}")
+            print(f"  the loop woke late by up to {figures['loop_lag_max_ms']} ms, "
+                  f"{figures['loop_stalls_over_100ms']} times by 100 ms or more; the longest, with what the "
+                  f"process did meanwhile (CPU ms):")
+            for stall in figures["loop_stalls"]:
+                print(f"    {json.dumps(stall)}")
         if "problem" in figures:
             print(f"  PROBLEM: {figures['problem']}")
     return 1 if "problem" in figures else 0

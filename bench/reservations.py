@@ -41,6 +41,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import pathlib
 import random
 import sys
@@ -56,7 +57,8 @@ from gpud.trace.alibaba import read_pods
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALIBABA = ROOT / "traces" / "alibaba-gpu-v2023" / "csv" / "openb_pod_list_default.csv"
-PWA = ROOT.parent.parent / "shared" / "traces" / "pwa"
+# The archive's logs sit beside the repository, in ../shared/traces/pwa; GPUD_PWA names another folder.
+PWA = pathlib.Path(os.environ.get("GPUD_PWA") or ROOT.parent / "shared" / "traces" / "pwa")
 PWA_LOGS = {"ctc": ("CTC-SP2-1996-3.1-cln.swf.gz", 338), "hpc2n": ("HPC2N-2002-2.2-cln.swf.gz", 240)}
 LIMIT_STEPS = (300, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800)
 SIZES = ((1, "1"), (8, "2-8"), (32, "9-32"), (math.inf, ">32"))
@@ -365,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if not (PWA / PWA_LOGS["ctc"][0]).exists():
-        sys.exit(f"the PWA logs are not in {PWA}")
+        sys.exit(f"the PWA logs are not in {PWA} (set GPUD_PWA to the folder that holds them)")
     out = run(args)
     print(json.dumps(out, indent=1) if args.json else report(out))
 

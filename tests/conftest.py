@@ -19,18 +19,18 @@ import os
 import signal
 import sys
 
-import pytest
-from hypothesis import settings
-
-from daemons import POLICY, running_cluster
-from in_process import close, open_controller
-
 # The daemons and gpuctl calls the tests start import gpud afresh hundreds of times, and each worker rewrites
 # the same test modules: where the environment turns Python's bytecode cache off (PYTHONDONTWRITEBYTECODE), the
 # suite turns it back on for itself and every program it starts, so each module is compiled once. The workers
 # are started after this file is read, and inherit it.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+import pytest
+from hypothesis import settings
+
+from daemons import POLICY, running_cluster
+from in_process import close, open_controller
 
 # CI (CI set, as .ci/run runs) tries each property's full number of examples; a developer's run of the README's
 # test command a quarter of it (tests/hypothesis_budget.py). HYPOTHESIS_PROFILE=ci asks for the full number here.

@@ -16,6 +16,7 @@ from gpud.controller import node_schema
 from gpud.controller.interactive import hub_of
 from gpud.controller.keys import CONTROLLER
 from gpud.controller.nodes import NodeRecord, gpus_from_report
+from gpud.controller.slices import loop_turns
 
 if TYPE_CHECKING:
     from gpud.controller.service import Controller
@@ -105,73 +106,79 @@ async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], 
     name: str | None = None
     gpus_seen: Any = None  # the GPUs as this node last reported them: a heartbeat saying the same is not parsed again
     tasks_seen: list[dict] = []  # its last task reports, checked: those a heartbeat repeats are not checked again
+    turns = loop_turns()
     try:
         async for text in texts:
+            # Each message takes its turn on the loop (gpud/controller/slices.py): a burst leaves it free between.
+            began = await turns.enter()
             try:
-                message = node_schema.loads_message(text)
-                kind = message.get("type")
-                if kind == "register":
-                    theirs = message.get("cluster_id")
-                    if isinstance(theirs, str) and theirs and theirs != ctrl.cluster_id:
-                        log.warning("refused node %r of another cluster (%s; this is %s)", message.get("node"),
-                                    theirs, ctrl.cluster_id)
-                        await channel.send_str(jsontext.dumps({
-                            "type": "refused", "error": f"this controller serves cluster {ctrl.cluster_id}, and "
-                                                        f"this node belongs to cluster {theirs}"}))
-                        return
-                    node = node_from_register(message, peer)
-                    tasks = _tasks(message)
-                    old = ctrl.links.get(node.name)
-                    if old is not None and old is not channel:
-                        await old.close()
-                    name = node.name
-                    registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
-                                  "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
-                    await channel.send_str(jsontext.dumps(registered))
-                    ctrl.links[name] = channel
-                    ctrl.cluster.node_messages.register(node, tasks, checkpoints=_checkpoints(message))
-                    gpus_seen, tasks_seen = message.get("gpus", []), tasks
-                elif name is None:
-                    raise ValueError("register first")
-                elif kind == "heartbeat":
-                    gpus = None
-                    if "gpus" in message and message["gpus"] != gpus_seen:
-                        gpus = gpus_from_report(message["gpus"])
-                    tasks = node_schema.task_reports(message.get("tasks"), checked=tasks_seen)
-                    tasks_seen = tasks
-                    if gpus is not None:
-                        gpus_seen = message["gpus"]
-                    made = ctrl.cluster.outbox.made
-                    ctrl.cluster.node_messages.heartbeat(name, gpus, tasks)
-                    if "seq" in message:
-                        await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
-                                                               **_lease(ctrl)}))
-                    if ctrl.cluster.outbox.made == made:
-                        ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
+                try:
+                    message = node_schema.loads_message(text)
+                    kind = message.get("type")
+                    if kind == "register":
+                        theirs = message.get("cluster_id")
+                        if isinstance(theirs, str) and theirs and theirs != ctrl.cluster_id:
+                            log.warning("refused node %r of another cluster (%s; this is %s)", message.get("node"),
+                                        theirs, ctrl.cluster_id)
+                            await channel.send_str(jsontext.dumps({
+                                "type": "refused", "error": f"this controller serves cluster {ctrl.cluster_id}, and "
+                                                            f"this node belongs to cluster {theirs}"}))
+                            return
+                        node = node_from_register(message, peer)
+                        tasks = _tasks(message)
+                        old = ctrl.links.get(node.name)
+                        if old is not None and old is not channel:
+                            await old.close()
+                        name = node.name
+                        registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
+                                      "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
+                        await channel.send_str(jsontext.dumps(registered))
+                        ctrl.links[name] = channel
+                        ctrl.cluster.node_messages.register(node, tasks, checkpoints=_checkpoints(message))
+                        gpus_seen, tasks_seen = message.get("gpus", []), tasks
+                    elif name is None:
+                        raise ValueError("register first")
+                    elif kind == "heartbeat":
+                        gpus = None
+                        if "gpus" in message and message["gpus"] != gpus_seen:
+                            gpus = gpus_from_report(message["gpus"])
+                        tasks = node_schema.task_reports(message.get("tasks"), checked=tasks_seen)
+                        tasks_seen = tasks
+                        if gpus is not None:
+                            gpus_seen = message["gpus"]
+                        made = ctrl.cluster.outbox.made
+                        ctrl.cluster.node_messages.heartbeat(name, gpus, tasks)
+                        if "seq" in message:
+                            await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
+                                                                   **_lease(ctrl)}))
+                        if ctrl.cluster.outbox.made == made:
+                            ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
+                            continue
+                    elif kind == "task":
+                        node_schema.task_report(message, "task")
+                        ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
+                        if not ctrl.cluster.node_messages.task_report(name, message):
+                            continue  # nothing waits for its changes to be durable
+                    elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
+                        hub_of(ctrl).from_node(name, message)
                         continue
-                elif kind == "task":
-                    node_schema.task_report(message, "task")
-                    ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
-                    if not ctrl.cluster.node_messages.task_report(name, message):
-                        continue  # nothing waits for its changes to be durable
-                elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
-                    hub_of(ctrl).from_node(name, message)
-                    continue
-                elif kind == "checkpointed":
-                    if not ctrl.cluster.plans.checkpoint_marked(name, message):
+                    elif kind == "checkpointed":
+                        if not ctrl.cluster.plans.checkpoint_marked(name, message):
+                            continue
+                    elif kind == "log":
+                        future = ctrl.log_requests.get(str(message.get("request")))
+                        if future is not None and not future.done():
+                            future.set_result(message)
                         continue
-                elif kind == "log":
-                    future = ctrl.log_requests.get(str(message.get("request")))
-                    if future is not None and not future.done():
-                        future.set_result(message)
+                    else:
+                        raise ValueError(f"unknown message type {kind!r}")
+                except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+                    log.warning("node %s: bad message: %s", name or peer, exc)
+                    await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
                     continue
-                else:
-                    raise ValueError(f"unknown message type {kind!r}")
-            except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
-                log.warning("node %s: bad message: %s", name or peer, exc)
-                await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
-                continue
-            ctrl.commit_soon()
+                ctrl.commit_soon()
+            finally:
+                turns.leave(began)
     finally:
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]

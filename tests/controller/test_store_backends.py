@@ -17,6 +17,7 @@ from gpud.controller.persist import Persister, StoreError
 from gpud.jobs import Job
 from gpud.store import SCHEMA_VERSION, Event, StoreVersionError, TokenRecord, WriteBatch
 from gpud.store.sqlite import SQLiteStore
+from waiting import until
 
 
 def row(job_id: str, seq: int, state: str = "PENDING", user: str = "ann", project: str = "alpha",
@@ -205,3 +206,32 @@ async def test_a_fenced_batch_is_refused_to_its_waiters(pg_url):
     assert len(fenced) == 1
     assert store.jobs_state(["5"]) == {}
     store.close()
+
+
+async def test_a_takeover_ends_a_write_left_holding_a_lease_that_ran_out(pg_url):
+    """A leader paused inside a write holds the lease row where the server's idle timeout cannot end it (in a
+    pipeline, before its Sync); a takeover ends that session once the lease has run out, and takes the lease."""
+    import psycopg
+
+    from gpud.store.lease import Lease, take_sync
+    from gpud.store.postgres import create_schema
+    create_schema(pg_url)
+    old_term = take_sync(pg_url, "old", "http://a", lease_s=2.0)
+    paused = psycopg.connect(pg_url)  # no idle timeout: a session the server leaves alone, as mid-pipeline
+    standby = Lease(pg_url, "new", "http://b", lease_s=30.0)
+    try:
+        paused.execute("SELECT term FROM lease WHERE id = 1 FOR SHARE")
+        assert await standby.take() is None  # the lease has not run out: its holder's session is left alone
+        assert paused.execute("SELECT 1").fetchone() == (1,)
+        with psycopg.connect(pg_url, autocommit=True) as db:  # a plain read: it does not wait for the lock
+            await until(lambda: db.execute("SELECT expires < now() FROM lease").fetchone()[0],
+                             "the lease to run out")
+        assert await asyncio.wait_for(standby.take(), 10.0) is None  # waited for the write, then ended it
+        with pytest.raises(psycopg.OperationalError):
+            paused.execute("INSERT INTO meta VALUES ('late', 'write')")
+        assert await standby.take() == old_term + 1
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            assert db.execute("SELECT count(*) FROM meta WHERE key = 'late'").fetchone() == (0,)
+    finally:
+        paused.close()
+        await standby.close()
