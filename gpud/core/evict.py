@@ -46,7 +46,8 @@ class VictimLists:
         # (priority, job id, victim) of each entry of ``_lists``, made once per list.
         self._flat: dict[QueueState, list[tuple[int, str, Victim]]] = {}
         self._usable: dict[int, dict[int, bool]] = {}  # by shape number: by node kind, whether a task fits
-        self._below: Memo[tuple[QueueState, int], list[Victim]] = Memo()  # stamp: the queue's changes
+        # By (queue, priority): the victims of the queue's list below the priority, picked out once per action.
+        self._below: dict[tuple[QueueState, int], list[Victim]] = {}
         self._held: Memo[tuple[QueueState, int], Holdings] = Memo()  # stamp: the queue's gains
         self._most: Memo[tuple[QueueState, int], tuple[float, float, float]] = Memo()  # stamp: the queue's gains
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
@@ -113,21 +114,33 @@ class VictimLists:
                 yield entry
 
     def running_below(self, queue: QueueState, priority: int) -> list[Victim]:
-        """The victims of one queue whose jobs still run and have a lower priority, in victim order.
+        """The victims of one queue that have a lower priority, in victim order: every one that still ran
+        when first asked in this action, so some may have stopped since (``runs_any``).
 
-        The list is kept, and given again, until a task of the queue is placed or released.
+        Picked out of the queue's list once per action, never again as the
+        queue changes (a preemption changes it at every try). A stopped job
+        holds no placement: the searches for room pass it over, and evictions
+        ask whether it still runs.
         """
         key = (queue, priority)
-        found = self._below.get(key, queue.changes)
-        if found is not None:
-            return found
-        entries, i = self._start(queue)
-        placements, touched = self.state.placements, self.state.touched
-        flat = self._flat.get(queue)
-        if flat is None:
-            flat = self._flat[queue] = [(v.job.priority, v.job.id, v) for v in map(_victim, entries)]
-        return self._below.put(key, queue.changes, [victim for below, job_id, victim in flat[i:] if below < priority
-                                                    and (job_id not in touched or any(placements[job_id]))])
+        below = self._below.get(key)
+        if below is None:
+            entries, i = self._start(queue)
+            placements, touched = self.state.placements, self.state.touched
+            flat = self._flat.get(queue)
+            if flat is None:
+                flat = self._flat[queue] = [(v.job.priority, v.job.id, v) for v in map(_victim, entries)]
+            below = self._below[key] = [victim for level, job_id, victim in flat[i:] if level < priority
+                                        and (job_id not in touched or any(placements[job_id]))]
+        return below
+
+    def runs_any(self, victims: list[Victim]) -> bool:
+        """True when the job of one of the victims holds a placement now."""
+        placements = self.state.placements
+        for victim in victims:
+            if any(placements[victim.job.id]):
+                return True
+        return False
 
     def may_free_on_one_node(self, queue: QueueState, priority: int, gpu: float, cpu: float, mem: float) -> bool:
         """False when no node holds, in victims of ``queue`` below ``priority``, this many GPUs, CPUs and
@@ -460,7 +473,8 @@ class _RoomMaking:
         return candidates if isinstance(candidates, list) else Lazy(candidates)
 
     def _may_evict(self, victim: Victim) -> bool:
-        return self.lists.protected(victim, self.job, self.rule) is None
+        """Whether no rule protects the victim; a victim whose job stopped is not asked about (it holds nothing)."""
+        return any(self.state.placements[victim.job.id]) and self.lists.protected(victim, self.job, self.rule) is None
 
     def _evict(self, victim: Victim, node: str | None) -> bool:
         """Evict the victim's tasks on ``node`` (``tasks_to_evict``) if the rule lets it go; True if it did."""

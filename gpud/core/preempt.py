@@ -116,7 +116,7 @@ class Preempt:
             return self.hopeless
         failures = self.failed.get(queue) or self.failed.setdefault(queue, FailedShapes(state))
         candidates = self.lists.running_below(queue, job.priority)
-        if not candidates:  # whatever its size: no job of this priority or lower has a victim
+        if not self.lists.runs_any(candidates):  # whatever its size: no job of this priority or lower has a victim
             failures.add(job, 1, None, own=-job.priority, binding=())
             return self.hopeless
         refused = refusal(queue, job, need)

@@ -385,3 +385,24 @@ def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
             unbounded = schedule(before, case.policy, PM)
         assert (unbounded.binds, unbounded.evictions, dict(pending_texts(unbounded))) == (
             plan.binds, plan.evictions, dict(pending_texts(plan)))
+
+
+def _picked_out_anew(self, queue, priority):
+    """The victims of ``queue`` below ``priority`` that run now, picked out of the whole list at every call."""
+    placements, touched = self.state.placements, self.state.touched
+    return [entry[2] for entry in self.ordered(queue) if entry[2].job.priority < priority
+            and (entry[2].job.id not in touched or any(placements[entry[2].job.id]))]
+
+
+@SETTINGS
+@given(cases())
+def test_victims_picked_out_once_per_action_give_the_plans_of_a_list_made_anew(case):
+    # Preemption picks a queue's victims below a priority out of its list once per action; a job
+    # stopped since is passed over where it is read. The victims that run now, picked out anew at
+    # every try, must give the very same plans.
+    for before, plan, _ in run_cycles(case, case.cycles):
+        with mock.patch.object(VictimLists, "running_below", _picked_out_anew):
+            anew = schedule(before, case.policy, PM)
+        assert (anew.binds, anew.evictions, dict(pending_texts(anew))) == (
+            plan.binds, plan.evictions, dict(pending_texts(plan)))
+
