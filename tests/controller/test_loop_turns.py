@@ -29,15 +29,22 @@ async def piece(turns: Turns, done: list, what: object) -> None:
         turns.leave(began)
 
 
-async def test_a_burst_of_pieces_leaves_the_loop_free_between_turns():
-    turns = Turns(slice_s=0.005)
+async def burst(turns: Turns) -> tuple[list[int], list[int]]:
+    """200 nodes' messages ready at once, and a request made ready just after them: the pieces in the order they
+    ran, and how many had run when the request was served."""
     done: list[int] = []
     seen_at: list[int] = []
-    # 200 nodes' messages ready at once, and a request made ready just after them: served as they came, it would
-    # wait for all 200 (0.2 s); in turns it waits for about one turn's worth of pieces.
-    burst = [asyncio.ensure_future(piece(turns, done, n)) for n in range(200)]
+    pieces = [asyncio.ensure_future(piece(turns, done, n)) for n in range(200)]
     asyncio.get_running_loop().call_soon(lambda: seen_at.append(len(done)))
-    await asyncio.gather(*burst)
+    await asyncio.gather(*pieces)
+    return done, seen_at
+
+
+async def test_a_burst_of_pieces_leaves_the_loop_free_between_turns():
+    # Served as they came, the request would wait for all 200 pieces (0.2 s); in turns it waits for about one
+    # turn's worth of them.
+    turns = Turns(slice_s=0.005)
+    done, seen_at = await burst(turns)
     assert sorted(done) == list(range(200))
     assert done == list(range(200))  # first come, first served
     assert seen_at and seen_at[0] <= 0.005 / PIECE_S + 2, seen_at
@@ -46,12 +53,7 @@ async def test_a_burst_of_pieces_leaves_the_loop_free_between_turns():
 
 async def test_without_turns_the_same_burst_holds_the_loop():
     # The measure the test above relies on: the request waits behind the whole burst when pieces do not take turns.
-    turns = Turns(slice_s=10.0)
-    done: list[int] = []
-    seen_at: list[int] = []
-    burst = [asyncio.ensure_future(piece(turns, done, n)) for n in range(200)]
-    asyncio.get_running_loop().call_soon(lambda: seen_at.append(len(done)))
-    await asyncio.gather(*burst)
+    _, seen_at = await burst(Turns(slice_s=10.0))
     assert seen_at == [200]
 
 
