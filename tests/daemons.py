@@ -8,6 +8,7 @@ directories.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -52,8 +53,48 @@ users = ["carol"]
 """
 
 
+# A port that bind(0) hands out is in the kernel's range for outgoing connections: any process's connection, or
+# another worker's test, may take it before the daemon it was meant for binds it. The ports handed out here
+# come from below that range, from a block of each pytest-xdist worker's own. `gpud up` puts its dashboard on
+# the API's port + 2, so the two after each port are free too.
+PORT_SPAN = 3
+PORT_BLOCK = 1500
+PORTS_FROM = 10000
+_next_ports: Iterator[int] | None = None
+
+
+def _ports() -> Iterator[int]:
+    """This worker's ports, PORT_SPAN apart, round and round; empty where its block would reach the kernel's range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            kernels = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return iter(())
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    start = PORTS_FROM + (int(worker) if worker.isdigit() else 0) * PORT_BLOCK
+    if start + PORT_BLOCK > kernels:
+        return iter(())
+    return itertools.cycle(range(start, start + PORT_BLOCK - PORT_SPAN + 1, PORT_SPAN))
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    """A TCP port on 127.0.0.1 nobody listens on right now, nor on the two after it, that no other test worker
+    and no outgoing connection is handed meanwhile (where the host's port ranges allow; else any free port)."""
+    global _next_ports
+    if _next_ports is None:
+        _next_ports = _ports()
+    for _, port in zip(range(PORT_BLOCK), _next_ports):
+        if all(_free(port + k) for k in range(PORT_SPAN)):
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
