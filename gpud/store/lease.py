@@ -33,7 +33,7 @@ RENEW = ("UPDATE lease SET expires = now() + %(lease_s)s * interval '1 second', 
 RESIGN = "UPDATE lease SET expires = '-infinity' WHERE id = 1 AND term = %(term)s AND holder = %(holder)s"
 # The sessions holding the lease row's share lock (only a leader's write transactions take it), ended when the
 # lease has run out. pg_terminate_backend needs the same role as theirs (or pg_signal_backend).
-END_STALE_WRITES = ("SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN lease ON lease.id = 1 "
+END_STALE_WRITES = ("SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid)) FROM pg_locks l JOIN lease ON lease.id = 1 "
                     "WHERE l.relation = 'lease'::regclass AND l.mode = 'RowShareLock' AND l.granted "
                     "AND l.pid <> pg_backend_pid() AND lease.expires < now()")
 TAKE_LOCK_WAIT_MS = 1000  # how long a takeover waits for a write of the old leader to end before ending it
