@@ -56,10 +56,11 @@ users = ["carol"]
 # A port that bind(0) hands out is in the kernel's range for outgoing connections: any process's connection, or
 # another worker's test, may take it before the daemon it was meant for binds it. The ports handed out here
 # come from below that range, from a block of each pytest-xdist worker's own. `gpud up` puts its dashboard on
-# the API's port + 2, so the two after each port are free too.
+# the API's port + 2, so the two after each port are free too. The blocks start at 20000: browsers refuse some
+# ports below it (Chromium: 10080), and the dashboard's browser tests would see no page.
 PORT_SPAN = 3
 PORT_BLOCK = 1500
-PORTS_FROM = 10000
+PORTS_FROM = 20000
 _next_ports: Iterator[int] | None = None
 
 
