@@ -7,6 +7,7 @@ from typing import Any, Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.backlog import Group
+from gpud.core.blockers import PREEMPT_SHARE, restated
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
@@ -47,7 +48,7 @@ class Preempt:
         # Requests no node's victims could make room for, by the one resource they fell short of;
         # stamped with the department's (or the project's) ``changes`` (see ``_bounded``).
         self.short: Memo[QueueState, FailedShapes] = Memo()
-        self.hopeless = _Hopeless(session, self.failed, self.over_quota, self.short)
+        self.hopeless = _Hopeless(session, self.failed, self.over_quota, self.short, self.lists)
         self.lowest: dict[QueueState, int] = {}  # by queue: the lowest priority among its victims
         self.priority_first = state.backlog.order.priority_first
 
@@ -206,12 +207,14 @@ class _Hopeless(Skip):
     """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
 
     def __init__(self, session: Session, failed: dict[QueueState, FailedShapes],
-                 over_quota: dict[QueueState, FailedShapes], short: Memo[QueueState, FailedShapes]) -> None:
+                 over_quota: dict[QueueState, FailedShapes], short: Memo[QueueState, FailedShapes],
+                 lists: VictimLists) -> None:
         self.state = session.state
         self.reasons = session.reasons
         self.failed = failed
         self.over_quota = over_quota
         self.short = short
+        self.lists = lists
 
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
         state = self.state
@@ -223,8 +226,15 @@ class _Hopeless(Skip):
             short = self.short.get(queue, (queue.parent or queue).changes)
             if short is not None:
                 found = short.find(job, tasks, -job.priority, number)
+                if found is not None and not self.lists.runs_any(self.lists.running_below(queue, job.priority)):
+                    # It fails too, but for want of any victim at all: it waits for the reason allocation gave,
+                    # as its own try would have left it, not for what a higher job's victims fell short of.
+                    return True
         if found is not None:
-            self.reasons.overrule(job.id, queue, found.blocker)
+            blocker = found.blocker
+            if blocker is not None and blocker.rule == PREEMPT_SHARE:  # what a task needs: this job's own
+                blocker = restated(blocker, state.task_need(job))
+            self.reasons.overrule(job.id, queue, blocker)
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None
