@@ -214,6 +214,9 @@ class Policy:
     grace_period_s: float = 30.0
     task_pids_max: int = DEFAULT_TASK_PIDS_MAX  # the most processes and threads one task may have at once
     victim_order: str = LEAST_LOST_WORK  # among victims of one priority: LEAST_LOST_WORK or YOUNGEST_FIRST first
+    # With LEAST_LOST_WORK: the most work one consolidation may lose, in hours of the GPUs of the job it makes
+    # room for (at least one GPU); moves that would lose more are not made.
+    max_move_lost_hours: float = 2.0
     age_weight: float = 0.0  # priority points a pending job gains per hour it waits, in its project's order
     plugins: PluginSettings = field(default_factory=PluginSettings)
     placement: str = "binpack"

@@ -27,7 +27,7 @@ class _AnyName(frozenset):
 
 ANY_PLACEMENT: frozenset[str] = _AnyName()
 POLICY_KEYS = ("placement", "cpu_placement", "gpu_placement", "over_quota_weights", "min_runtime", "grace_period",
-               "task_pids_max", "victim_order", "age_weight",
+               "task_pids_max", "victim_order", "max_move_lost_hours", "age_weight",
                "default_pool", "priority_classes", "plugins", "departments", "projects", "node_pools",
                "partitions", "time_slicing", "usage_half_life", "usage_reset", "usage_charge_interval", "fair_share",
                "limits", "interactive_class", "reservations")
@@ -136,6 +136,7 @@ def parse_policy(data: dict, source: str, known_placements: frozenset[str] = DEF
         grace_period_s=top.seconds("grace_period", 30.0),
         task_pids_max=top.integer("task_pids_max", DEFAULT_TASK_PIDS_MAX, lo=16, hi=4_194_304),
         victim_order=_victim_order(top),
+        max_move_lost_hours=top.number("max_move_lost_hours", 2.0, lo=0),
         age_weight=top.number("age_weight", 0.0, lo=0),
         plugins=PluginSettings(disable=plugins.strings("disable"), directory=plugins.string("directory", None)),
         placement=placement,

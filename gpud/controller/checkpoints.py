@@ -54,12 +54,14 @@ def lost_gpu_seconds(job: Job, at: float) -> float:
 
 @dataclass(slots=True)
 class Told:
-    """A victim told to checkpoint: the stop commands' keys, until when, and what it loses if none comes."""
+    """A victim told to checkpoint: the stop commands' keys, until when, what it loses if none comes, and
+    the restart count of the run being stopped (a checkpoint within the grace is that run's)."""
 
     stops: list[tuple[str, int, int]]  # (node, task, attempt) of each stopped task
     until: float
     lost: float
     project: str
+    restart: int
 
 
 class Preemptions:
@@ -76,7 +78,7 @@ class Preemptions:
             found.stops.extend(stops)
             found.until, found.lost = max(found.until, until), found.lost + lost
         else:
-            self.told[job.id] = Told(list(stops), until, lost, job.project)
+            self.told[job.id] = Told(list(stops), until, lost, job.project, job.restart_count)
 
     def charge(self, job: Job, lost: float) -> None:
         """Record ``lost`` GPU-seconds against the job and its project."""

@@ -168,12 +168,12 @@ class PlanApplier:
     def checkpointed(self, job: Job, at: float, source: str) -> None:
         """Record that the job has a complete checkpoint as of ``at``; a victim within its grace is stopped
         now and loses nothing more."""
-        job.last_checkpoint = at if job.last_checkpoint is None else max(job.last_checkpoint, at)
-        job.checkpoints.append({"at": at, "source": source, "restart": job.restart_count})
-        del job.checkpoints[:-MAX_KEPT]
-        self.events.record("checkpointed", f"checkpoint recorded ({source}, restart {job.restart_count})",
-                           job=job.id)
         told = self.preemptions.checkpointed(job)
+        restart = job.restart_count if told is None else told.restart  # the stopping run's, within its grace
+        job.last_checkpoint = at if job.last_checkpoint is None else max(job.last_checkpoint, at)
+        job.checkpoints.append({"at": at, "source": source, "restart": restart})
+        del job.checkpoints[:-MAX_KEPT]
+        self.events.record("checkpointed", f"checkpoint recorded ({source}, restart {restart})", job=job.id)
         if told is not None:
             for node, task, attempt in told.stops:
                 self.outbox.put(node, stop_command(job.id, task, attempt, "preempted", 0.0, job_uid(job),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Final, Iterator, TYPE_CHECKING
 
 from gpud.core.backlog import Backlog, Group
@@ -36,7 +37,9 @@ class Consolidate:
     For pending jobs that would fit in the pool's free capacity, a node is
     cleared by moving others. A move happens only if every moved job is
     placed again in the same cycle; among the nodes that could be cleared,
-    the one needing the fewest moves wins.
+    the one needing the fewest moves wins. With an order that weighs lost
+    work, moves never lose more than the policy's ``max_move_lost_hours``
+    of the job's GPUs.
     """
 
     def __init__(self, session: Session) -> None:
@@ -114,11 +117,13 @@ class Consolidate:
         the first in the order first: a move stops and restarts the job, and
         a job moved right after its checkpoint loses nearly nothing. Jobs that
         never checkpointed are not tried alone, and no node is cleared that
-        the largest holders could not clear, so that a cluster without
-        checkpoints sees the moves it saw before.
+        the largest holders could not clear. With that order, moves that
+        would lose more than the policy's bound (``move_loss_bound``) are
+        not made: the job waits for room instead.
         """
         placer, lists = self.placer, self.lists
         weigh = lists.weighs_lost_work
+        bound = move_loss_bound(self.state.policy.max_move_lost_hours, job) if weigh else math.inf
         best: tuple[int, list[tuple], NodeState, list[Movable]] | None = None
         tried = 0
         for node in self.most_free_first(self.state.pool_of(job)):
@@ -135,19 +140,30 @@ class Consolidate:
             found = self._trial(stmt, job, task, node, movable)
             if found is None:
                 continue
-            if best is None or found[:2] < best[:2]:
+            if self._lost(movable[:found[0]]) <= bound and (best is None or found[:2] < best[:2]):
                 best = found
             if weigh:
                 for item in self._checkpointed_in_order(movable):
                     if best is not None and best[0] == 1 and [lists.key_of(item[0], [item[1]])] >= best[1]:
                         break  # the one move already found loses no more than this one would
-                    if _might_clear(placer, job, node, [item]):
+                    if self._lost([item]) <= bound and _might_clear(placer, job, node, [item]):
                         found = self._trial(stmt, job, task, node, [item])
                         if found is not None and (best is None or found[:2] < best[:2]):
                             best = found
         if best is None:
             return False
         return self.try_node(stmt, job, task, best[2], best[3]) is not None
+
+    def _lost(self, moved: list[Movable]) -> float:
+        """The GPU-seconds the jobs of the moved tasks lose in all (``Victim.lost_gpu_seconds``), each job once."""
+        state = self.state
+        seen: set[str] = set()
+        total = 0.0
+        for other, other_task in moved:
+            if other.id not in seen:
+                seen.add(other.id)
+                total += Victim(other, None, [other_task], state.now).lost_gpu_seconds
+        return total
 
     def _trial(self, stmt: Statement, job: JobSpec, task: int, node: NodeState,
                order: list[Movable]) -> tuple[int, list[tuple], NodeState, list[Movable]] | None:
@@ -285,6 +301,12 @@ class _Hopeless(Skip):
         return (self.attempts >= MAX_JOBS_PER_CYCLE
                 or self.failed.find(job, gang_tasks(state, job), 0,
                                     state.shapes.of_group(group) if group is not None else -1) is not None)
+
+
+def move_loss_bound(hours: float, job: JobSpec) -> float:
+    """The most GPU-seconds the moves that make room for ``job`` may lose: ``hours`` of the job's GPUs (all
+    its tasks'), counting at least one GPU, so that a fraction or a CPU-only job has the bound of one GPU."""
+    return hours * 3600.0 * max(job.request.gpus * job.tasks, 1.0)
 
 
 def _checkpointed_this_run(job: JobSpec) -> bool:

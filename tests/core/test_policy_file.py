@@ -31,6 +31,7 @@ def test_empty_policy_has_the_defaults():
     assert policy.gpu_placement is None
     assert policy.over_quota_weights is True
     assert policy.min_runtime_s == 300.0
+    assert policy.max_move_lost_hours == 2.0
     assert policy.default_pool == "default"
     assert dict(policy.priority_classes) == dict(DEFAULT_PRIORITY_CLASSES)
     assert policy.plugins.disable == () and policy.plugins.directory is None
@@ -61,6 +62,14 @@ directory = "/etc/gpud/plugins"
     assert policy.priority_classes["inference"] == 125
     assert policy.plugins.disable == ("spread", "victim_order")
     assert policy.plugins.directory == "/etc/gpud/plugins"
+
+
+def test_the_bound_on_what_moves_lose_is_hours_and_not_below_zero():
+    assert parse("max_move_lost_hours = 0.5").max_move_lost_hours == 0.5
+    assert parse("max_move_lost_hours = 0").max_move_lost_hours == 0.0
+    error = refused("max_move_lost_hours = -1")
+    assert error.where == "max_move_lost_hours" and "-1" in str(error)
+    assert refused('max_move_lost_hours = "2h"').where == "max_move_lost_hours"
 
 
 def test_projects_without_department_get_an_implicit_default_department():

@@ -101,6 +101,9 @@ def test_the_job_that_checkpointed_is_told_stopped_and_restarts_from_its_checkpo
     assert job["lost_gpu_hours"] == 0, "X checkpointed within its grace: it lost nothing"
     assert job["last_checkpoint"] == pytest.approx(max(c["at"] for c in job["checkpoints"]))
     assert any(c["restart"] == 0 for c in job["checkpoints"])
+    # The last checkpoint of the run that was stopped (within its grace, after the requeue) is that run's.
+    before_restart = [c for c in job["checkpoints"] if c["at"] <= last]
+    assert before_restart and all(c["restart"] == 0 for c in before_restart)
     y_job = cluster.job(y)
     assert y_job["state"] == "RUNNING" and y_job["restart_count"] == 0
 

@@ -104,8 +104,9 @@ def test_gang_script_from_a_user_guide_runs_one_rank_per_task(cluster):
     job_id = ok(slurm(cluster, "sbatch", "--parsable", str(EXAMPLES / "gang.sh"))).strip()
     assert job_id.isdigit()
     assert wait_ended(cluster, job_id) == {job_id: ("COMPLETED", "0:0")}
-    lines = sorted(line for line in (cluster["work"] / f"ddp_{job_id}.out").read_text().splitlines()
-                   if line.startswith("rank"))
+    text = (cluster["work"] / f"ddp_{job_id}.out").read_text()
+    lines = sorted(line for line in text.splitlines() if line.startswith("rank"))
+    assert len(lines) == 2, f"output:\n{text}\nevents: {cluster['live'].job(job_id)['events']}"
     # One GPU a node: the ranks are on both nodes, rank 0 on the node list's first node (the head).
     first, second = (line.split() for line in lines)
     assert first[:9] == ["rank", "0", "of", "2", "local", "0", "node", "0", "of"]
