@@ -30,7 +30,11 @@ def cluster(tmp_path_factory):
         done = subprocess.run([sys.executable, "-m", "gpud.cli.gpuctl", "slurm-shims", "--dir", str(bin_dir)],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "GPUD_URL": live.url,
+        # sbatch copies this environment into the jobs. With PYTHONUNBUFFERED (set in many CI and container
+        # shells), Python writes a print word by word, and the ranks of a gang writing one shared file at the
+        # same moment mix their words mid-line; a user's shell without it writes each line at once.
+        shell = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        env = {**shell, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "GPUD_URL": live.url,
                "GPUD_TOKEN": live.admin_token, "GPUD_PROJECT": "alpha", "GPUD_TIMEOUT": "10",
                "XDG_CONFIG_HOME": str(root / "no-config")}
         yield {"live": live, "bin": bin_dir, "env": env, "work": live.workdir}
