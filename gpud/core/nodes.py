@@ -47,7 +47,8 @@ class NodeState:
 
     __slots__ = ("spec", "name", "pool", "labels", "gpu_memory_gib", "free_share", "free_whole",
                  "free_cpu", "free_mem", "tasks", "_whole_bucket", "_cpu_bucket", "_share_bucket",
-                 "_cpu_class", "version", "kind", "_whole_fit", "_cpu_fit")
+                 "_cpu_class", "version", "kind", "_whole_fit", "_cpu_fit", "_whole_stamp", "_cpu_stamp",
+                 "_whole_fits", "_cpu_fits")
 
     def __init__(self, spec: NodeSpec, kind: int = 0) -> None:
         self.spec = spec
@@ -67,9 +68,15 @@ class NodeState:
         self._cpu_bucket = -1
         self._share_bucket: list[int] = [-1] * spec.gpus
         self._cpu_class = -1
-        # Its entries in the index's lists by leftover (``NodeIndex.fit_whole``, ``fit_cpu``), once in them.
+        # Its entries in the index's lists by leftover (``NodeIndex.fit_whole``, ``fit_cpu``) and the lists
+        # they are in, once in them; the stamps of its latest entries into its buckets, which those
+        # entries carry once the lists are sorted again (``NodeIndex.sort_fits``).
         self._whole_fit: FitEntry | None = None
         self._cpu_fit: FitEntry | None = None
+        self._whole_fits: list[FitEntry] | None = None
+        self._cpu_fits: list[FitEntry] | None = None
+        self._whole_stamp = -1
+        self._cpu_stamp = -1
         # Bumped on every take and give_back, so plugins can memoise what they derive from a node.
         self.version = 0
 
@@ -146,10 +153,11 @@ def leftover(node: NodeState, index: NodeIndex) -> float:
             + MEMORY_WEIGHT * node.free_mem / max(index.max_memory, 1.0))
 
 
-def _refit(fits: list[FitEntry], old: FitEntry | None, entry: FitEntry) -> FitEntry:
-    """Put ``entry`` into the sorted list ``fits`` in place of ``old`` (None: not in it); ``entry``."""
-    if old is not None:
-        del fits[bisect.bisect_left(fits, old)]
+def _refit(fits: list[FitEntry], old: FitEntry | None, old_fits: list[FitEntry] | None, entry: FitEntry) -> FitEntry:
+    """Put ``entry`` into the sorted list ``fits`` in place of ``old``, which is in ``old_fits`` (None:
+    in no list); ``entry``."""
+    if old is not None and old_fits is not None:
+        del old_fits[bisect.bisect_left(old_fits, old)]
     bisect.insort(fits, entry)
     return entry
 
@@ -170,7 +178,11 @@ class NodeIndex:
     Each bucket by whole GPUs and CPU class, and each by free CPUs, also
     keeps its nodes sorted by leftover (``fit_whole``, ``fit_cpu``), ties in
     the bucket's own order: bin-pack's best fit reads a bucket's best node
-    from the front instead of scoring all of them.
+    from the front instead of scoring all of them. Those lists are sorted
+    when read (``sort_fits``), not at every change: a node placed on and
+    released from again and again between two readings (a preemption tried
+    and rolled back, a snapshot's running tasks booked one by one) is
+    scored and moved once.
     """
 
     def __init__(self, pool: str, nodes: list[NodeState]) -> None:
@@ -193,11 +205,13 @@ class NodeIndex:
                                                       for _ in range(self.max_gpus + 1)]
         self.fit_cpu: list[list[FitEntry]] = [[] for _ in range(self.max_cpus + 1)]
         self._stamp = 0  # entries into a bucket so far: the stamp of the next one
+        # The nodes changed since the lists by leftover were last sorted (``sort_fits``).
+        self._unsorted: dict[NodeState, None] = {}
         self.free_gpu = float(self.capacity.gpu)
         self.free_cpu = float(self.capacity.cpu)
         self.free_mem = float(self.capacity.memory)
         for node in nodes:
-            self.update(node)
+            self.update(node)  # the lists by leftover are made when first read
 
     def smallest_gpu_holding(self, memory_gib: float) -> float | None:
         """The least GPU memory in the pool that can hold a slice of ``memory_gib``, None if none can."""
@@ -216,33 +230,22 @@ class NodeIndex:
         moved_class = klass != old_class
         node._cpu_class = klass
         whole = node.free_whole
-        score = leftover(node, self)
-        entry = node._whole_fit
         if whole != node._whole_bucket or moved_class:
             if node._whole_bucket >= 0:
                 del self.by_whole[node._whole_bucket][old_class][node]
-                assert entry is not None
-                del self.fit_whole[node._whole_bucket][old_class][bisect.bisect_left(
-                    self.fit_whole[node._whole_bucket][old_class], entry)]
             self.by_whole[whole][klass][node] = None
             node._whole_bucket = whole
-            node._whole_fit = _refit(self.fit_whole[whole][klass], None, (score, self._stamp, node))
+            node._whole_stamp = self._stamp
             self._stamp += 1
-        elif entry is not None and entry[0] != score:
-            node._whole_fit = _refit(self.fit_whole[whole][klass], entry, (score, entry[1], node))
         cpu = max(0, min(self.max_cpus, int(node.free_cpu + EPS)))
-        entry = node._cpu_fit
         if cpu != node._cpu_bucket:
             if node._cpu_bucket >= 0:
                 del self.by_cpu[node._cpu_bucket][node]
-                assert entry is not None
-                del self.fit_cpu[node._cpu_bucket][bisect.bisect_left(self.fit_cpu[node._cpu_bucket], entry)]
             self.by_cpu[cpu][node] = None
             node._cpu_bucket = cpu
-            node._cpu_fit = _refit(self.fit_cpu[cpu], None, (score, self._stamp, node))
+            node._cpu_stamp = self._stamp
             self._stamp += 1
-        elif entry is not None and entry[0] != score:
-            node._cpu_fit = _refit(self.fit_cpu[cpu], entry, (score, entry[1], node))
+        self._unsorted[node] = None
         shares, buckets = node.free_share, node._share_bucket
         changed = range(len(shares)) if gpus is None or moved_class else gpus if len(gpus) < 2 else sorted(gpus)
         for i in changed:
@@ -256,6 +259,50 @@ class NodeIndex:
                     self.by_share[bucket][klass][(node, i)] = None
                     self.share_counts[bucket] += 1
                 buckets[i] = bucket
+
+    def sort_fits(self) -> None:
+        """Bring the lists by leftover (``fit_whole``, ``fit_cpu``) up to date: each node of the pool in
+        the lists of its buckets, sorted by (leftover now, stamp of its latest entry into the bucket),
+        as they would be had each change been sorted in when made.
+
+        Called before the lists are read; costs what changed since the last call.
+        """
+        unsorted = self._unsorted
+        if not unsorted:
+            return
+        if len(unsorted) * 2 < len(self.nodes):
+            for node in unsorted:
+                score = leftover(node, self)
+                entry = node._whole_fit
+                if entry is None or entry[0] != score or entry[1] != node._whole_stamp:
+                    fits = self.fit_whole[node._whole_bucket][node._cpu_class]
+                    node._whole_fit = _refit(fits, entry, node._whole_fits, (score, node._whole_stamp, node))
+                    node._whole_fits = fits
+                entry = node._cpu_fit
+                if entry is None or entry[0] != score or entry[1] != node._cpu_stamp:
+                    fits = self.fit_cpu[node._cpu_bucket]
+                    node._cpu_fit = _refit(fits, entry, node._cpu_fits, (score, node._cpu_stamp, node))
+                    node._cpu_fits = fits
+        else:  # many changed (a snapshot's running tasks booked): every list made again, one sort each
+            for row in self.fit_whole:
+                for fits in row:
+                    fits.clear()
+            for fits in self.fit_cpu:
+                fits.clear()
+            for node in self.nodes:
+                score = leftover(node, self)
+                fits = node._whole_fits = self.fit_whole[node._whole_bucket][node._cpu_class]
+                node._whole_fit = (score, node._whole_stamp, node)
+                fits.append(node._whole_fit)
+                fits = node._cpu_fits = self.fit_cpu[node._cpu_bucket]
+                node._cpu_fit = (score, node._cpu_stamp, node)
+                fits.append(node._cpu_fit)
+            for row in self.fit_whole:
+                for fits in row:
+                    fits.sort()
+            for fits in self.fit_cpu:
+                fits.sort()
+        self._unsorted = {}
 
     def with_free_gpus(self, count: int, most_free_first: bool = False,
                        cpus: float = 0.0) -> Iterator[NodeState]:

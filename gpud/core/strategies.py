@@ -166,6 +166,7 @@ def _best_in_buckets(request: TaskRequest, index: NodeIndex, walk: int, best: fl
     ``fit_cpu``) up to its first node that holds the task, and the walk stops at a bucket whose least
     possible leftover cannot beat the best: whole free GPUs only grow along it (CPU buckets likewise),
     and a node that holds the task has at least its CPUs and memory free."""
+    index.sort_fits()
     cpu_w = CPU_WEIGHT / max(index.max_cpus, 1)
     mem_floor = MEMORY_WEIGHT * request.memory_gib / max(index.max_memory, 1.0)
     found: NodeState | None = None

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpud.core.placement import Placer
 from gpud.core.state import ClusterState, Statement
+from gpud.core.nodes import leftover
 from gpud.core.strategies import BinPack
 from gpud.model import EPS, JobSpec, NodeSpec, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
@@ -169,3 +170,44 @@ def test_among_nodes_left_equally_free_bin_pack_takes_the_first_the_index_walks(
     offered = list(BinPack().candidates("binpack", request, index))
     assert [n.name for n in offered] == [n.name for _, _, n in sorted(
         (expected_leftover(n, largest), i, n) for i, n in enumerate(walked))]
+
+
+# --- the lists by leftover, sorted when read --------------------------------------------------------
+
+def fits_as_defined(index) -> tuple[list, list]:
+    """Each bucket's nodes as best fit must read them: by leftover now, ties in the bucket's own order,
+    as (name, leftover) pairs; by whole GPUs and CPU class, then by free CPUs."""
+    def ranked(bucket) -> list:
+        return [(n.name, score) for score, _, n in sorted((leftover(n, index), i, n) for i, n in enumerate(bucket))]
+    return [[ranked(bucket) for bucket in row] for row in index.by_whole], [ranked(b) for b in index.by_cpu]
+
+
+def fits_as_kept(index) -> tuple[list, list]:
+    """The index's lists by leftover (``fit_whole``, ``fit_cpu``) as a reader finds them."""
+    index.sort_fits()
+    return ([[[(n.name, score) for score, _, n in fits] for fits in row] for row in index.fit_whole],
+            [[(n.name, score) for score, _, n in fits] for fits in index.fit_cpu])
+
+
+@SETTINGS
+@given(busy_clusters(), st.lists(st.one_of(st.tuples(st.just("start"), requests),
+                                           st.tuples(st.just("end"), st.integers(0, 40)),
+                                           st.tuples(st.just("read"), st.just(0))), max_size=30))
+def test_lists_by_leftover_sorted_when_read_hold_each_bucket_by_leftover_then_bucket_order(state, steps):
+    # Nodes move between buckets and their leftover changes at every bind and eviction; the lists are
+    # sorted only when read. Whenever read, each must be its bucket's nodes by leftover now, ties in
+    # the bucket's own order, however many changes came since the last reading.
+    index, stmt, placer = state.indexes["default"], Statement(state), Placer(state)
+    for n, (step, arg) in enumerate(steps):
+        running = sorted(job_id for job_id, slots in state.placements.items() if slots[0] is not None)
+        if step == "start":
+            job = JobSpec(f"s{n}", "trace", arg)
+            state.jobs[job.id], state.placements[job.id] = job, [None]
+            found = placer.find(job)
+            if found is not None:
+                stmt.bind(job, 0, found)
+        elif step == "end" and running:
+            stmt.evict(state.jobs[running[arg % len(running)]], 0, "reclaim", None, None)
+        elif step == "read":
+            assert fits_as_kept(index) == fits_as_defined(index)
+    assert fits_as_kept(index) == fits_as_defined(index)

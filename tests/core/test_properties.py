@@ -19,6 +19,7 @@ from hypothesis_budget import examples
 
 from gpud.core import schedule
 from gpud.core.evict import VictimLists
+from gpud.core.nodes import NodeIndex
 from gpud.model import EPS, JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
@@ -406,3 +407,24 @@ def test_victims_picked_out_once_per_action_give_the_plans_of_a_list_made_anew(c
         assert (anew.binds, anew.evictions, dict(pending_texts(anew))) == (
             plan.binds, plan.evictions, dict(pending_texts(plan)))
 
+
+
+_update = NodeIndex.update
+
+
+def _update_and_sort(self, node, gpus=None):
+    """``NodeIndex.update`` with the lists by leftover sorted again at once, as at every change."""
+    _update(self, node, gpus)
+    self.sort_fits()
+
+
+@SETTINGS
+@given(cases())
+def test_lists_by_leftover_sorted_when_read_give_the_plans_of_lists_sorted_at_every_change(case):
+    # Best fit's lists of nodes by leftover are sorted when read, not at every bind and eviction. Lists
+    # sorted again at every change must give the very same plans.
+    for before, plan, _ in run_cycles(case, case.cycles):
+        with mock.patch.object(NodeIndex, "update", _update_and_sort):
+            eager = schedule(before, case.policy, PM)
+        assert (eager.binds, eager.evictions, dict(pending_texts(eager))) == (
+            plan.binds, plan.evictions, dict(pending_texts(plan)))
