@@ -209,6 +209,16 @@ def run_cycles(case: Case, cycles: int):
         snapshot = after
 
 
+def assert_plans_unchanged_with(case: Case, owner: type, name: str, replacement: object) -> None:
+    """Every cycle's plan, made again with ``owner.name`` replaced (a shortcut of the core undone), has the
+    very same binds, evictions and reasons."""
+    for before, plan, _ in run_cycles(case, case.cycles):
+        with mock.patch.object(owner, name, replacement):
+            again = schedule(before, case.policy, PM)
+        assert (again.binds, again.evictions, dict(pending_texts(again))) == (
+            plan.binds, plan.evictions, dict(pending_texts(plan)))
+
+
 def assert_not_overcommitted(snapshot: Snapshot) -> None:
     specs = {n.name: n for n in snapshot.nodes}
     share = {n.name: [0.0] * n.gpus for n in snapshot.nodes}
@@ -381,11 +391,7 @@ def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
     # Before it tries, preemption sums up what the victims hold on each node, and passes over the
     # nodes (or the whole try) where they cannot free what the fair share asks back. Sums that rule
     # out nothing must give the very same plans: the sums only save searches that would fail.
-    for before, plan, _ in run_cycles(case, case.cycles):
-        with mock.patch.object(VictimLists, "holdings", lambda self, queue, priority: _EveryNodeHoldsAll()):
-            unbounded = schedule(before, case.policy, PM)
-        assert (unbounded.binds, unbounded.evictions, dict(pending_texts(unbounded))) == (
-            plan.binds, plan.evictions, dict(pending_texts(plan)))
+    assert_plans_unchanged_with(case, VictimLists, "holdings", lambda self, queue, priority: _EveryNodeHoldsAll())
 
 
 def _picked_out_anew(self, queue, priority):
@@ -401,11 +407,7 @@ def test_victims_picked_out_once_per_action_give_the_plans_of_a_list_made_anew(c
     # Preemption picks a queue's victims below a priority out of its list once per action; a job
     # stopped since is passed over where it is read. The victims that run now, picked out anew at
     # every try, must give the very same plans.
-    for before, plan, _ in run_cycles(case, case.cycles):
-        with mock.patch.object(VictimLists, "running_below", _picked_out_anew):
-            anew = schedule(before, case.policy, PM)
-        assert (anew.binds, anew.evictions, dict(pending_texts(anew))) == (
-            plan.binds, plan.evictions, dict(pending_texts(plan)))
+    assert_plans_unchanged_with(case, VictimLists, "running_below", _picked_out_anew)
 
 
 
@@ -423,8 +425,4 @@ def _update_and_sort(self, node, gpus=None):
 def test_lists_by_leftover_sorted_when_read_give_the_plans_of_lists_sorted_at_every_change(case):
     # Best fit's lists of nodes by leftover are sorted when read, not at every bind and eviction. Lists
     # sorted again at every change must give the very same plans.
-    for before, plan, _ in run_cycles(case, case.cycles):
-        with mock.patch.object(NodeIndex, "update", _update_and_sort):
-            eager = schedule(before, case.policy, PM)
-        assert (eager.binds, eager.evictions, dict(pending_texts(eager))) == (
-            plan.binds, plan.evictions, dict(pending_texts(plan)))
+    assert_plans_unchanged_with(case, NodeIndex, "update", _update_and_sort)
