@@ -7,7 +7,6 @@ from typing import Any, Final, TYPE_CHECKING
 
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.backlog import Group
-from gpud.core.blockers import PREEMPT_SHARE, restated
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
@@ -15,6 +14,7 @@ from gpud.core.orders import JobOrder
 from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
+from gpud.core.recorder import restate_learnt
 from gpud.core.state import Victim
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
 
@@ -230,11 +230,8 @@ class _Hopeless(Skip):
                     # It fails too, but for want of any victim at all: it waits for the reason allocation gave,
                     # as its own try would have left it, not for what a higher job's victims fell short of.
                     return True
-        if found is not None:
-            blocker = found.blocker
-            if blocker is not None and blocker.rule == PREEMPT_SHARE:  # what a task needs: this job's own
-                blocker = restated(blocker, state.task_need(job))
-            self.reasons.overrule(job.id, queue, blocker)
+        if found is not None:  # learnt from an earlier job: said in this one's terms
+            self.reasons.overrule(job.id, queue, restate_learnt(state, job, tasks, found.blocker, None))
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None
