@@ -140,19 +140,23 @@ class Consolidate:
             found = self._trial(stmt, job, task, node, movable)
             if found is None:
                 continue
-            if self._lost(movable[:found[0]]) <= bound and (best is None or found[:2] < best[:2]):
+            if self._within(movable[:found[0]], bound) and (best is None or found[:2] < best[:2]):
                 best = found
             if weigh:
                 for item in self._checkpointed_in_order(movable):
                     if best is not None and best[0] == 1 and [lists.key_of(item[0], [item[1]])] >= best[1]:
                         break  # the one move already found loses no more than this one would
-                    if self._lost([item]) <= bound and _might_clear(placer, job, node, [item]):
+                    if self._within([item], bound) and _might_clear(placer, job, node, [item]):
                         found = self._trial(stmt, job, task, node, [item])
                         if found is not None and (best is None or found[:2] < best[:2]):
                             best = found
         if best is None:
             return False
         return self.try_node(stmt, job, task, best[2], best[3]) is not None
+
+    def _within(self, moved: list[Movable], bound: float) -> bool:
+        """Whether moving these tasks loses at most ``bound`` GPU-seconds; not worked out without a bound."""
+        return bound == math.inf or self._lost(moved) <= bound
 
     def _lost(self, moved: list[Movable]) -> float:
         """The GPU-seconds the jobs of the moved tasks lose in all (``Victim.lost_gpu_seconds``), each job once."""
