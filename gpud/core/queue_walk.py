@@ -45,6 +45,8 @@ class _QueueCursor:
     The groups come in a sorted run, read from ``next`` on, and a heap of
     the groups pushed since; the first of both is the first of the queue.
     ``at`` holds the index of a group's next job once it is past the first.
+    In a queue the user order sorts, the run is one entry long: the next
+    group of the user last taken, held ahead of the heap (``QueueWalk._lead``).
     """
 
     __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage", "runs")
@@ -58,7 +60,7 @@ class _QueueCursor:
         self.skip: Skip | None = None
         # Each waiting user's decayed usage in the queue, when the user order sorts it; else None.
         self.usage: dict[str, float] | None = None
-        # Then each user's groups in job order, and how many were taken into the heap: the heap holds
+        # Then each user's groups in job order, and how many were taken out: the run and the heap hold
         # at most one group of a user's run at a time (entries of four fields, the fourth the user).
         self.runs: dict[str, list] = {}
 
@@ -205,10 +207,13 @@ class QueueWalk:
         """Set a user-ordered queue's cursor: a merge of the users' runs, each by its next group, in one heap."""
         queue = cursor.queue
         assert cursor.usage is not None
+        cursor.run = []
         for user in cursor.usage:
             user_run = backlog.user_heads.get((queue, user), [])
             cursor.runs[user] = [user_run if admit is None else admit(queue, user_run), 0]
-            self._feed(cursor, user)
+            entry = self._next_of(cursor, user)
+            if entry is not None:
+                self._lead(cursor, entry)
 
     def _user_usage(self, queue: QueueState) -> dict[str, float] | None:
         """Each waiting user's decayed usage in the queue, None when fewer than two users wait there."""
@@ -292,12 +297,12 @@ class QueueWalk:
 
     def _pop_top(self, cursor: _QueueCursor, at_run: int) -> None:
         """Take the queue's first entry out: the run's at index ``at_run``, or the heap's when it is -1."""
-        if at_run >= 0:
-            cursor.next = at_run + 1
-        elif cursor.usage is None:
-            heapq.heappop(cursor.heap)
-        else:
+        if cursor.usage is not None:
             self._take(cursor)
+        elif at_run >= 0:
+            cursor.next = at_run + 1
+        else:
+            heapq.heappop(cursor.heap)
 
     def _queue_entry(self, queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
@@ -323,11 +328,13 @@ class QueueWalk:
         gpus = self._held.get((cursor.queue, group.user), 0.0)
         return (key[0], known.get(group.user, 0.0) + self._window * gpus, gpus, key)
 
-    def _feed(self, cursor: _QueueCursor, user: str) -> None:
-        """Push the next group of the user's run with a job still waiting, keyed in the user order."""
+    def _next_of(self, cursor: _QueueCursor, user: str) -> Entry | None:
+        """The entry of the next group of the user's run with a job still waiting, keyed in the user order,
+        taken out of the run; None when the run has none left."""
         touched, placements = self._touched, self._placements
         user_run = cursor.runs[user]
         entries, i = user_run[0], user_run[1]
+        found: Entry | None = None
         while i < len(entries):
             group: Group = entries[i][2]
             i += 1
@@ -338,15 +345,46 @@ class QueueWalk:
             if j < n:
                 if j:
                     cursor.at[group] = j
-                heapq.heappush(cursor.heap, (self._key_at(cursor, group, j), group.seq, group, user))
+                found = (self._key_at(cursor, group, j), group.seq, group, user)
                 break
         user_run[1] = i
+        return found
+
+    def _lead(self, cursor: _QueueCursor, entry: Entry) -> None:
+        """Put a user's next entry into a user-ordered queue: ahead of the heap when the run's place is
+        free or it comes before the entry held there (which then goes into the heap), else into the heap.
+
+        Between two starts every user keeps its place in the user order, so
+        the user just taken is the likeliest to come first again: its groups
+        are then taken one after the other at one comparison each, where a
+        heap alone would take each group out and put the next one in.
+        """
+        run = cursor.run
+        if cursor.next >= len(run):
+            if run:
+                run[0] = entry
+            else:
+                run.append(entry)
+            cursor.next = 0
+        elif entry < run[cursor.next]:
+            heapq.heappush(cursor.heap, run[cursor.next])
+            run[cursor.next] = entry
+        else:
+            heapq.heappush(cursor.heap, entry)
 
     def _take(self, cursor: _QueueCursor) -> Group:
-        """Take the first entry out of a user-ordered queue's heap, feeding the user's next group if it
-        came from the user's run; its group."""
-        entry = heapq.heappop(cursor.heap)
+        """Take the first entry out of a user-ordered queue, the run's or the heap's; when it came from a
+        user's run, the user's next group takes its place (``_lead``). Its group."""
+        run, heap = cursor.run, cursor.heap
+        entry: Entry
+        if cursor.next < len(run) and not (heap and heap[0] < run[cursor.next]):
+            entry = run[cursor.next]
+            cursor.next += 1
+        else:
+            entry = heapq.heappop(heap)
         if len(entry) == 4:
-            self._feed(cursor, entry[3])
+            following = self._next_of(cursor, entry[3])
+            if following is not None:
+                self._lead(cursor, following)
         group: Group = entry[2]
         return group

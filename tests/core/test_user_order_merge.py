@@ -1,0 +1,98 @@
+"""The queue walk's merge of the users' runs, over random clusters of every job shape (hypothesis).
+
+Where the user order sorts a project, the walk merges each user's groups,
+keeping the group of the user last taken ahead of its heap while that
+user comes first (``QueueWalk._lead``). The order it takes jobs in must be
+the user order worked out from scratch, and a plain heap of every user's
+next group must give the very same plans, cycle after cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+from hypothesis import given, strategies as st
+
+from gpud.core import COMPILED
+from gpud.core.queue_walk import QueueWalk, Skip
+from gpud.core.state import ClusterState
+from gpud.model import Snapshot
+
+from test_properties import PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases
+
+USERS = ("alice", "bob", "carol", "dave")
+WINDOW = 600.0
+
+
+@st.composite
+def with_users(draw) -> Case:
+    """A random cluster (every job shape: single tasks, gangs, elastic gangs, fractions, memory slices,
+    CPU-only, departments) whose jobs belong to random users with random past usage."""
+    case = draw(cases())
+    jobs = tuple(dataclasses.replace(job, user=draw(st.sampled_from(USERS))) for job in case.snapshot.jobs)
+    usage = {("user", POOL, f"{project}/{user}"): float(draw(st.sampled_from([0, 300, 600, 5000])))
+             for project in case.policy.projects for user in USERS if draw(st.booleans())}
+    policy = dataclasses.replace(case.policy, fair_share=dataclasses.replace(case.policy.fair_share,
+                                                                            entry_penalty_s=WINDOW))
+    return Case(policy, Snapshot(case.snapshot.nodes, jobs, case.snapshot.now, usage), case.cycles)
+
+
+def _into_the_heap(self, cursor, entry) -> None:
+    """``QueueWalk._lead`` undone: every user's next group goes into the queue's heap."""
+    heapq.heappush(cursor.heap, entry)
+
+
+@SETTINGS
+@given(with_users())
+def test_a_plain_heap_of_the_users_groups_gives_the_same_plans(case):
+    # The user last taken keeps its next group ahead of the heap. A heap that takes every user's next
+    # group in, cycle after cycle of binds, evictions and moves, must give the very same plans.
+    assert_plans_unchanged_with(case, QueueWalk, "_lead", _into_the_heap)
+
+
+class _HeldGroups(Skip):
+    """Passes over the groups whose first job's id ends in one of ``digits``."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = digits
+
+    def holds(self, job, queue, group=None) -> bool:
+        return group is not None and self.passes_over(group)
+
+    def passes_over(self, group) -> bool:
+        """True for a group this Skip passes over."""
+        return group.jobs[0].id[-1] in self.digits
+
+
+# A compiled core's Skip takes no subclass of the tests' own: there the walk passes over nothing.
+DIGITS = [""] if COMPILED else ["", "1", "02", "13579"]
+
+
+@SETTINGS
+@given(with_users(), st.sampled_from(DIGITS))
+def test_the_walk_takes_each_projects_jobs_in_the_user_order_worked_out_from_scratch(case, digits):
+    # With nothing placed during the walk, every user keeps its standing: each project's jobs come by
+    # priority, then their user's usage plus the window times the GPUs it holds, then those GPUs, then the
+    # job order. Once a project's first job is taken, its groups the Skip holds for give no more jobs.
+    state = ClusterState(case.snapshot, case.policy, PM)
+    state.begin_cycle()
+    backlog = state.backlog
+    skip = _HeldGroups(digits) if digits else None
+    walk = QueueWalk(state, backlog)
+    taken = []
+    for job in walk:
+        taken.append(job.id)
+        if skip is not None:
+            walk.pass_over(skip)
+    order = backlog.order
+    for queue, groups in backlog.by_queue.items():
+        def user_key(job, queue=queue):
+            held = state.user_gpus.get((queue, job.user), 0.0)
+            usage = state.usage.get(("user", queue.pool, f"{queue.name}/{job.user}"), 0.0)
+            return (-job.priority, usage + WINDOW * held, held, order.key(job))
+        waiting = sorted((job for group in groups.values() for job in group.jobs), key=user_key)
+        expected = [job.id for i, job in enumerate(waiting)
+                    if i == 0 or skip is None or not skip.passes_over(backlog.group_of[job.id])]
+        mine = [job_id for job_id in taken if backlog.group_of[job_id].queue is queue]
+        assert mine == expected, (queue.name, mine, expected)
