@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from gpud.hostlist import hostlist
 
