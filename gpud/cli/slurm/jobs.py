@@ -113,7 +113,8 @@ def _state_name(text: str) -> str:
 
 
 def sacct(argv: list[str]) -> int:
-    """``sacct``: jobs with their states and exit codes, ``-j``, ``--name``, ``-o``, ``--parsable2``, ``-n``, ``-X``."""
+    """``sacct``: jobs with their states and exit codes, ``-j``, ``--name``, ``-o``, ``--parsable2``, ``-n``, ``-X``,
+    and the time window ``-S``/``-E`` (today's jobs by default, as Slurm's sacct)."""
     parser = _parser("sacct")
     parser.add_argument("-j", "--jobs", action="append")
     parser.add_argument("-u", "--user", action="append")
@@ -132,6 +133,7 @@ def sacct(argv: list[str]) -> int:
     _warn_unknown("sacct", extra)
     names = ["JobID", "State", "ExitCode"] if args.brief else (
         fields.sacct_fields(args.format) if args.format else list(fields.SACCT_DEFAULT))
+    since, until = _window(args)
     api = _client()
     if args.jobs:
         jobs = [row for job_id in _ids(args.jobs) for row in _job_rows(api, job_id)]
@@ -143,6 +145,7 @@ def sacct(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("state") in wanted]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
+    jobs = [job for job in jobs if _in_window(job, since, until)]
     rows = [[fields.SACCT_FIELDS[name.lower()](job) for name in names] for job in jobs]
     if args.parsable2 or args.parsable:
         end = "|" if args.parsable and not args.parsable2 else ""
@@ -156,6 +159,27 @@ def sacct(argv: list[str]) -> int:
     if lines:
         print("\n".join(lines))
     return 0
+
+
+def _window(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """sacct's time window: from -S (by default today's midnight, or no bound with -j or -s) to -E (now)."""
+    import time
+
+    from gpud.cli.slurm.when import slurm_time
+    now = time.time()
+    if args.starttime is not None:
+        start: float | None = slurm_time(args.starttime, now)
+    else:
+        start = None if args.jobs or args.state else slurm_time("today", now)
+    return start, None if args.endtime is None else slurm_time(args.endtime, now)
+
+
+def _in_window(job: dict, start: float | None, end: float | None) -> bool:
+    """Whether the job was eligible or running at some moment from ``start`` to ``end`` (either may be open)."""
+    submitted, ended = job.get("submitted"), job.get("ended")
+    if end is not None and submitted is not None and submitted > end:
+        return False
+    return start is None or ended is None or ended >= start
 
 
 def scancel(argv: list[str]) -> int:
