@@ -248,7 +248,7 @@ def _split_outside_brackets(text: str) -> list[str]:
 
 
 def scontrol(argv: list[str]) -> int:
-    """``scontrol show job ID``, ``scontrol show hostnames [LIST]``, ``scontrol requeue ID`` (a warning)."""
+    """``scontrol show job ID``, ``scontrol show hostnames [LIST]``, ``scontrol requeue|hold|release ID``."""
     words = [w for w in argv if not w.startswith("-")]
     if len(words) >= 2 and words[0] == "show" and words[1] in ("hostnames", "hostname"):
         import os
@@ -266,13 +266,34 @@ def scontrol(argv: list[str]) -> int:
             return 1
         print("\n\n".join(_show_job(job) for job in rows))
         return 0
-    if words and words[0] == "requeue":
-        print("scontrol: warning: gpud requeues a job itself when it is preempted; requeue is ignored",
-              file=sys.stderr)
-        return 0
-    print(f"scontrol: error: gpud's scontrol knows `show job [ID]` and `show hostnames [LIST]`, "
-          f"not {' '.join(argv) or 'nothing'}", file=sys.stderr)
+    if words and words[0] in CHANGES:
+        return _change(words[0], words[1:])
+    print(f"scontrol: error: gpud's scontrol knows `show job [ID]`, `show hostnames [LIST]`, `requeue ID`, "
+          f"`hold ID` and `release ID`, not {' '.join(argv) or 'nothing'}", file=sys.stderr)
     return 1
+
+
+# scontrol's verbs that change jobs, and gpud's for each.
+CHANGES = {"requeue": "requeue", "hold": "hold", "release": "release", "uhold": "hold"}
+
+
+def _change(verb: str, words: list[str]) -> int:
+    """``scontrol requeue|hold|release ID[,ID...]``: each job (an array id: its elements) as gpuctl's verb does;
+    1 when any was refused, with Slurm's words."""
+    from gpud.client import ApiError, job_path
+    ids = _ids(words)
+    if not ids:
+        print(f"scontrol: error: {verb}: a job id is required", file=sys.stderr)
+        return 1
+    api = _client()
+    status = 0
+    for job_id in ids:
+        try:
+            api.post(job_path(job_id, CHANGES[verb]))
+        except ApiError as exc:
+            print(f"scontrol: error: {verb} {job_id}: {exc.message}", file=sys.stderr)
+            status = 1
+    return status
 
 
 def _show_job(job: dict) -> str:
