@@ -63,7 +63,8 @@ def _job_rows(api, job_id: str) -> list[dict]:
 
 
 def squeue(argv: list[str]) -> int:
-    """``squeue``: waiting and running jobs, with ``-j``, ``-u``, ``--me``, ``-t``, ``-p``, ``-A``, ``-o``, ``-h``."""
+    """``squeue``: waiting and running jobs, with ``-j``, ``-u``, ``--me``, ``-t``, ``-p``, ``-A``, ``-o``, ``-h``, and
+    ``--start`` (waiting jobs with their expected start, the soonest first)."""
     parser = _parser("squeue")
     parser.add_argument("-j", "--jobs", action="append")
     parser.add_argument("-u", "--user", action="append")
@@ -76,9 +77,12 @@ def squeue(argv: list[str]) -> int:
     parser.add_argument("-a", "--all", action="store_true")
     parser.add_argument("-r", "--array", action="store_true")
     parser.add_argument("-n", "--name")
+    parser.add_argument("--start", action="store_true")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("squeue", extra)
-    fmt = args.format or fields.SQUEUE_DEFAULT
+    fmt = args.format or (fields.SQUEUE_START if args.start else fields.SQUEUE_DEFAULT)
+    if args.start:  # as Slurm's: waiting jobs alone, the soonest to start first
+        args.states = args.states or "PENDING"
     api = _client()
     users = _ids(args.user) + ([_me(api)] if args.me else [])
     if args.jobs:
@@ -88,6 +92,8 @@ def squeue(argv: list[str]) -> int:
     else:
         filters = {"pool": args.partition, "project": args.account, "name": args.name}
         shown = fields.squeue_needs(fmt) | {"state"} | {name for name, given in filters.items() if given}
+        if args.start:
+            shown.add("estimated_start")
         jobs = _listed(api, users, all_states=False, shown=shown)
     if args.states:
         wanted = {_state_name(s) for s in args.states.split(",")}
@@ -99,6 +105,8 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("project") in args.account.split(",")]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
+    if args.start:
+        jobs.sort(key=fields.start_order)
     lines = [] if args.noheader else [fields.squeue_line(fmt, None)]
     lines.extend(fields.squeue_line(fmt, job) for job in jobs)
     if lines:
