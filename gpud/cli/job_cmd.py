@@ -48,7 +48,8 @@ ACTIONS = {
 
 
 def add_parsers(subparsers) -> None:
-    """Register ``show``, ``why``, ``cancel``, ``hold``, ``release`` and ``requeue`` on the gpuctl sub-command parser."""
+    """Register ``show``, ``why``, ``cancel``, ``hold``, ``release`` and ``requeue`` on gpuctl's sub-command
+    parser."""
     show = add_verb(subparsers, "show", help="everything about one job",
                     description="Show one job: its request, state, where its tasks run, and its events.",
                     examples=SHOW_EXAMPLES, func=run_show, json_flag=True)

@@ -125,8 +125,8 @@ SQUEUE_NEEDS: dict[str, tuple[str, ...]] = {
     "u": ("user",), "t": ("state",), "T": ("state",), "P": ("pool",), "a": ("project",), "q": ("priority_class",),
     "M": ("elapsed_s",), "l": ("time_limit_s",), "L": ("time_limit_s", "state", "elapsed_s"), "D": ("nodes", "tasks"),
     "C": ("cpus", "tasks"), "c": ("cpus",), "m": ("memory_gib",), "R": ("state", "reason_short", "nodes"),
-    "r": ("state", "reason_short"), "N": ("nodes",), "b": ("gpus",), "V": ("submitted",), "S": ("state", "started", "estimated_start"),
-    "e": ("ended",), "Z": ("workdir",), "o": ("command",), "Q": ("priority",), "p": ("priority",), "k": (), "n": (),
+    "r": ("state", "reason_short"), "N": ("nodes",), "b": ("gpus",), "V": ("submitted",),
+    "S": ("state", "started", "estimated_start"), "e": ("ended",), "Z": ("workdir",), "o": ("command",), "Q": ("priority",), "p": ("priority",), "k": (), "n": (),
     "Y": ("start_nodes",), "%": (),
 }
 # The heading squeue prints over each %-letter.
