@@ -64,12 +64,12 @@ def where_or_why(job: dict) -> str:
     return f"({why(job)})" if job.get("state") == "PENDING" else nodelist(job)
 
 
-def start(job: dict) -> str:
-    """squeue's ``%S``: when a running job started, when a waiting one is expected to (``N/A`` when there is no
-    estimate)."""
+def start(job: dict, missing: str = "N/A") -> str:
+    """squeue's ``%S``: when a running job started, when a waiting one is expected to (``missing`` when there is
+    no estimate)."""
     if job.get("state") == "PENDING":
-        return stamp(job.get("estimated_start"), "N/A")
-    return stamp(job.get("started"), "N/A")
+        return stamp(job.get("estimated_start"), missing)
+    return stamp(job.get("started"), missing)
 
 
 def start_order(job: dict) -> tuple[bool, float]:

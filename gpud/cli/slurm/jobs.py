@@ -313,7 +313,8 @@ def _show_job(job: dict) -> str:
         ("Requeue", "1" if job.get("requeue", True) else "0"), ("Restarts", str(job.get("restart_count") or 0)),
         ("ExitCode", fields.exit_code(job)), ("RunTime", fields.clock(job.get("elapsed_s") or 0)),
         ("TimeLimit", fields.clock(job.get("time_limit_s"))),
-        ("SubmitTime", fields.stamp(job.get("submitted"))), ("StartTime", fields.stamp(job.get("started"))),
+        # A waiting job's StartTime is when it is expected to start, as Slurm's.
+        ("SubmitTime", fields.stamp(job.get("submitted"))), ("StartTime", fields.start(job, "Unknown")),
         ("EndTime", fields.stamp(job.get("ended"))), ("Partition", fields.pool(job)),
         ("NodeList", fields.nodelist(job) if job.get("nodes") else "(null)"),
         ("NumNodes", fields._node_count(job)), ("NumTasks", str(job.get("tasks") or 1)),
