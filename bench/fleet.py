@@ -25,7 +25,10 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
   marked down by mistake, no message refused);
 - with --stretches, loop_lag_max_ms, loop_stalls_over_100ms, loop_stalls:
   how late the controller's loop woke for a probe asking every 10 ms, and
-  the longest stalls with what the process did meanwhile
+  the longest stalls with what the process did meanwhile; loop_held_cpu_ms:
+  the loop's own CPU time between the probe's wake-ups (percentiles), which
+  the machine's load does not stretch; gc_passes_by_generation and
+  gc_longest_ms_by_generation: the collector's passes
   (bench/loop_stretches.py);
 - gc_full_passes_all, gc_full_pass_longest_ms, gc_freezes: the garbage
   collector's full passes over the controller's whole life, from its
@@ -33,13 +36,22 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
 
 The controller's CPU is its own: the emulators, this script and the
 machine's other load are not in it (the load average is printed beside).
+The emulators stand for node hosts, which in a real fleet run on machines
+of their own: --emulator-nice 10 runs them at a lower priority, so that on
+a machine of few cores they take the CPU the controller leaves rather than
+half of it (by default they run at the controller's priority, and the
+figures include their fight for the CPUs; the printout says which). On a
+machine shared with other work a niced emulator also yields to that work
+and answers its nodes' messages late (heartbeat round trips are measured
+at the nodes). This script and its /healthz prober run at the controller's
+priority.
 Goal: 2,000 nodes x 8 GPUs filled by 16,000 one-GPU jobs in under 60 s,
 /healthz under 100 ms throughout (KAI-Scheduler's published scale test:
 4,000 one-GPU jobs on 500 nodes in 6 min 38 s).
 
     python bench/fleet.py --nodes 2000 --gpus-per-node 8 --jobs 16000 [--mix] [--task-s 60]
-                          [--emulators K] [--heartbeat-s 5] [--node-timeout-s 60] [--json]
-                          [--cprofile FILE.prof] [--profile FILE.svg|.txt] [--stretches N] [--keep DIR]
+                          [--emulators K] [--emulator-nice N] [--heartbeat-s 5] [--node-timeout-s 60] [--json]
+                          [--cprofile FILE.prof] [--profile FILE.svg|.txt] [--stretches N] [--gc-census] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -70,6 +82,9 @@ MAX_HISTORY = 10_000
 START_TIMEOUT_S = 60.0
 PROBE_EVERY_S = 0.1
 NODES_PER_EMULATOR = 1000
+# The emulators stand for node hosts, which have CPUs of their own: --emulator-nice N runs them at a lower
+# priority, leaving the controller the CPU it would have beside a real fleet (by default they share it evenly).
+EMULATOR_NICE = 0
 STRETCHES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_stretches.py")
 # One-GPU jobs, half-GPU fractions (two share a GPU), gangs of 2 tasks x 4 GPUs: (gpus per task, tasks).
 MIX = ((1, 1), (0.5, 1), (0.5, 1), (4, 2))
@@ -137,15 +152,16 @@ def write_setup(root: str, args: argparse.Namespace, port: int) -> str:
 
 
 def start_controller(root: str, config: str, url: str, cprofile: str | None,
-                     stretches: str | None = None) -> subprocess.Popen:
+                     stretches: str | None = None, gc_census: bool = False) -> subprocess.Popen:
     """`gpud controller --init` (under cProfile, or with its loop's callbacks timed, when asked), once it answers
     /healthz."""
     profiler = ["-m", "cProfile", "-o", cprofile] if cprofile else []
     gpud = [STRETCHES, stretches] if stretches else ["-m", "gpud.cli.gpud_main"]
     log = open(os.path.join(root, "controller.log"), "wb")
+    census = {"GPUD_STRETCHES_CENSUS": "1"} if gc_census else {}
     process = subprocess.Popen([sys.executable, *profiler, *gpud, "controller", "--config",
                                 config, "--init", "--allow-root", "--log-level", "warning"],
-                               stdout=log, stderr=subprocess.STDOUT, cwd=root)
+                               stdout=log, stderr=subprocess.STDOUT, cwd=root, env={**os.environ, **census})
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -169,7 +185,8 @@ def start_emulators(root: str, args: argparse.Namespace, url: str) -> list[tuple
         nodes = args.nodes // count + (1 if number < args.nodes % count else 0)
         status, report = (os.path.join(root, f"fleet{number}.{kind}.json") for kind in ("status", "report"))
         log = open(os.path.join(root, f"fleet{number}.log"), "wb")
-        process = subprocess.Popen([sys.executable, "-m", "gpud.testing.fleet", "--controller", url, "--key-file",
+        niced = ["nice", "-n", str(args.emulator_nice)] if args.emulator_nice else []
+        process = subprocess.Popen([*niced, sys.executable, "-m", "gpud.testing.fleet", "--controller", url, "--key-file",
                                     os.path.join(root, "state", "cluster.key"), "--nodes", str(nodes),
                                     "--first", str(first), "--width", str(width),
                                     "--gpus-per-node", str(args.gpus_per_node), "--ramp-s", str(args.heartbeat_s),
@@ -288,7 +305,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
     url = f"http://127.0.0.1:{port}"
     load_before = os.getloadavg()
     stretches = os.path.join(root, "loop_stretches.json") if args.stretches else None
-    controller = start_controller(root, write_setup(root, args, port), url, args.cprofile, stretches)
+    controller = start_controller(root, write_setup(root, args, port), url, args.cprofile, stretches, args.gc_census)
     # Which core the controller runs (in its directory, so an installed gpud wins over this checkout).
     compiled = subprocess.run([sys.executable, "-c", "import gpud.core; print(gpud.core.COMPILED)"], cwd=root,
                               capture_output=True, text=True).stdout.strip() == "True"
@@ -354,10 +371,13 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         figures.update({"loop_callback_max_cpu_ms": loop["longest_ms"][0][0] if loop["longest_ms"] else None,
                         "loop_callbacks_over_10ms": loop["over_10ms"], "loop_callbacks_over_100ms": loop["over_100ms"],
                         "loop_cpu_s": loop["cpu_s"], "gc_full_passes": loop["gc_full"],
+                        "gc_longest_ms_by_generation": loop["gc_longest_ms_by_generation"],
+                        "gc_passes_by_generation": loop["gc_passes_by_generation"],
                         "gc_full_max_ms": loop["gc_full_max_ms"], "gc_full_s": loop["gc_full_s"],
                         "loop_longest": loop["longest_ms"][:args.stretches],
                         "loop_lag_max_ms": loop["lag"]["late_max_ms"],
                         "loop_stalls_over_100ms": loop["lag"]["stalls_over_100ms"],
+                        "loop_held_cpu_ms": loop["lag"]["held_cpu_ms"], "gc_census": loop["gc_census"],
                         "loop_stalls": loop["lag"]["longest_stalls"][:args.stretches]})
     rtts = sorted(ms for r in reports for ms in r["heartbeat_rtt_ms_all"])
     probes = sorted(prober.since(began))
@@ -388,7 +408,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         "gc_full_pass_longest_ms": round(collector["gpud_gc_full_pass_longest_seconds"] * 1000.0, 1)
         if "gpud_gc_full_pass_longest_seconds" in collector else None,
         "gc_freezes": collector.get("gpud_gc_freezes_total"),
-        "emulator_cpu_s": round(sum(r["cpu_s"] for r in reports), 2),
+        "emulator_cpu_s": round(sum(r["cpu_s"] for r in reports), 2), "emulator_nice": args.emulator_nice,
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     })
     problems = []
@@ -419,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
                              "or tasks end before the last ones start)")
     parser.add_argument("--emulators", type=int, default=0,
                         help=f"emulator processes (default: one per {NODES_PER_EMULATOR} nodes)")
+    parser.add_argument("--emulator-nice", type=int, default=EMULATOR_NICE, metavar="N",
+                        help=f"run the emulators at this niceness (default {EMULATOR_NICE}, the controller's; node "
+                             f"hosts have CPUs of their own: 10 leaves the controller the CPU it would have beside "
+                             f"them)")
     parser.add_argument("--heartbeat-s", type=float, default=5.0, help="the controller's heartbeat_s (default 5)")
     parser.add_argument("--node-timeout-s", type=float, default=60.0,
                         help="the controller's node_timeout_s (default 60)")
@@ -429,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stretches", type=int, default=0, metavar="N",
                         help="time the CPU of each of the controller loop's callbacks (bench/loop_stretches.py): "
                              "print the longest, how many took 10 ms and 100 ms or more, and the N longest")
+    parser.add_argument("--gc-census", action="store_true",
+                        help="with --stretches: after the first long passes of the collector, count the objects it "
+                             "found alive by type (what its next passes walk); the counting stalls a little more")
     parser.add_argument("--keep", metavar="DIR", help="keep the state, logs and reports in DIR")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
@@ -448,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  drain (first task end to every job finished): {figures['drain_s']} s; "
               f"{figures['drain_lag_s']} s after the last task ended")
         print(f"  controller CPU from the first submit to the end of the drain: {figures['controller_cpu_s']} s "
-              f"(emulators: {figures['emulator_cpu_s']} s)")
+              f"(emulators: {figures['emulator_cpu_s']} s, run at nice {figures['emulator_nice']})")
         print(f"  heartbeat -> lease answer: p50 {figures['heartbeat_p50_ms']} ms, p99 {figures['heartbeat_p99_ms']} "
               f"ms, max {figures['heartbeat_max_ms']} ms over {figures['heartbeats']} heartbeats")
         print(f"  /healthz every {PROBE_EVERY_S * 1000:.0f} ms: max {figures['healthz_max_ms']} ms, p99 "
@@ -462,15 +489,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  the controller loop's callbacks: longest {figures['loop_callback_max_cpu_ms']} ms of CPU, "
                   f"{figures['loop_callbacks_over_10ms']} of 10 ms or more, {figures['loop_callbacks_over_100ms']} "
                   f"of 100 ms or more, {figures['loop_cpu_s']} s in all; the collector's full passes: "
-                  f"{figures['gc_full_passes']}, longest {figures['gc_full_max_ms']} ms, {figures['gc_full_s']} s in all; "
+                  f"{figures['gc_full_passes']}, longest {figures['gc_full_max_ms']} ms, {figures['gc_full_s']} s in all "
+                  f"(by generation, the longest pass: {figures['gc_longest_ms_by_generation']} ms; passes, of 10 ms "
+                  f"or more and of 20 ms or more: {figures['gc_passes_by_generation']}); "
                   f"the longest callbacks:")
             for ms, what in figures["loop_longest"]:
                 print(f"    {ms:8.1f} ms  {what}")
+            print(f"  the loop's CPU between the probe's wake-ups (ms): {figures['loop_held_cpu_ms']}")
             print(f"  the loop woke late by up to {figures['loop_lag_max_ms']} ms, "
                   f"{figures['loop_stalls_over_100ms']} times by 100 ms or more; the longest, with what the "
                   f"process did meanwhile (CPU ms):")
             for stall in figures["loop_stalls"]:
                 print(f"    {json.dumps(stall)}")
+            for census in figures["gc_census"]:
+                print(f"  after a pass of generation {census['generation']} ({census['ms']} ms, {census['thread']}): "
+                      f"{census['survivors']} objects, most {census['types'][:8]}")
         if "problem" in figures:
             print(f"  PROBLEM: {figures['problem']}")
     return 1 if "problem" in figures else 0

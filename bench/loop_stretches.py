@@ -22,16 +22,24 @@ time of the loop's thread, of each other thread (the scheduling cycle's,
 the store's), of the collector's passes by generation, the longest loop
 callback, and the whole process. Wall time the process did not spend on a
 CPU is the machine's other load; the cycle's thread's CPU beside a loop
-thread that ran little is the loop waiting for the GIL.
+thread that ran little is the loop waiting for the GIL. The loop thread's
+CPU time between two of the probe's wake-ups (held_cpu_ms: percentiles
+and the largest) is how long the loop's own work kept a request waiting,
+whatever the machine's other load; a request that needs a few turns of the
+loop waits a few of these. The collector's passes are counted by
+generation (all, of 10 ms or more, of 20 ms or more, the longest), and a
+long callback says how much of it the collector took.
 """
 
 from __future__ import annotations
 
 import asyncio.events
 import atexit
+import collections
 import gc
 import heapq
 import json
+import os
 import signal
 import sys
 import threading
@@ -48,9 +56,19 @@ LAG_STALL_S = 0.1
 LAG_KEPT = 40
 _gc_by_gen = [0.0, 0.0, 0.0]  # CPU time of the collector's passes so far, by generation (every thread)
 _gc_threads: dict[str, float] = {}  # ... and by the thread that ran them
+_gc_in_callback = [0.0]  # CPU time of the collector's passes on the loop's thread within the callback running now
+_gc_longest_ms = [0.0, 0.0, 0.0]  # the longest pass of each generation since SIGUSR1 (every thread)
+# With GPUD_STRETCHES_CENSUS=1, after each of the first CENSUS_KEPT passes of CENSUS_AFTER_S or more: how many
+# objects the pass left in the generation it moved its survivors to, and of which types (what the next passes walk).
+# Counting them stalls the process a little more, hence only when asked.
+_CENSUS = os.environ.get("GPUD_STRETCHES_CENSUS") == "1"
+CENSUS_AFTER_S = 0.015
+CENSUS_KEPT = 6
+_census: list = []
+_gc_passes = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]  # since SIGUSR1, by generation: passes, of 10 ms or more, of 20 ms or more
 # Since the probe's last wake-up: the longest loop callback, and the callbacks' CPU time by what ran them.
 _window: dict = {"callback_s": 0.0, "callback": "", "kinds": {}}
-_lag: dict = {"armed": False, "stalls": [], "ticks": 0, "late_max_ms": 0.0, "over_stall": 0}
+_lag: dict = {"armed": False, "stalls": [], "ticks": 0, "late_max_ms": 0.0, "over_stall": 0, "held": []}
 
 
 def _deepest(coro) -> str:
@@ -77,6 +95,7 @@ def _timed(handle: asyncio.events.Handle) -> None:
         _LagProbe(asyncio.get_running_loop()).tick()
     coro = _coro_of(handle)
     before = _deepest(coro) if coro is not None else ""
+    _gc_in_callback[0] = 0.0
     began = time.thread_time()
     try:
         _run(handle)
@@ -94,6 +113,8 @@ def _timed(handle: asyncio.events.Handle) -> None:
                 what = repr(handle._callback)[:200]
             else:
                 what = f"{getattr(coro, '__qualname__', coro)}: from {before or '?'} to {_deepest(coro) or 'its end'}"
+            if _gc_in_callback[0] >= 0.001:
+                what += f" (the collector: {_gc_in_callback[0] * 1000.0:.1f} ms of it)"
             entry = (spent, _totals["callbacks"], what)
             if spent > _window["callback_s"]:
                 _window["callback_s"], _window["callback"] = spent, what
@@ -135,6 +156,7 @@ class _LagProbe:
         late = now["wall"] - due
         _lag["ticks"] += 1
         _lag["late_max_ms"] = max(_lag["late_max_ms"], late * 1000.0)
+        _lag["held"].append(now["loop"] - self.last["loop"])
         if late >= LAG_STALL_S:
             _lag["over_stall"] += 1
             ms = lambda a, b: round((a - b) * 1000.0, 1)  # noqa: E731
@@ -163,11 +185,23 @@ class _LagProbe:
 def _write(path: str) -> None:
     found = {**{k: v for k, v in _totals.items() if k != "written"}, "cpu_s": round(_totals["cpu_s"], 3),
              "gc_full_s": round(_totals["gc_full_s"], 3), "gc_full_max_ms": round(_totals["gc_full_max_ms"], 1),
+             "gc_longest_ms_by_generation": [round(ms, 1) for ms in _gc_longest_ms],
+             "gc_passes_by_generation": [list(counts) for counts in _gc_passes], "gc_census": _census,
              "longest_ms": [[round(spent * 1000.0, 1), what] for spent, _, what in sorted(_longest, reverse=True)],
              "lag": {"ticks": _lag["ticks"], "late_max_ms": round(_lag["late_max_ms"], 1),
-                     "stalls_over_100ms": _lag["over_stall"], "longest_stalls": _lag["stalls"]}}
+                     "stalls_over_100ms": _lag["over_stall"], "longest_stalls": _lag["stalls"],
+                     "held_cpu_ms": _spread(_lag["held"])}}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(found, f, indent=1)
+
+
+def _spread(seconds: list[float]) -> dict[str, float]:
+    """The 50th, 90th, 99th and 99.9th percentiles and the largest of these times, in ms."""
+    ordered = sorted(seconds)
+    if not ordered:
+        return {}
+    at = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0, 1)  # noqa: E731
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p99.9": at(0.999), "max": round(ordered[-1] * 1000.0, 1)}
 
 
 def _write_once(path: str) -> None:
@@ -180,6 +214,8 @@ def _reset() -> None:
     _longest.clear()
     _totals.update({"callbacks": 0, "cpu_s": 0.0, "over_10ms": 0, "over_100ms": 0, "gc_full": 0,
                     "gc_full_max_ms": 0.0, "gc_full_s": 0.0})
+    _gc_longest_ms[:] = [0.0, 0.0, 0.0]
+    _gc_passes[:] = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
     _lag["armed"] = not _lag["ticks"]  # the probe starts at the loop's next callback (once)
 
 
@@ -192,6 +228,19 @@ def _collecting(phase: str, info: dict) -> None:
     spent = time.thread_time() - _gc_began[0]
     generation = info.get("generation", 0)
     _gc_by_gen[generation] += spent
+    _gc_longest_ms[generation] = max(_gc_longest_ms[generation], spent * 1000.0)
+    if _CENSUS and spent >= CENSUS_AFTER_S and len(_census) < CENSUS_KEPT:
+        survivors = gc.get_objects(min(generation + 1, 2))
+        _census.append({"generation": generation, "ms": round(spent * 1000, 1), "survivors": len(survivors),
+                        "thread": threading.current_thread().name,
+                        "types": collections.Counter(type(o).__name__ for o in survivors).most_common(12)})
+        del survivors
+    counts = _gc_passes[generation]
+    counts[0] += 1
+    counts[1] += spent >= 0.01
+    counts[2] += spent >= 0.02
+    if threading.current_thread() is threading.main_thread():
+        _gc_in_callback[0] += spent
     name = threading.current_thread().name
     _gc_threads[name] = _gc_threads.get(name, 0.0) + spent
     if generation != 2:

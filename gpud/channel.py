@@ -16,13 +16,40 @@ from typing import AsyncIterator
 from aiohttp import WSMsgType
 
 
-async def ws_texts(ws) -> AsyncIterator[str]:
+def ws_texts(ws) -> AsyncIterator[str]:
     """The text messages of an aiohttp WebSocket (client or server side) until it closes or fails."""
-    async for frame in ws:
-        if frame.type == WSMsgType.TEXT:
-            yield frame.data
-        elif frame.type == WSMsgType.ERROR:
-            return
+    return WsTexts(ws)
+
+
+class WsTexts:
+    """The text messages of an aiohttp WebSocket, as :func:`ws_texts` gives them.
+
+    An iterator rather than an async generator: a connection waiting for its
+    next message (a controller holds thousands, each waiting seconds) then
+    keeps no generator frame, no ``asend`` object and no last frame alive,
+    objects that the garbage collector would otherwise walk in every pass
+    while they wait.
+    """
+
+    __slots__ = ("ws",)
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+
+    def __aiter__(self) -> WsTexts:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            frame = await self.ws.receive()
+            kind = frame.type
+            if kind == WSMsgType.TEXT:
+                return frame.data
+            if kind in _ENDS:
+                raise StopAsyncIteration
+
+
+_ENDS = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR})
 
 
 class LocalEnd:

@@ -14,7 +14,10 @@ import json
 import os
 from collections import namedtuple
 from collections.abc import Iterator, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: gpuctl starts faster
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
 DEFAULT_TIMEOUT_S = 30.0

@@ -9,7 +9,8 @@ What the running tasks owe is added up a slice of jobs at a time, the
 event loop free between slices (16,000 running jobs took 56-61 ms in one
 go). A task that stops while a charge is under way is charged from the
 charge's instant if the charge already counted it, from the last charge's
-instant if not, so each stretch is charged once.
+instant if not, so each stretch is charged once. The stretches of the
+tasks that stopped since the last charge are added a part at a time too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpud.policy import Policy
 from gpud.store.usage import UsageStore
 
 log = logging.getLogger("gpud.controller")
+TAILS_PER_SLICE = 2048  # stopped tasks' charges added between two checks of the slice's time
 
 
 class Charger:
@@ -36,13 +38,15 @@ class Charger:
 
     def __init__(self, store: UsageStore, executor: Executor, policy: Callable[[], Policy],
                  running: Callable[[], list[Job]], pool_of: Callable[[str], str],
-                 clock: Callable[[], float] = time.time, slice_s: float = SLICE_S) -> None:
+                 clock: Callable[[], float] = time.time, slice_s: float = SLICE_S,
+                 tails_per_slice: int = TAILS_PER_SLICE) -> None:
         self.store = store
         self.executor = executor
         self.policy = policy
         self.running = running
         self.pool_of = pool_of
         self.clock = clock
+        self.tails_per_slice = tails_per_slice
         self.rows: dict[UsageKey, Amount] = {}
         self.as_of = clock()
         self.tails: list[tuple[UsageKey, Amount]] = []
@@ -105,14 +109,22 @@ class Charger:
                 counted.add(job)
                 runs.update(map(id, job.runs))
                 await slices.pause()
+            policy = self.policy()
+            rows = dict(decayed(self.rows, self.as_of, now, policy.usage_half_life_s, policy.usage_reset))
+            # The stopped tasks' stretches, added in the order they came, as they were in one go before, a part
+            # at a time: after a drain of 16,000 tasks they are 48,000 charges (70 ms at once). A task stopping
+            # meanwhile is charged as one stopping while the running ones were counted.
+            added = 0
+            while added < len(self.tails):
+                rows = charged(rows, self.tails[added:added + self.tails_per_slice])
+                added = min(added + self.tails_per_slice, len(self.tails))
+                await slices.pause()
         except BaseException:
             self.tails += stopped  # this charge ends here: what it counted of the runs that stopped is still owed
             raise
         finally:
             self._counting = None
-        policy = self.policy()
-        rows = charged(decayed(self.rows, self.as_of, now, policy.usage_half_life_s, policy.usage_reset),
-                       self.tails + counted.charges(self.department_of))
+        rows = charged(rows, self.tails[added:] + counted.charges(self.department_of))
         self.rows, self.as_of, self.tails = rows, now, []
         self._gpu = MappingProxyType(gpu_seconds(rows))
         await asyncio.get_running_loop().run_in_executor(self.executor, self.store.save, rows, now)

@@ -7,7 +7,10 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing is not imported at run time: gpuctl starts faster
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

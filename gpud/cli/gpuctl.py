@@ -13,8 +13,8 @@ from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Form
 VERBS = {
     "submit": "submit_cmd", "run": "run_cmd", "attach": "run_cmd", "forward": "run_cmd", "notebook": "run_cmd",
     "queue": "queue_cmd", "history": "queue_cmd", "show": "job_cmd", "why": "job_cmd",
-    "cancel": "job_cmd", "hold": "job_cmd", "release": "job_cmd", "logs": "logs_cmd", "nodes": "nodes_cmd",
-    "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
+    "cancel": "job_cmd", "hold": "job_cmd", "release": "job_cmd", "requeue": "job_cmd", "logs": "logs_cmd",
+    "nodes": "nodes_cmd", "drain": "nodes_cmd", "resume": "nodes_cmd", "projects": "projects_cmd", "policy": "projects_cmd",
     "usage": "usage_cmd", "report": "usage_cmd",
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
     "checkpointed": "checkpoint_cmd",

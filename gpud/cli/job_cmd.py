@@ -1,4 +1,4 @@
-"""``gpuctl show``, ``why``, ``cancel``, ``hold`` and ``release``: one job at a time."""
+"""``gpuctl show``, ``why``, ``cancel``, ``hold``, ``release`` and ``requeue``: one job at a time."""
 
 from __future__ import annotations
 
@@ -38,11 +38,18 @@ ACTIONS = {
              "  gpuctl hold 42\n  gpuctl hold 42 43\n"),
     "release": ("let held jobs start again (an array id releases its held elements)", "released",
                 "  gpuctl release 42\n  gpuctl release 42 43\n"),
+    "requeue": ("stop running jobs and queue them again (an array id requeues its running elements)", "requeued",
+                "  gpuctl requeue 42     # starts again with GPUD_RESTART_COUNT one higher, its checkpoint\n"
+                "                        # directory kept; a job submitted with --no-requeue is refused\n"
+                "  # in a job script with --signal USR1@120: checkpoint before the time limit, run again\n"
+                "  trap 'save_checkpoint; gpuctl requeue \"$GPUD_JOB_ID\"' USR1\n"
+                "  scontrol requeue \"$SLURM_JOB_ID\"     # the same, through the Slurm shims\n"),
 }
 
 
 def add_parsers(subparsers) -> None:
-    """Register ``show``, ``why``, ``cancel``, ``hold`` and ``release`` on the gpuctl sub-command parser."""
+    """Register ``show``, ``why``, ``cancel``, ``hold``, ``release`` and ``requeue`` on gpuctl's sub-command
+    parser."""
     show = add_verb(subparsers, "show", help="everything about one job",
                     description="Show one job: its request, state, where its tasks run, and its events.",
                     examples=SHOW_EXAMPLES, func=run_show, json_flag=True)

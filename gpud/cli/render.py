@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gpud.cli.units import format_duration, format_number, format_size_gib
+
+TYPE_CHECKING = False  # typing is not imported at run time: gpuctl starts faster
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -26,7 +26,7 @@ from gpud.controller.views import JOB_VIEW_FIELDS, job_view, node_view, public_v
 from gpud.controller.why import explain
 from gpud.errors import ConfigError
 from gpud.jobs import Job
-from gpud.lifecycle import ACTIVE, STATES
+from gpud.lifecycle import ACTIVE, RUNNING, STATES
 from gpud.store.base import TokenRecord
 from gpud.submission import DEV_NULL, is_job_id
 
@@ -247,8 +247,7 @@ async def change_jobs(request: web.Request) -> web.Response:
         summary = arrays.summary(job_id, elements, ctrl.cluster)
         counts = ", ".join(f"{n} {state.lower()}" for state, n in summary["states"].items())
         if verb != "cancel":
-            raise ApiError(409, f"array {job_id} has ended ({counts}); only pending jobs can be "
-                                f"{'held' if verb == 'hold' else 'released'}", job=job_id)
+            raise ApiError(409, f"array {job_id} has ended ({counts}); {ONLY[verb]}", job=job_id)
         return ok({"ids": [], "ended": True, "array": summary})
     for job in jobs:
         owned(principal, job)
@@ -258,10 +257,22 @@ async def change_jobs(request: web.Request) -> web.Response:
         changed.extend(ctrl.cluster.job_service.change_many(jobs[start:start + CHANGE_SLICE], verb, principal.user))
         await ctrl.commit()
     if not changed and verb != "cancel":
-        state = "held" if verb == "hold" else "not held"
-        raise ApiError(409, f"job {job_id} is {jobs[0].state.lower() if verb == 'hold' else state}; "
-                            f"only a pending job can be {'held' if verb == 'hold' else 'released'}", job=job_id)
+        raise ApiError(409, f"job {job_id} {_unchanged(jobs[0], verb)}; {ONLY[verb]}", job=job_id)
     return web.Response(text=jsontext.dumps({"ids": changed}), content_type="application/json")
+
+
+# Which jobs each verb changes, for a refusal that changed none.
+ONLY = {"hold": "only a pending job can be held", "release": "only a held job can be released",
+        "requeue": "only a running job can be requeued"}
+
+
+def _unchanged(job: Job, verb: str) -> str:
+    """What the job is that the verb did not change it."""
+    if verb == "release":
+        return "is not held"
+    if verb == "requeue" and job.state == RUNNING:
+        return "was submitted with --no-requeue: it is never requeued"
+    return f"is {job.state.lower()}"
 
 
 async def history(request: web.Request) -> web.Response:
@@ -629,7 +640,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{id}", show_job)
     app.router.add_get("/api/v1/jobs/{id}/why", why_job)
     app.router.add_get("/api/v1/jobs/{id}/logs", job_logs)
-    app.router.add_post("/api/v1/jobs/{id}/{verb:cancel|hold|release}", change_jobs)
+    app.router.add_post("/api/v1/jobs/{id}/{verb:cancel|hold|release|requeue}", change_jobs)
     app.router.add_get("/api/v1/history", history)
     app.router.add_get("/api/v1/nodes", list_nodes)
     app.router.add_post("/api/v1/nodes/{name}/{verb:drain|resume}", change_node)

@@ -110,7 +110,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    text = metrics_view.render(request.app[CONTROLLER])
+    text = await metrics_view.render(request.app[CONTROLLER])
     return web.Response(text=text, content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type": "text/plain; version=0.0.4"})
 

@@ -54,13 +54,14 @@ def lost_gpu_seconds(job: Job, at: float) -> float:
 
 @dataclass(slots=True)
 class Told:
-    """A victim told to checkpoint: the stop commands' keys, until when, what it loses if none comes, and
-    the restart count of the run being stopped (a checkpoint within the grace is that run's)."""
+    """A victim told to checkpoint: the job (kept after it ends, as a victim with ``--no-requeue`` does at
+    once), the stop commands' keys, until when, what it loses if none comes, and the restart count of the
+    run being stopped (a checkpoint within the grace is that run's)."""
 
+    job: Job
     stops: list[tuple[str, int, int]]  # (node, task, attempt) of each stopped task
     until: float
     lost: float
-    project: str
     restart: int
 
 
@@ -78,28 +79,29 @@ class Preemptions:
             found.stops.extend(stops)
             found.until, found.lost = max(found.until, until), found.lost + lost
         else:
-            self.told[job.id] = Told(list(stops), until, lost, job.project, job.restart_count)
+            self.told[job.id] = Told(job, list(stops), until, lost, job.restart_count)
 
     def charge(self, job: Job, lost: float) -> None:
         """Record ``lost`` GPU-seconds against the job and its project."""
         job.lost_gpu_seconds += lost
         self.lost_by_project[job.project] = self.lost_by_project.get(job.project, 0.0) + lost
 
+    def victim(self, job_id: str) -> Job | None:
+        """The job of a victim within its grace, whether it waits again or has ended; None for any other."""
+        told = self.told.get(job_id)
+        return None if told is None else told.job
+
     def checkpointed(self, job: Job) -> Told | None:
         """The job reported a checkpoint: if it was within its grace, it loses nothing and is to be stopped
         now (the told entry, whose stops to send again with no grace); None otherwise."""
         return self.told.pop(job.id, None)
 
-    def settle(self, now: float, jobs: dict[str, Job]) -> list[Job]:
-        """Charge the victims whose grace ended without a checkpoint; returns their jobs (still known)."""
+    def settle(self, now: float) -> list[Job]:
+        """Charge the victims whose grace ended without a checkpoint; returns their jobs, ended ones too."""
         done = [job_id for job_id, told in self.told.items() if told.until <= now]
         charged = []
         for job_id in done:
             told = self.told.pop(job_id)
-            job = jobs.get(job_id)
-            if job is not None:
-                self.charge(job, told.lost)
-                charged.append(job)
-            else:
-                self.lost_by_project[told.project] = self.lost_by_project.get(told.project, 0.0) + told.lost
+            self.charge(told.job, told.lost)
+            charged.append(told.job)
         return charged

@@ -15,7 +15,9 @@ from gpud.controller.api import ApiError, find_job, ok, owned
 from gpud.controller.auth import Principal, bearer
 from gpud.controller.checkpoints import COMMAND, is_checkpoint_token, token_matches
 from gpud.controller.keys import CONTROLLER, PRINCIPAL
-from gpud.lifecycle import PENDING, RUNNING
+from gpud.controller.service import Controller
+from gpud.jobs import Job
+from gpud.lifecycle import RUNNING
 
 PATH = "/api/v1/jobs/{id}/checkpoints"
 
@@ -29,9 +31,8 @@ def checkpoint_principal(request: web.Request, header: str | None) -> Principal 
     resource = request.match_info.route.resource
     if resource is None or resource.canonical != PATH:
         return None
-    ctrl = request.app[CONTROLLER]
-    job = ctrl.cluster.jobs.get(request.match_info.get("id", ""))
-    if job is None or not token_matches(ctrl.auth.cluster_key, job, token):
+    job = _victim_or_active(request.app[CONTROLLER], request.match_info.get("id", ""))
+    if job is None or not token_matches(request.app[CONTROLLER].auth.cluster_key, job, token):
         return None
     return Principal(job.user, checkpoint_job=job.id)
 
@@ -39,18 +40,24 @@ def checkpoint_principal(request: web.Request, header: str | None) -> Principal 
 async def record_checkpoint(request: web.Request) -> web.Response:
     """Record a checkpoint of a running job (or of a victim within its grace) as of now."""
     ctrl, principal = request.app[CONTROLLER], request[PRINCIPAL]
-    job = await find_job(ctrl, request.match_info["id"])
+    job = _victim_or_active(ctrl, request.match_info["id"]) or await find_job(ctrl, request.match_info["id"])
     if principal.checkpoint_job is None:
         owned(principal, job)
     elif principal.checkpoint_job != job.id:
         raise ApiError(403, "this checkpoint credential is another job's")
     told = job.id in ctrl.cluster.plans.preemptions.told
-    if job.state != RUNNING and not (job.state == PENDING and told):
-        raise ApiError(409, f"job {job.id} is {job.state}: only a running job records checkpoints")
+    if job.state != RUNNING and not told:
+        raise ApiError(409, f"job {job.id} is {job.state}: only a running job, or a preempted one within its "
+                            f"grace, records checkpoints")
     at = time.time()
     ctrl.cluster.plans.checkpointed(job, at, COMMAND)
     await ctrl.commit()
     return ok({"job": job.id, "at": at, "checkpoints": len(job.checkpoints), "stopped_now": told}, 201)
+
+
+def _victim_or_active(ctrl: Controller, job_id: str) -> Job | None:
+    """The active job, or a victim within its grace (which may have ended: a job with ``--no-requeue``)."""
+    return ctrl.cluster.jobs.get(job_id) or ctrl.cluster.plans.preemptions.victim(job_id)
 
 
 def add_routes(app: web.Application) -> None:

@@ -220,8 +220,21 @@ class JobService:
         self.wake()
         return True
 
+    def requeue(self, job: Job, by: str) -> bool:
+        """Stop a running job's tasks (with the policy's grace) and queue it again for its next restart, as
+        Slurm's ``scontrol requeue``; False when it does not run or was submitted with ``--no-requeue``."""
+        if job.state != RUNNING or not job.requeue:
+            return False
+        for task in range(job.tasks):
+            self.runs.stop(job, task, "requeued")
+        self._requeue(job, f"requeued by {by}", "requeued", f"requeued by {by}")
+        self._core_remove(job)  # taken back as pending once its old copy has stopped
+        self.sync(job)
+        self.wake()
+        return True
+
     def change_many(self, jobs: list[Job], verb: str, by: str) -> list[str]:
-        """Cancel, hold or release many jobs (an array) in time linear in their number; the ids changed.
+        """Cancel, hold, release or requeue many jobs (an array) in time linear in their number; the ids changed.
 
         Jobs that ended meanwhile are skipped; arrays are refilled once, at the end.
         """
@@ -234,13 +247,18 @@ class JobService:
                 if verb == "cancel":
                     self.cancel(job, by)
                     changed.append(job.id)
-                elif (self.hold(job, by) if verb == "hold" else self.release(job, by)):
+                elif self._change(job, verb, by):
                     changed.append(job.id)
         finally:
             deferred, self._deferred = self._deferred, None
             for array_id in sorted(deferred):
                 self._refill(array_id)
         return changed
+
+    def _change(self, job: Job, verb: str, by: str) -> bool:
+        if verb == "hold":
+            return self.hold(job, by)
+        return self.release(job, by) if verb == "release" else self.requeue(job, by)
 
     # ------------------------------------------------- the controller's moves
 

@@ -103,86 +103,112 @@ def connect_in_process(ctrl: Controller) -> Callable[[], AsyncContextManager[tup
 
 async def serve_node(ctrl: Controller, channel: Any, texts: AsyncIterator[str], peer: str) -> None:
     """Serve one node's messages from ``texts`` (answers and commands go out on ``channel``) until they end."""
-    name: str | None = None
-    gpus_seen: Any = None  # the GPUs as this node last reported them: a heartbeat saying the same is not parsed again
-    tasks_seen: list[dict] = []  # its last task reports, checked: those a heartbeat repeats are not checked again
+    node = _NodeConversation(ctrl, channel, peer)
     turns = loop_turns()
     try:
         async for text in texts:
             # Each message takes its turn on the loop (gpud/controller/slices.py): a burst leaves it free between.
             began = await turns.enter()
             try:
-                try:
-                    message = node_schema.loads_message(text)
-                    kind = message.get("type")
-                    if kind == "register":
-                        theirs = message.get("cluster_id")
-                        if isinstance(theirs, str) and theirs and theirs != ctrl.cluster_id:
-                            log.warning("refused node %r of another cluster (%s; this is %s)", message.get("node"),
-                                        theirs, ctrl.cluster_id)
-                            await channel.send_str(jsontext.dumps({
-                                "type": "refused", "error": f"this controller serves cluster {ctrl.cluster_id}, and "
-                                                            f"this node belongs to cluster {theirs}"}))
-                            return
-                        node = node_from_register(message, peer)
-                        tasks = _tasks(message)
-                        old = ctrl.links.get(node.name)
-                        if old is not None and old is not channel:
-                            await old.close()
-                        name = node.name
-                        registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
-                                      "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
-                        await channel.send_str(jsontext.dumps(registered))
-                        ctrl.links[name] = channel
-                        ctrl.cluster.node_messages.register(node, tasks, checkpoints=_checkpoints(message))
-                        gpus_seen, tasks_seen = message.get("gpus", []), tasks
-                    elif name is None:
-                        raise ValueError("register first")
-                    elif kind == "heartbeat":
-                        gpus = None
-                        if "gpus" in message and message["gpus"] != gpus_seen:
-                            gpus = gpus_from_report(message["gpus"])
-                        tasks = node_schema.task_reports(message.get("tasks"), checked=tasks_seen)
-                        tasks_seen = tasks
-                        if gpus is not None:
-                            gpus_seen = message["gpus"]
-                        made = ctrl.cluster.outbox.made
-                        ctrl.cluster.node_messages.heartbeat(name, gpus, tasks)
-                        if "seq" in message:
-                            await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
-                                                                   **_lease(ctrl)}))
-                        if ctrl.cluster.outbox.made == made:
-                            ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
-                            continue
-                    elif kind == "task":
-                        node_schema.task_report(message, "task")
-                        ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
-                        if not ctrl.cluster.node_messages.task_report(name, message):
-                            continue  # nothing waits for its changes to be durable
-                    elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
-                        hub_of(ctrl).from_node(name, message)
-                        continue
-                    elif kind == "checkpointed":
-                        if not ctrl.cluster.plans.checkpoint_marked(name, message):
-                            continue
-                    elif kind == "log":
-                        future = ctrl.log_requests.get(str(message.get("request")))
-                        if future is not None and not future.done():
-                            future.set_result(message)
-                        continue
-                    else:
-                        raise ValueError(f"unknown message type {kind!r}")
-                except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
-                    log.warning("node %s: bad message: %s", name or peer, exc)
-                    await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
-                    continue
-                ctrl.commit_soon()
+                if not await node.serve(text):
+                    return
             finally:
                 turns.leave(began)
     finally:
+        name = node.name
         if name is not None and ctrl.links.get(name) is channel:
             del ctrl.links[name]
             ctrl.cluster.node_messages.disconnected(name)
+
+
+class _NodeConversation:
+    """What the controller remembers of one node's connection between its messages.
+
+    Only this stays alive while the connection waits for the next message
+    (seconds, for each of thousands of nodes): each message, and everything
+    read from it, is let go once served, so the garbage collector's passes
+    do not walk them meanwhile.
+    """
+
+    __slots__ = ("ctrl", "channel", "peer", "name", "gpus_seen", "tasks_seen")
+
+    def __init__(self, ctrl: Controller, channel: Any, peer: str) -> None:
+        self.ctrl = ctrl
+        self.channel = channel
+        self.peer = peer
+        self.name: str | None = None
+        self.gpus_seen: Any = None  # the GPUs as the node last reported them: a heartbeat saying the same is not parsed again
+        self.tasks_seen: list[dict] = []  # its last task reports, checked: those a heartbeat repeats are not checked again
+
+    async def serve(self, text: str) -> bool:
+        """Serve one message; False when the connection is to end."""
+        ctrl, channel, name = self.ctrl, self.channel, self.name
+        try:
+            message = node_schema.loads_message(text)
+            kind = message.get("type")
+            if kind == "register":
+                theirs = message.get("cluster_id")
+                if isinstance(theirs, str) and theirs and theirs != ctrl.cluster_id:
+                    log.warning("refused node %r of another cluster (%s; this is %s)", message.get("node"),
+                                theirs, ctrl.cluster_id)
+                    await channel.send_str(jsontext.dumps({
+                        "type": "refused", "error": f"this controller serves cluster {ctrl.cluster_id}, and "
+                                                    f"this node belongs to cluster {theirs}"}))
+                    return False
+                node = node_from_register(message, self.peer)
+                tasks = _tasks(message)
+                old = ctrl.links.get(node.name)
+                if old is not None and old is not channel:
+                    await old.close()
+                self.name = node.name
+                registered = {"type": "registered", "heartbeat_s": ctrl.config.heartbeat_s,
+                              "cluster_id": ctrl.cluster_id, **_lease(ctrl)}
+                await channel.send_str(jsontext.dumps(registered))
+                ctrl.links[node.name] = channel
+                ctrl.cluster.node_messages.register(node, tasks, checkpoints=_checkpoints(message))
+                self.gpus_seen, self.tasks_seen = message.get("gpus", []), tasks
+            elif name is None:
+                raise ValueError("register first")
+            elif kind == "heartbeat":
+                gpus = None
+                if "gpus" in message and message["gpus"] != self.gpus_seen:
+                    gpus = gpus_from_report(message["gpus"])
+                tasks = node_schema.task_reports(message.get("tasks"), checked=self.tasks_seen)
+                self.tasks_seen = tasks
+                if gpus is not None:
+                    self.gpus_seen = message["gpus"]
+                made = ctrl.cluster.outbox.made
+                ctrl.cluster.node_messages.heartbeat(name, gpus, tasks)
+                if "seq" in message:
+                    await channel.send_str(jsontext.dumps({"type": "lease", "seq": message["seq"],
+                                                           **_lease(ctrl)}))
+                if ctrl.cluster.outbox.made == made:
+                    ctrl.persist.flush_soon()  # nothing to send: its changes go with the next batch
+                    return True
+            elif kind == "task":
+                node_schema.task_report(message, "task")
+                ctrl.cluster.nodes[name].last_seen = ctrl.cluster.clock()
+                if not ctrl.cluster.node_messages.task_report(name, message):
+                    return True  # nothing waits for its changes to be durable
+            elif isinstance(kind, str) and kind.startswith(("pty_", "fwd_", "interactive_")):
+                hub_of(ctrl).from_node(name, message)
+                return True
+            elif kind == "checkpointed":
+                if not ctrl.cluster.plans.checkpoint_marked(name, message):
+                    return True
+            elif kind == "log":
+                future = ctrl.log_requests.get(str(message.get("request")))
+                if future is not None and not future.done():
+                    future.set_result(message)
+                return True
+            else:
+                raise ValueError(f"unknown message type {kind!r}")
+        except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+            log.warning("node %s: bad message: %s", name or self.peer, exc)
+            await channel.send_str(jsontext.dumps({"type": "error", "error": f"bad message: {exc}"}))
+            return True
+        ctrl.commit_soon()
+        return True
 
 
 def _checkpoints(message: dict) -> list[str]:

@@ -98,6 +98,8 @@ def task_reports(items: Any, where: str = "tasks", checked: list[dict] | None = 
     if not isinstance(items, list):
         raise ValueError(f"{where} must be a list of task reports")
     known = checked or []
+    if items == known:  # the same reports as last time (equal values are read as the checked ones, as below)
+        return known
     return [known[index] if index < len(known) and item == known[index] else task_report(item, f"{where}[{index}]")
             for index, item in enumerate(items)]
 

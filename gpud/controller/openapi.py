@@ -217,6 +217,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/jobs/{id}/cancel": _change("cancel"),
     "/api/v1/jobs/{id}/hold": _change("hold"),
     "/api/v1/jobs/{id}/release": _change("release"),
+    "/api/v1/jobs/{id}/requeue": _change("requeue"),
     "/api/v1/jobs/{id}/checkpoints": {"post": _op(
         "record that a running job (or a victim within its grace) has a complete checkpoint now; the job's own "
         "GPUD_CHECKPOINT_TOKEN may call this and nothing else",

@@ -191,7 +191,8 @@ class PlanApplier:
         than the job's last checkpoint (one seen again after a restart) is not
         a new checkpoint.
         """
-        job = self.jobs.get(str(message.get("job")))
+        job_id = str(message.get("job"))
+        job = self.jobs.get(job_id) or self.preemptions.victim(job_id)
         at = message.get("at")
         if (job is None or job_uid(job) != message.get("job_uid") or isinstance(at, bool)
                 or not isinstance(at, (int, float)) or not math.isfinite(at)):
@@ -207,7 +208,7 @@ class PlanApplier:
 
     def settle_preemptions(self) -> None:
         """Charge the victims whose grace ended without a checkpoint with the work they lost."""
-        for job in self.preemptions.settle(self.clock(), self.jobs):
+        for job in self.preemptions.settle(self.clock()):
             self.persist.job(job)
 
 

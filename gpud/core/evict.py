@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from gpud.core.hooks import has_implementations
 from gpud.core.memo import Memo
@@ -11,7 +11,8 @@ from gpud.core.pending import needed_tasks
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.core.victim_rooms import NodeRoom, cheapest_room
+from gpud.core.victim_rooms import NodeRoom, cheapest_room, enough_held
+from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement
 
 if TYPE_CHECKING:
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 Eligibility = Callable[[Victim], Evicted | None]
 # (the victim-order plugin's key, tiebreak, victim). Typed as a plain tuple, as gpud.core.queue_walk's Entry is.
 VictimEntry = tuple
-# GPUs, CPUs and memory the victims of a queue below a priority hold, by node (``VictimLists.holdings``).
-Holdings = dict[str, tuple[float, float, float]]
 
 
 class VictimLists:
@@ -48,7 +47,7 @@ class VictimLists:
         self._usable: dict[int, dict[int, bool]] = {}  # by shape number: by node kind, whether a task fits
         # By (queue, priority): the victims of the queue's list below the priority, picked out once per action.
         self._below: dict[tuple[QueueState, int], list[Victim]] = {}
-        self._held: Memo[tuple[QueueState, int], Holdings] = Memo()  # stamp: the queue's gains
+        self._held: Memo[tuple[QueueState, int], VictimsByNode] = Memo()  # stamp: the queue's gains
         self._most: Memo[tuple[QueueState, int], tuple[float, float, float]] = Memo()  # stamp: the queue's gains
         self._gains: dict[QueueState, int] = {}  # binds of the queue's victims onto new room, this action
         self._min_runtime = state.policy.min_runtime_s
@@ -149,13 +148,14 @@ class VictimLists:
         What each node holds is summed up as ``holdings`` says.
         """
         gpu, cpu, mem = gpu - 2 * EPS, cpu - 2 * EPS, mem - 2 * EPS  # sums may round apart from make_room's
-        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).values():
+        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).held.values():
             if held_gpu >= gpu and held_cpu >= cpu and held_mem >= mem:
                 return True
         return False
 
-    def holdings(self, queue: QueueState, priority: int) -> Holdings:
-        """At least what the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node.
+    def holdings(self, queue: QueueState, priority: int) -> VictimsByNode:
+        """At least what the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node,
+        and which of them sit on each node (``VictimsByNode``, made from ``running_below``'s list).
 
         Summed up once, and used for the rest of the action as long as no
         victim of the queue is placed anew (``gained``): evictions only take
@@ -165,7 +165,8 @@ class VictimLists:
         gains = self._gains.get(queue, 0)
         found = self._held.get((queue, priority), gains)
         if found is None:
-            found = self._held.put((queue, priority), gains, self._sum_holdings(queue, priority))
+            found = self._held.put((queue, priority), gains,
+                                   VictimsByNode(self.running_below(queue, priority), self.state.placements))
         return found
 
     def most_held(self, queue: QueueState, priority: int) -> tuple[float, float, float]:
@@ -176,25 +177,9 @@ class VictimLists:
         if found is not None:
             return found
         gpu = cpu = mem = 0.0
-        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).values():
+        for held_gpu, held_cpu, held_mem in self.holdings(queue, priority).held.values():
             gpu, cpu, mem = max(gpu, held_gpu), max(cpu, held_cpu), max(mem, held_mem)
         return self._most.put((queue, priority), gains, (gpu, cpu, mem))
-
-    def _sum_holdings(self, queue: QueueState, priority: int) -> Holdings:
-        """What the victims of ``queue`` below ``priority`` hold now (GPUs, CPUs, memory), by node."""
-        held: dict[str, list[float]] = {}
-        placements = self.state.placements
-        for victim in self.running_below(queue, priority):
-            request = victim.job.request
-            for placement in placements[victim.job.id]:
-                if placement is not None:
-                    sums = held.get(placement.node)
-                    if sums is None:
-                        sums = held[placement.node] = [0.0, 0.0, 0.0]
-                    sums[0] += placement.gpu_share * len(placement.gpu_index)
-                    sums[1] += request.cpus
-                    sums[2] += request.memory_gib
-        return {node: (g, c, m) for node, (g, c, m) in held.items()}
 
     def gained(self, queue: QueueState | None) -> None:
         """Note that a job that may be among the queue's victims was placed where it did not run.
@@ -394,7 +379,7 @@ def _always() -> bool:
 def make_room(session: Session, job: JobSpec, candidates: Iterable[Victim],
               rule: str, eligible: Eligibility, lists: VictimLists,
               ready: Callable[[], bool] = _always, limit: ShareLimit | None = None,
-              held: Callable[[], Mapping[str, tuple[float, float, float]]] | None = None) -> bool:
+              held: Callable[[], VictimsByNode] | None = None) -> bool:
     """Evict victims so ``job`` fits, then keep every victim that can stay; all or nothing.
 
     Victims are taken in victim order. When the job's queue must first give
@@ -410,8 +395,9 @@ def make_room(session: Session, job: JobSpec, candidates: Iterable[Victim],
     victims free at least the excess, victims come back only while the
     queue stays within it, and the queue must end within it; ``held`` then
     gives at least what the candidates hold by node, so nodes where they
-    cannot free the excess are passed over. If the job does not fit,
-    nothing changes.
+    cannot free the excess are passed over, and, where it was made from the
+    candidates themselves, which of them sit on each node, so only those on
+    the other nodes are searched. If the job does not fit, nothing changes.
     """
     return _RoomMaking(session, job, rule, eligible, lists, limit).run(candidates, ready, held)
 
@@ -436,10 +422,11 @@ class _RoomMaking:
         self.ordered: Iterable[Victim] = ()
 
     def run(self, candidates: Iterable[Victim], ready: Callable[[], bool],
-            held: Callable[[], Mapping[str, tuple[float, float, float]]] | None) -> bool:
+            held: Callable[[], VictimsByNode] | None) -> bool:
         """Make room for the job's tasks (its minimum, at least one) and settle the victims; True when done."""
         state, job, lists, limit = self.state, self.job, self.lists, self.limit
-        if job.id in state.touched:  # placed or evicted earlier in the cycle: it may be among the victims
+        if job.id in state.touched or any(state.placements[job.id]):
+            # Placed or evicted earlier in the cycle, or running and growing: it may be among the victims.
             lists.gained(state.queue_of(job))
         # Summed before the first eviction: sums made after it could be smaller than what a rollback gives back.
         holdings = held() if held is not None and limit is not None else None
@@ -498,7 +485,7 @@ class _RoomMaking:
         return ready()  # the victims ran out: asked once more after the last
 
     def _place_task(self, task_need: Resources,
-                    holdings: Mapping[str, tuple[float, float, float]] | None) -> TaskPlacement | None:
+                    holdings: VictimsByNode | None) -> TaskPlacement | None:
         """A placement for one task: free room as it is, else on the node cleared by the victims
         ``cheapest_room`` chooses; None when no node can be cleared."""
         limit = self.limit
@@ -510,7 +497,8 @@ class _RoomMaking:
             # The node whose victims come first; were one of them refused when its turn came (its
             # queue no longer over its level), the node is chosen again without it.
             refused = self.refused
-            choice = self.ordered if not refused else _without(self.ordered, refused)
+            ordered = self._searched(must, holdings)
+            choice = ordered if not refused else _without(ordered, refused)
             room = cheapest_room(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
                                  must, holdings, self.lists.weighs_lost_work)
             if room is None:
@@ -520,6 +508,18 @@ class _RoomMaking:
             if placement is None and len(refused) == before:
                 return None
         return placement
+
+    def _searched(self, must: tuple[float, float, float] | None, holdings: VictimsByNode | None) -> Iterable[Victim]:
+        """The victims the search for a node walks: with ``must``, where ``holdings`` was made from the very
+        list of victims (no plugin may veto one), only those sitting on a node whose victims hold ``must``.
+
+        The search passes over every other node (``cheapest_room``), so a
+        victim with no task on such a node changes nothing it finds.
+        """
+        if must is None or holdings is None or self.ordered is not holdings.victims:
+            return self.ordered
+        gpu, cpu, mem = enough_held(must)
+        return holdings.sitting_on(holdings.nodes_holding(gpu, cpu, mem))
 
     def _clear(self, room: NodeRoom) -> TaskPlacement | None:
         """Evict the room's victims from its node, then place one task of the job there, or None."""

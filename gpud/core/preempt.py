@@ -8,7 +8,7 @@ from typing import Any, Final, TYPE_CHECKING
 from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
-from gpud.core.evict import Holdings, ShareLimit, VictimLists, make_room
+from gpud.core.evict import ShareLimit, VictimLists, make_room
 from gpud.core.memo import Memo
 from gpud.core.orders import JobOrder
 from gpud.core.pending import gang_tasks, needed_tasks
@@ -16,6 +16,7 @@ from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.recorder import restate_learnt
 from gpud.core.state import Victim
+from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ class _Preemptor:
         """True once the queue's rules let it take the job (evictions may bring it back under them)."""
         return refusal(self.queue, self.job, self.need) is None
 
-    def holdings(self) -> Holdings:
+    def holdings(self) -> VictimsByNode:
         """At least what the victims below the job's priority hold, by node (``VictimLists.holdings``)."""
         return self.lists.holdings(self.queue, self.job.priority)
 

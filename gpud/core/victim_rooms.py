@@ -9,11 +9,12 @@ otherwise the node whose needed victims come earliest in the order.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from gpud.core.nodes import NodeState
 from gpud.core.placement import Placer, largest_fit
 from gpud.core.state import ClusterState, Victim
+from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, JobSpec, TaskPlacement, TaskRequest
 
 
@@ -80,7 +81,7 @@ def wanted_share(request: TaskRequest, gpu_memory_gib: float) -> float | None:
 
 def cheapest_room(state: ClusterState, placer: Placer, job: JobSpec, ordered: Iterable[Victim],
                   usable: dict[int, bool], must: tuple[float, float, float] | None = None,
-                  holdings: Mapping[str, tuple[float, float, float]] | None = None,
+                  holdings: VictimsByNode | None = None,
                   weigh: bool = False) -> NodeRoom | None:
     """The node that can hold one more task of ``job`` after evicting some of the victims, and which.
 
@@ -108,7 +109,7 @@ class _NodeChoice:
 
     def __init__(self, state: ClusterState, placer: Placer, job: JobSpec, usable: dict[int, bool],
                  must: tuple[float, float, float] | None,
-                 holdings: Mapping[str, tuple[float, float, float]] | None) -> None:
+                 holdings: VictimsByNode | None) -> None:
         self.state = state
         self.placer = placer
         self.job = job
@@ -124,6 +125,7 @@ class _NodeChoice:
         self.must_gpu, self.must_cpu, self.must_mem = (
             (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0))
         self.holdings = holdings if must is not None else None
+        self.enough = enough_held(must) if must is not None else _NOTHING
 
     def first_room(self, ordered: Iterable[Victim]) -> NodeRoom | None:
         """Count the victims' tasks as gone, one victim after the other, from the nodes they sit on; the
@@ -237,8 +239,8 @@ class _NodeChoice:
         """False when the victims on the node hold less than ``must`` (as ``holdings`` sums them up)."""
         if self.holdings is None:
             return True
-        most = self.holdings.get(name, _NOTHING)  # sums may round apart from the room's: one more EPS
-        return most[0] >= self.must_gpu - EPS and most[1] >= self.must_cpu - EPS and most[2] >= self.must_mem - EPS
+        gpu, cpu, mem = self.enough
+        return self.holdings.holds(name, gpu, cpu, mem)
 
     def _wanted_share(self, node: NodeState) -> float | None:
         """The share of one of the node's GPUs a shared task of the job takes (``wanted_share``)."""
@@ -262,6 +264,12 @@ class _NodeChoice:
 
 
 _NOTHING = (0.0, 0.0, 0.0)
+
+
+def enough_held(must: tuple[float, float, float]) -> tuple[float, float, float]:
+    """What the victims on a node must hold at least (GPUs, CPUs, memory) for their eviction to free ``must``
+    there: ``must`` less the tolerance, and one more, as the sums by node may round apart from a room's."""
+    return must[0] - EPS - EPS, must[1] - EPS - EPS, must[2] - EPS - EPS
 
 
 def _cost(room: NodeRoom) -> tuple[int, float]:

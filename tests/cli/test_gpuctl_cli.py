@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -466,3 +467,29 @@ def test_no_cpu_and_dev_null_pass_the_command_line(api):
     api.routes["POST /api/v1/jobs"] = (201, {"ids": ["5"]}, {})
     assert main(["submit", "-p", "p", "-c", "0", "-o", "/dev/null", "--", "true"]) == 0
     assert (api.requests[-1]["body"]["cpus"], api.requests[-1]["body"]["output"]) == (0, "/dev/null")
+
+
+def test_squeue_start_lists_waiting_jobs_by_their_expected_start(api, capsys, monkeypatch):
+    from gpud.cli.slurm.jobs import squeue
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    base = {"user": "ann", "name": "train", "pool": None, "tasks": 1, "nodes": [], "reason_short": "no idle GPUs"}
+    api.routes["GET /api/v1/jobs"] = (200, {"jobs": [
+        {**base, "id": "1", "state": "RUNNING", "started": 1795000000.0, "nodes": ["n1"]},
+        {**base, "id": "2", "state": "PENDING", "estimated_start": None},
+        {**base, "id": "3", "state": "PENDING", "estimated_start": 1795007200.0, "start_nodes": ["n2", "n3"]},
+        {**base, "id": "4", "state": "PENDING", "estimated_start": 1795003600.0, "start_nodes": ["n1"]},
+    ], "arrays": {}, "next_cursor": None}, {})
+    try:
+        assert squeue(["--start"]) == 0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOBID", "PARTITION", "NAME", "USER", "ST", "START_TIME", "NODES", "SCHEDNODES",
+                                "NODELIST(REASON)"]
+    rows = [line.split() for line in lines[1:]]
+    assert [row[0] for row in rows] == ["4", "3", "2"], "the soonest first, no estimate last, no running job"
+    assert rows[0][5:8] == ["2026-11-18T12:06:40", "1", "n1"]
+    assert rows[1][7] == "n[2-3]" and rows[2][5] == "N/A" and rows[2][7] == "(null)"
+    assert "estimated_start" in api.requests[-1]["query"]

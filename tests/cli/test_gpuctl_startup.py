@@ -10,10 +10,11 @@ import pytest
 from gpuctl_helpers import stand_in  # noqa: F401  (a fixture)
 
 # Each costs every call milliseconds and a plain submit or queue needs none of them: the client takes a
-# plain URL apart without urllib.parse (and ipaddress), the directives are named tuples, not dataclasses.
+# plain URL apart without urllib.parse (and ipaddress), the directives are named tuples, not dataclasses,
+# and typing (a third of Python's own start-up) is imported only by the type checker.
 NOT_NEEDED = ("pluggy", "tomllib", "socket", "shutil", "difflib", "http.client", "urllib.request", "email",
               "encodings.idna", "aiohttp", "asyncio", "gpud.core", "gpud.model", "dataclasses", "inspect",
-              "urllib.parse", "ipaddress")
+              "urllib.parse", "ipaddress", "typing")
 
 # The modules gpuctl imported: against those there at start (an editable install's finder imports re, say).
 RUN = """\

@@ -155,3 +155,11 @@ def test_a_format_needs_the_fields_of_each_of_its_letters():
     assert fields.squeue_needs(fields.SQUEUE_DEFAULT) == {"id", "pool", "name", "user", "state", "elapsed_s",
                                                           "nodes", "tasks", "reason_short"}
     assert fields.squeue_needs("%10j|%.5%%Z %y") == {"name", "workdir"}  # %y: no such letter, refused when printed
+
+
+def test_start_time_is_the_expected_start_of_a_waiting_job():
+    assert fields.start({"state": "PENDING", "estimated_start": None}) == "N/A"
+    assert fields.start({"state": "PENDING"}, "Unknown") == "Unknown"
+    estimate = 1795003600.0
+    assert fields.start({"state": "PENDING", "estimated_start": estimate}) == fields.stamp(estimate)
+    assert fields.start({"state": "RUNNING", "started": estimate, "estimated_start": None}) == fields.stamp(estimate)

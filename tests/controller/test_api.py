@@ -98,7 +98,7 @@ async def test_admin_may_read_the_state(api):
 
 async def test_users_change_only_their_own_jobs(api):
     job = await submit(api, user="alice", command=["true"], hold=True)
-    for verb in ("cancel", "hold", "release"):
+    for verb in ("cancel", "hold", "release", "requeue"):
         status, body = await api.api("POST", f"/api/v1/jobs/{job}/{verb}", user="bob")
         assert status == 403, (verb, status, body)
         assert "alice" in body["error"]

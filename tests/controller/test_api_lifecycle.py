@@ -104,6 +104,39 @@ async def test_hold_and_release(local_controller):
     assert status == 409 and "running" in body["error"], body
 
 
+async def test_requeue_stops_a_running_job_and_starts_it_again_once_stopped(local_controller):
+    api = local_controller
+    api.add_node("n1", gpus=4)
+    job_id = await api.submit(gpus=1)
+    first = await start_of(api, job_id)
+    assert await api.api("POST", f"/api/v1/jobs/{job_id}/requeue") == (200, {"ids": [job_id]})
+    job = await api.job(job_id)
+    assert job["state"] == "PENDING" and job["restart_count"] == 1, job
+    assert [e["message"] for e in job["events"] if e["kind"] == "requeued"] == ["requeued by root (restart 1)"]
+    stops = [c for c in api.commands("n1") if c["type"] == "stop"]
+    assert [(c["job"], c["attempt"]) for c in stops] == [(job_id, first["attempt"])]
+    await api.cycle(2)
+    assert api.starts("n1") == [], "the new copy waits for the old one to stop"
+    await api.report("n1", first, "exited", 143)
+    second = await start_of(api, job_id)
+    assert second["attempt"] > first["attempt"]
+    assert second["spec"]["restart_count"] == 1  # its GPUD_RESTART_COUNT and SLURM_RESTART_COUNT
+    assert (await api.job(job_id))["state"] == "RUNNING"
+
+
+async def test_requeue_refuses_a_pending_job_and_one_that_never_requeues(local_controller):
+    api = local_controller
+    api.add_node("n1", gpus=1)
+    kept = await api.submit(gpus=1, requeue=False)
+    await start_of(api, kept)
+    status, body = await api.api("POST", f"/api/v1/jobs/{kept}/requeue")
+    assert status == 409 and "--no-requeue" in body["error"], body
+    waiting = await api.submit(gpus=1)
+    status, body = await api.api("POST", f"/api/v1/jobs/{waiting}/requeue")
+    assert status == 409 and body["error"].startswith(f"job {waiting} is pending; only a running job"), body
+    assert (await api.job(kept))["state"] == "RUNNING" and (await api.job(kept))["restart_count"] == 0
+
+
 async def node_view(api: InProcessController, name: str) -> dict:
     status, body = await api.api("GET", "/api/v1/nodes")
     assert status == 200, body

@@ -102,3 +102,57 @@ async def test_a_stuck_controller_side_does_not_hold_up_the_node_leaving(monkeyp
 
     await asyncio.wait_for(connect_and_leave(), 5)
     assert ended.is_set()  # the stuck serving task was cancelled, not left behind
+
+
+async def _ws_server(handler):
+    """A real aiohttp server on 127.0.0.1 whose one route is the WebSocket ``handler``; (runner, url)."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_get("/ws", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/ws"
+
+
+@pytest.mark.parametrize("ending", ["close", "drop"])
+async def test_a_websocket_gives_its_texts_in_order_skips_binary_and_ends_with_the_connection(ending):
+    import aiohttp
+    from aiohttp import web
+
+    from gpud.channel import ws_texts
+
+    read: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        try:
+            async for text in ws_texts(ws):
+                read.append(text)
+        finally:
+            done.set()
+        return ws
+
+    runner, url = await _ws_server(handler)
+    try:
+        async with aiohttp.ClientSession() as session:
+            ws = await session.ws_connect(url)
+            await ws.send_str("register")
+            await ws.send_bytes(b"not a text")
+            await ws.ping()
+            await ws.send_str("heartbeat")
+            await until(lambda: len(read) == 2, "both texts read")
+            if ending == "close":
+                await ws.close()
+            else:  # the node's host goes away without a close frame
+                ws._response.connection.transport.abort()
+            await asyncio.wait_for(done.wait(), 10)
+        assert read == ["register", "heartbeat"]
+    finally:
+        await runner.cleanup()
+

@@ -63,3 +63,22 @@ def test_a_short_full_pass_freezes_nothing():
         assert gc.get_freeze_count() == frozen
 
     asyncio.run(scenario())
+
+
+def test_full_passes_come_a_hundred_middle_passes_apart_while_installed():
+    """Each full pass walks every unfrozen object (a fleet's waiting connections among them) and frees next to
+    nothing: the controller makes them rarer, and gives the collector back as it was when it stops."""
+    from gpud.controller.heap import FULL_PASS_EVERY
+
+    async def scenario() -> None:
+        before = gc.get_threshold()
+        passes = FullPasses(asyncio.get_running_loop())
+        passes.install()
+        try:
+            assert gc.get_threshold() == (before[0], before[1], FULL_PASS_EVERY)
+            passes.install()  # a second install keeps what was before the first
+        finally:
+            passes.uninstall()
+        assert gc.get_threshold() == before
+
+    asyncio.run(scenario())

@@ -99,3 +99,18 @@ def test_a_repeated_report_is_read_as_it_was_checked():
     assert again[0] is first[0] and type(again[0]["task"]) is int and type(again[0]["pid"]) is int
     with pytest.raises(ValueError, match=r"tasks\[1\]: pid"):
         task_reports([first[0], {"job": "1", "task": 2, "attempt": 0, "state": "running", "pid": -1}], checked=first)
+
+
+def test_a_heartbeat_repeating_every_report_keeps_the_checked_list():
+    """A node's heartbeat mostly repeats its last task list: the checked list stays, no new one is made (a
+    controller of thousands of nodes would otherwise keep a fresh list per node alive between heartbeats)."""
+    from gpud.controller.node_schema import task_reports
+    first = task_reports([{"job": "1", "task": 1, "attempt": 0, "state": "running", "pid": 7}])
+    same = task_reports([{"job": "1", "task": True, "attempt": 0, "state": "running", "pid": 7.0}], checked=first)
+    assert same is first and type(same[0]["task"]) is int
+    assert task_reports([], checked=[]) == []
+    longer = task_reports([first[0], {"job": "1", "task": 2, "attempt": 0, "state": "running", "pid": 8}],
+                          checked=first)
+    assert longer is not first and longer[0] is first[0] and longer[1]["task"] == 2
+    with pytest.raises(ValueError, match=r"tasks\[0\]: pid"):
+        task_reports([{"job": "1", "task": 1, "attempt": 0, "state": "running", "pid": -1}], checked=first)

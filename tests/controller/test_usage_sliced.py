@@ -3,7 +3,8 @@
 cancelled half way (the controller stopping); what the usage views show meanwhile is exactly what was held
 so far.
 
-The charge turns the loop after every job (a slice of no time), so every step can fall between two slices.
+The charge turns the loop after every job (a slice of no time) and after adding each stopped task's stretch, so
+every step can fall between two slices.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def start(running: list[tuple[Job, TaskRun]], gpus: float, project: str, now: fl
 @settings(max_examples=examples(80), deadline=None)
 @given(st.integers(0, 12), STEPS)
 # A task the charge has counted stops, then the charge is cancelled: what it counted of that task is still owed.
+# A task the charge has counted stops while the stopped tasks' stretches are added: charged once.
+@example(2, [("advance", 10.0), ("stop", 0), ("charge",), ("turn", 3), ("advance", 5.0), ("stop", 0),
+             ("advance", 3.0)])
 @example(2, [("advance", 10.0), ("charge",), ("turn", 1), ("advance", 5.0), ("stop", 0), ("cancel",), ("advance", 3.0)])
 def test_tasks_that_stop_or_start_during_a_charge_are_charged_once(first, steps):
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,7 +62,7 @@ def test_tasks_that_stop_or_start_during_a_charge_are_charged_once(first, steps)
         clock = [1_700_000_000.0]
         running: list[tuple[Job, TaskRun]] = []
         charger = Charger(store, executor, lambda: POLICY, lambda: [job for job, _ in running],
-                          lambda node: "default", clock=lambda: clock[0], slice_s=0.0)
+                          lambda node: "default", clock=lambda: clock[0], slice_s=0.0, tails_per_slice=1)
         charger.load()
         for _ in range(first):  # so that the first charges have slices between which to turn
             start(running, 1.0, "a", clock[0])

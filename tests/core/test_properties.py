@@ -20,6 +20,7 @@ from hypothesis_budget import examples
 from gpud.core import schedule
 from gpud.core.evict import VictimLists
 from gpud.core.nodes import NodeIndex
+from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, JobSpec, NodeSpec, Plan, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.plugins import make_plugin_manager
 from gpud.policy import Department, Policy, Project
@@ -375,14 +376,12 @@ def test_a_converged_cluster_stays_put(case):
     assert not changed(next_plan), f"cycle {quiet + 2} changed a converged cluster: {next_plan}"
 
 
-class _EveryNodeHoldsAll(dict):
-    """Node sums that rule out no node: the victims hold everything everywhere."""
-
-    def get(self, node, default=None):
-        return (float("inf"),) * 3
-
-    def values(self):
-        return [(float("inf"),) * 3]
+def _every_node_holds_all(self, queue, priority):
+    """Node sums that rule out no node: the victims hold everything everywhere. Made from no list of
+    victims, they give none by node, and the search walks the whole list."""
+    everything = VictimsByNode([], {})
+    everything.held = {name: (float("inf"),) * 3 for name in self.state.nodes}
+    return everything
 
 
 @SETTINGS
@@ -391,7 +390,7 @@ def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
     # Before it tries, preemption sums up what the victims hold on each node, and passes over the
     # nodes (or the whole try) where they cannot free what the fair share asks back. Sums that rule
     # out nothing must give the very same plans: the sums only save searches that would fail.
-    assert_plans_unchanged_with(case, VictimLists, "holdings", lambda self, queue, priority: _EveryNodeHoldsAll())
+    assert_plans_unchanged_with(case, VictimLists, "holdings", _every_node_holds_all)
 
 
 def _picked_out_anew(self, queue, priority):

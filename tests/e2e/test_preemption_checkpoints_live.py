@@ -178,3 +178,40 @@ def test_work_lost_at_a_stop_is_counted_by_project(cluster):
     alpha = next(row for row in report["rows"] if row["project"] == "alpha")
     assert alpha["lost_gpu_hours"] * 3600 == pytest.approx(lost_s, abs=1.0)
     assert alpha["gpu_hours"] > 0
+
+
+def test_a_victim_that_does_not_requeue_checkpoints_within_its_grace_and_loses_nothing(cluster):
+    # Ended PREEMPTED at the eviction, its tasks still run out their grace: a checkpoint then still counts.
+    log = cluster.workdir / "x.log"
+    x = cluster.submit(script="#!/bin/bash\n" + TRAINER, env={"WORK": str(cluster.workdir)}, gpus=2,
+                       cpus=0.1, memory_gib=0.1, warn_signal="USR1", warn_lead_s=30, requeue=False)
+    cluster.wait_state(x, "RUNNING")
+    wait_for(lambda: cluster.job(x)["checkpoints"], "X to record a checkpoint", timeout=60)
+    wait_for(lambda: cluster.job(x)["elapsed_s"] > 4, "X to run past min_runtime", timeout=60)
+    cluster.submit(command=["sleep", "600"], gpus=1, cpus=0.1, memory_gib=0.1, priority="interactive-preemptible")
+
+    job = cluster.wait_state(x, "PREEMPTED", timeout=60)
+    wait_for(lambda: "heard USR1" in log.read_text(), "X to hear its signal", timeout=30)
+    kinds = wait_for(lambda: "stopped" in (k := events(cluster, x)) and k,
+                     "X to be stopped at once after its last checkpoint", timeout=25)
+    last_checkpoint = len(kinds) - 1 - kinds[::-1].index("checkpointed")
+    assert kinds.index("signalled") < last_checkpoint < kinds.index("stopped")
+    job = cluster.job(x)
+    assert job["state"] == "PREEMPTED" and job["lost_gpu_hours"] == 0, job
+    assert job["last_checkpoint"] > job["ended"] - 1
+    log_text = log.read_text()
+    assert "409" not in log_text and "refused" not in log_text, log_text
+
+
+def test_a_victim_that_does_not_requeue_and_never_checkpoints_is_charged_on_its_record(cluster):
+    w = cluster.submit(command=["sleep", "600"], gpus=2, cpus=0.1, memory_gib=0.1, warn_signal="USR1",
+                       warn_lead_s=1, requeue=False)
+    cluster.wait_state(w, "RUNNING")
+    wait_for(lambda: cluster.job(w)["elapsed_s"] > 4, "W to run past min_runtime", timeout=60)
+    cluster.submit(command=["sleep", "600"], gpus=1, cpus=0.1, memory_gib=0.1, priority="interactive-preemptible")
+    job = cluster.wait_state(w, "PREEMPTED", timeout=60)
+    # Its loss is settled when the grace (the policy's 2 s) ends without a checkpoint: 2 GPUs since its start.
+    job = wait_for(lambda: (j := cluster.job(w))["lost_gpu_hours"] > 0 and j, "W's loss to be charged", timeout=30)
+    assert 2 * 4 <= job["lost_gpu_hours"] * 3600 <= 2 * (job["elapsed_s"] + 5)
+    status, body = cluster.api("POST", f"/api/v1/jobs/{w}/checkpoints")
+    assert status == 409 and "PREEMPTED" in body["error"], body

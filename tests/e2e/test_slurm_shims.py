@@ -40,12 +40,13 @@ def cluster(tmp_path_factory):
         yield {"live": live, "bin": bin_dir, "env": env, "work": live.workdir}
 
 
-def slurm(cluster, *argv: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run a Slurm command as a user's shell would find it: the shims first on PATH."""
+def slurm(cluster, *argv: str, cwd: Path | None = None, stdin: str | None = None,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm command as a user's shell would find it: the shims first on PATH (``env``: more variables)."""
     command = shutil.which(argv[0], path=cluster["env"]["PATH"])
     assert command == str(cluster["bin"] / argv[0]), command
-    return subprocess.run([command, *argv[1:]], env=cluster["env"], capture_output=True, text=True, timeout=60,
-                          cwd=cwd or cluster["work"], input=stdin)
+    return subprocess.run([command, *argv[1:]], env={**cluster["env"], **(env or {})}, capture_output=True,
+                          text=True, timeout=60, cwd=cwd or cluster["work"], input=stdin)
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -270,3 +271,51 @@ def test_sbatch_wait_passes_arguments_and_exits_with_the_jobs_status(cluster, tm
     assert result.returncode == 5, result.stderr
     job_id = result.stdout.strip()
     assert (cluster["work"] / f"args-{job_id}.out").read_text() == "[one two] [three] 2\n"
+
+
+# Told its time limit is near (the signal comes 15 s before the 20 s limit), the script asks to run again, as
+# Slurm users write it; the run after the requeue finishes.
+REQUEUE_SCRIPT = """\
+#!/bin/bash
+#SBATCH -t 0:20
+#SBATCH --signal=B:USR1@15
+#SBATCH -o requeue-%j.out
+echo "run $SLURM_RESTART_COUNT"
+if [ "$SLURM_RESTART_COUNT" -ge 1 ]; then echo finished; exit 0; fi
+trap 'echo heard USR1; scontrol requeue "$SLURM_JOB_ID"' USR1
+sleep 300 & wait
+"""
+
+
+def test_a_script_requeues_itself_before_its_time_limit_with_scontrol(cluster, tmp_path):
+    script = tmp_path / "requeue.sh"
+    script.write_text(REQUEUE_SCRIPT)
+    # sbatch never copies GPUD_TOKEN into a job: scontrol in the job finds the user's token in the user's client
+    # config, as on a cluster where the job runs as its user with its home.
+    config = tmp_path / "config"
+    (config / "gpud").mkdir(parents=True)
+    (config / "gpud" / "client.toml").write_text(f'url = "{cluster["live"].url}"\ntoken = "{cluster["live"].admin_token}"\n')
+    job_id = ok(slurm(cluster, "sbatch", "--parsable", str(script), env={"XDG_CONFIG_HOME": str(config)})).strip()
+    assert wait_ended(cluster, job_id, timeout=120) == {job_id: ("COMPLETED", "0:0")}
+    assert ok(slurm(cluster, "sacct", "-X", "-P", "-n", "-j", job_id, "-o", "JobID,Restarts")).strip() == \
+        f"{job_id}|1"
+    output = (cluster["work"] / f"requeue-{job_id}.out").read_text().splitlines()
+    assert output == ["run 0", "heard USR1", "run 1", "finished"], output  # the requeue stopped run 0 at once
+    events = cluster["live"].job(job_id)["events"]
+    kinds = [e["kind"] for e in events]
+    assert kinds == ["submitted", "started", "requeued", "started", "completed"], kinds
+    # Requeued when told, 5 s in (15 s before the 20 s limit), not at the limit.
+    assert 4.0 < events[2]["time"] - events[1]["time"] < 15.0, events
+
+
+def test_scontrol_requeue_refuses_what_cannot_be_requeued(cluster):
+    kept = ok(slurm(cluster, "sbatch", "--parsable", "--no-requeue", "--wrap", "sleep 300")).strip()
+    wait_for(lambda: "R" == ok(slurm(cluster, "squeue", "-j", kept, "-h", "-o", "%t")).strip(), "it to run")
+    refused = slurm(cluster, "scontrol", "requeue", kept)
+    assert refused.returncode == 1
+    assert f"requeue {kept}: job {kept} was submitted with --no-requeue" in refused.stderr, refused.stderr
+    assert cluster["live"].job(kept)["state"] == "RUNNING"
+    ok(slurm(cluster, "scancel", kept))
+    assert wait_ended(cluster, kept)[kept][0] == "CANCELLED"
+    ended = slurm(cluster, "scontrol", "requeue", kept)
+    assert ended.returncode == 1 and "has already ended" in ended.stderr, ended.stderr

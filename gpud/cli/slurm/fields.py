@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from gpud.hostlist import hostlist
 
 STATE_CODES = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
                "TIMEOUT": "TO", "PREEMPTED": "PR", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM"}
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+SQUEUE_START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
 _FORMAT_ITEM = re.compile(r"%(\.)?(\d*)([A-Za-z%])")
 
 
@@ -63,6 +64,20 @@ def where_or_why(job: dict) -> str:
     return f"({why(job)})" if job.get("state") == "PENDING" else nodelist(job)
 
 
+def start(job: dict, missing: str = "N/A") -> str:
+    """squeue's ``%S``: when a running job started, when a waiting one is expected to (``missing`` when there is
+    no estimate)."""
+    if job.get("state") == "PENDING":
+        return stamp(job.get("estimated_start"), missing)
+    return stamp(job.get("started"), missing)
+
+
+def start_order(job: dict) -> tuple[bool, float]:
+    """squeue ``--start``'s order: the earliest expected start first, jobs without an estimate last."""
+    estimate = job.get("estimated_start")
+    return (estimate is None, estimate or 0.0)
+
+
 def pool(job: dict) -> str:
     """The job's pool, Slurm's partition (``default`` when it names none)."""
     return job.get("pool") or "default"
@@ -98,11 +113,11 @@ SQUEUE_FIELDS: dict[str, Callable[[dict], str]] = {
     "D": _node_count, "C": lambda j: f"{(j.get('cpus') or 1) * (j.get('tasks') or 1):g}",
     "c": lambda j: f"{j.get('cpus') or 1:g}", "m": lambda j: f"{round((j.get('memory_gib') or 0) * 1024)}M",
     "R": where_or_why, "r": why, "N": lambda j: nodelist(j) if j.get("nodes") else "",
-    "b": _gres, "V": lambda j: stamp(j.get("submitted")), "S": lambda j: stamp(j.get("started"), "N/A"),
+    "b": _gres, "V": lambda j: stamp(j.get("submitted")), "S": start,
     "e": lambda j: stamp(j.get("ended"), "N/A"), "Z": lambda j: j.get("workdir") or "",
     "o": lambda j: " ".join(j.get("command") or []) or "(script)", "Q": lambda j: str(j.get("priority") or 0),
     "p": lambda j: f"{(j.get('priority') or 0) / 1000:.8f}", "k": lambda j: "(null)", "n": lambda j: "",
-    "%": lambda j: "%",
+    "Y": lambda j: hostlist(sorted(j["start_nodes"])) if j.get("start_nodes") else "(null)", "%": lambda j: "%",
 }
 # The job fields each %-letter reads: squeue asks the controller for only those its format shows.
 SQUEUE_NEEDS: dict[str, tuple[str, ...]] = {
@@ -110,9 +125,9 @@ SQUEUE_NEEDS: dict[str, tuple[str, ...]] = {
     "u": ("user",), "t": ("state",), "T": ("state",), "P": ("pool",), "a": ("project",), "q": ("priority_class",),
     "M": ("elapsed_s",), "l": ("time_limit_s",), "L": ("time_limit_s", "state", "elapsed_s"), "D": ("nodes", "tasks"),
     "C": ("cpus", "tasks"), "c": ("cpus",), "m": ("memory_gib",), "R": ("state", "reason_short", "nodes"),
-    "r": ("state", "reason_short"), "N": ("nodes",), "b": ("gpus",), "V": ("submitted",), "S": ("started",),
-    "e": ("ended",), "Z": ("workdir",), "o": ("command",), "Q": ("priority",), "p": ("priority",), "k": (), "n": (),
-    "%": (),
+    "r": ("state", "reason_short"), "N": ("nodes",), "b": ("gpus",), "V": ("submitted",),
+    "S": ("state", "started", "estimated_start"), "e": ("ended",), "Z": ("workdir",), "o": ("command",), "Q": ("priority",), "p": ("priority",), "k": (), "n": (),
+    "Y": ("start_nodes",), "%": (),
 }
 # The heading squeue prints over each %-letter.
 SQUEUE_HEADINGS = {"i": "JOBID", "A": "ARRAY_JOB_ID", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "j": "NAME",
@@ -121,7 +136,7 @@ SQUEUE_HEADINGS = {"i": "JOBID", "A": "ARRAY_JOB_ID", "F": "ARRAY_JOB_ID", "K": 
                    "m": "MIN_MEMORY", "R": "NODELIST(REASON)", "r": "REASON", "N": "NODELIST",
                    "b": "TRES_PER_NODE", "V": "SUBMIT_TIME", "S": "START_TIME", "e": "END_TIME",
                    "Z": "WORK_DIR", "o": "COMMAND", "Q": "PRIORITY", "p": "PRIORITY", "k": "COMMENT",
-                   "n": "REQ_NODES", "%": "%"}
+                   "n": "REQ_NODES", "Y": "SCHEDNODES", "%": "%"}
 
 
 def squeue_line(fmt: str, job: dict | None) -> str:

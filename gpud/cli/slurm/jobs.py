@@ -63,7 +63,8 @@ def _job_rows(api, job_id: str) -> list[dict]:
 
 
 def squeue(argv: list[str]) -> int:
-    """``squeue``: waiting and running jobs, with ``-j``, ``-u``, ``--me``, ``-t``, ``-p``, ``-A``, ``-o``, ``-h``."""
+    """``squeue``: waiting and running jobs, with ``-j``, ``-u``, ``--me``, ``-t``, ``-p``, ``-A``, ``-o``, ``-h``, and
+    ``--start`` (waiting jobs with their expected start, the soonest first)."""
     parser = _parser("squeue")
     parser.add_argument("-j", "--jobs", action="append")
     parser.add_argument("-u", "--user", action="append")
@@ -76,9 +77,12 @@ def squeue(argv: list[str]) -> int:
     parser.add_argument("-a", "--all", action="store_true")
     parser.add_argument("-r", "--array", action="store_true")
     parser.add_argument("-n", "--name")
+    parser.add_argument("--start", action="store_true")
     args, extra = parser.parse_known_args(argv)
     _warn_unknown("squeue", extra)
-    fmt = args.format or fields.SQUEUE_DEFAULT
+    fmt = args.format or (fields.SQUEUE_START if args.start else fields.SQUEUE_DEFAULT)
+    if args.start:  # as Slurm's: waiting jobs alone, the soonest to start first
+        args.states = args.states or "PENDING"
     api = _client()
     users = _ids(args.user) + ([_me(api)] if args.me else [])
     if args.jobs:
@@ -88,6 +92,8 @@ def squeue(argv: list[str]) -> int:
     else:
         filters = {"pool": args.partition, "project": args.account, "name": args.name}
         shown = fields.squeue_needs(fmt) | {"state"} | {name for name, given in filters.items() if given}
+        if args.start:
+            shown.add("estimated_start")
         jobs = _listed(api, users, all_states=False, shown=shown)
     if args.states:
         wanted = {_state_name(s) for s in args.states.split(",")}
@@ -99,6 +105,8 @@ def squeue(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("project") in args.account.split(",")]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
+    if args.start:
+        jobs.sort(key=fields.start_order)
     lines = [] if args.noheader else [fields.squeue_line(fmt, None)]
     lines.extend(fields.squeue_line(fmt, job) for job in jobs)
     if lines:
@@ -113,7 +121,8 @@ def _state_name(text: str) -> str:
 
 
 def sacct(argv: list[str]) -> int:
-    """``sacct``: jobs with their states and exit codes, ``-j``, ``--name``, ``-o``, ``--parsable2``, ``-n``, ``-X``."""
+    """``sacct``: jobs with their states and exit codes, ``-j``, ``--name``, ``-o``, ``--parsable2``, ``-n``, ``-X``,
+    and the time window ``-S``/``-E`` (today's jobs by default, as Slurm's sacct)."""
     parser = _parser("sacct")
     parser.add_argument("-j", "--jobs", action="append")
     parser.add_argument("-u", "--user", action="append")
@@ -132,6 +141,7 @@ def sacct(argv: list[str]) -> int:
     _warn_unknown("sacct", extra)
     names = ["JobID", "State", "ExitCode"] if args.brief else (
         fields.sacct_fields(args.format) if args.format else list(fields.SACCT_DEFAULT))
+    since, until = _window(args)
     api = _client()
     if args.jobs:
         jobs = [row for job_id in _ids(args.jobs) for row in _job_rows(api, job_id)]
@@ -143,6 +153,7 @@ def sacct(argv: list[str]) -> int:
         jobs = [job for job in jobs if job.get("state") in wanted]
     if args.name:
         jobs = [job for job in jobs if job.get("name") in args.name.split(",")]
+    jobs = [job for job in jobs if _in_window(job, since, until)]
     rows = [[fields.SACCT_FIELDS[name.lower()](job) for name in names] for job in jobs]
     if args.parsable2 or args.parsable:
         end = "|" if args.parsable and not args.parsable2 else ""
@@ -156,6 +167,27 @@ def sacct(argv: list[str]) -> int:
     if lines:
         print("\n".join(lines))
     return 0
+
+
+def _window(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """sacct's time window: from -S (by default today's midnight, or no bound with -j or -s) to -E (now)."""
+    import time
+
+    from gpud.cli.slurm.when import slurm_time
+    now = time.time()
+    if args.starttime is not None:
+        start: float | None = slurm_time(args.starttime, now)
+    else:
+        start = None if args.jobs or args.state else slurm_time("today", now)
+    return start, None if args.endtime is None else slurm_time(args.endtime, now)
+
+
+def _in_window(job: dict, start: float | None, end: float | None) -> bool:
+    """Whether the job was eligible or running at some moment from ``start`` to ``end`` (either may be open)."""
+    submitted, ended = job.get("submitted"), job.get("ended")
+    if end is not None and submitted is not None and submitted > end:
+        return False
+    return start is None or ended is None or ended >= start
 
 
 def scancel(argv: list[str]) -> int:
@@ -224,7 +256,7 @@ def _split_outside_brackets(text: str) -> list[str]:
 
 
 def scontrol(argv: list[str]) -> int:
-    """``scontrol show job ID``, ``scontrol show hostnames [LIST]``, ``scontrol requeue ID`` (a warning)."""
+    """``scontrol show job ID``, ``scontrol show hostnames [LIST]``, ``scontrol requeue|hold|release ID``."""
     words = [w for w in argv if not w.startswith("-")]
     if len(words) >= 2 and words[0] == "show" and words[1] in ("hostnames", "hostname"):
         import os
@@ -242,13 +274,34 @@ def scontrol(argv: list[str]) -> int:
             return 1
         print("\n\n".join(_show_job(job) for job in rows))
         return 0
-    if words and words[0] == "requeue":
-        print("scontrol: warning: gpud requeues a job itself when it is preempted; requeue is ignored",
-              file=sys.stderr)
-        return 0
-    print(f"scontrol: error: gpud's scontrol knows `show job [ID]` and `show hostnames [LIST]`, "
-          f"not {' '.join(argv) or 'nothing'}", file=sys.stderr)
+    if words and words[0] in CHANGES:
+        return _change(words[0], words[1:])
+    print(f"scontrol: error: gpud's scontrol knows `show job [ID]`, `show hostnames [LIST]`, `requeue ID`, "
+          f"`hold ID` and `release ID`, not {' '.join(argv) or 'nothing'}", file=sys.stderr)
     return 1
+
+
+# scontrol's verbs that change jobs, and gpud's for each.
+CHANGES = {"requeue": "requeue", "hold": "hold", "release": "release", "uhold": "hold"}
+
+
+def _change(verb: str, words: list[str]) -> int:
+    """``scontrol requeue|hold|release ID[,ID...]``: each job (an array id: its elements) as gpuctl's verb does;
+    1 when any was refused, with Slurm's words."""
+    from gpud.client import ApiError, job_path
+    ids = _ids(words)
+    if not ids:
+        print(f"scontrol: error: {verb}: a job id is required", file=sys.stderr)
+        return 1
+    api = _client()
+    status = 0
+    for job_id in ids:
+        try:
+            api.post(job_path(job_id, CHANGES[verb]))
+        except ApiError as exc:
+            print(f"scontrol: error: {verb} {job_id}: {exc.message}", file=sys.stderr)
+            status = 1
+    return status
 
 
 def _show_job(job: dict) -> str:
@@ -260,7 +313,8 @@ def _show_job(job: dict) -> str:
         ("Requeue", "1" if job.get("requeue", True) else "0"), ("Restarts", str(job.get("restart_count") or 0)),
         ("ExitCode", fields.exit_code(job)), ("RunTime", fields.clock(job.get("elapsed_s") or 0)),
         ("TimeLimit", fields.clock(job.get("time_limit_s"))),
-        ("SubmitTime", fields.stamp(job.get("submitted"))), ("StartTime", fields.stamp(job.get("started"))),
+        # A waiting job's StartTime is when it is expected to start, as Slurm's.
+        ("SubmitTime", fields.stamp(job.get("submitted"))), ("StartTime", fields.start(job, "Unknown")),
         ("EndTime", fields.stamp(job.get("ended"))), ("Partition", fields.pool(job)),
         ("NodeList", fields.nodelist(job) if job.get("nodes") else "(null)"),
         ("NumNodes", fields._node_count(job)), ("NumTasks", str(job.get("tasks") or 1)),

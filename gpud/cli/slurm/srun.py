@@ -69,7 +69,8 @@ def expand(pattern: str, env: dict[str, str]) -> str:
 
 
 def srun(argv: list[str]) -> int:
-    """``srun [OPTIONS] COMMAND``: in a job, run COMMAND in this task (replacing this process); else an interactive job."""
+    """``srun [OPTIONS] COMMAND``: in a job, run COMMAND in this task, its output passed on in whole lines when the
+    job's tasks may share a file (or ``--label``led), else in place of this process; outside one, an interactive job."""
     if not os.environ.get("GPUD_JOB_ID") or not os.environ.get("SLURM_JOB_ID"):
         from gpud.cli.slurm.submit import interactive
         return interactive(argv, "srun")
@@ -88,7 +89,8 @@ def srun(argv: list[str]) -> int:
         return 0  # a step of fewer tasks than the job runs in its first tasks only
     if wanted is not None and wanted.isdigit() and int(wanted) < int(env.get("SLURM_NTASKS", "1")):
         env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = wanted
-    if "unbuffered" in options or "u" in options:
+    unbuffered = "unbuffered" in options or "u" in options
+    if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
     if options.get("chdir"):
         os.chdir(options["chdir"] or ".")
@@ -105,6 +107,12 @@ def srun(argv: list[str]) -> int:
         err = _open(expand(options["error"] or "", env), flags)
         os.dup2(err, 2)
         os.close(err)
+    tasks = int(env.get("SLURM_NTASKS", "1"))
+    labelled = "label" in options or "l" in options
+    if labelled or (tasks > 1 and not unbuffered):
+        # The job's tasks may share the output file: pass the step's output on in whole lines, as Slurm's srun.
+        from gpud.cli.slurm.relay import run_relaying
+        return run_relaying(command, env, f"{procid:>{len(str(tasks - 1))}}: " if labelled else "")
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
