@@ -19,7 +19,7 @@ from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.state import ClusterState
 from gpud.model import Snapshot
 
-from test_properties import PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases
+from test_properties import PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases, python_core_only
 
 USERS = ("alice", "bob", "carol", "dave")
 WINDOW = 600.0
@@ -43,6 +43,7 @@ def _into_the_heap(self, cursor, entry) -> None:
     heapq.heappush(cursor.heap, entry)
 
 
+@python_core_only
 @SETTINGS
 @given(with_users())
 def test_a_plain_heap_of_the_users_groups_gives_the_same_plans(case):

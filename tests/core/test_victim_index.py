@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from unittest import mock
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
@@ -27,13 +26,13 @@ from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import LEAST_LOST_WORK, YOUNGEST_FIRST, Department, Policy, Project
 
-from test_properties import NOW, PM, POOL, Case, Room, assert_plans_unchanged_with, policies, requests, run_cycles
+from test_properties import (NOW, PM, POOL, Case, Room, assert_plans_unchanged_with, policies, python_core_only,
+                             requests, run_cycles)
 
 SETTINGS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _searched = _RoomMaking._searched
 # The compiled core calls its own methods natively: a method replaced on the class is never called there.
-python_core_only = pytest.mark.skipif(COMPILED, reason="a compiled core's search cannot be replaced from outside")
 
 
 def _room(room: NodeRoom | None) -> tuple[str, list[str]] | None:
