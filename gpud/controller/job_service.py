@@ -225,12 +225,7 @@ class JobService:
         Slurm's ``scontrol requeue``; False when it does not run or was submitted with ``--no-requeue``."""
         if job.state != RUNNING or not job.requeue:
             return False
-        for task in range(job.tasks):
-            self.runs.stop(job, task, "requeued")
-        self._requeue(job, f"requeued by {by}", "requeued", f"requeued by {by}")
-        self._core_remove(job)  # taken back as pending once its old copy has stopped
-        self.sync(job)
-        self.wake()
+        self._stop_and_requeue(job, "requeued", f"requeued by {by}", "requeued", f"requeued by {by}")
         return True
 
     def change_many(self, jobs: list[Job], verb: str, by: str) -> list[str]:
@@ -290,14 +285,21 @@ class JobService:
     def lost(self, job: Job, reason: str, dead_node: str | None = None) -> None:
         """A job lost tasks to a node: requeue it whole (preemptible, requeue on) or end it NODE_FAIL."""
         if job.priority < 100 and job.requeue:
-            for task in range(job.tasks):
-                self.runs.stop(job, task, "node failure", dead_node=dead_node)
-            self._requeue(job, f"requeued: {reason}", "node failure", f"{reason}; requeued")
-            self._core_remove(job)  # the scheduler takes it back as pending once nothing holds it back
-            self.sync(job)
-            self.wake()
+            self._stop_and_requeue(job, "node failure", f"requeued: {reason}", "node failure", f"{reason}; requeued",
+                                   dead_node)
         else:
             self.finish(job, NODE_FAIL, reason, stop_reason="node failure", dead_node=dead_node)
+
+    def _stop_and_requeue(self, job: Job, stop_reason: str, reason: str, event_kind: str, event_text: str,
+                          dead_node: str | None = None) -> None:
+        """Stop every task of the job and queue it again; the scheduler takes it back as pending once nothing
+        of its old copy holds it back."""
+        for task in range(job.tasks):
+            self.runs.stop(job, task, stop_reason, dead_node=dead_node)
+        self._requeue(job, reason, event_kind, event_text)
+        self._core_remove(job)
+        self.sync(job)
+        self.wake()
 
     def _requeue(self, job: Job, reason: str, event_kind: str, event_text: str) -> None:
         """Back to pending for its next restart, with the event saying which restart it is, made durable."""
