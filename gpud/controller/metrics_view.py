@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, cast
 
+from gpud.controller.loop_lag import WINDOW_S
 from gpud.controller.nodes import DOWN
 from gpud.controller.slices import Slices
 from gpud.lifecycle import PENDING, STATES
@@ -76,6 +78,9 @@ async def render(ctrl: Controller) -> str:
                     [({}, ctrl.charger.charges)])
     lines += metric("gpud_usage_charge_seconds", "gauge", "Time the last usage charge took, its write included.",
                     [({}, round(ctrl.charger.last_charge_s, 6))])
+    lines += metric("gpud_loop_lag_seconds", "gauge", "How late the controller's event loop ran at worst over the "
+                    f"last {WINDOW_S:g} seconds (every request and node message waits for it).",
+                    [({}, round(ctrl.loop_lag.worst_s(asyncio.get_running_loop().time()), 6))])
     passes = ctrl.full_passes
     if passes is not None:
         lines += metric("gpud_gc_full_passes_total", "counter", "Full passes of Python's garbage collector (each "
