@@ -12,14 +12,14 @@ Long work (a plan, the commands it sends, store rows, a batch of submits, a
 usage charge) calls :meth:`Slices.pause` between its steps, which lets the
 loop turn once SLICE_S is spent. Each node message is a piece that waits
 for its turn (:class:`Turns`, one per loop): a turn of the loop runs about
-NODE_SLICE_S of them. Long work is not queued behind the node messages (a plan
+SLICE_S of them. Long work is not queued behind the node messages (a plan
 that waited behind every heartbeat for each slice would fill a fleet in
-minutes): its slices take turns of their own, one slice of long work a
+minutes): its slices take turns of their own, one share of long work a
 turn of the loop however many pieces of it are under way (a fill carries
 out a plan, sends its commands, writes its rows and accepts a batch of
 submits at once: four slices a turn held the loop for 20 ms and more), the
-pieces in the order they paused. A turn of the loop thus runs a slice of
-long work and a turn of node messages, then reads and answers the rest.
+pieces in the order they paused. A turn of the loop thus runs a share of
+long work and a share of node messages, then reads and answers the rest.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ import time
 import weakref
 from collections import deque
 
-# The most long work (all of it together) the loop runs in one of its turns before it looks at anything else. A
-# /healthz waits for four to six turns of the loop, each a slice of long work, a turn of node messages, the reads
-# and requests ready and any pass of the garbage collector.
-SLICE_S = 0.002
-# Node messages' share of a turn: NODE_SLICE_S, or as much as the loop's other work took, up to twice that.
-NODE_SLICE_S = 0.003
+# A turn of the loop runs a share of long work (all of it together) and a share of node messages, then looks at
+# everything else: a /healthz waits for four to six turns, each those shares, the reads and requests ready and any
+# pass of the garbage collector. Each share is SLICE_S, or as much as the rest of the turn took, up to MOST_S: on a
+# busy loop long work (a fill's plan, its commands and rows) and node messages (the nodes' answers) each keep
+# about a third of it, and a turn stays within two MOST_S of them.
+SLICE_S = 0.003
+MOST_S = 0.006
 
 
 class Turns:
@@ -151,16 +152,17 @@ def loop_turns() -> Turns:
     loop = asyncio.get_running_loop()
     turns = _TURNS.get(loop)
     if turns is None:
-        turns = _TURNS[loop] = Turns(NODE_SLICE_S, most_s=2 * NODE_SLICE_S)
+        turns = _TURNS[loop] = Turns(SLICE_S, most_s=MOST_S)
     return turns
 
 
 def long_work_turns() -> Turns:
-    """The running loop's turns for the slices of long work: SLICE_S of them a turn, all long work together."""
+    """The running loop's turns for the slices of long work, all long work together: SLICE_S of them a turn, or
+    up to MOST_S on a busy loop."""
     loop = asyncio.get_running_loop()
     turns = _LONG_TURNS.get(loop)
     if turns is None:
-        turns = _LONG_TURNS[loop] = Turns(SLICE_S, most_s=SLICE_S)
+        turns = _LONG_TURNS[loop] = Turns(SLICE_S, most_s=MOST_S)
     return turns
 
 
@@ -169,11 +171,11 @@ class Slices:
 
     The slices of every piece of long work on the loop take turns
     (:func:`long_work_turns`): a piece that has run its slice, or that
-    finds this turn's share of long work spent by another piece, waits in
-    line for a later turn.
+    finds this turn's share of long work spent (by itself or another
+    piece), waits in line for a later turn.
     """
 
-    def __init__(self, slice_s: float = SLICE_S) -> None:
+    def __init__(self, slice_s: float = MOST_S) -> None:
         self.slice_s = slice_s
         self.turns = long_work_turns()
         self.began = time.perf_counter()
