@@ -11,7 +11,7 @@ from gpud.cli.slurm import fields
 def _parser(prog: str) -> argparse.ArgumentParser:
     # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off. gpuctl's Formatter knows
     # the terminal's width without importing shutil.
-    from gpud.cli.common import Formatter
+    from gpud.cli.parsing import Formatter
     parser = argparse.ArgumentParser(prog=prog, add_help=False, formatter_class=Formatter)
     parser.add_argument("--help", action="help", help="show this help and exit")
     return parser
