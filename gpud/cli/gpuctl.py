@@ -131,8 +131,8 @@ def quick_parse(argv: list[str]):
     argparse; None for any other, which argparse reads."""
     if not argv or argv[0] not in QUICK:
         return None
-    import importlib
-    return importlib.import_module(f"gpud.cli.{QUICK[argv[0]]}").VERB.quick_parse(argv[1:])
+    # __import__ rather than importlib.import_module: importlib's package imports warnings, a cost of every call.
+    return __import__(f"gpud.cli.{QUICK[argv[0]]}", fromlist=["VERB"]).VERB.quick_parse(argv[1:])
 
 
 def _run(args) -> int:

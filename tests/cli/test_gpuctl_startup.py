@@ -131,13 +131,16 @@ def test_a_batch_script_is_read_without_compiling_annotations(argv, stand_in, tm
 
 
 def test_squeue_imports_nothing_heavy(stand_in, tmp_path):  # noqa: F811
-    # It prints node lists with gpud.hostlist alone: gpud.slurm_env's dataclasses cost more than Python's start-up.
+    # It prints node lists with gpud.hostlist alone: gpud.slurm_env's dataclasses cost more than Python's start-up;
+    # and it reads a plain command line and its -o format without argparse or re, as gpuctl queue does.
     stand_in.routes["GET /api/v1/jobs"] = (200, {"jobs": [
         {"id": "1", "name": "x", "user": "ann", "state": "RUNNING", "nodes": ["n01", "n02"], "tasks": 2}]}, {})
     run = "import sys\nbefore = set(sys.modules)\nfrom gpud.cli.slurm import run\nstatus = run('squeue', [])\n" \
-          "import json\nprint(json.dumps({'status': status, 'modules': sorted(set(sys.modules) - before)}), file=sys.stderr)"
-    done = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUD_URL": stand_in.url})
+          "modules = sorted(set(sys.modules) - before)\nimport json\n" \
+          "print(json.dumps({'status': status, 'modules': modules}), file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-S", "-c", run], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUD_URL": stand_in.url,
+                               "PYTHONPATH": ROOT})
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["status"] == 0 and "n[01-02]" in done.stdout, done.stderr
-    assert [m for m in (*NOT_NEEDED, "gpud.slurm_env") if m in report["modules"]] == []
+    assert [m for m in (*QUICK_NOT_NEEDED, "gpud.slurm_env") if m in report["modules"]] == []

@@ -16,6 +16,7 @@ from hypothesis import example, given, strategies as st
 
 from gpud.cli import gpuctl, queue_cmd, submit_cmd
 from gpud.cli.options import Namespace, Options
+from gpud.cli.slurm import jobs
 
 VERBS = {"submit": submit_cmd.VERB, "queue": queue_cmd.VERB}
 
@@ -146,6 +147,26 @@ def test_the_quick_reader_says_what_argparse_says_or_declines(argv):
     slow = argparse_reads(argv)
     assert slow is not None, f"the quick reader took {argv}, which argparse refuses"
     assert vars(quick) == vars(slow)
+
+
+@st.composite
+def squeue_lines(draw) -> list[str]:
+    parts = draw(st.lists(_option_words(jobs.SQUEUE) | _valid_option_words(jobs.SQUEUE)
+                          | st.sampled_from(STRAY).map(lambda w: [w]), max_size=6))
+    return [word for part in parts for word in part]
+
+
+@given(squeue_lines())
+@example(["-h", "-u", "ann", "-u", "bob", "-o", "%.18i %j", "--start"])
+@example(["--help"])
+@example(["-hr", "-tPD"])
+def test_the_quick_reader_of_squeue_says_what_argparse_says_or_declines(argv):
+    quick = jobs.SQUEUE.quick_parse(argv)
+    if quick is None:
+        return  # argparse reads it, and warns about what it does not know
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        slow, extras = jobs.SQUEUE.apply(jobs._parser("squeue")).parse_known_args(argv)
+    assert extras == [] and vars(quick) == vars(slow)
 
 
 @pytest.mark.parametrize("argv", [
