@@ -35,6 +35,11 @@ class Namespace:
     def __contains__(self, key: str) -> bool:
         return key in self.__dict__
 
+    if TYPE_CHECKING:  # as argparse.Namespace is typed: any attribute a command line may set
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
+
     def __repr__(self) -> str:
         return f"Namespace({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 

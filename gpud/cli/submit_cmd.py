@@ -118,22 +118,19 @@ def directive_parser() -> argparse.ArgumentParser:
     import argparse
 
     from gpud.cli.parsing import Formatter
-    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter)
-    add_options(parser)
-    return parser
+    return JOB_OPTIONS.apply(argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter))
 
 
-def merge(command_line: argparse.Namespace | Namespace, directives: argparse.Namespace) -> argparse.Namespace:
+def merge(command_line: argparse.Namespace | Namespace, directives: argparse.Namespace | Namespace) -> Namespace:
     """The options in effect: the command line's where it set them, else the script's directives."""
-    import argparse
-    merged = argparse.Namespace(**vars(command_line))
+    merged = Namespace(**vars(command_line))
     for dest in OPTIONS:
         if getattr(command_line, dest, None) is None and getattr(directives, dest, None) is not None:
             setattr(merged, dest, getattr(directives, dest))
     return merged
 
 
-def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, script: str | None = None,
+def build_job(opts: argparse.Namespace | Namespace, *, command: list[str] | None = None, script: str | None = None,
               script_name: str | None = None, cwd: str | None = None,
               environ: dict[str, str] | None = None, base: dict | None = None) -> dict:
     """The API's job object for these options; ``base`` (a job from a file) keeps the fields it sets.
@@ -200,7 +197,7 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
     return job
 
 
-def _job_env(opts: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+def _job_env(opts: argparse.Namespace | Namespace, environ: dict[str, str]) -> dict[str, str]:
     env = {}
     if opts.export_env:
         env.update({k: v for k, v in environ.items() if k not in NEVER_EXPORTED})
@@ -275,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         from gpud.cli.script_options import script_options
         source = "stdin" if args.script == "-" else args.script
         name = None if args.script == "-" else os.path.basename(args.script)
-        found = script_options(directive_parser(), text, source, args.name or name)
+        found = script_options(text, source, args.name or name)
         job = build_job(merge(args, found), script=text, script_name=name)
     else:
         raise UsageError("nothing to run: give a batch script, or a command after -- "
@@ -487,6 +484,10 @@ def _signal(text: str) -> str:
         raise ValueError(f"unknown signal {text!r} (TERM, INT, USR1, ...)")
     return name
 
+
+# The job options alone, as #GPUD and translated #SBATCH lines give them: read quickly, or by directive_parser.
+JOB_OPTIONS = Options()
+add_options(JOB_OPTIONS)
 
 # The verb as data, after the functions it names: argparse's parser and the quick reader are both made from it.
 VERB = Verb("submit", help="submit a job, a batch script or a file of jobs", description=DESCRIPTION,

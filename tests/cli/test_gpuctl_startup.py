@@ -144,3 +144,25 @@ def test_squeue_imports_nothing_heavy(stand_in, tmp_path):  # noqa: F811
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["status"] == 0 and "n[01-02]" in done.stdout, done.stderr
     assert [m for m in (*QUICK_NOT_NEEDED, "gpud.slurm_env") if m in report["modules"]] == []
+
+
+@pytest.mark.parametrize("argv", [["--parsable", "-A", "vision", "--wrap", "true"], ["--parsable", "train.sh"]],
+                         ids=["wrap", "script"])
+def test_sbatch_imports_nothing_heavy(argv, stand_in, tmp_path):  # noqa: F811
+    # sbatch shares gpuctl submit's path: its options and the script's #SBATCH lines are read without argparse,
+    # re (shlex) or typing (named tuples) when they are plain.
+    stand_in.routes["POST /api/v1/jobs"] = (201, {"ids": ["7"]}, {})
+    (tmp_path / "train.sh").write_text("#!/bin/sh\n#SBATCH -N 2 --gres=gpu:2 -t 1:00:00\n#SBATCH -A vision --mem=16G\n"
+                                       "#GPUD --env A=1\nsrun python train.py\n")
+    run = "import sys\nbefore = set(sys.modules)\nfrom gpud.cli.slurm import run\nstatus = run('sbatch', sys.argv[1:])\n" \
+          "modules = sorted(set(sys.modules) - before)\nimport json\n" \
+          "print(json.dumps({'status': status, 'modules': modules}), file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-S", "-c", run, *argv], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUD_URL": stand_in.url,
+                                             "PYTHONPATH": ROOT})
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0 and done.stdout == "7\n", done.stderr
+    if argv[-1] == "train.sh":
+        sent = stand_in.requests[-1]["body"]
+        assert (sent["tasks"], sent["gpus"], sent["project"], sent["env"]["A"]) == (2, 2, "vision", "1")
+    assert [m for m in (*QUICK_NOT_NEEDED, "shlex") if m in report["modules"]] == []

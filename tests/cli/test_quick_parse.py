@@ -205,3 +205,22 @@ def test_an_options_declaration_builds_the_same_argparse_parser_it_reads():
     plain = Options()
     plain.add_argument("-v", "--verbose", action="store_true")
     assert vars(plain.quick_parse(["-v"], Namespace(verbose=False, seen=1))) == {"verbose": True, "seen": 1}
+
+
+@given(st.lists(st.lists(_option_words(submit_cmd.JOB_OPTIONS) | _valid_option_words(submit_cmd.JOB_OPTIONS),
+                         min_size=1, max_size=4), max_size=4))
+@example([[["--gpus", "1"], ["-pvision"]], [["--gpus", "2"], ["--env", "A=1"]], [["--env=B=2"]]])
+def test_directive_lines_are_read_quickly_as_argparse_reads_them(lines):
+    from gpud.directives import Directive, DirectiveError, parse_directives
+    directives = [Directive(number, tuple(word for part in parts for word in part))
+                  for number, parts in enumerate(lines, start=1)]
+    quick: Namespace | None = Namespace()
+    for directive in directives:
+        quick = submit_cmd.JOB_OPTIONS.quick_parse(list(directive.args), quick)
+        if quick is None:
+            return  # argparse reads them all, as it always did
+    try:
+        slow = parse_directives(submit_cmd.directive_parser(), directives)
+    except DirectiveError as exc:
+        raise AssertionError(f"the quick reader took {directives}, which argparse refuses: {exc}") from None
+    assert vars(quick) == vars(slow)
