@@ -319,7 +319,7 @@ def measure_big(args, pm, prof: dict) -> dict:
     if prof:
         timed(snapshot, policy, pm, prof["fresh"])
     scheduler = Scheduler(snapshot, policy, pm, **TURNS)
-    scheduler.cycle()
+    scheduler.cycle(None, TURNS.get("turn"))
     rng, out["steady"] = random.Random(args.seed + 7), []
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
         profiled = bool(prof) and cycle == args.warmup + args.repeat
@@ -358,7 +358,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
         scheduler.finish(job_id)
     for job in new:
         scheduler.submit(job)
-    plan = scheduler.cycle(now)
+    plan = scheduler.cycle(now, TURNS.get("turn"))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profile is not None:
         profile.disable()

@@ -44,12 +44,13 @@ class Scheduler:
 
     def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager,
                  turn: Callable[[], None] | None = None, every: int = EVERY) -> None:
-        """``turn``: called every ``every`` steps of the long loops while the scheduler is built, and of
-        each cycle given none of its own (``cycle``), so that a daemon running it in a thread keeps
-        its other threads running; it changes nothing the core decides."""
+        """``turn``: called every ``every`` steps of the long loops while the scheduler is built (each
+        cycle is given its own, ``cycle``), so that a daemon building it in a thread keeps its other
+        threads running; it changes nothing the core decides."""
         self.turns = Turns(turn, every)
         with CollectorPaused():
             self.state = ClusterState(snapshot, policy, pm, self.turns)
+        self.turns.give = None
 
     def submit(self, job: JobSpec) -> None:
         """Add a job (pending, or already running where its placements say)."""
@@ -77,30 +78,33 @@ class Scheduler:
         """Run one cycle at ``now`` (default: the last time given) and return its plan.
 
         The plan's binds and evictions are taken as carried out: the next
-        cycle starts from them. ``turn``, when given, is this cycle's turn
-        for the daemon (as the constructor's), in place of the one the
-        scheduler was built with.
+        cycle starts from them. ``turn``: called every so many steps of the
+        cycle's long loops (as the constructor's), for a daemon running the
+        cycle in a thread; it changes nothing the core decides.
         """
-        turns = self.turns
-        given = turns.give
-        if turn is not None:
-            turns.give = turn
-        try:
-            with CollectorPaused():
-                return self._run(now, last=False)
-        finally:
-            turns.give = given
+        with CollectorPaused():
+            return self._run(now, False, turn)
 
-    def _run(self, now: float | None, last: bool) -> Plan:
-        """A cycle; the ``last`` one leaves the state as the actions left it, for no cycle comes after."""
+    def _run(self, now: float | None, last: bool, turn: Callable[[], None] | None) -> Plan:
+        """A cycle, giving ``turn``; the ``last`` one leaves the state as the actions left it, for no cycle
+        comes after."""
         state = self.state
-        state.begin_cycle(now)
-        session = Session(state)
+        self.turns.give = turn
         try:
-            for action in ACTIONS:
-                action(session).run()
+            state.begin_cycle(now)
+            session = Session(state)
+            try:
+                for action in ACTIONS:
+                    action(session).run()
+            finally:
+                session.release_held()
+            return self._plan(session, last)
         finally:
-            session.release_held()
+            self.turns.give = None
+
+    def _plan(self, session: Session, last: bool) -> Plan:
+        """The cycle's plan, once its actions ran; the state is committed unless it was the ``last`` cycle."""
+        state = self.state
         binds, evictions = plan_changes(state, session.reasons.evicted)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
@@ -120,7 +124,7 @@ def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager,
     steps of the long loops (``Scheduler``), and changes nothing decided.
     """
     with CollectorPaused():  # once for both: the state built here is dropped on return, never collected
-        return Scheduler(snapshot, policy, pm, turn, every)._run(None, last=True)
+        return Scheduler(snapshot, policy, pm, turn, every)._run(None, True, turn)
 
 
 def plan_changes(state: ClusterState, evicted_by: EvictedBy) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:

@@ -273,6 +273,7 @@ class QueueWalk:
         # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
         run, heap = cursor.run, cursor.heap
         while True:
+            self._state.turns.step()
             at_run = cursor.next
             if at_run < len(run) and not (heap and heap[0] < run[at_run]):
                 top = run[at_run]

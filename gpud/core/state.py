@@ -49,8 +49,10 @@ class ClusterState:
         self.usage = snapshot.usage  # decayed GPU-seconds by (level, pool, name), as charged so far
         self.cycle = 0
         kinds: dict[tuple, int] = {}
-        self.nodes = {spec.name: NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
-                      for spec in snapshot.nodes}
+        self.nodes: dict[str, NodeState] = {}
+        for spec in snapshot.nodes:
+            turns.step()
+            self.nodes[spec.name] = NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
         pool_nodes: dict[str, list[NodeState]] = defaultdict(list)
         for node in self.nodes.values():
             if node.spec.schedulable:
@@ -69,7 +71,7 @@ class ClusterState:
             placements[job.id] = unplaced(job.tasks)
             pools.add(job.pool or policy.default_pool)
         pools |= set(policy.pools) | {policy.default_pool}
-        self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
+        self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, []), turns) for pool in sorted(pools)}
         self.queues = build_queues(policy, sorted(pools))
         self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
         # Each queue's jobs that hold some placement, with their JobSpec as ``jobs`` has it.
@@ -385,12 +387,18 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        return [Victim(job, queue, self.running_tasks(job_id), self.now)
-                for job_id, job in self.running[queue].items() if job.preemptible or not preemptible_only]
+        turns = self.turns
+        found = []
+        for job_id, job in self.running[queue].items():
+            turns.step()
+            if job.preemptible or not preemptible_only:
+                found.append(Victim(job, queue, self.running_tasks(job_id), self.now))
+        return found
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
     def _bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
+        self.turns.step()  # every placement tried and undone is a step
         self.touched.add(job.id)
         self.changes += 1
         node = self.nodes[placement.node]
@@ -425,6 +433,7 @@ class ClusterState:
         released[node] = self.releases
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
+        self.turns.step()
         self.touched.add(job.id)
         self.releases += 1
         self.changes += 1
