@@ -22,7 +22,9 @@ With --hash, each workload's plans (binds, evictions and every pending reason, c
 hashed, so that two versions of the core, or the Python and the compiled core, can be shown to
 decide alike: run it with each on PYTHONPATH (PYTHONPATH=OTHER_CHECKOUT python
 bench/scheduler_cycle.py --hash) and compare. Every number is hashed as a float, as the compiled
-core holds it.
+core holds it. With --turns the core is given a turn that does nothing at every step of its long
+loops (gpud.core.turns), as the controller gives one to a cycle in its thread: the hashes must not
+change.
 """
 
 from __future__ import annotations
