@@ -25,8 +25,7 @@ from gpud.model import Blocker, Evicted, JobSpec, NodeSpec, Resources, Snapshot,
 from gpud.policy import Department, Policy, Project
 from gpud.reasons import pending_texts
 
-from test_properties import (PM, SETTINGS, TOL, assert_plans_unchanged_with, cases, python_core_only, requests,
-                             run_cycles)
+from test_properties import PM, SETTINGS, TOL, assert_plans_unchanged_with, cases, python_core_only, run_cycles
 
 OWN_TERMS = (SHORTAGE, FRAGMENTED_RULE, GANG, NODE_SIZE)
 
@@ -102,8 +101,8 @@ def larger_twins(draw, jobs: tuple[JobSpec, ...], prefix: str, seq: int, submitt
 
 @st.composite
 def churned(draw):
-    """A case whose running jobs have the lowest priority and larger twins of its jobs wait too, and steps of running jobs finished and larger
-    twins submitted before each warm cycle."""
+    """A case whose running jobs have the lowest priority, with larger twins of its jobs waiting too,
+    and steps of running jobs finished and larger twins submitted before each warm cycle."""
     case = draw(cases())
     # The running jobs at the lowest priority, so that most waiting jobs may preempt.
     jobs = tuple(dataclasses.replace(job, priority=50) if job.running_tasks else job for job in case.snapshot.jobs)
