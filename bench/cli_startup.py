@@ -1,8 +1,10 @@
 """Benchmark of one `gpuctl submit`, `gpuctl queue`, `sbatch --parsable` and `squeue` call against Python's start-up.
 
 gpuctl is installed the regular way (not editable) into a temporary venv, `pip install --no-deps .` from
-this checkout (GPUD_COMPILE=1 in the environment compiles the core, as for a real install); --python
-names an installed one instead (the current venv: --python .venv/bin/python). The Slurm shims are
+this checkout (GPUD_COMPILE=1 in the environment compiles the core, as for a real install), with pip
+first upgraded as a regular install does: the console script a current pip (24.x on) writes imports
+nothing, where the one of the pip bundled with Python 3.11's venv (23.x) imports re; the pip version is
+printed. --python names an installed one instead (the current venv: --python .venv/bin/python). The Slurm shims are
 written by that gpuctl (`gpuctl slurm-shims`). A real controller (`gpud controller`, SQLite store in a
 temporary directory, run by the interpreter running this script) serves on 127.0.0.1, found through a
 client.toml as `gpud up` writes it; --stand-in answers from this process instead (canned answers, no
@@ -141,10 +143,21 @@ def install(scratch: str) -> str:
     venv = os.path.join(scratch, "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     python = os.path.join(venv, "bin", "python")
+    upgraded = subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if upgraded.returncode != 0:
+        print(f"could not upgrade pip; the bundled one writes gpuctl's script:\n{upgraded.stderr.strip()}",
+              file=sys.stderr)
     print(f"installing gpud from {ROOT} into {venv} ...", file=sys.stderr)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", ROOT], check=True,
                    stdout=subprocess.DEVNULL)
     return python
+
+
+def pip_version(python: str) -> str | None:
+    """The version of the pip installed beside ``python`` (whose console scripts it wrote), or None."""
+    done = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True, cwd="/")
+    return done.stdout.split()[1] if done.returncode == 0 and len(done.stdout.split()) > 1 else None
 
 
 def compiled_core(python: str) -> bool:
@@ -274,12 +287,15 @@ def main() -> int:
                 url, token = controller.url, controller.token
             rows = measure(pythons, url, token, home, args.runs, args.instructions)
             compiled = compiled_core(python)
+            pips = {prefix or "install": pip_version(one) for prefix, one in pythons.items()}
         finally:
             if server is not None:
                 server.shutdown()
             if controller is not None:
                 controller.stop()
     server_kind = "a stand-in in this process" if args.stand_in else "a real controller"
+    print("pip that wrote gpuctl's script: " + ", ".join(f"{name.rstrip(': ')} {version}"
+                                                         for name, version in pips.items()), file=sys.stderr)
     print(f"{args.runs} runs each, interleaved, {server_kind} on 127.0.0.1; wall time, and CPU time (user + system) "
           f"of the process\n{'':30} {'median':>8} {'min':>7} {'- floor':>8}   {'CPU med':>8} {'- floor':>8}",
           file=sys.stderr)
@@ -292,7 +308,7 @@ def main() -> int:
         print(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                       "platform": platform.platform(), "load": os.getloadavg()},
                           "install": "given" if args.python else "temporary venv, pip install --no-deps",
-                          "compiled_core": compiled,
+                          "compiled_core": compiled, "pip": pips,
                           "baseline": os.path.abspath(args.baseline) if args.baseline else None,
                           "controller": "stand-in" if args.stand_in else "real",
                           "runs": args.runs, "cases": rows}, indent=2))

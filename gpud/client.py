@@ -4,19 +4,20 @@
 no gpud.core, not even http.client or socket: plain HTTP goes through ``_socket``, imported
 when the first request is made. Nor urllib.parse (with ipaddress, about a quarter of
 Python's own start-up): a URL, a path or a query of plain characters is taken apart
-and quoted here, anything else by urllib.parse.
+and quoted here, anything else by urllib.parse. Nor json, which imports re: JSON goes
+through gpud.plainjson, the json module's own C accelerator.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-from collections import namedtuple
-from collections.abc import Iterator, Mapping
+
+from gpud import plainjson
 
 TYPE_CHECKING = False  # typing is not imported at run time: gpuctl starts faster
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:6830"  # the controller's default --listen
@@ -87,8 +88,22 @@ class TlsRefused(ClientError):
     """
 
 
-Settings = namedtuple("Settings", ["url", "token"])
-Settings.__doc__ = """Where the controller is (``url``) and the credential to show it (``token``, or None)."""
+class Settings(tuple):
+    """Where the controller is (``url``) and the credential to show it (``token``, or None): a pair, as a named
+    tuple would be, without the collections module's import."""
+
+    __slots__ = ()
+
+    def __new__(cls, url: str, token: str | None) -> "Settings":
+        return tuple.__new__(cls, (url, token))
+
+    @property
+    def url(self) -> str:
+        return self[0]
+
+    @property
+    def token(self) -> str | None:
+        return self[1]
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> str:
@@ -206,7 +221,7 @@ class Client:
             return None
         try:
             with open(self._remember, encoding="utf-8") as f:
-                leader = json.load(f).get(self._key())
+                leader = plainjson.loads(f.read()).get(self._key())
         except (OSError, ValueError, AttributeError):
             return None
         known = [u for u, _ in self._urls]
@@ -222,15 +237,15 @@ class Client:
         try:
             try:
                 with open(self._remember, encoding="utf-8") as f:
-                    known = json.load(f)
+                    known = plainjson.loads(f.read())
                 known = known if isinstance(known, dict) else {}
             except (OSError, ValueError):
                 known = {}
             known[self._key()] = self.url
             os.makedirs(os.path.dirname(self._remember), mode=0o700, exist_ok=True)
             tmp = f"{self._remember}.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(known, f)
+            with open(tmp, "wb") as f:
+                f.write(plainjson.dumps(known).encode())
             os.replace(tmp, self._remember)
         except OSError:
             pass  # only a shortcut: the next client finds the leader again
@@ -395,7 +410,7 @@ class Client:
         finally:
             response.close()
         try:
-            return json.loads(data) if data else None
+            return plainjson.loads(data) if data else None
         except ValueError:
             raise ApiError(502, "the answer is not JSON") from None
 
@@ -430,7 +445,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         payload = b""
         if body is not None:
-            payload = json.dumps(body, separators=(",", ":")).encode()
+            payload = plainjson.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         tls = self.tls_context()
         try:
@@ -646,7 +661,7 @@ def _controller_url(url: str) -> tuple[str, Any]:
 def _standby(data: bytes) -> str | None:
     """The leader's URL ("" when none leads) when ``data`` is a standby's answer; None when it is not one."""
     try:
-        doc = json.loads(data)
+        doc = plainjson.loads(data)
     except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("role") != "standby":
@@ -657,7 +672,7 @@ def _standby(data: bytes) -> str | None:
 
 def _api_error(status: int, data: bytes) -> ApiError:
     try:
-        doc = json.loads(data)
+        doc = plainjson.loads(data)
     except ValueError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):

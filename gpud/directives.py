@@ -1,24 +1,38 @@
 """``#GPUD`` directive lines at the top of a batch script, read the way sbatch reads ``#SBATCH``."""
 
-# Annotations are evaluated as written (no `from __future__ import annotations`): typing.NamedTuple would
-# compile() each field's annotation text, and a process's first compile() builds every type of the ast
-# module, over 10 M instructions (a quarter of Python's start-up) in each sbatch or gpuctl submit SCRIPT.
-import argparse
-import shlex
-from typing import NamedTuple
+from __future__ import annotations
+
+TYPE_CHECKING = False  # neither typing nor argparse is imported at run time: sbatch starts faster
+if TYPE_CHECKING:
+    import argparse
 
 PREFIX = "#GPUD"
+_SHELL_SPECIAL = frozenset("\"'\\")  # quoting: a line with any of them is split by shlex
 
 
 class DirectiveError(ValueError):
     """A directive that cannot be read; the message names the script and the line."""
 
 
-class Directive(NamedTuple):
-    """One ``#GPUD`` line: its 1-based line number and its options split as a shell would."""
+class Directive(tuple):
+    """One ``#GPUD`` line: its 1-based line number and its options split as a shell would; a pair, as a named
+    tuple (typing.NamedTuple costs sbatch an import of typing and re)."""
 
-    line: int
-    args: tuple[str, ...]
+    __slots__ = ()
+
+    def __new__(cls, line: int, args: tuple[str, ...]) -> Directive:
+        return tuple.__new__(cls, (line, args))
+
+    @property
+    def line(self) -> int:
+        return self[0]
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Directive(line={self[0]!r}, args={self[1]!r})"
 
 
 def read_directives(text: str, source: str = "script", prefix: str = PREFIX) -> list[Directive]:
@@ -43,12 +57,22 @@ def read_directives(text: str, source: str = "script", prefix: str = PREFIX) -> 
         if head != prefix:
             continue
         try:
-            args = shlex.split(rest[0] if rest else "", comments=True)
+            args = split_words(rest[0] if rest else "")
         except ValueError as exc:
             raise DirectiveError(f"{source}, line {number}: {exc}") from None
         if args:
             directives.append(Directive(number, tuple(args)))
     return directives
+
+
+def split_words(text: str) -> list[str]:
+    """``shlex.split(text, comments=True)``: a line without quotes or backslashes is split here (at spaces, tabs
+    and line ends, up to a ``#``), any other by shlex, which imports re."""
+    if _SHELL_SPECIAL.isdisjoint(text):
+        words = " ".join(line.partition("#")[0] for line in text.split("\n"))  # a comment ends with its line
+        return [word for word in words.replace("\t", " ").replace("\r", " ").split(" ") if word]
+    import shlex
+    return shlex.split(text, comments=True)
 
 
 class _Refused(Exception):
@@ -64,6 +88,7 @@ def parse_directives(parser: argparse.ArgumentParser, directives: list[Directive
     refuses (unknown, bad value, a stray argument) raises DirectiveError
     naming ``source`` and the line. ``parser`` should have no positionals.
     """
+    import argparse
     namespace = argparse.Namespace()
     original_error = parser.error
 

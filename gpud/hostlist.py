@@ -6,11 +6,11 @@ import only this, not the task environment's dataclasses.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+TYPE_CHECKING = False  # typing (and collections, under collections.abc) is not imported at run time
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-_TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = r"^(\d+)(?:-(\d+))?$"  # compiled by re when a hostlist is expanded; printing one needs no re
 
 
 def hostlist(names: Sequence[str]) -> str:
@@ -24,13 +24,13 @@ def hostlist(names: Sequence[str]) -> str:
     """
     groups: list[tuple[str, int, list[int]]] = []  # (prefix, width, numbers) or (name, -1, [])
     for name in dict.fromkeys(names):
-        match = _TRAILING_DIGITS.match(name)
-        if match is None or "[" in name or "," in name:
+        split = _trailing_number(name)
+        if split is None or "[" in name or "," in name:
             groups.append((name, -1, []))
-        elif groups and groups[-1][:2] == (match[1], len(match[2])):
-            groups[-1][2].append(int(match[2]))
+        elif groups and groups[-1][:2] == (split[0], len(split[1])):
+            groups[-1][2].append(int(split[1]))
         else:
-            groups.append((match[1], len(match[2]), [int(match[2])]))
+            groups.append((split[0], len(split[1]), [int(split[1])]))
     parts = []
     for prefix, width, numbers in groups:
         if width < 0:
@@ -40,6 +40,18 @@ def hostlist(names: Sequence[str]) -> str:
         text = ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in ranges)
         parts.append(prefix + (text if len(numbers) == 1 else f"[{text}]"))
     return ",".join(parts)
+
+
+def _trailing_number(name: str) -> tuple[str, str] | None:
+    """``name`` split before the digits it ends in (``node``, ``01``), None when it ends in none: what the
+    pattern ``^(.*?)(\\d+)$`` matches (a newline ends a name, and only at its end), without importing re."""
+    body = name[:-1] if name.endswith("\n") else name
+    start = len(body)
+    while start and body[start - 1].isdecimal():
+        start -= 1
+    if start == len(body) or "\n" in body[:start]:
+        return None
+    return body[:start], body[start:]
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -53,8 +65,9 @@ def expand_hostlist(text: str) -> list[str]:
         body, close, suffix = rest.partition("]")
         if not close:
             raise ValueError(f"unbalanced '[' in hostlist {text!r}")
+        import re
         for item in body.split(","):
-            match = _RANGE.match(item)
+            match = re.match(_RANGE, item)
             if match is None:
                 raise ValueError(f"bad range {item!r} in hostlist {text!r}")
             low, high = match[1], match[2] or match[1]

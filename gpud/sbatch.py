@@ -7,11 +7,7 @@ What has no gpud meaning is not guessed at: it comes back as an ``Ignored``
 entry for the caller to show.
 """
 
-# Annotations are evaluated as written (no `from __future__ import annotations`): typing.NamedTuple would
-# compile() each field's annotation text, and a process's first compile() builds every type of the ast
-# module, over 10 M instructions (a quarter of Python's start-up) in each sbatch or gpuctl submit SCRIPT.
-import re
-from typing import NamedTuple
+from __future__ import annotations
 
 from gpud.directives import Directive, DirectiveError
 
@@ -32,25 +28,41 @@ SWITCHES = FLAGS | frozenset({"parsable", "wait", "W", "test-only", "quiet", "Q"
                               "immediate", "I", "help", "usage", "version", "V"})
 GPU_TYPE_LABEL = "gpu_type"  # the node label a GPU type in --gres=gpu:TYPE:N or --gpus-per-node=TYPE:N asks for
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
-_MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
+_MEM_UNITS = ("K", "M", "G", "T")
 _SLURM_PATTERNS = {"%A_%a": "%j", "%j": "%j", "%t": "%t", "%%": "%%"}
 
 
-class Ignored(NamedTuple):
-    """Part of an ``#SBATCH`` line gpud does not act on: where, what was written, and why (a code)."""
+# Ignored and Translation are tuples with named fields written out: typing.NamedTuple would cost each sbatch an
+# import of typing (with re), collections.namedtuple a compile().
+class Ignored(tuple):
+    """Part of an ``#SBATCH`` line gpud does not act on: where, what was written, and why (a code: "unsupported",
+    "exclusive", "open_mode", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time", "partitions",
+    "dependency_kind", "dependency_any", "pattern"), with a detail for the message."""
 
-    line: int
-    option: str
-    why: str  # "unsupported", "exclusive", "open_mode", "other_gres", "ntasks_per_node", "mem_all", "unlimited_time",
-    # "partitions", "dependency_kind", "dependency_any", "pattern"
-    detail: str = ""
+    __slots__ = ()
+
+    def __new__(cls, line: int, option: str, why: str, detail: str = "") -> Ignored:
+        return tuple.__new__(cls, (line, option, why, detail))
+
+    line = property(lambda self: self[0], doc="the line (0: sbatch's command line)")
+    option = property(lambda self: self[1], doc="the option as written")
+    why = property(lambda self: self[2], doc="why it is ignored, a code")
+    detail = property(lambda self: self[3], doc="what the message names")
+
+    def __repr__(self) -> str:
+        return f"Ignored(line={self[0]!r}, option={self[1]!r}, why={self[2]!r}, detail={self[3]!r})"
 
 
-class Translation(NamedTuple):
+class Translation(tuple):
     """gpud's options (as ``#GPUD`` directives, keeping each one's line) and what was left out."""
 
-    directives: list[Directive]
-    ignored: list[Ignored]
+    __slots__ = ()
+
+    def __new__(cls, directives: list[Directive], ignored: list[Ignored]) -> Translation:
+        return tuple.__new__(cls, (directives, ignored))
+
+    directives = property(lambda self: self[0], doc="gpud's options, one directive each")
+    ignored = property(lambda self: self[1], doc="what gpud does not act on")
 
 
 def split_options(directive: Directive) -> list[tuple[str, str | None, str]]:
@@ -272,14 +284,29 @@ def _mem(entry, per_node: int, ignored, emit) -> None:
     ``--mem`` is per node: each of a node's ``per_node`` tasks gets its share.
     """
     line, value, written = entry
-    match = re.match(_MEM, value.strip())
-    if match is None:
+    memory = split_memory(value)
+    if memory is None:
         raise DirectiveError(f"line {line}: {PREFIX} {written}: memory is a number with K, M, G or T (16G, 4000)")
-    if float(match[1]) == 0:
+    number, unit = memory
+    if float(number) == 0:
         ignored.append(Ignored(line, written, "mem_all"))
         return
-    amount = match[1] if per_node == 1 else f"{float(match[1]) / per_node:g}"
-    emit(line, "--mem", f"{amount}{(match[2] or 'M').upper()}")
+    amount = number if per_node == 1 else f"{float(number) / per_node:g}"
+    emit(line, "--mem", f"{amount}{unit or 'M'}")
+
+
+def split_memory(value: str) -> tuple[str, str] | None:
+    """Slurm's ``--mem`` value (``16G``, ``4000``, ``1.5TB``, any case) as its number and its unit letter (upper
+    case, "" for none); None when it is not one."""
+    body = value.strip()
+    body = body[:-1] if body[-1:] in ("B", "b") else body
+    unit = body[-1:].upper()
+    unit = unit if unit in _MEM_UNITS else ""
+    number = body[:len(body) - len(unit)]
+    whole, dot, fraction = number.partition(".")
+    if not whole.isdecimal() or (dot and not fraction.isdecimal()):
+        return None
+    return number, unit
 
 
 def _dependency(entry, ignored, emit) -> None:
@@ -287,7 +314,7 @@ def _dependency(entry, ignored, emit) -> None:
     if "?" in value:
         ignored.append(Ignored(line, written, "dependency_any"))
     kept = []
-    for part in re.split(r"[,?]", value):
+    for part in value.replace("?", ",").split(","):
         kind, _, ids = part.partition(":")
         if kind in DEPENDENCY_KINDS and ids:
             kept.append(f"{kind}:{':'.join(i.split('+')[0] for i in ids.split(':'))}")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
+TYPE_CHECKING = False  # argparse is imported by the commands that build a parser, not by gpuctl's quick path
+if TYPE_CHECKING:
+    import argparse
 
 
 def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse ``argv`` and run the chosen sub-command; with none, print the help and return 2."""
+    import argparse
     import sys
     argv = list(sys.argv[1:] if argv is None else argv)
     args, extras = parser.parse_known_args(argv)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gpud.cli import render
-from gpud.cli.common import UsageError, add_verb, client, print_json
+from gpud.cli.common import UsageError, client, print_json
+from gpud.cli.parsing import add_verb
 
 TOKEN_DESCRIPTION = """\
 Make an API token for a user (admins only). The token is printed once; the

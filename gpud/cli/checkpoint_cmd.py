@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from gpud.cli.common import UsageError, add_verb, print_json
+from gpud.cli.common import UsageError, print_json
+from gpud.cli.parsing import add_verb
 
 
 def add_parsers(subparsers) -> None:

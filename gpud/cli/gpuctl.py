@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 
-from gpud import __version__
-from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE, Formatter, Parser
+from gpud.cli.common import ENVIRONMENT_HELP, EXIT_STATUS_HELP, EXIT_USAGE
+
+TYPE_CHECKING = False  # argparse is imported only when a command line needs it
+if TYPE_CHECKING:
+    import argparse
 
 # Each verb and the module that registers it, in the order `gpuctl --help` lists them.
 VERBS = {
@@ -19,6 +20,9 @@ VERBS = {
     "token": "auth_cmd", "whoami": "auth_cmd", "simulate": "simulate_cmd", "slurm-shims": "shims_cmd",
     "checkpointed": "checkpoint_cmd",
 }
+# The verbs a shell loop calls: each module declares the verb as ``VERB`` (gpud.cli.options.Verb), whose quick
+# reader takes a plain command line without argparse.
+QUICK = {"submit": "submit_cmd", "queue": "queue_cmd"}
 
 EPILOG = f"""\
 examples:
@@ -34,19 +38,6 @@ Run `gpuctl COMMAND --help` for a command's options and examples.
 """
 
 
-class _TopFormatter(Formatter):
-    """The top-level help: every verb beside its help, the longest (``checkpointed``) too.
-
-    argparse measures the verbs at the indent of their section, and lays them
-    out two columns further in: without the two, the longest wraps.
-    """
-
-    def add_argument(self, action: argparse.Action) -> None:
-        super().add_argument(action)
-        if isinstance(action, argparse._SubParsersAction):
-            self._action_max_length += 2
-
-
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The gpuctl argument parser with every sub-command.
 
@@ -55,9 +46,13 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     half a millisecond), so a plain call stays fast; without one, every verb
     is there for the help and for naming the verbs a mistyped one is not.
     """
+    import importlib
+
+    from gpud import __version__
+    from gpud.cli.parsing import Parser, TopFormatter
     parser = Parser(
         prog="gpuctl", description="Submit, watch and plan GPU jobs on a gpud cluster.", epilog=EPILOG,
-        formatter_class=_TopFormatter)
+        formatter_class=TopFormatter)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     modules = [VERBS[verb]] if verb in VERBS else list(dict.fromkeys(VERBS.values()))
@@ -68,6 +63,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The parser of the command ``argv`` names: gpuctl's own, a verb's, or a verb's sub-verb's."""
+    import argparse
     words = (arg for arg in argv if not arg.startswith("-"))
     current = parser
     while True:
@@ -97,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     Everything after the first ``--`` is the command of ``gpuctl submit``,
     passed on untouched, so its own options never reach gpuctl's parser.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = None
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1:]
+    argv, command = split_command(list(sys.argv[1:] if argv is None else argv))
     verb = next((arg for arg in argv if not arg.startswith("-")), None)
     if verb is not None and any(arg in ("-h", "--help") for arg in argv[:argv.index(verb)]):
         verb = None  # `gpuctl -h submit` is gpuctl's own help, which lists every verb
+    args = quick_parse(argv)
+    if args is not None and (command is None or getattr(args, "takes_command", False)):
+        if command is not None:
+            args.command_argv = command
+        return _run(args)
     parser = build_parser(verb)
     args, extras = parser.parse_known_args(argv)
     if extras:
@@ -118,6 +115,27 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("only `gpuctl submit` and `gpuctl run` take a command after -- "
                          "(and `gpuctl notebook` Jupyter's options)")
         args.command_argv = command
+    return _run(args)
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """gpuctl's own words, and the command after the first ``--`` (None without one)."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def quick_parse(argv: list[str]):
+    """The namespace of a plain command line of a verb in QUICK (``argv`` cut before ``--``), read without
+    argparse; None for any other, which argparse reads."""
+    if not argv or argv[0] not in QUICK:
+        return None
+    # __import__ rather than importlib.import_module: importlib's package imports warnings, a cost of every call.
+    return __import__(f"gpud.cli.{QUICK[argv[0]]}", fromlist=["VERB"]).VERB.quick_parse(argv[1:])
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:

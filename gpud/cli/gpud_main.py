@@ -8,7 +8,7 @@ import sys
 
 from gpud import __version__
 from gpud.cli import backup_cmd, cert_cmd, controller_cmd, dispatch, node_cmd, store_cmd, up_cmd
-from gpud.cli.common import Parser
+from gpud.cli.parsing import Parser
 from gpud.errors import ConfigError
 from gpud.plugins import make_plugin_manager, placement_strategies
 from gpud.policy_file import ANY_PLACEMENT, check_placements, load_policy, parse_policy, require_projects

@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from gpud.cli import render
-from gpud.cli.common import add_verb, client, for_each, print_json
+from gpud.cli.common import client, for_each, print_json
+from gpud.cli.parsing import add_verb
 from gpud.cli.units import format_duration, format_number, format_size_gib
 
 SHOW_EXAMPLES = """\

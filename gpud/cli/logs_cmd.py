@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpud.cli.common import UsageError, add_verb, client
+from gpud.cli.common import UsageError, client
+from gpud.cli.parsing import add_verb
 
 DESCRIPTION = """\
 Print what a job's task wrote to its output file (or its error file with

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from gpud.cli import render
-from gpud.cli.common import add_verb, client, print_json
+from gpud.cli.common import client, print_json
+from gpud.cli.parsing import add_verb
 from gpud.cli.units import format_number, format_size_gib
 
 RESOURCES = ("gpu", "cpu", "memory")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from gpud.cli import render
-from gpud.cli.common import UsageError, add_verb, client, print_json
-from gpud.cli.units import parse_when
+from gpud.cli.common import UsageError, client, print_json
+from gpud.cli.options import Options, Verb
+
+TYPE_CHECKING = False  # argparse is imported only for help, errors and `gpuctl history`
+if TYPE_CHECKING:
+    import argparse
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 SHORT_STATES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
@@ -57,14 +60,9 @@ HISTORY_EXAMPLES = """\
 
 def add_parsers(subparsers) -> None:
     """Register ``queue`` and ``history`` on the gpuctl sub-command parser."""
-    queue = add_verb(subparsers, "queue", help="list pending and running jobs", description=QUEUE_DESCRIPTION,
-                     examples=QUEUE_EXAMPLES, func=run_queue, json_flag=True)
-    _add_filters(queue)
-    queue.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
-                       help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
-    queue.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
-    queue.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
-    queue.add_argument("--start", action="store_true", help="pending jobs with their expected start times")
+    from gpud.cli.parsing import add_verb
+    from gpud.cli.units import parse_when
+    VERB.add_to(subparsers)
     history = add_verb(subparsers, "history", help="list finished jobs", description=HISTORY_DESCRIPTION,
                        examples=HISTORY_EXAMPLES, func=run_history, json_flag=True)
     _add_filters(history)
@@ -72,7 +70,7 @@ def add_parsers(subparsers) -> None:
     history.add_argument("-l", "--limit", type=int, metavar="N", help="at most N jobs")
 
 
-def _add_filters(parser: argparse.ArgumentParser) -> None:
+def _add_filters(parser: argparse.ArgumentParser | Options) -> None:
     parser.add_argument("-u", "--user", help="only this user's jobs")
     parser.add_argument("-p", "--project", help="only this project's jobs")
     parser.add_argument("--me", action="store_true", help="only my jobs")
@@ -218,8 +216,20 @@ def _states(text: str) -> list[str]:
     for part in text.upper().split(","):
         state = SHORT_STATES.get(part.strip(), part.strip())
         if state not in STATES:
+            import argparse  # argparse alone calls a type with a value it refuses; it is loaded then
             raise argparse.ArgumentTypeError(f"unknown state {part!r} (states: {', '.join(STATES)})")
         states.append(state)
     return states
 
 
+
+
+# `gpuctl queue` as data, after the functions it names: argparse's parser and the quick reader are both made from it.
+VERB = Verb("queue", help="list pending and running jobs", description=QUEUE_DESCRIPTION, examples=QUEUE_EXAMPLES,
+            func=run_queue, json_flag=True)
+_add_filters(VERB)
+VERB.add_argument("-t", "--state", type=_states, metavar="STATE[,STATE]",
+                  help=f"only these states ({', '.join(STATES)}; PD, R, ... work too)")
+VERB.add_argument("-a", "--all", action="store_true", help="jobs in every state, finished ones too")
+VERB.add_argument("-r", "--array", action="store_true", help="one line per job of an array, not per array")
+VERB.add_argument("--start", action="store_true", help="pending jobs with their expected start times")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 
 from gpud.cli.units import format_duration, format_number, format_size_gib
 
-TYPE_CHECKING = False  # typing is not imported at run time: gpuctl starts faster
+TYPE_CHECKING = False  # typing (and collections, under collections.abc) is not imported at run time: gpuctl starts faster
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 

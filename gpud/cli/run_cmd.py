@@ -9,7 +9,8 @@ import shutil
 import sys
 import time
 
-from gpud.cli.common import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError, add_verb, client
+from gpud.cli.common import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError, client
+from gpud.cli.parsing import add_verb
 from gpud.cli.submit_cmd import add_options, build_job
 
 WAIT_POLL_S = 1.0

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from gpud.cli.common import UsageError
+
+TYPE_CHECKING = False  # argparse is imported only for a line the quick reader leaves to it
+if TYPE_CHECKING:
+    import argparse
+
+    from gpud.cli.options import Namespace
+    from gpud.directives import Directive
 
 # What each kind of ignored #SBATCH option is told, with {detail} from the translation.
 WHY = {
@@ -25,9 +31,8 @@ WHY = {
 }
 
 
-def script_options(parser: argparse.ArgumentParser, text: str, source: str,
-                   job_name: str | None, command_line: tuple[str, ...] = (),
-                   prog: str = "gpuctl submit") -> argparse.Namespace:
+def script_options(text: str, source: str, job_name: str | None, command_line: tuple[str, ...] = (),
+                   prog: str = "gpuctl submit") -> argparse.Namespace | Namespace:
     """The options a script's own lines set: ``#SBATCH`` translated, overridden by ``#GPUD``.
 
     ``command_line`` holds sbatch options given on an sbatch command line,
@@ -35,7 +40,7 @@ def script_options(parser: argparse.ArgumentParser, text: str, source: str,
     stderr (headed ``prog``) for every option gpud does not act on. Raises
     UsageError naming the script and the line of a bad option.
     """
-    from gpud.directives import Directive, DirectiveError, parse_directives, read_directives
+    from gpud.directives import Directive, DirectiveError, read_directives
     try:
         translated = []
         sbatch = read_directives(text, source, prefix="#SBATCH")
@@ -56,9 +61,22 @@ def script_options(parser: argparse.ArgumentParser, text: str, source: str,
                 where = f"{source}, line {item.line}: #SBATCH" if item.line else "command line:"
                 print(f"{prog}: warning: {where} {item.option} ignored: "
                       f"{WHY[item.why].format(detail=item.detail)}", file=sys.stderr)
-        return parse_directives(parser, translated + read_directives(text, source), source)
+        return _job_options(translated + read_directives(text, source), source)
     except DirectiveError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _job_options(directives: list[Directive], source: str) -> argparse.Namespace | Namespace:
+    """The job options the directives set, later lines winning: read quickly when every line is plain, else by
+    argparse (``parse_directives``), whose message names the line and what is wrong with it."""
+    from gpud.cli.options import Namespace
+    from gpud.cli.submit_cmd import JOB_OPTIONS, directive_parser
+    from gpud.directives import parse_directives
+    namespace = Namespace()
+    for directive in directives:
+        if JOB_OPTIONS.quick_parse(list(directive.args), namespace) is None:
+            return parse_directives(directive_parser(), directives, source)
+    return namespace
 
 
 def _user() -> str | None:

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from gpud.cli.common import UsageError, add_verb
+from gpud.cli.common import UsageError
+from gpud.cli.parsing import add_verb
 
 COMMANDS = ("sbatch", "squeue", "scancel", "sacct", "sinfo", "srun", "salloc", "scontrol")
 MARK = "# written by gpuctl slurm-shims"

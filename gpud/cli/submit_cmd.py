@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
-from gpud.cli.common import Formatter, UsageError, add_verb
+from gpud.cli.common import UsageError
+from gpud.cli.options import Namespace, Options, Verb
 from gpud.cli.units import parse_array, parse_duration, parse_size_gib
+
+TYPE_CHECKING = False  # argparse is imported only for help, errors and #GPUD lines
+if TYPE_CHECKING:
+    import argparse
 
 MAX_BATCH = 10_000  # the API's limit for one POST /api/v1/jobs/batch
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
@@ -58,16 +62,10 @@ EXAMPLES = """\
 
 def add_parsers(subparsers) -> None:
     """Register ``submit`` on the gpuctl sub-command parser."""
-    parser = add_verb(subparsers, "submit", help="submit a job, a batch script or a file of jobs",
-                      description=DESCRIPTION, examples=EXAMPLES, func=run)
-    parser.add_argument("script", nargs="?", help="batch script to run ('-' reads it from stdin)")
-    add_options(parser)
-    parser.add_argument("--from-file", metavar="FILE", help="submit every job in a JSON or JSON-lines file")
-    parser.add_argument("--parsable", action="store_true", help="print only the job ids, one per line")
-    parser.set_defaults(takes_command=True, command_argv=None)
+    VERB.add_to(subparsers)
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
+def add_options(parser: argparse.ArgumentParser | Options) -> None:
     """The job options shared by the command line and ``#GPUD`` lines; every default is None (unset)."""
     add = parser.add_argument
     add("-p", "--project", help="project (queue) to charge; default $GPUD_PROJECT, "
@@ -117,21 +115,22 @@ OPTIONS = ("project", "name", "gpus", "gpu_memory", "gpu_compute_request", "gpu_
 
 def directive_parser() -> argparse.ArgumentParser:
     """A parser for the options of ``#GPUD`` lines: the job options, no positionals."""
-    parser = argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter)
-    add_options(parser)
-    return parser
+    import argparse
+
+    from gpud.cli.parsing import Formatter
+    return JOB_OPTIONS.apply(argparse.ArgumentParser(prog="#GPUD", add_help=False, formatter_class=Formatter))
 
 
-def merge(command_line: argparse.Namespace, directives: argparse.Namespace) -> argparse.Namespace:
+def merge(command_line: argparse.Namespace | Namespace, directives: argparse.Namespace | Namespace) -> Namespace:
     """The options in effect: the command line's where it set them, else the script's directives."""
-    merged = argparse.Namespace(**vars(command_line))
+    merged = Namespace(**vars(command_line))
     for dest in OPTIONS:
         if getattr(command_line, dest, None) is None and getattr(directives, dest, None) is not None:
             setattr(merged, dest, getattr(directives, dest))
     return merged
 
 
-def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, script: str | None = None,
+def build_job(opts: argparse.Namespace | Namespace, *, command: list[str] | None = None, script: str | None = None,
               script_name: str | None = None, cwd: str | None = None,
               environ: dict[str, str] | None = None, base: dict | None = None) -> dict:
     """The API's job object for these options; ``base`` (a job from a file) keeps the fields it sets.
@@ -198,7 +197,7 @@ def build_job(opts: argparse.Namespace, *, command: list[str] | None = None, scr
     return job
 
 
-def _job_env(opts: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+def _job_env(opts: argparse.Namespace | Namespace, environ: dict[str, str]) -> dict[str, str]:
     env = {}
     if opts.export_env:
         env.update({k: v for k, v in environ.items() if k not in NEVER_EXPORTED})
@@ -273,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         from gpud.cli.script_options import script_options
         source = "stdin" if args.script == "-" else args.script
         name = None if args.script == "-" else os.path.basename(args.script)
-        found = script_options(directive_parser(), text, source, args.name or name)
+        found = script_options(text, source, args.name or name)
         job = build_job(merge(args, found), script=text, script_name=name)
     else:
         raise UsageError("nothing to run: give a batch script, or a command after -- "
@@ -361,6 +360,7 @@ def _checked(convert):
         try:
             return convert(text)
         except ValueError as exc:
+            import argparse  # argparse alone calls a type with a value it refuses; it is loaded then
             raise argparse.ArgumentTypeError(str(exc)) from None
     check.__name__ = convert.__name__.strip("_")
     return check
@@ -483,3 +483,17 @@ def _signal(text: str) -> str:
     if not hasattr(signal, f"SIG{name}") or name in ("IGN", "DFL"):
         raise ValueError(f"unknown signal {text!r} (TERM, INT, USR1, ...)")
     return name
+
+
+# The job options alone, as #GPUD and translated #SBATCH lines give them: read quickly, or by directive_parser.
+JOB_OPTIONS = Options()
+add_options(JOB_OPTIONS)
+
+# The verb as data, after the functions it names: argparse's parser and the quick reader are both made from it.
+VERB = Verb("submit", help="submit a job, a batch script or a file of jobs", description=DESCRIPTION,
+            examples=EXAMPLES, func=run)
+VERB.add_argument("script", nargs="?", help="batch script to run ('-' reads it from stdin)")
+add_options(VERB)
+VERB.add_argument("--from-file", metavar="FILE", help="submit every job in a JSON or JSON-lines file")
+VERB.add_argument("--parsable", action="store_true", help="print only the job ids, one per line")
+VERB.set_defaults(takes_command=True, command_argv=None)

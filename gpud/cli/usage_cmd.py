@@ -7,7 +7,8 @@ import csv
 import io
 
 from gpud.cli import render
-from gpud.cli.common import add_verb, client, print_json
+from gpud.cli.common import client, print_json
+from gpud.cli.parsing import add_verb
 from gpud.cli.units import format_duration, format_number, parse_when
 
 GROUPINGS = ("user", "project", "department", "node")

@@ -3,9 +3,10 @@
 import argparse
 
 import pytest
+from hypothesis import example, given, strategies as st
 
 from gpud.cli.submit_cmd import directive_parser, merge
-from gpud.directives import Directive, DirectiveError, parse_directives, read_directives
+from gpud.directives import Directive, DirectiveError, parse_directives, read_directives, split_words
 
 SCRIPT = """\
 #!/bin/bash
@@ -79,3 +80,19 @@ def test_command_line_wins_over_directives():
     assert merged.gpus == 1
     assert merged.env == [("C", "3")]
     assert merged.project == "vision" and merged.name == "my run"
+
+
+@given(st.text(alphabet=st.sampled_from("ab -=#\t\r\n\x0b\xa0é\"'\\"), max_size=16))
+@example("a # c\nd")
+@example("--env A=1 # note")
+def test_words_split_as_shlex_splits_them(text):
+    import shlex
+    try:
+        expected: object = shlex.split(text, comments=True)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        found: object = split_words(text)
+    except ValueError as exc:
+        found = str(exc)
+    assert found == expected

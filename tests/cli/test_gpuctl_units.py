@@ -1,7 +1,7 @@
 """Durations, sizes and array specs as people type them, and as gpuctl prints them back."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from gpud.cli.units import (format_duration, format_number, format_size_gib, parse_array, parse_duration,
                             parse_size_gib)
@@ -74,3 +74,78 @@ def test_arrays(spec, count, limit):
 def test_bad_arrays(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_array(spec)
+
+
+# The grammars as regular expressions, as gpuctl read them before it stopped importing re: the str-method readers
+# must take exactly the same texts, with the same values.
+SUFFIXED = r"^(\d+(?:\.\d+)?)([smhd])$"
+SIZE = r"(?i)^(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?$"
+ARRAY = r"^(\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*)(?:%(\d+))?$"
+GIB_PER_UNIT = {"": 1.0, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
+# Digits of other scripts are digits to \d and int(); the rest are the characters of the grammars and a few near them.
+GRAMMAR = st.text(alphabet=st.sampled_from("0123456789٣.-:,%smhdSMHDkKmMgGtTpPiIbB \t\n\xa0x"), max_size=10)
+
+
+def _outcome(read, text):
+    try:
+        return read(text)
+    except ValueError:
+        return "refused"
+
+
+def _size_by_regex(text):
+    import re
+    match = re.match(SIZE, text.strip())
+    if not match or float(match[1]) <= 0:
+        raise ValueError(text)
+    return float(match[1]) * GIB_PER_UNIT[match[2].upper()]
+
+
+@given(GRAMMAR)
+@example("16GiB")
+@example(" 1.5 tb ")
+@example(".5G")
+@example("1.G")
+@example("٣G")
+def test_sizes_are_read_as_the_regex_read_them(text):
+    assert _outcome(parse_size_gib, text) == _outcome(_size_by_regex, text)
+
+
+@given(GRAMMAR)
+@example("1.5h")
+@example("1.h")
+@example(".5m")
+@example("٣m")
+def test_durations_with_a_unit_are_read_as_the_regex_read_them(text):
+    import re
+    match = re.match(SUFFIXED, text.strip().lower())
+    if match and float(match[1]) > 0:
+        assert parse_duration(text) == float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    elif text.strip()[-1:].lower() in ("s", "m", "h", "d"):
+        with pytest.raises(ValueError, match="bad time"):
+            parse_duration(text)
+
+
+@given(GRAMMAR)
+@example("0-99%8")
+@example("1,3,5-7")
+@example("0-15:4")
+@example("1-:2")
+@example("0-9%")
+@example("٣-٥")
+def test_arrays_are_read_as_the_regex_read_them(text):
+    import re
+    match = re.match(ARRAY, text.strip())
+    try:
+        count, limit = parse_array(text)
+    except ValueError as exc:
+        assert (match is None) == ("use ranges and indices" in str(exc))
+    else:
+        assert match is not None and limit == (int(match[2]) if match[2] is not None else None)
+
+
+@pytest.mark.parametrize("text", ["1\u212a", "1\u0130B"])
+def test_a_unit_that_only_case_folds_to_ascii_is_refused(text):
+    # re's case folding took the Kelvin sign for K (then failed on it) and U+0130 for i.
+    with pytest.raises(ValueError, match="bad size"):
+        parse_size_gib(text)

@@ -3,10 +3,11 @@
 import json
 
 import pytest
+from hypothesis import example, given, strategies as st
 
 from gpud.cli.gpuctl import main
 from gpud.directives import Directive, DirectiveError, read_directives
-from gpud.sbatch import slurm_pattern, translate
+from gpud.sbatch import slurm_pattern, split_memory, translate
 from gpuctl_helpers import stand_in  # noqa: F401  (a fixture)
 
 SLURM_SCRIPT = """\
@@ -171,3 +172,18 @@ def test_submit_help_says_sbatch_lines_are_read(capsys):
         main(["submit", "--help"])
     out = capsys.readouterr().out
     assert "#SBATCH lines are read too" in out and "--gres=gpu:N" in out
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789٣.kKmMgGtTbBiI x\n\u212a"), max_size=8))
+@example("16G")
+@example("1.5tb")
+@example("4000")
+@example(".5G")
+@example("1.G")
+def test_memory_is_read_as_the_old_pattern_read_it(value):
+    # Read without re: the number and unit that (?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$ found, but for a unit that is
+    # a K only to re's case folding (the Kelvin sign), which the pattern let through to fail later.
+    import re
+    match = re.match(r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$", value.strip())
+    expected = None if match is None or not match[2].upper().isascii() else (match[1], match[2].upper())
+    assert split_memory(value) == expected

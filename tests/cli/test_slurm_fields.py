@@ -163,3 +163,26 @@ def test_start_time_is_the_expected_start_of_a_waiting_job():
     estimate = 1795003600.0
     assert fields.start({"state": "PENDING", "estimated_start": estimate}) == fields.stamp(estimate)
     assert fields.start({"state": "RUNNING", "started": estimate, "estimated_start": None}) == fields.stamp(estimate)
+
+
+# squeue reads its -o format and folds node names without importing re: the readers find what these patterns found.
+FORMAT_ITEM = r"%(\.)?(\d*)([A-Za-z%])"
+TRAILING_DIGITS = r"^(.*?)(\d+)$"
+
+
+@given(st.text(alphabet=st.sampled_from("%.0123٣9 iMjRxé\n"), max_size=12))
+@settings(max_examples=examples(200))
+def test_format_items_are_the_ones_the_pattern_finds(fmt):
+    import re
+    found = [(m.start(), m.end(), m[1] is not None, m[2], m[3]) for m in re.finditer(FORMAT_ITEM, fmt)]
+    assert list(fields.format_items(fmt)) == found
+
+
+@given(st.text(alphabet=st.sampled_from("node01٣9-[],\n "), max_size=10))
+@settings(max_examples=examples(200))
+def test_node_names_split_where_the_pattern_split_them(name):
+    import re
+
+    from gpud.hostlist import _trailing_number
+    match = re.match(TRAILING_DIGITS, name)
+    assert _trailing_number(name) == (None if match is None else (match[1], match[2]))

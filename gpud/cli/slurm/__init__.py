@@ -7,7 +7,6 @@ gpud unchanged. Only what a command needs is imported, so a call stays fast.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 # Each command and the module (in this package) with its ``main(argv) -> int``.
@@ -19,7 +18,8 @@ def run(command: str, argv: list[str]) -> int:
     """Run Slurm command ``command`` with ``argv``; returns its exit status (1 with a message on failure)."""
     from gpud.client import ClientError
     from gpud.cli.common import UsageError
-    module = importlib.import_module(f"gpud.cli.slurm.{COMMANDS[command]}")
+    # __import__ rather than importlib.import_module: importlib's package imports warnings, a cost of every call.
+    module = __import__(f"gpud.cli.slurm.{COMMANDS[command]}", fromlist=[command])
     try:
         return int(getattr(module, command)(argv))
     except (UsageError, ValueError) as exc:

@@ -6,17 +6,18 @@ output is made in one place and tested without a cluster.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable
 
 from gpud.hostlist import hostlist
+
+TYPE_CHECKING = False  # typing (and collections, under collections.abc) is not imported at run time: squeue starts faster
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 STATE_CODES = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
                "TIMEOUT": "TO", "PREEMPTED": "PR", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM"}
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 SQUEUE_START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
-_FORMAT_ITEM = re.compile(r"%(\.)?(\d*)([A-Za-z%])")
 
 
 def exit_code(job: dict) -> str:
@@ -147,10 +148,9 @@ def squeue_line(fmt: str, job: dict | None) -> str:
     """
     out: list[str] = []
     pos = 0
-    for match in _FORMAT_ITEM.finditer(fmt):
-        out.append(fmt[pos:match.start()])
-        pos = match.end()
-        right, width, letter = match[1], match[2], match[3]
+    for start, end, right, width, letter in format_items(fmt):
+        out.append(fmt[pos:start])
+        pos = end
         if letter not in SQUEUE_FIELDS:
             raise ValueError(f"squeue: unknown format field %{letter}")
         text = SQUEUE_HEADINGS[letter] if job is None else SQUEUE_FIELDS[letter](job)
@@ -164,7 +164,25 @@ def squeue_line(fmt: str, job: dict | None) -> str:
 
 def squeue_needs(fmt: str) -> set[str]:
     """The job fields squeue's ``-o`` format ``fmt`` shows (an unknown letter needs none: squeue_line refuses it)."""
-    return {name for match in _FORMAT_ITEM.finditer(fmt) for name in SQUEUE_NEEDS.get(match[3], ())}
+    return {name for *_, letter in format_items(fmt) for name in SQUEUE_NEEDS.get(letter, ())}
+
+
+def format_items(fmt: str) -> Iterator[tuple[int, int, bool, str, str]]:
+    """Each ``%`` item of squeue's format ``fmt``, in order: where it starts and ends, whether it is right-justified
+    (``%.``), its width (digits, maybe none) and its letter (A-Z, a-z or ``%``); a ``%`` that starts no item is
+    text. The items the pattern ``%(\\.)?(\\d*)([A-Za-z%])`` finds, read without importing re."""
+    pos = fmt.find("%")
+    while pos >= 0:
+        begin = pos + 1 + (fmt[pos + 1:pos + 2] == ".")
+        end = begin
+        while end < len(fmt) and fmt[end].isdecimal():
+            end += 1
+        letter = fmt[end:end + 1]
+        if letter == "%" or (letter.isascii() and letter.isalpha()):
+            yield pos, end + 1, begin > pos + 1, fmt[begin:end], letter
+            pos = fmt.find("%", end + 1)
+        else:
+            pos = fmt.find("%", pos + 1)
 
 
 # sacct's fields (sacct --helpformat), lower-cased, and what each shows of a job.

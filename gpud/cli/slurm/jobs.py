@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from gpud.cli.options import Options
 from gpud.cli.slurm import fields
+
+TYPE_CHECKING = False  # argparse is imported only where a command line needs it (not by a plain squeue)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     # -h means --noheader to squeue, sacct and sinfo, so argparse's own -h is off. gpuctl's Formatter knows
     # the terminal's width without importing shutil.
-    from gpud.cli.common import Formatter
+    import argparse
+
+    from gpud.cli.parsing import Formatter
     parser = argparse.ArgumentParser(prog=prog, add_help=False, formatter_class=Formatter)
     parser.add_argument("--help", action="help", help="show this help and exit")
     return parser
@@ -62,24 +69,29 @@ def _job_rows(api, job_id: str) -> list[dict]:
             for element in found["elements"]]
 
 
+# squeue's options, declared once: a plain command line is read from this without argparse, any other by argparse.
+SQUEUE = Options()
+SQUEUE.add_argument("-j", "--jobs", action="append")
+SQUEUE.add_argument("-u", "--user", action="append")
+SQUEUE.add_argument("--me", action="store_true")
+SQUEUE.add_argument("-t", "--states", "--state")
+SQUEUE.add_argument("-p", "--partition")
+SQUEUE.add_argument("-A", "--account")
+SQUEUE.add_argument("-o", "--format")
+SQUEUE.add_argument("-h", "--noheader", action="store_true")
+SQUEUE.add_argument("-a", "--all", action="store_true")
+SQUEUE.add_argument("-r", "--array", action="store_true")
+SQUEUE.add_argument("-n", "--name")
+SQUEUE.add_argument("--start", action="store_true")
+
+
 def squeue(argv: list[str]) -> int:
     """``squeue``: waiting and running jobs, with ``-j``, ``-u``, ``--me``, ``-t``, ``-p``, ``-A``, ``-o``, ``-h``, and
     ``--start`` (waiting jobs with their expected start, the soonest first)."""
-    parser = _parser("squeue")
-    parser.add_argument("-j", "--jobs", action="append")
-    parser.add_argument("-u", "--user", action="append")
-    parser.add_argument("--me", action="store_true")
-    parser.add_argument("-t", "--states", "--state")
-    parser.add_argument("-p", "--partition")
-    parser.add_argument("-A", "--account")
-    parser.add_argument("-o", "--format")
-    parser.add_argument("-h", "--noheader", action="store_true")
-    parser.add_argument("-a", "--all", action="store_true")
-    parser.add_argument("-r", "--array", action="store_true")
-    parser.add_argument("-n", "--name")
-    parser.add_argument("--start", action="store_true")
-    args, extra = parser.parse_known_args(argv)
-    _warn_unknown("squeue", extra)
+    args: Any = SQUEUE.quick_parse(argv)
+    if args is None:  # --help, an unknown option (warned about and ignored, as gpud's squeue always did), ...
+        args, extra = SQUEUE.apply(_parser("squeue")).parse_known_args(argv)
+        _warn_unknown("squeue", extra)
     fmt = args.format or (fields.SQUEUE_START if args.start else fields.SQUEUE_DEFAULT)
     if args.start:  # as Slurm's: waiting jobs alone, the soonest to start first
         args.states = args.states or "PENDING"

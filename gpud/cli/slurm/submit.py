@@ -68,7 +68,7 @@ def _exported(spec: str | None, environ: dict[str, str]) -> tuple[bool, dict[str
 def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, dict[str, str | None]]:
     """The API's job for an sbatch/salloc command line, and sbatch's own options."""
     from gpud.cli.script_options import script_options
-    from gpud.cli.submit_cmd import build_job, directive_parser, merge
+    from gpud.cli.submit_cmd import JOB_OPTIONS, build_job, merge
     options, own, rest = split_command_line(argv)
     environ = dict(os.environ)
     command: list[str] | None = None
@@ -88,9 +88,10 @@ def _job(argv: list[str], prog: str, interactive: bool = False) -> tuple[dict, d
             raise UsageError(f"{path}: cannot read the script: {getattr(exc, 'strerror', None) or exc}") from None
         script_name = None if path == "-" else os.path.basename(path)
     source = "command line" if interactive else ("stdin" if script_name is None else rest[0] if rest else "wrap")
-    parser = directive_parser()
-    found = script_options(parser, text, source, script_name, tuple(options), prog)
-    opts = merge(parser.parse_args([]), found)
+    found = script_options(text, source, script_name, tuple(options), prog)
+    unset = JOB_OPTIONS.quick_parse([])  # every job option, None: what the script does not set stays unset
+    assert unset is not None  # the job options are all plain ones the quick reader reads
+    opts = merge(unset, found)
     _fit_outputs(opts, prog)
     whole, named = _exported(own.get("export"), environ)
     opts.export_env = whole or None
