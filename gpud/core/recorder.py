@@ -21,6 +21,7 @@ from gpud.core.blockers import (EVICTED, FRAGMENTED_RULE, GANG, NODE_SIZE, NOT_C
                                 restated, running)
 from gpud.core.placement import explain_unplaced, free_room, largest_fit, matching_nodes, shortage
 from gpud.core.queues import QueueState
+from gpud.core.shapes import Failure
 from gpud.core.state import ClusterState, EvictedBy
 from gpud.model import Blocker, JobSpec
 
@@ -88,6 +89,8 @@ class ReasonRecorder:
         self._groups: dict[Group, Found | Learnt] = {}
         self._queues: dict[QueueState, PassedOver] = {}
         self._restated: dict[Group, Found | None] = {}  # groups' reasons restated when first read
+        # A failure's blocker restated for a request (shape number, tasks that start together, GPUs asked).
+        self._said: dict[tuple[Failure, int, int, float], Blocker | None] = {}
 
     # -- recording, by the actions --
 
@@ -123,6 +126,34 @@ class ReasonRecorder:
             self._groups[group] = Learnt(queue, blocker, tasks, free_room(self.state, job))
         else:
             self._groups[group] = (queue, in_own_terms(self.state, job, tasks, blocker))
+
+    def group_learnt_from(self, group: Group, job: JobSpec, queue: QueueState, tasks: int, failure: Failure,
+                          sid: int) -> None:
+        """``group_learnt`` with the failure met (``sid``: the number of the group's shape): a blocker that
+        does not depend on the moment is restated once for every group of the request (``restated``)."""
+        blocker = failure.blocker
+        if blocker is not None and blocker.rule in (FRAGMENTED_RULE, GANG):
+            self.group_learnt(group, job, queue, tasks, blocker)
+        else:
+            self._groups[group] = (queue, self.restated(failure, sid, job, tasks))
+
+    def restated(self, failure: Failure, sid: int, job: JobSpec, tasks: int) -> Blocker | None:
+        """The failure's blocker in the terms of ``job`` (``tasks`` of its tasks start together; ``sid``:
+        its shape's number, -1 when not known), as ``restate_learnt`` says it without the free room.
+
+        Worked out once per failure and request: ``restate_learnt`` reads only
+        the request, its pool and node selector (all named by the shape's number
+        and the GPUs asked) and the nodes' sizes, and a cycle passes over the
+        groups of one request, one per user of each project, by the thousand.
+        """
+        if sid < 0:
+            sid = self.state.shapes.of(job)
+        key = (failure, sid, tasks, job.request.gpus)
+        said = self._said
+        if key in said:
+            return said[key]
+        blocker = said[key] = restate_learnt(self.state, job, tasks, failure.blocker, None)
+        return blocker
 
     def queue_passed_over(self, queue: QueueState, passed_over: PassedOver) -> None:
         """Record that every job the queue has left waits as ``passed_over`` says when read."""
