@@ -13,7 +13,11 @@ between the main thread's ticks (median, p99, max, in ms) and the cycle's CPU
 seconds. Run it with the compiled core installed, from outside the source
 tree (PYTHONSAFEPATH=1); it says which core it ran.
 
-    python bench/cycle_turns.py [--size quick|big|huge] [--repeat 3] [--json]
+    python bench/cycle_turns.py [--size quick|big|huge] [--repeat 3] [--json] [--instructions]
+
+With --instructions, a fresh cycle runs once with the turn and once without
+under valgrind's callgrind, which counts the instructions it executes: what
+the turns cost, the same at every run.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import pathlib
 import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable
@@ -101,13 +109,63 @@ def warm(scheduler: Scheduler, rng: random.Random, n: int, turn: Callable[[], No
     return figures(*ticks_while(work))
 
 
+# One fresh cycle, counted from the exec that runs it: argv is this folder, the size, and "with" or "without".
+RUN_COUNTED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import scheduler_cycle as sc
+from gpud.controller import cycle_turns
+from gpud.core import schedule
+from gpud.plugins import make_plugin_manager
+snapshot, policy = sc.big_cluster(1, *json.loads(sys.argv[2]))
+pm = make_plugin_manager()
+turn = cycle_turns.give_turn if sys.argv[3] == "with" else None
+exec("schedule(snapshot, policy, pm, turn, cycle_turns.TURN_EVERY)")
+"""
+
+
+def count_instructions(size: str) -> dict[str, int]:
+    """Instructions of one fresh cycle with the turn and without, counted by callgrind, both runs at once."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    counts: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        procs = []
+        for label in ("without", "with"):
+            out = pathlib.Path(scratch) / f"{label}.out"
+            argv = [valgrind, "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=builtin_exec*",
+                    f"--callgrind-out-file={out}", sys.executable, "-c", RUN_COUNTED,
+                    str(pathlib.Path(__file__).resolve().parent), json.dumps(sc.SIZES[size]), label]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}  # sets and dicts of strings in one order every run
+            procs.append((label, out, subprocess.Popen(argv, cwd="/", env=env, text=True,
+                                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+        for label, out, proc in procs:
+            _, err = proc.communicate()
+            totals = [line for line in out.read_text().splitlines() if line.startswith("totals:")] \
+                if out.exists() else []
+            if proc.returncode or not totals:
+                raise SystemExit(f"the cycle failed under valgrind ({label} turns):\n{err[-2000:]}")
+            counts[label] = int(totals[0].split()[1])
+    return counts
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sc.SIZES, default="big", help="the workload (default big)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each kind (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the workload (default 1)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count a fresh cycle's instructions under valgrind, with the turn and without")
     args = parser.parse_args(argv)
+    if args.instructions:
+        counts = count_instructions(args.size)
+        extra = counts["with"] / counts["without"] - 1
+        print(f"{'compiled' if COMPILED else 'Python'} core, {args.size} workload, a fresh cycle: "
+              f"{counts['without'] / 1e6:,.1f} M instructions without turns, {counts['with'] / 1e6:,.1f} M with "
+              f"a turn every {cycle_turns.TURN_EVERY} steps ({extra:+.2%})")
+        return
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as the controller sets it
     nodes, running, pending = sc.SIZES[args.size]
     snapshot, policy = sc.big_cluster(args.seed, nodes, running, pending)
