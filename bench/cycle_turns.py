@@ -10,7 +10,9 @@ submissions and 100 completions, then a cycle), each with the controller's
 turn (gpud.controller.cycle_turns) and without, while the main thread sleeps
 1 ms at a time under the controller's switch interval. It prints the gaps
 between the main thread's ticks (median, p99, max, in ms) and the cycle's CPU
-seconds. Run it with the compiled core installed, from outside the source
+seconds. The garbage collector is held off meanwhile: its full passes hold
+every thread whatever the core does (the controller keeps them rare,
+gpud/controller/heap.py). Run it with the compiled core installed, from outside the source
 tree (PYTHONSAFEPATH=1); it says which core it ran.
 
     python bench/cycle_turns.py [--size quick|big|huge] [--repeat 3] [--json] [--instructions]
@@ -53,6 +55,8 @@ def ticks_while(work: Callable[[], None]) -> tuple[list[float], float]:
     work's CPU seconds (its thread's)."""
     done = threading.Event()
     cpu = [0.0]
+    gc.collect()
+    gc.disable()  # a full pass holds every thread whatever the core does (gpud.controller.heap keeps them rare)
 
     def run() -> None:
         began = time.thread_time()
@@ -70,6 +74,7 @@ def ticks_while(work: Callable[[], None]) -> tuple[list[float], float]:
         gaps.append(now - last)
         last = now
     thread.join()
+    gc.enable()
     return gaps, cpu[0]
 
 
@@ -85,7 +90,6 @@ def fresh(snapshot, policy, pm, turn: Callable[[], None] | None) -> dict:
     """A scheduler built from the snapshot and its first cycle, in a thread."""
     def work() -> None:
         Scheduler(snapshot, policy, pm, turn, cycle_turns.TURN_EVERY).cycle(snapshot.now, turn)
-    gc.collect()
     return figures(*ticks_while(work))
 
 
@@ -105,7 +109,6 @@ def warm(scheduler: Scheduler, rng: random.Random, n: int, turn: Callable[[], No
         for job in new:
             scheduler.submit(job)
         scheduler.cycle(now, turn)
-    gc.collect()
     return figures(*ticks_while(work))
 
 
