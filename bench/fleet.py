@@ -21,6 +21,8 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
   over the whole run;
 - healthz_max_ms: the slowest of the /healthz requests made every 100 ms
   from the first node's connection to the end of the drain;
+  controller_loop_lag_max_ms: the worst ``loop_lag_ms`` they answered, how
+  late the controller's own loop ran (gpud.controller.loop_lag);
 - nodes_not_up, reconnects, lease_expiries, errors: must all be 0 (no node
   marked down by mistake, no message refused);
 - with --stretches, loop_lag_max_ms, loop_stalls_over_100ms, loop_stalls:
@@ -115,6 +117,7 @@ class Prober(threading.Thread):
         self.failures = 0
         self.jobs: int | None = None
         self.nodes: int | None = None
+        self.loop_lag_ms = 0.0  # the worst loop_lag_ms the answers said (how late the controller's loop ran)
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -125,6 +128,7 @@ class Prober(threading.Thread):
                     body = json.loads(answer.read())
                 self.samples.append((time.time(), (time.perf_counter() - began) * 1000.0))
                 self.jobs, self.nodes = body.get("jobs"), body.get("nodes")
+                self.loop_lag_ms = max(self.loop_lag_ms, body.get("loop_lag_ms") or 0.0)
             except OSError:
                 self.failures += 1
             self.stopping.wait(max(0.0, PROBE_EVERY_S - (time.perf_counter() - began)))
@@ -399,6 +403,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
                                     in (("register", began, registered), ("fill", submit_began, filled),
                                         ("drain", filled, drained))},
         "healthz_over_goal": sum(1 for ms in probes if ms >= GOAL_HEALTHZ_MS), "healthz_failures": prober.failures,
+        "controller_loop_lag_max_ms": prober.loop_lag_ms,
         "nodes_not_up": sum(1 for n in nodes if n["state"] != "up"),
         "reconnects": sum(r["registrations"] for r in reports) - args.nodes,
         "lease_expiries": sum(r["lease_expiries"] for r in reports),
@@ -480,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
               f"ms, max {figures['heartbeat_max_ms']} ms over {figures['heartbeats']} heartbeats")
         print(f"  /healthz every {PROBE_EVERY_S * 1000:.0f} ms: max {figures['healthz_max_ms']} ms, p99 "
               f"{figures['healthz_p99_ms']} ms, {figures['healthz_over_goal']} at or over {GOAL_HEALTHZ_MS:g} ms; "
-              f"max by phase {figures['healthz_max_ms_by_phase']}")
+              f"max by phase {figures['healthz_max_ms_by_phase']}; the controller's loop ran late by up to "
+              f"{figures['controller_loop_lag_max_ms']} ms")
         print(f"  nodes not up: {figures['nodes_not_up']}, reconnects: {figures['reconnects']}, lease expiries: "
               f"{figures['lease_expiries']}, refused messages: {figures['errors']}; "
               f"latest jobs COMPLETED with exit 0: {figures['completed_exit_0']}/{min(figures['jobs'], MAX_HISTORY)}")

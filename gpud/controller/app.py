@@ -102,8 +102,11 @@ async def guard(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Answered by the event loop itself (gpud.controller.loop_lag): a stuck loop answers nothing."""
     ctrl = request.app[CONTROLLER]
+    lag_ms = round(ctrl.loop_lag.worst_s(asyncio.get_running_loop().time()) * 1000.0, 1)
     return web.json_response({"ok": True, "version": __version__, "role": ctrl.role, "term": ctrl.term,
+                              "loop_lag_ms": lag_ms,
                               "leader": ctrl.leader_url, "jobs": len(ctrl.cluster.jobs),
                               "nodes": len(ctrl.cluster.nodes), "cycles": ctrl.cycles, "takeover": ctrl.takeover,
                               **({"warm_jobs": len(ctrl.warm)} if ctrl.role == "standby" else {})})
@@ -164,7 +167,7 @@ async def _close_node_links(app: web.Application) -> None:
 
 async def _running(app: web.Application) -> AsyncIterator[None]:
     ctrl = app[CONTROLLER]
-    loops: list[asyncio.Task] = []
+    loops: list[asyncio.Task] = [asyncio.create_task(ctrl.loop_lag.run(), name="gpud-loop-lag")]
 
     def start() -> None:
         if app[SCHEDULING]:

@@ -6,7 +6,9 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, cast
 
+from gpud.controller.loop_lag import WINDOW_S
 from gpud.controller.nodes import DOWN
+from gpud.controller.slices import Slices
 from gpud.lifecycle import PENDING, STATES
 from gpud.metrics import metric
 
@@ -14,13 +16,13 @@ if TYPE_CHECKING:
     from gpud.controller.service import Controller
     from gpud.jobs import Job
 
-TALLY_SLICE = 20_000  # jobs counted between two turns of the event loop (about 10 ms)
+TALLY_STEP = 1000  # jobs counted between two looks at the clock of the slice (gpud.controller.slices)
 
 
 async def render(ctrl: Controller) -> str:
     """Every metric in the Prometheus text format.
 
-    The active jobs are counted in slices, the event loop free between them: a
+    The active jobs are counted a slice at a time (gpud.controller.slices), the event loop free between: a
     fleet's hundreds of thousands of pending jobs take a tenth of a second or more.
     """
     cluster = ctrl.cluster
@@ -76,6 +78,9 @@ async def render(ctrl: Controller) -> str:
                     [({}, ctrl.charger.charges)])
     lines += metric("gpud_usage_charge_seconds", "gauge", "Time the last usage charge took, its write included.",
                     [({}, round(ctrl.charger.last_charge_s, 6))])
+    lines += metric("gpud_loop_lag_seconds", "gauge", "How late the controller's event loop ran at worst over the "
+                    f"last {WINDOW_S:g} seconds (every request and node message waits for it).",
+                    [({}, round(ctrl.loop_lag.worst_s(asyncio.get_running_loop().time()), 6))])
     passes = ctrl.full_passes
     if passes is not None:
         lines += metric("gpud_gc_full_passes_total", "counter", "Full passes of Python's garbage collector (each "
@@ -92,10 +97,10 @@ async def job_tallies(jobs: list[Job], default_pool: str) -> tuple[Counter[tuple
     """The jobs by (state, project), and the GPUs they hold by (project, pool): one walk, a slice at a time."""
     by_state: Counter[tuple[str, str]] = Counter()
     allocated = cast("dict[tuple[str, str], float]", Counter())  # GPUs, some of them fractions
-    for start in range(0, len(jobs), TALLY_SLICE):
-        if start:
-            await asyncio.sleep(0)
-        for job in jobs[start:start + TALLY_SLICE]:
+    slices = Slices()
+    for start in range(0, len(jobs), TALLY_STEP):
+        await slices.pause()
+        for job in jobs[start:start + TALLY_STEP]:
             by_state[(job.state, job.project)] += 1
             if job.state != PENDING:  # a job waiting again was stopped everywhere: it holds nothing
                 allocated[(job.project, job.pool or default_pool)] += job.gpus_held()

@@ -65,7 +65,14 @@ def _tasks(message: dict) -> list[dict]:
 async def node_connect(request: web.Request) -> web.WebSocketResponse:
     """One node's connection, for as long as it lasts."""
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=30.0)
-    await ws.prepare(request)
+    # The upgrade takes its turn as a node message does: a fleet reconnecting at once (a controller restarted)
+    # opens thousands of connections within seconds.
+    turns = loop_turns()
+    began = await turns.enter()
+    try:
+        await ws.prepare(request)
+    finally:
+        turns.leave(began)
     await serve_node(request.app[CONTROLLER], ws, ws_texts(ws), request.remote or "")
     return ws
 

@@ -159,7 +159,7 @@ def _change(verb: str) -> dict:
 PATHS: dict[str, Any] = {
     "/healthz": {"get": _op("liveness and counts", _answer("200", "alive", {
         "type": "object", "required": ["ok", "role"], "properties": {
-            "ok": BOOL, "version": STR, "jobs": INT, "nodes": INT, "cycles": INT,
+            "ok": BOOL, "version": STR, "jobs": INT, "nodes": INT, "cycles": INT, "loop_lag_ms": NUM,
             "role": {"enum": ["leader", "standby"]}, "term": {"type": ["integer", "null"]},
             "leader": {"type": ["string", "null"]},
             "takeover": {"type": "object", "additionalProperties": NUM}, "warm_jobs": INT}}), public=True)},

@@ -11,14 +11,17 @@ from concurrent.futures import Executor
 from typing import Callable, Iterable
 
 from gpud import jsontext
+from gpud.controller.slices import Slices
 from gpud.jobs import Job
 from gpud.store import Event, Fenced, Store, TokenRecord, WriteBatch
 
 
 INLINE_WRITE_S = 0.001
 INLINE_ROWS = 256          # a batch larger than this is written in the store's thread, however fast the disk
-ROWS_PER_SLICE = 256  # rows made on the event loop between two of its turns (about 5 ms of work)
-EVENTS_PER_SLICE = 2048  # events made so between two turns (a plan that starts 16,000 jobs records as many)
+# Rows (and events) made on the event loop between two looks at the clock of its slice (gpud.controller.slices): a
+# job's row takes 10-30 us, so a slice of long work ends within a step of its time.
+ROWS_PER_STEP = 32
+EVENTS_PER_STEP = 256
 FLUSH_SOON_S = 0.02  # how long a change nobody waits for may stay in memory only
 log = logging.getLogger("gpud.controller")
 
@@ -224,8 +227,8 @@ class Persister:
         """What is marked now, as the next batch's rows; everything marked from here on goes in a later batch.
 
         The rows of changed jobs and nodes, and the events, are made here, on the event loop (the loop
-        changes those objects, so no other thread may read them): a few hundred at a time, the loop free
-        between, so the rows of 16,000 jobs just started hold it for no longer than those of a few hundred. A
+        changes those objects, so no other thread may read them): a slice at a time (gpud.controller.slices),
+        the loop free between, so the rows of 16,000 jobs just started hold it no longer than any long work. A
         record made after a later change holds that change too, which is marked again for the next
         batch anyway.
         """
@@ -237,19 +240,17 @@ class Persister:
         taken = (self._jobs, self._nodes, self._events, self._meta)
         self._jobs, self._new, self._nodes, self._events, self._tokens, self._meta = {}, {}, {}, [], [], {}
         self._answers = []
-        for start in range(0, len(events), EVENTS_PER_SLICE):
-            if start:
-                await asyncio.sleep(0)
+        slices = Slices()
+        for start in range(0, len(events), EVENTS_PER_STEP):
             batch.events.extend(Event(e.time, _text(e.kind), _text(e.message), e.job and _text(e.job),
-                                      e.node and _text(e.node)) for e in events[start:start + EVENTS_PER_SLICE])
-        for start in range(0, len(jobs), ROWS_PER_SLICE):
-            if start or len(events) > EVENTS_PER_SLICE // 2:
-                await asyncio.sleep(0)
-            batch.jobs.extend(job_rows(jobs[start:start + ROWS_PER_SLICE]))
-        for start in range(0, len(nodes), ROWS_PER_SLICE):
-            if start or len(jobs) > ROWS_PER_SLICE // 2:
-                await asyncio.sleep(0)
-            batch.nodes.extend((name, to_json()) for name, to_json in nodes[start:start + ROWS_PER_SLICE])
+                                      e.node and _text(e.node)) for e in events[start:start + EVENTS_PER_STEP])
+            await slices.pause()
+        for start in range(0, len(jobs), ROWS_PER_STEP):
+            batch.jobs.extend(job_rows(jobs[start:start + ROWS_PER_STEP]))
+            await slices.pause()
+        for start in range(0, len(nodes), ROWS_PER_STEP):
+            batch.nodes.extend((name, to_json()) for name, to_json in nodes[start:start + ROWS_PER_STEP])
+            await slices.pause()
         return batch, taken, new
 
     def _mark_again(self, taken: tuple[dict, dict, list, dict]) -> None:

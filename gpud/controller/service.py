@@ -22,6 +22,7 @@ from gpud.controller.cluster import Cluster
 from gpud.controller.config import ControllerConfig
 from gpud.controller.heap import FullPasses
 from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
+from gpud.controller.loop_lag import LoopLag
 from gpud.controller.nodes import NodeRecord
 from gpud.controller.persist import Persister, StoreError, is_store_failure
 from gpud.controller.rate import SubmitRate
@@ -122,6 +123,7 @@ class Controller:
                                self._pool_of)
         self.cluster.runs.run_ended = self.charger.run_ended
         self.full_passes: FullPasses | None = None  # the collector's full passes, timed once the state is open
+        self.loop_lag = LoopLag()  # how late the event loop has been lately (/healthz, /metrics)
 
     def _placed_jobs(self) -> list[Job]:
         """The jobs holding a placement on some node now."""

@@ -5,8 +5,8 @@ every callback ready at the start of one of its turns before it looks for
 more: a plan of 16,000 binds carried out in one go held it for seconds,
 and a burst of task exits from a fleet (thousands within a second) served
 as they came held it for hundreds of milliseconds; each node's heartbeat,
-each ``/healthz`` (which needs a few turns to be read and answered), waited
-as long or several times as long.
+each ``/healthz`` (which needs four to six turns to be accepted, read and
+answered), waited as long or several times as long.
 
 Long work (a plan, the commands it sends, store rows, a batch of submits, a
 usage charge) calls :meth:`Slices.pause` between its steps, which lets the
@@ -14,8 +14,12 @@ loop turn once SLICE_S is spent. Each node message is a piece that waits
 for its turn (:class:`Turns`, one per loop): a turn of the loop runs about
 SLICE_S of them. Long work is not queued behind the node messages (a plan
 that waited behind every heartbeat for each slice would fill a fleet in
-minutes): a turn of the loop runs at most a slice of each piece of long work
-under way and a turn of node messages, then reads and answers the rest.
+minutes): its slices take turns of their own, one share of long work a
+turn of the loop however many pieces of it are under way (a fill carries
+out a plan, sends its commands, writes its rows and accepts a batch of
+submits at once: four slices a turn held the loop for 20 ms and more), the
+pieces in the order they paused. A turn of the loop thus runs a share of
+long work and a share of node messages, then reads and answers the rest.
 """
 
 from __future__ import annotations
@@ -26,7 +30,13 @@ import time
 import weakref
 from collections import deque
 
-SLICE_S = 0.005  # the most such work the loop runs in one of its turns before it looks at anything else
+# A turn of the loop runs a share of long work (all of it together) and a share of node messages, then looks at
+# everything else: a /healthz waits for four to six turns, each those shares, the reads and requests ready and any
+# pass of the garbage collector. Each share is SLICE_S, or as much as the rest of the turn took, up to MOST_S: on a
+# busy loop long work (a fill's plan, its commands and rows) and node messages (the nodes' answers) each keep
+# about a third of it, and a turn stays within two MOST_S of them.
+SLICE_S = 0.003
+MOST_S = 0.006
 
 
 class Turns:
@@ -34,7 +44,7 @@ class Turns:
 
     Within one turn of the loop pieces run at once until ``slice_s`` of them
     has run (or, on a loop busy with other work, as much as that work took in
-    the last turn); the rest wait, first come first served, for the next
+    the last turns, up to ``most_s``); the rest wait, first come first served, for the next
     turns: about as many of them are woken per turn as the pieces' recent
     cost says fit. Pieces of one task keep their order (each awaits its own turn);
     a piece woken into a turn that the pieces woken before it have spent
@@ -47,8 +57,11 @@ class Turns:
             turns.leave(began)
     """
 
-    def __init__(self, slice_s: float = SLICE_S) -> None:
+    def __init__(self, slice_s: float = SLICE_S, *, most_s: float | None = None) -> None:
+        """``most_s``: on a loop whose other work takes more than ``slice_s`` a turn, the pieces get as much as
+        it took, up to ``most_s`` (no limit by default; ``slice_s`` keeps them to ``slice_s`` a turn)."""
         self.slice_s = slice_s
+        self.most_s = float("inf") if most_s is None else max(slice_s, most_s)
         self.budget = slice_s        # this turn's: slice_s, or what the loop's other work took in the last turn
         # This turn's pieces so far, in the loop thread's CPU time, the clock the loop's other work is measured
         # by: on a loaded machine wall time also counts the time the thread waited for a core.
@@ -67,6 +80,11 @@ class Turns:
         if not self.waiting and not self.deferred and self.used() < self.budget:
             self._open()
             return time.thread_time()
+        return await self.later()
+
+    async def later(self) -> float:
+        """Return at a later turn of the loop (never at once), in line behind the pieces waiting already; with
+        the time it began, for :meth:`leave`. For a piece of long work that has run its slice."""
         self.waits += 1
         queue = self.waiting
         while True:
@@ -80,9 +98,8 @@ class Turns:
                     with contextlib.suppress(ValueError):
                         where.remove(future)
                 raise
-            if self.used() < self.budget or not self.used():  # time left, or the turn's first piece
+            if self.used() < self.budget or not self.used():
                 return time.thread_time()
-            # The pieces woken with this one (their cost was guessed) spent the turn: first in line at the next.
             queue = self.deferred
 
     def leave(self, began: float) -> None:
@@ -105,11 +122,12 @@ class Turns:
 
     def _next_turn(self) -> None:
         # Runs at the loop's next turn: this turn is over; the next batch of waiting pieces runs at the one after.
-        # While the loop's other work (long work's slices, reads, requests) takes more than a slice a turn, the
-        # pieces get as much as it took: they keep at least half of a busy loop, so heartbeats are never starved.
+        # While the loop's other work (long work's slice, reads, requests) takes more than a slice a turn, the
+        # pieces get as much as it took, up to most_s: they keep about half of a busy loop, so heartbeats are never
+        # starved, and a turn of the loop stays short.
         # (A moving average: one long pass of the garbage collector does not make the next turn as long.)
         self.other += (time.thread_time() - self._turn_cpu - self.spent - self.other) / 4
-        self.budget = max(self.slice_s, self.other)
+        self.budget = min(max(self.slice_s, self.other), self.most_s)
         self.open = False
         if self.deferred:
             self.waiting.extendleft(reversed(self.deferred))
@@ -126,28 +144,51 @@ class Turns:
 
 
 _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
+_LONG_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
 
 
 def loop_turns() -> Turns:
-    """The running loop's turns, shared by every piece of work that runs on it."""
+    """The running loop's turns for node messages, shared by every piece of work that runs on it."""
     loop = asyncio.get_running_loop()
     turns = _TURNS.get(loop)
     if turns is None:
-        turns = _TURNS[loop] = Turns()
+        turns = _TURNS[loop] = Turns(SLICE_S, most_s=MOST_S)
+    return turns
+
+
+def long_work_turns() -> Turns:
+    """The running loop's turns for the slices of long work, all long work together: SLICE_S of them a turn, or
+    up to MOST_S on a busy loop."""
+    loop = asyncio.get_running_loop()
+    turns = _LONG_TURNS.get(loop)
+    if turns is None:
+        turns = _LONG_TURNS[loop] = Turns(SLICE_S, most_s=MOST_S)
     return turns
 
 
 class Slices:
-    """The clock of one piece of long work on the loop, cut into slices of at most ``slice_s`` seconds each."""
+    """The clock of one piece of long work on the loop, cut into slices of at most ``slice_s`` seconds each.
 
-    def __init__(self, slice_s: float = SLICE_S) -> None:
+    The slices of every piece of long work on the loop take turns
+    (:func:`long_work_turns`): a piece that has run its slice, or that
+    finds this turn's share of long work spent (by itself or another
+    piece), waits in line for a later turn.
+    """
+
+    def __init__(self, slice_s: float = MOST_S) -> None:
         self.slice_s = slice_s
+        self.turns = long_work_turns()
         self.began = time.perf_counter()
+        self.began_cpu = time.thread_time()
         self.pauses = 0
 
     async def pause(self) -> None:
-        """Let the loop turn when this slice's time is spent (returns at once otherwise)."""
-        if time.perf_counter() - self.began >= self.slice_s:
-            self.pauses += 1
-            await asyncio.sleep(0)
-            self.began = time.perf_counter()
+        """Let the loop turn when this slice's time is spent, or when this turn's share of long work is
+        (returns at once otherwise)."""
+        spent = time.perf_counter() - self.began
+        if spent < self.slice_s and self.turns.used() + spent < self.turns.budget:
+            return
+        self.pauses += 1
+        self.turns.leave(self.began_cpu)
+        self.began_cpu = await self.turns.later()
+        self.began = time.perf_counter()

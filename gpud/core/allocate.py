@@ -157,7 +157,7 @@ class Allocate:
 
 class _BlockedAsBefore(Skip):
     """Passes over a group whose next job is blocked by an earlier failure of the action (``Blocks``);
-    the reason is the whole group's (``ReasonRecorder.group_learnt``): its jobs share their shape."""
+    the reason is the whole group's (``ReasonRecorder.group_learnt_from``): its jobs share their shape."""
 
     def __init__(self, session: Session, blocks: Blocks, planner: Planner) -> None:
         self.planner = planner
@@ -174,7 +174,7 @@ class _BlockedAsBefore(Skip):
                              and self.planner.may_borrow(job, tasks, sid)):
             return False
         if group is not None:
-            self.reasons.group_learnt(group, job, queue, tasks, found.blocker)
+            self.reasons.group_learnt_from(group, job, queue, tasks, found, sid)
         else:
             self.reasons.learnt(job, queue, tasks, found.blocker)
         return True

@@ -14,7 +14,6 @@ from gpud.core.orders import JobOrder
 from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
-from gpud.core.recorder import restate_learnt
 from gpud.core.state import Victim
 from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
@@ -231,8 +230,8 @@ class _Hopeless(Skip):
                     # It fails too, but for want of any victim at all: it waits for the reason allocation gave,
                     # as its own try would have left it, not for what a higher job's victims fell short of.
                     return True
-        if found is not None:  # learnt from an earlier job: said in this one's terms
-            self.reasons.overrule(job.id, queue, restate_learnt(state, job, tasks, found.blocker, None))
+        if found is not None:  # learnt from an earlier job: said in this one's terms when read
+            self.reasons.spared(job, queue, tasks, found.blocker)
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None

@@ -8,7 +8,8 @@ terms of the job it now blocks, as it would be told had it been the first of
 its shape to find no room, whichever smaller job taught the core. A cycle
 passes over thousands of groups and few of their reasons are read, so a
 group's or a queue's reason is restated only when first read, with the free
-room of the moment it was passed over.
+room of the moment it was passed over; so is the reason of a job preemption
+passes over for an earlier job's failure, which needs no free room.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpud.core.blockers import (EVICTED, FRAGMENTED_RULE, GANG, NODE_SIZE, NOT_C
                                 restated, running)
 from gpud.core.placement import explain_unplaced, free_room, largest_fit, matching_nodes, shortage
 from gpud.core.queues import QueueState
+from gpud.core.shapes import Failure
 from gpud.core.state import ClusterState, EvictedBy
 from gpud.model import Blocker, JobSpec
 
@@ -40,6 +42,19 @@ class Learnt:
         self.blocker = blocker
         self.tasks = tasks
         self.free = free
+
+
+class Spared:
+    """A blocker a job is told without a try of its own, learnt from an earlier job of its queue: said in
+    the job's terms when read (``restate_learnt``, without the free room), as the job was when recorded."""
+
+    __slots__ = ("queue", "job", "tasks", "blocker")
+
+    def __init__(self, queue: QueueState, job: JobSpec, tasks: int, blocker: Blocker) -> None:
+        self.queue = queue
+        self.job = job
+        self.tasks = tasks
+        self.blocker = blocker
 
 
 class PassedOver:
@@ -68,11 +83,14 @@ class ReasonRecorder:
         # Jobs of unknown projects, as the cycle began: the plan lists them, and no action takes them.
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self.orphans: dict[str, Blocker] = state.orphans.copy()
-        self._jobs: dict[str, Found] = {}
+        # A job's own reason, or one learnt from an earlier job, restated when first read (``Spared``).
+        self._jobs: dict[str, Found | Spared] = {}
         # A group passed over whole: its jobs share their shape, hence one reason, or one to restate.
         self._groups: dict[Group, Found | Learnt] = {}
         self._queues: dict[QueueState, PassedOver] = {}
         self._restated: dict[Group, Found | None] = {}  # groups' reasons restated when first read
+        # A failure's blocker restated for a request (shape number, tasks that start together, GPUs asked).
+        self._said: dict[tuple[Failure, int, int, float], Blocker | None] = {}
 
     # -- recording, by the actions --
 
@@ -85,6 +103,14 @@ class ReasonRecorder:
         (the action knows nothing better than the earlier one)."""
         if blocker is not None:
             self._jobs[job_id] = (queue, blocker)
+
+    def spared(self, job: JobSpec, queue: QueueState, tasks: int, blocker: Blocker | None) -> None:
+        """Record, as ``overrule`` would, a later action's blocker for a job it passed over without a try
+        (``tasks`` of its tasks must start together), learnt from an earlier job: said in the job's terms
+        when read, as ``restate_learnt`` says it without the free room. A passed-over queue sees
+        thousands of such jobs in a cycle, and few of their reasons are read."""
+        if blocker is not None:
+            self._jobs[job.id] = Spared(queue, job, tasks, blocker)
 
     def learnt(self, job: JobSpec, queue: QueueState, tasks: int, blocker: Blocker | None) -> None:
         """Record that a job (``tasks`` of its tasks must start together) waits for a blocker learnt
@@ -100,6 +126,34 @@ class ReasonRecorder:
             self._groups[group] = Learnt(queue, blocker, tasks, free_room(self.state, job))
         else:
             self._groups[group] = (queue, in_own_terms(self.state, job, tasks, blocker))
+
+    def group_learnt_from(self, group: Group, job: JobSpec, queue: QueueState, tasks: int, failure: Failure,
+                          sid: int) -> None:
+        """``group_learnt`` with the failure met (``sid``: the number of the group's shape): a blocker that
+        does not depend on the moment is restated once for every group of the request (``restated``)."""
+        blocker = failure.blocker
+        if blocker is not None and blocker.rule in (FRAGMENTED_RULE, GANG):
+            self.group_learnt(group, job, queue, tasks, blocker)
+        else:
+            self._groups[group] = (queue, self.restated(failure, sid, job, tasks))
+
+    def restated(self, failure: Failure, sid: int, job: JobSpec, tasks: int) -> Blocker | None:
+        """The failure's blocker in the terms of ``job`` (``tasks`` of its tasks start together; ``sid``:
+        its shape's number, -1 when not known), as ``restate_learnt`` says it without the free room.
+
+        Worked out once per failure and request: ``restate_learnt`` reads only
+        the request, its pool and node selector (all named by the shape's number
+        and the GPUs asked) and the nodes' sizes, and a cycle passes over the
+        groups of one request, one per user of each project, by the thousand.
+        """
+        if sid < 0:
+            sid = self.state.shapes.of(job)
+        key = (failure, sid, tasks, job.request.gpus)
+        said = self._said
+        if key in said:
+            return said[key]
+        blocker = said[key] = restate_learnt(self.state, job, tasks, failure.blocker, None)
+        return blocker
 
     def queue_passed_over(self, queue: QueueState, passed_over: PassedOver) -> None:
         """Record that every job the queue has left waits as ``passed_over`` says when read."""
@@ -132,10 +186,17 @@ class ReasonRecorder:
         evicted = self.evicted.get(job_id)
         if evicted is not None:
             return None, Blocker(EVICTED, evicted=evicted[1])
-        found = self._jobs.get(job_id)
+        kept = self._jobs.get(job_id)
+        found = self._restate_spared(job_id, kept) if isinstance(kept, Spared) else kept
         if found is None and group is not None:
             found = self._of_group(job_id, group)
         return found if found is not None else (None, Blocker(NOT_CONSIDERED))
+
+    def _restate_spared(self, job_id: str, spared: Spared) -> Found:
+        """A spared job's reason in its own terms, kept in its place once restated."""
+        found: Found = spared.queue, restate_learnt(self.state, spared.job, spared.tasks, spared.blocker, None)
+        self._jobs[job_id] = found
+        return found
 
     def _of_group(self, job_id: str, group: Group) -> Found | None:
         """The reason recorded for the job's group or queue, restated for the group when first read."""

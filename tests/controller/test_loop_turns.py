@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpud.controller.slices import Turns
+from gpud.controller.slices import SLICE_S, Slices, Turns
 
 PIECE_S = 0.001
 
@@ -140,3 +140,78 @@ async def test_on_a_loop_busy_with_other_work_the_pieces_keep_their_share():
     finished = True
     assert sorted(done) == list(range(100))
     assert loop_turns_seen - started < 40, loop_turns_seen - started
+
+
+async def test_on_a_loop_busy_with_other_work_the_pieces_take_at_most_their_most():
+    # Other work takes 20 ms a turn; pieces capped at 6 ms a turn keep a third of the loop, and no turn grows by more.
+    turns = Turns(slice_s=0.003, most_s=0.006)
+    done: list[int] = []
+    per_turn: list[int] = []
+    finished = False
+    loop = asyncio.get_running_loop()
+
+    def other_work(last: int = 0) -> None:
+        per_turn.append(len(done) - last)
+        busy(0.02)
+        if not finished:
+            loop.call_soon(other_work, len(done))
+
+    other_work()
+    await asyncio.gather(*(piece(turns, done, n) for n in range(100)))
+    finished = True
+    assert sorted(done) == list(range(100))
+    assert max(per_turn) <= 0.006 / PIECE_S + 2, per_turn
+    assert len(per_turn) < 40, len(per_turn)
+
+
+STEP_S = 0.0005
+
+
+async def long_work(done: list[tuple[int, int]], number: int, steps: int) -> None:
+    """A piece of long work (a plan carried out, its commands sent, rows made) in steps of STEP_S of CPU."""
+    slices = Slices()
+    for step in range(steps):
+        busy(STEP_S)
+        done.append((number, step))
+        await slices.pause()
+
+
+async def test_long_work_under_way_together_takes_one_slice_a_turn():
+    # A fill carries out a plan, sends its commands, makes its rows and accepts a batch of submits at once: each
+    # taking a slice of every turn held the loop four slices long. Together they take about one slice a turn, and
+    # each of them moves on.
+    done: list[tuple[int, int]] = []
+    per_turn: list[int] = []
+    finished = False
+    loop = asyncio.get_running_loop()
+
+    def probe(last: int = 0) -> None:
+        per_turn.append(len(done) - last)
+        if not finished:
+            loop.call_soon(probe, len(done))
+
+    probe()
+    await asyncio.gather(*(long_work(done, n, 40) for n in range(4)))
+    finished = True
+    assert sorted(done) == sorted((n, s) for n in range(4) for s in range(40))
+    # The first turn takes a slice of the first piece and a step of each other (before each looks at the clock).
+    first = next(i for i, count in enumerate(per_turn) if count)
+    steady = per_turn[first + 1:]
+    assert max(steady) <= SLICE_S / STEP_S + 2, per_turn
+    # Round and round: no piece is done before every other is halfway.
+    last_step = {n: done.index((n, 39)) for n in range(4)}
+    halfway = {n: done.index((n, 19)) for n in range(4)}
+    assert min(last_step.values()) > max(halfway.values()), done
+
+
+async def test_long_work_gives_way_to_a_request_every_slice():
+    # A request made ready while four pieces of long work are under way is served within a slice of them.
+    done: list[tuple[int, int]] = []
+    seen_at: list[int] = []
+    pieces = [asyncio.ensure_future(long_work(done, n, 40)) for n in range(4)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    before = len(done)
+    asyncio.get_running_loop().call_soon(lambda: seen_at.append(len(done)))
+    await asyncio.gather(*pieces)
+    assert seen_at and seen_at[0] - before <= SLICE_S / STEP_S + 2, (before, seen_at)

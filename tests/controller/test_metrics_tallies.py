@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gpud.controller.metrics_view import TALLY_SLICE, job_tallies
+from gpud.controller.metrics_view import TALLY_STEP, job_tallies
 from gpud.jobs import Job, TaskRun
 from gpud.lifecycle import PENDING, RUNNING
 from gpud.model import TaskPlacement
@@ -21,7 +21,7 @@ def jobs(count: int) -> list[Job]:
 
 
 def test_every_job_counts_once_and_running_ones_count_their_gpus():
-    every = jobs(2 * TALLY_SLICE + 7)
+    every = jobs(40 * TALLY_STEP + 7)
     by_state, allocated = asyncio.run(job_tallies(every, "default"))
     assert sum(by_state.values()) == len(every)
     for project in ("p0", "p1", "p2"):
@@ -34,7 +34,7 @@ def test_every_job_counts_once_and_running_ones_count_their_gpus():
 
 
 def test_the_loop_runs_other_work_between_slices():
-    every = jobs(3 * TALLY_SLICE)
+    every = jobs(60 * TALLY_STEP)
     turns = []
 
     async def main() -> None:

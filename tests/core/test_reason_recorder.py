@@ -10,15 +10,22 @@ the plan would say, one precedence rule each.
 
 from __future__ import annotations
 
+import dataclasses
+from unittest import mock
+
 from hypothesis import given
+from hypothesis import strategies as st
 
 from gpud.core import Scheduler
 from gpud.core.blockers import EVICTED, FRAGMENTED_RULE, GANG, LIMIT, NODE_SIZE, NOT_CONSIDERED, SHORTAGE
+from gpud.core.recorder import ReasonRecorder, restate_learnt
 from gpud.core.session import Session
+from gpud.core.queues import QueueState
 from gpud.model import Blocker, Evicted, JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Department, Policy, Project
+from gpud.reasons import pending_texts
 
-from test_properties import PM, SETTINGS, TOL, cases, run_cycles
+from test_properties import PM, SETTINGS, TOL, assert_plans_unchanged_with, cases, python_core_only, run_cycles
 
 OWN_TERMS = (SHORTAGE, FRAGMENTED_RULE, GANG, NODE_SIZE)
 
@@ -60,6 +67,80 @@ def test_a_job_stopped_by_an_eviction_is_told_why_it_was_evicted(case):
             blocker = plan.pending[eviction.job].blocker
             assert blocker is not None and blocker.rule == EVICTED, f"{eviction.job} evicted, told {blocker}"
             assert blocker.evicted == eviction.why
+
+
+def spared_at_once(recorder: ReasonRecorder, job: JobSpec, queue: QueueState, tasks: int,
+                   blocker: Blocker | None) -> None:
+    """``ReasonRecorder.spared`` without the wait: the blocker restated for the job as it is recorded."""
+    recorder.overrule(job.id, queue, restate_learnt(recorder.state, job, tasks, blocker, None))
+
+
+@python_core_only
+@SETTINGS
+@given(cases())
+def test_a_spared_jobs_reason_restated_when_read_is_the_one_restated_at_once(case):
+    # Preemption passes over thousands of jobs a failure of their queue covers; each is told the
+    # failure's blocker in its own terms only when its reason is read.
+    assert_plans_unchanged_with(case, ReasonRecorder, "spared", spared_at_once)
+
+
+def larger_twins(draw, jobs: tuple[JobSpec, ...], prefix: str, seq: int, submitted: float) -> list[JobSpec]:
+    """Pending jobs each like one of ``jobs`` (project, request kind, CPUs, memory) but as large or
+    larger and at a priority as low or lower: the failure memory passes them over for the earlier
+    job's failure, to be told it in their own terms."""
+    twins = []
+    for i, job in enumerate(draw(st.lists(st.sampled_from(jobs), max_size=5)) if jobs else []):
+        request = job.request
+        if request.uses_gpu and request.gpu_memory_gib is None and not request.is_shared:
+            request = dataclasses.replace(request, gpus=request.gpus + draw(st.integers(0, 2)))
+        twins.append(JobSpec(f"{prefix}{i}", job.project, request, tasks=job.tasks + draw(st.integers(0, 1)),
+                             priority=draw(st.sampled_from([p for p in (50, 75, 100, 125) if p <= job.priority])),
+                             submitted=submitted, seq=seq + i))
+    return twins
+
+
+@st.composite
+def churned(draw):
+    """A case whose running jobs have the lowest priority, with larger twins of its jobs waiting too,
+    and steps of running jobs finished and larger twins submitted before each warm cycle."""
+    case = draw(cases())
+    # The running jobs at the lowest priority, so that most waiting jobs may preempt.
+    jobs = tuple(dataclasses.replace(job, priority=50) if job.running_tasks else job for job in case.snapshot.jobs)
+    jobs += tuple(larger_twins(draw, jobs, "w", 100, 0.0))
+    case = dataclasses.replace(case, snapshot=dataclasses.replace(case.snapshot, jobs=jobs))
+    steps = [(larger_twins(draw, case.snapshot.jobs, f"s{step}-", 1000 + 10 * step, float(step)),
+              draw(st.integers(0, 3))) for step in range(draw(st.integers(1, 4)))]
+    return case, steps
+
+
+@python_core_only
+@SETTINGS
+@given(churned())
+def test_a_warm_schedulers_spared_reasons_read_later_are_the_ones_restated_at_once(data):
+    # Two warm schedulers see the same churn, one restating at once. The lazy plans are read only
+    # after the next cycle ran, as a caller may read them while the scheduler moves on.
+    case, steps = data
+    lazy, eager = Scheduler(case.snapshot, case.policy, PM), Scheduler(case.snapshot, case.policy, PM)
+    plans = [lazy.cycle()]
+    with mock.patch.object(ReasonRecorder, "spared", spared_at_once):
+        texts = [dict(pending_texts(eager.cycle()))]
+    for new, finishing in steps:
+        running = [j.id for j in lazy.jobs() if j.is_running][:finishing]
+        for scheduler in (lazy, eager):
+            for job_id in running:
+                scheduler.finish(job_id)
+            for job in new:
+                scheduler.submit(job)
+        plans.append(lazy.cycle())
+        with mock.patch.object(ReasonRecorder, "spared", spared_at_once):
+            eager_plan = eager.cycle()
+        assert (plans[-1].binds, plans[-1].evictions, plans[-1].queues) == (
+            eager_plan.binds, eager_plan.evictions, eager_plan.queues)
+        texts.append(dict(pending_texts(eager_plan)))
+    known = lazy.state.jobs  # a plan reads a job's group through the backlog: jobs that left are not compared
+    for plan, then in zip(plans, texts):
+        assert {j: r for j, r in pending_texts(plan).items() if j in known} == {
+            j: r for j, r in then.items() if j in known}
 
 
 # --- precedence, recorded through a real session -------------------------------------------------
