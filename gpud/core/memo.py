@@ -59,8 +59,10 @@ still holds (where a request found no room: the nodes released since, from
 
 Indexes brought up to date change by change are not memos: ``QueueCovers``
 (gpud.core.cover) reads the groups made or emptied since it last looked
-(``Backlog.reshaped``, counted by ``shape_versions``); ``ShapeIndex`` and a
-``FailedShapes`` only grow, and nothing they hold goes stale.
+(``Backlog.reshaped``, counted by ``shape_versions``); ``ShapeIndex``, a
+``FailedShapes`` and ``ClusterState._needs_by_request`` (what one task needs,
+by the amounts asked and, for a memory slice, the pool) only grow, and
+nothing they hold goes stale.
 """
 
 from __future__ import annotations

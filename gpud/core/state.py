@@ -82,6 +82,8 @@ class ClusterState:
         self.shapes = ShapeIndex(self)
         # By job: what one task needs, stamped with the job's request (``task_need``).
         self._task_needs: Memo[str, Resources] = Memo()
+        # The same, by what is asked (``_request_key``): one Resources for every job that asks alike.
+        self._needs_by_request: dict[tuple, Resources] = {}
         self.covers = QueueCovers(self)
         self.policies = PolicySet(pm, youngest_first=policy.victim_order == YOUNGEST_FIRST,
                                   age_weight=policy.age_weight)
@@ -337,12 +339,27 @@ class ClusterState:
         known = self._task_needs.get(job.id, request)  # the pool's GPUs stay as they are
         if known is not None:
             return known
-        if request.gpu_memory_gib is not None:
-            size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
-            gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
-        else:
-            gpu = request.gpus
-        return self._task_needs.put(job.id, request, Resources(gpu, request.cpus, request.memory_gib))
+        # A backlog of 100,000 jobs asks a few hundred different things: the jobs that ask alike share
+        # one answer, worked out by the first of them.
+        key = self._request_key(job, request)
+        need = self._needs_by_request.get(key)
+        if need is None:
+            if request.gpu_memory_gib is not None:
+                size = self.indexes[self.pool_of(job)].smallest_gpu_holding(request.gpu_memory_gib)
+                gpu = request.gpu_memory_gib / (size or request.gpu_memory_gib)
+            else:
+                gpu = request.gpus
+            need = self._needs_by_request[key] = Resources(gpu, request.cpus, request.memory_gib)
+        return self._task_needs.put(job.id, request, need)
+
+    def _request_key(self, job: JobSpec, request: TaskRequest) -> tuple:
+        """What ``task_need`` depends on: the request's amounts, each with its type (an amount given as
+        an int stays one in the answer, as reasons show it), and for a memory slice the job's pool,
+        whose GPUs decide the share it takes."""
+        gpus, cpus, memory = request.gpus, request.cpus, request.memory_gib
+        if request.gpu_memory_gib is None:
+            return (gpus, cpus, memory, type(gpus), type(cpus), type(memory))
+        return (None, request.gpu_memory_gib, cpus, memory, type(cpus), type(memory), self.pool_of(job))
 
     def group_need(self, group: Group) -> Resources:
         """What one pending task of any job of the group will hold at most (``task_need``), kept on the group."""

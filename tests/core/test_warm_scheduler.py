@@ -277,13 +277,14 @@ def sorted_heads(state: ClusterState) -> dict:
 def forget_memories(state: ClusterState) -> None:
     """Drop what the state keeps up to date across cycles besides the jobs themselves: job shapes,
     shared tuples of unplaced tasks, each queue's groups in order, each queue's smallest groups, each
-    group's shape number, each job's need per task."""
+    group's shape number, each job's need per task and the needs shared by jobs that ask alike."""
     state.shapes = ShapeIndex(state)
     for groups in state.backlog.by_queue.values():
         for group in groups.values():
             group.sid = -1
     state.covers = QueueCovers(state)
     state._task_needs = Memo()
+    state._needs_by_request = {}
     for job_id, slots in state.placements.items():
         state.placements[job_id] = list(slots)
     state.backlog.heads = sorted_heads(state)
