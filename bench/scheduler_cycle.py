@@ -6,7 +6,7 @@ cycle from a fresh snapshot, (b) steady cycles of the warm scheduler (`gpud.core
 controller runs it) after 100 submissions + 100 completions. contended: every GPU busy, 20 projects far over their fair share and
 20 below it with pending work: a cycle that reclaims.
     python bench/scheduler_cycle.py [--repeat 5] [--seed 1] [--quick | --size big|huge] [--users N]
-        [--json] [--profile] [--hash] [--time-limits] [--reservations N]
+        [--json] [--profile] [--hash] [--turns] [--time-limits] [--reservations N]
         [--victim-order least_lost_work|youngest_first]
 
 With --users N every job belongs to one of N users of its project (u0 ... u{N-1}, drawn at random),
@@ -22,7 +22,9 @@ With --hash, each workload's plans (binds, evictions and every pending reason, c
 hashed, so that two versions of the core, or the Python and the compiled core, can be shown to
 decide alike: run it with each on PYTHONPATH (PYTHONPATH=OTHER_CHECKOUT python
 bench/scheduler_cycle.py --hash) and compare. Every number is hashed as a float, as the compiled
-core holds it.
+core holds it. With --turns the core is given a turn that does nothing at every step of its long
+loops (gpud.core.turns), as the controller gives one to a cycle in its thread: the hashes must not
+change.
 """
 
 from __future__ import annotations
@@ -279,6 +281,14 @@ def hash_totals(out: dict, cycles: list[dict]) -> None:
     out["plan_hash"], out["decisions_hash"] = plans_digest(cycles), plans_digest(cycles, "decisions")
 
 
+# With --turns, the daemon's turn (gpud.core.turns) is given at every step, a call that does nothing.
+TURNS: dict = {}
+
+
+def _no_turn() -> None:
+    pass
+
+
 def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | None = None):
     """(figures, plan) of one schedule() call after a gc.collect(): wall and CPU seconds, and what
     the plan did (binds, evictions that stop tasks, moves, jobs left pending); profiled when asked."""
@@ -286,7 +296,7 @@ def timed(snapshot: Snapshot, policy: Policy, pm, profile: cProfile.Profile | No
     if profile is not None:
         profile.enable()  # only around schedule(): snapshot building is not profiled
     cpu, start = time.process_time(), time.perf_counter()
-    plan = schedule(snapshot, policy, pm)
+    plan = schedule(snapshot, policy, pm, **TURNS)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profile is not None:
         profile.disable()
@@ -310,8 +320,8 @@ def measure_big(args, pm, prof: dict) -> dict:
         hashed(out["fresh"][-1], fresh[-1][1])
     if prof:
         timed(snapshot, policy, pm, prof["fresh"])
-    scheduler = Scheduler(snapshot, policy, pm)
-    scheduler.cycle()
+    scheduler = Scheduler(snapshot, policy, pm, **TURNS)
+    scheduler.cycle(None, TURNS.get("turn"))
     rng, out["steady"] = random.Random(args.seed + 7), []
     for cycle in range(args.warmup + args.repeat + (1 if prof else 0)):
         profiled = bool(prof) and cycle == args.warmup + args.repeat
@@ -350,7 +360,7 @@ def timed_warm(scheduler: Scheduler, rng: random.Random, cycle: int, count: int,
         scheduler.finish(job_id)
     for job in new:
         scheduler.submit(job)
-    plan = scheduler.cycle(now)
+    plan = scheduler.cycle(now, TURNS.get("turn"))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profile is not None:
         profile.disable()
@@ -488,11 +498,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-dir", help="with --profile, also dump <kind>.prof pstats files here")
     parser.add_argument("--hash", action="store_true", help="hash each workload's plans (binds, evictions, "
                         "pending reasons) to compare two versions of the core")
+    parser.add_argument("--turns", action="store_true", help="give the core a turn that does nothing at every "
+                        "step of its long loops, as a daemon running the cycle in a thread does (the plans "
+                        "must hash the same)")
     parser.add_argument("--victim-order", choices=VICTIM_ORDERS, default=LEAST_LOST_WORK,
                         help="the policy's victim_order (default least_lost_work)")
     args = parser.parse_args(argv)
     if args.quick:
         args.size = "quick"
+    if args.turns:
+        TURNS.update(turn=_no_turn, every=1)
     if args.users < 0:
         parser.error(f"--users must be 0 or more, not {args.users}")
     out = run(args)

@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Mapping
 import pluggy
 
 from gpud.core import Scheduler
+from gpud.core.turns import EVERY
 from gpud.model import JobSpec, NodeSpec, Plan, Snapshot
 from gpud.policy import Policy
 
@@ -91,13 +92,15 @@ class CoreSync:
         return ops, anew
 
     def build_later(self, nodes: tuple[NodeSpec, ...], specs: tuple[JobSpec, ...], now: float,
-                    usage: Mapping[tuple[str, str, str], float] | None = None) -> Callable[[], Scheduler]:
-        """The call that builds the scheduler anew from these nodes and jobs (after :meth:`begin` said to)."""
+                    usage: Mapping[tuple[str, str, str], float] | None = None,
+                    turn: Callable[[], None] | None = None, every: int = EVERY) -> Callable[[], Scheduler]:
+        """The call that builds the scheduler anew from these nodes and jobs (after :meth:`begin` said to);
+        ``turn``, every ``every`` steps of the build's long loops, for a build run in the cycle's thread."""
         snapshot = Snapshot(nodes, specs, now, {} if usage is None else usage)
         policy, pm = self.policy, self.pm
 
         def build() -> Scheduler:
-            self.scheduler = Scheduler(snapshot, policy, pm)
+            self.scheduler = Scheduler(snapshot, policy, pm, turn, every)
             return self.scheduler
         return build
 

@@ -19,6 +19,7 @@ from gpud import jsontext
 from gpud.accounting.charger import Charger
 from gpud.controller.auth import Auth, digest, new_token, read_or_create_secret
 from gpud.controller.cluster import Cluster
+from gpud.controller import cycle_turns
 from gpud.controller.config import ControllerConfig
 from gpud.controller.heap import FullPasses
 from gpud.controller.idempotency import ANSWERS_KEPT_S, Idempotency
@@ -323,20 +324,22 @@ class Controller:
         cluster.job_service.check_time_limits()
         cluster.plans.settle_preemptions()
         now = self.clock()
-        heavy = cluster.core.heavy(INLINE_OPS)
+        inline = self.last_cycle_s < INLINE_CYCLE_S and not cluster.core.heavy(INLINE_OPS)
+        # In its thread, the core gives the loop's thread a turn every so many steps (gpud.controller.cycle_turns).
+        turn = None if inline else cycle_turns.give_turn
         usage = self.charger.decayed_usage()
         ops, anew = cluster.core.begin()
         if anew:
             nodes, specs = await self._snapshot()
-            ready = cluster.core.build_later(nodes, specs, now, usage)
+            ready = cluster.core.build_later(nodes, specs, now, usage, turn, cycle_turns.TURN_EVERY)
         else:
             ready = cluster.core.apply_later(ops, usage)
 
         def cycle() -> Plan:
-            return ready().cycle(now)
+            return ready().cycle(now, turn)
         began = time.perf_counter()
         try:
-            if self.last_cycle_s < INLINE_CYCLE_S and not heavy:
+            if inline:
                 plan = cycle()
             else:
                 plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, cycle)

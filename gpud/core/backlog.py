@@ -14,6 +14,7 @@ from typing import Any, Final, Iterable, Iterator, Mapping
 
 from gpud.core.orders import JobOrder
 from gpud.core.queues import QueueState
+from gpud.core.turns import NO_TURNS, Turns
 from gpud.model import JobSpec, Resources
 
 
@@ -140,12 +141,14 @@ class GroupsAsOf(Mapping[str, Group]):
 class Backlog:
     """Every pending job, by queue and shape, each group sorted by the job-order plugin."""
 
-    def __init__(self, order: JobOrder, one_per_group: bool = False, by_user: bool = False) -> None:
+    def __init__(self, order: JobOrder, one_per_group: bool = False, by_user: bool = False,
+                 turns: Turns = NO_TURNS) -> None:
         """Groups sorted by ``order``'s keys; ``one_per_group`` puts every job in a group of its own, for
         plugins that judge job by job; ``by_user`` keeps each group to one user's jobs and counts each
         queue's users (``users``)."""
         self._order = order
         self._alone = one_per_group
+        self._turns = turns  # given a step per group sorted (gpud.core.turns)
         self.by_user = by_user
         # Per queue, how many groups each user has: the user order matters only where two users wait.
         self.users: dict[QueueState, dict[str, int]] = {}
@@ -271,6 +274,7 @@ class Backlog:
         # Every group of a queue taken in is sorted again: one already in order costs a single pass.
         for queue in taken:
             for group in by_queue[queue].values():
+                self._turns.step()
                 keys = group.keys
                 if len(keys) > 1:
                     order = sorted(range(len(keys)), key=keys.__getitem__)

@@ -127,6 +127,7 @@ class Consolidate:
         best: tuple[int, list[tuple], NodeState, list[Movable]] | None = None
         tried = 0
         for node in self.most_free_first(self.state.pool_of(job)):
+            self.state.turns.step()
             if tried >= MAX_NODES_TRIED:
                 break
             if not (largest_fit(node, job) and node.matches(job.node_selector)):

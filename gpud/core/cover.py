@@ -7,6 +7,7 @@ from typing import Protocol
 from gpud.core.backlog import Backlog, Group
 from gpud.core.queues import QueueState
 from gpud.core.shapes import Dims, failure_dims, shape_key
+from gpud.core.turns import Turns
 from gpud.model import JobSpec
 
 
@@ -16,6 +17,7 @@ class StateView(Protocol):
 
     backlog: Backlog
     job_specific_plugins: bool
+    turns: Turns
 
     def pool_of(self, job: JobSpec) -> str:
         """The node pool a job runs in."""
@@ -93,6 +95,7 @@ class QueueCovers:
                 if any(g is group for _, g in cover.minimal[klass]):
                     stale.add(klass)
         for group in made:  # in the order made, so covers never vary
+            self.state.turns.step()
             self._add(cover, group, stale)
         for klass in stale:
             found = cover.minimal[klass] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Iterator, Mapping, Protocol
+from typing import Callable, Final, Iterator, Mapping, Protocol
 
 import pluggy
 
@@ -15,6 +15,7 @@ from gpud.core.reclaim import Reclaim
 from gpud.core.queues import QueueState
 from gpud.core.session import Session
 from gpud.core.state import ClusterState, EvictedBy
+from gpud.core.turns import EVERY, Turns
 from gpud.model import Bind, Eviction, JobSpec, Plan, QueueReport, Snapshot, Waiting
 from gpud.policy import Policy
 
@@ -41,9 +42,15 @@ class Scheduler:
     changed: a plan is a value the caller carries out.
     """
 
-    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
+    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager,
+                 turn: Callable[[], None] | None = None, every: int = EVERY) -> None:
+        """``turn``: called every ``every`` steps of the long loops while the scheduler is built (each
+        cycle is given its own, ``cycle``), so that a daemon building it in a thread keeps its other
+        threads running; it changes nothing the core decides."""
+        self.turns = Turns(turn, every)
         with CollectorPaused():
-            self.state = ClusterState(snapshot, policy, pm)
+            self.state = ClusterState(snapshot, policy, pm, self.turns)
+        self.turns.give = None
 
     def submit(self, job: JobSpec) -> None:
         """Add a job (pending, or already running where its placements say)."""
@@ -67,25 +74,37 @@ class Scheduler:
         """Every job the scheduler knows, as of the last cycle."""
         return tuple(self.state.jobs.values())
 
-    def cycle(self, now: float | None = None) -> Plan:
+    def cycle(self, now: float | None = None, turn: Callable[[], None] | None = None) -> Plan:
         """Run one cycle at ``now`` (default: the last time given) and return its plan.
 
         The plan's binds and evictions are taken as carried out: the next
-        cycle starts from them.
+        cycle starts from them. ``turn``: called every so many steps of the
+        cycle's long loops (as the constructor's), for a daemon running the
+        cycle in a thread; it changes nothing the core decides.
         """
         with CollectorPaused():
-            return self._run(now, last=False)
+            return self._run(now, False, turn)
 
-    def _run(self, now: float | None, last: bool) -> Plan:
-        """A cycle; the ``last`` one leaves the state as the actions left it, for no cycle comes after."""
+    def _run(self, now: float | None, last: bool, turn: Callable[[], None] | None) -> Plan:
+        """A cycle, giving ``turn``; the ``last`` one leaves the state as the actions left it, for no cycle
+        comes after."""
         state = self.state
-        state.begin_cycle(now)
-        session = Session(state)
+        self.turns.give = turn
         try:
-            for action in ACTIONS:
-                action(session).run()
+            state.begin_cycle(now)
+            session = Session(state)
+            try:
+                for action in ACTIONS:
+                    action(session).run()
+            finally:
+                session.release_held()
+            return self._plan(session, last)
         finally:
-            session.release_held()
+            self.turns.give = None
+
+    def _plan(self, session: Session, last: bool) -> Plan:
+        """The cycle's plan, once its actions ran; the state is committed unless it was the ``last`` cycle."""
+        state = self.state
         binds, evictions = plan_changes(state, session.reasons.evicted)
         reports = {q: _report(q) for q in state.queues.values()}
         queues = tuple(reports.values())
@@ -96,14 +115,16 @@ class Scheduler:
         return Plan(binds, evictions, PendingReasons(session, reports), queues, session.reservations)
 
 
-def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> Plan:
+def schedule(snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager,
+             turn: Callable[[], None] | None = None, every: int = EVERY) -> Plan:
     """Decide, from one snapshot, which tasks start where and which are stopped or moved.
 
     Pure: reads the snapshot and the policy, asks the plugins, and returns a
-    plan; nothing outside is changed.
+    plan; nothing outside is changed. ``turn`` is called every ``every``
+    steps of the long loops (``Scheduler``), and changes nothing decided.
     """
     with CollectorPaused():  # once for both: the state built here is dropped on return, never collected
-        return Scheduler(snapshot, policy, pm)._run(None, last=True)
+        return Scheduler(snapshot, policy, pm, turn, every)._run(None, True, turn)
 
 
 def plan_changes(state: ClusterState, evicted_by: EvictedBy) -> tuple[tuple[Bind, ...], tuple[Eviction, ...]]:
@@ -114,7 +135,9 @@ def plan_changes(state: ClusterState, evicted_by: EvictedBy) -> tuple[tuple[Bind
     """
     binds: list[Bind] = []
     evictions: list[Eviction] = []
+    turns = state.turns
     for job_id in sorted(state.touched):
+        turns.step()
         job = state.jobs[job_id]
         final = state.placements[job_id]
         stopped: list[int] = []

@@ -82,10 +82,14 @@ class VictimLists:
 
     def _sorted(self, queue: QueueState) -> list[VictimEntry]:
         """The queue's running preemptible jobs old enough to be victims, as sorted (key, n, victim) entries."""
-        victims = [v for v in self.state.victims(queue, preemptible_only=True) if not self.too_young(v.job)]
-        # (key, n) pairs are unique, so the victims themselves are never compared.
-        order = self._order
-        return sorted([(order.key(v), i, v) for i, v in enumerate(victims)])
+        order, turns = self._order, self.state.turns
+        entries: list[VictimEntry] = []
+        for victim in self.state.victims(queue, preemptible_only=True):
+            turns.step()
+            if not self.too_young(victim.job):
+                # (key, n) pairs are unique, so the victims themselves are never compared.
+                entries.append((order.key(victim), len(entries), victim))
+        return sorted(entries)
 
     def _start(self, queue: QueueState) -> tuple[list[VictimEntry], int]:
         """A queue's entries and where its running ones begin, moving its cursor past the evicted at the front.

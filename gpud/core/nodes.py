@@ -6,6 +6,7 @@ import bisect
 from typing import Final, Iterable, Iterator, Mapping
 
 from gpud.model import EPS, NodeSpec, Resources, TaskPlacement, TaskRequest
+from gpud.core.turns import NO_TURNS, Turns
 
 SHARE_BUCKETS: Final = 100
 CPU_CLASSES: Final = 9
@@ -185,7 +186,7 @@ class NodeIndex:
     scored and moved once.
     """
 
-    def __init__(self, pool: str, nodes: list[NodeState]) -> None:
+    def __init__(self, pool: str, nodes: list[NodeState], turns: Turns = NO_TURNS) -> None:
         self.pool = pool
         self.nodes = nodes
         self.max_gpus = max((n.gpus for n in nodes), default=0)
@@ -210,7 +211,9 @@ class NodeIndex:
         self.free_gpu = float(self.capacity.gpu)
         self.free_cpu = float(self.capacity.cpu)
         self.free_mem = float(self.capacity.memory)
+        self._turns = turns  # a step per node indexed or sorted (gpud.core.turns)
         for node in nodes:
+            turns.step()
             self.update(node)  # the lists by leftover are made when first read
 
     def smallest_gpu_holding(self, memory_gib: float) -> float | None:
@@ -272,6 +275,7 @@ class NodeIndex:
             return
         if len(unsorted) * 2 < len(self.nodes):
             for node in unsorted:
+                self._turns.step()
                 score = leftover(node, self)
                 entry = node._whole_fit
                 if entry is None or entry[0] != score or entry[1] != node._whole_stamp:
@@ -290,6 +294,7 @@ class NodeIndex:
             for fits in self.fit_cpu:
                 fits.clear()
             for node in self.nodes:
+                self._turns.step()
                 score = leftover(node, self)
                 fits = node._whole_fits = self.fit_whole[node._whole_bucket][node._cpu_class]
                 node._whole_fit = (score, node._whole_stamp, node)

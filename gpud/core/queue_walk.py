@@ -137,6 +137,7 @@ class QueueWalk:
 
     def __next__(self) -> JobSpec:
         """The next job of the most deprived queue; StopIteration when no queue has one left."""
+        self._state.turns.step()
         if self._cursor is not None:
             self._move_on()
         if not self._dept_heap:
@@ -164,6 +165,7 @@ class QueueWalk:
         # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they are.
         untouched = admit is None and state.changes == state.changes_at_begin
         for queue in chosen:
+            state.turns.step()
             cursor = _QueueCursor(queue)
             cursor.usage = self._user_usage(queue)
             if cursor.usage is not None:
@@ -189,7 +191,9 @@ class QueueWalk:
         Ties keep the order the groups were made in, and every entry pushed later comes after them."""
         touched, placements = self._touched, self._placements
         at, entries = cursor.at, cursor.run
+        turns = self._state.turns
         for entry in heads:
+            turns.step()
             group: Group = entry[2]
             jobs = group.jobs
             if jobs[0].id not in touched or None in placements[jobs[0].id]:
@@ -269,6 +273,7 @@ class QueueWalk:
         # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
         run, heap = cursor.run, cursor.heap
         while True:
+            self._state.turns.step()
             at_run = cursor.next
             if at_run < len(run) and not (heap and heap[0] < run[at_run]):
                 top = run[at_run]

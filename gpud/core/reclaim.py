@@ -236,7 +236,9 @@ class Reclaim:
         gpu, cpu, mem = queue.alloc_gpu, queue.alloc_cpu, queue.alloc_mem
         gpu_level, cpu_level, mem_level = share.gpu + EPS, share.cpu + EPS, share.memory + EPS
         admitted = []
+        turns = state.turns
         for entry in heads:
+            turns.step()
             group: Group = entry[2]
             need = group.need
             if need is None:

@@ -18,6 +18,7 @@ from gpud.core.nodes import NodeIndex, NodeState, node_kind
 from gpud.core.policy_set import PolicySet
 from gpud.core.queues import QueueState, build_queues, compute_fair_shares
 from gpud.core.shapes import ShapeIndex
+from gpud.core.turns import NO_TURNS, Turns
 from gpud.core.victim import Victim
 from gpud.model import ZERO, Blocker, Evicted, JobSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import YOUNGEST_FIRST, Policy
@@ -37,7 +38,10 @@ class ClusterState:
     The snapshot itself is never modified.
     """
 
-    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager) -> None:
+    def __init__(self, snapshot: Snapshot, policy: Policy, pm: pluggy.PluginManager,
+                 turns: Turns = NO_TURNS) -> None:
+        """``turns``: the daemon's turns, given every so many steps of the long loops (gpud.core.turns)."""
+        self.turns = turns
         self.policy = policy
         self.pm = pm
         self.hook = pm.hook
@@ -45,27 +49,31 @@ class ClusterState:
         self.usage = snapshot.usage  # decayed GPU-seconds by (level, pool, name), as charged so far
         self.cycle = 0
         kinds: dict[tuple, int] = {}
-        self.nodes = {spec.name: NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
-                      for spec in snapshot.nodes}
+        self.nodes: dict[str, NodeState] = {}
+        for spec in snapshot.nodes:
+            turns.step()
+            self.nodes[spec.name] = NodeState(spec, kinds.setdefault(node_kind(spec), len(kinds)))
         pool_nodes: dict[str, list[NodeState]] = defaultdict(list)
         for node in self.nodes.values():
             if node.spec.schedulable:
                 pool_nodes[node.pool].append(node)
         pools = set(pool_nodes) | {n.pool for n in self.nodes.values()}
-        pools |= {job.pool or policy.default_pool for job in snapshot.jobs} | set(policy.pools) | {policy.default_pool}
-        self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, [])) for pool in sorted(pools)}
-        self.queues = build_queues(policy, sorted(pools))
-        self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
         # The snapshot's jobs are registered in bulk here, none placed; ``_take`` books their running tasks.
-        self.jobs: dict[str, JobSpec] = {job.id: job for job in snapshot.jobs}
         # A job none of whose tasks is placed shares one tuple of Nones with the jobs of its size;
         # its first bind gives it a list of its own, so a long backlog costs no list per job.
         self._unplaced: dict[int, tuple[None, ...]] = {}
-        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = dict.fromkeys(
-            self.jobs, self._unplaced_tuple(1))
+        self.jobs: dict[str, JobSpec] = {}
+        self.placements: dict[str, list[TaskPlacement | None] | tuple[None, ...]] = {}
+        jobs, placements, unplaced = self.jobs, self.placements, self._unplaced_tuple
         for job in snapshot.jobs:
-            if job.tasks != 1:
-                self.placements[job.id] = self._unplaced_tuple(job.tasks)
+            turns.step()
+            jobs[job.id] = job
+            placements[job.id] = unplaced(job.tasks)
+            pools.add(job.pool or policy.default_pool)
+        pools |= set(policy.pools) | {policy.default_pool}
+        self.indexes = {pool: NodeIndex(pool, pool_nodes.get(pool, []), turns) for pool in sorted(pools)}
+        self.queues = build_queues(policy, sorted(pools))
+        self.capacity = {pool: self._capacity(pool) for pool in self.indexes}
         # Each queue's jobs that hold some placement, with their JobSpec as ``jobs`` has it.
         self.running: dict[QueueState, dict[str, JobSpec]] = defaultdict(dict)
         self.pending_need: dict[QueueState, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -81,7 +89,7 @@ class ClusterState:
                                   age_weight=policy.age_weight)
         # The user order needs a job order whose keys put priority first, and one user per group.
         self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
-        self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order)
+        self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order, turns)
         # GPUs each user holds in each queue, kept while the user order is on (gpud.core.queue_walk).
         self.user_gpus: dict[tuple[QueueState, str], float] = {}
         # The users' and projects' holdings against the policy's limits, when it sets any.
@@ -130,7 +138,9 @@ class ClusterState:
         nodes, pending_need = self.nodes, self.pending_need
         # The queue of each project for jobs of the default pool, the common case, looked up by the name alone.
         in_default: dict[str, QueueState | None] = {}
+        turns = self.turns
         for job in jobs:
+            turns.step()
             job_id, tasks = job.id, job.tasks
             if job.time_limit is not None:
                 self.limited += 1
@@ -269,7 +279,9 @@ class ClusterState:
         """(job, its placements now, whether some task runs, whether some task waits) for each job whose
         placements this cycle changed, by job id."""
         jobs, placements = self.jobs, self.placements
+        turns = self.turns
         for job_id in sorted(self.touched):  # a cold cycle starts and stops thousands of jobs: kept lean
+            turns.step()
             job = jobs.get(job_id)
             if job is None:
                 continue
@@ -392,12 +404,18 @@ class ClusterState:
 
     def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
         """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
-        return [Victim(job, queue, self.running_tasks(job_id), self.now)
-                for job_id, job in self.running[queue].items() if job.preemptible or not preemptible_only]
+        turns = self.turns
+        found = []
+        for job_id, job in self.running[queue].items():
+            turns.step()
+            if job.preemptible or not preemptible_only:
+                found.append(Victim(job, queue, self.running_tasks(job_id), self.now))
+        return found
 
     # --- changing (only through a Statement) ---------------------------------------------------
 
     def _bind(self, job: JobSpec, task: int, placement: TaskPlacement) -> None:
+        self.turns.step()  # every placement tried and undone is a step
         self.touched.add(job.id)
         self.changes += 1
         node = self.nodes[placement.node]
@@ -432,6 +450,7 @@ class ClusterState:
         released[node] = self.releases
 
     def _unbind(self, job: JobSpec, task: int) -> TaskPlacement:
+        self.turns.step()
         self.touched.add(job.id)
         self.releases += 1
         self.changes += 1

@@ -157,7 +157,9 @@ class _NodeChoice:
         best_priority = 0
         best_lost = 0.0
         complete: set[str] = set()  # nodes whose room already holds the task: it takes no more victims
+        turns = self.state.turns
         for victim in ordered:
+            turns.step()
             priority = victim.job.priority
             lost = victim.lost_gpu_seconds
             if best is not None and (priority > best_priority
