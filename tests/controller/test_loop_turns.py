@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpud.controller.slices import SLICE_S, Slices, Turns
+from gpud.controller.slices import MOST_S, Slices, Turns
 
 PIECE_S = 0.001
 
@@ -197,11 +197,26 @@ async def test_long_work_under_way_together_takes_one_slice_a_turn():
     # The first turn takes a slice of the first piece and a step of each other (before each looks at the clock).
     first = next(i for i, count in enumerate(per_turn) if count)
     steady = per_turn[first + 1:]
-    assert max(steady) <= SLICE_S / STEP_S + 2, per_turn
-    # Round and round: no piece is done before every other is halfway.
-    last_step = {n: done.index((n, 39)) for n in range(4)}
-    halfway = {n: done.index((n, 19)) for n in range(4)}
-    assert min(last_step.values()) > max(halfway.values()), done
+    # A turn's share of long work is SLICE_S, or up to MOST_S while the loop's other work takes longer (its CPU
+    # time, which a loaded machine moves): never a slice for each piece (four pieces: 4 x MOST_S).
+    assert max(steady) <= MOST_S / STEP_S + 2, per_turn
+    # Round and round, in the order they paused: until a piece is done, every piece still under way has had as many
+    # slices as it, but one. (Counted in slices, not steps: how many steps fit a slice depends on the machine's load.)
+    ends = {n: done.index((n, 39)) for n in range(4)}
+    for n, end in ends.items():
+        slices = _slices(done[:end + 1])
+        assert all(slices[m] >= slices[n] - 1 for m in range(4) if ends[m] > end), (n, slices, done)
+
+
+def _slices(done: list[tuple[int, int]]) -> dict[int, int]:
+    """How many slices each piece ran in ``done``: runs of its steps with no other piece's step between."""
+    slices = dict.fromkeys(range(4), 0)
+    previous = None
+    for number, _ in done:
+        if number != previous:
+            slices[number] += 1
+            previous = number
+    return slices
 
 
 async def test_long_work_gives_way_to_a_request_every_slice():
@@ -214,4 +229,4 @@ async def test_long_work_gives_way_to_a_request_every_slice():
     before = len(done)
     asyncio.get_running_loop().call_soon(lambda: seen_at.append(len(done)))
     await asyncio.gather(*pieces)
-    assert seen_at and seen_at[0] - before <= SLICE_S / STEP_S + 2, (before, seen_at)
+    assert seen_at and seen_at[0] - before <= MOST_S / STEP_S + 2, (before, seen_at)
