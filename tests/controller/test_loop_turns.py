@@ -21,6 +21,27 @@ def busy(seconds: float) -> None:
         pass
 
 
+class PerTurn:
+    """How many entries ``done`` gains in each turn of the running loop, counted from its making until ``stop``."""
+
+    def __init__(self, done: list) -> None:
+        self.done = done
+        self.counts: list[int] = []
+        self.stopped = False
+        self.loop = asyncio.get_running_loop()
+        self._probe(0)
+
+    def _probe(self, last: int) -> None:
+        self.counts.append(len(self.done) - last)
+        if not self.stopped:
+            self.loop.call_soon(self._probe, len(self.done))
+
+    def stop(self) -> list[int]:
+        """Stop counting; the counts, turn by turn."""
+        self.stopped = True
+        return self.counts
+
+
 async def piece(turns: Turns, done: list, what: object) -> None:
     began = await turns.enter()
     try:
@@ -93,15 +114,6 @@ async def test_pieces_dearer_than_the_recent_ones_still_fill_one_turn_only():
     for n in range(64):  # cheap pieces (heartbeats): the recent cost says a turn holds many
         began = await turns.enter()
         turns.leave(began)
-    per_turn: list[int] = []
-    finished = False
-    loop = asyncio.get_running_loop()
-
-    def probe(last: int = 0) -> None:
-        per_turn.append(len(done) - last)
-        if not finished:
-            loop.call_soon(probe, len(done))
-
     async def dear(n: int) -> None:  # task exits costing 2 ms each, all ready at once
         began = await turns.enter()
         try:
@@ -110,9 +122,9 @@ async def test_pieces_dearer_than_the_recent_ones_still_fill_one_turn_only():
         finally:
             turns.leave(began)
 
-    probe()
+    counted = PerTurn(done)
     await asyncio.gather(*(dear(n) for n in range(60)))
-    finished = True
+    per_turn = counted.stop()
     assert sorted(done) == list(range(60))
     assert max(per_turn) <= 0.005 / 0.002 + 2, per_turn
 
@@ -181,18 +193,9 @@ async def test_long_work_under_way_together_takes_one_slice_a_turn():
     # taking a slice of every turn held the loop four slices long. Together they take about one slice a turn, and
     # each of them moves on.
     done: list[tuple[int, int]] = []
-    per_turn: list[int] = []
-    finished = False
-    loop = asyncio.get_running_loop()
-
-    def probe(last: int = 0) -> None:
-        per_turn.append(len(done) - last)
-        if not finished:
-            loop.call_soon(probe, len(done))
-
-    probe()
+    counted = PerTurn(done)
     await asyncio.gather(*(long_work(done, n, 40) for n in range(4)))
-    finished = True
+    per_turn = counted.stop()
     assert sorted(done) == sorted((n, s) for n in range(4) for s in range(40))
     # The first turn takes a slice of the first piece and a step of each other (before each looks at the clock).
     first = next(i for i, count in enumerate(per_turn) if count)
