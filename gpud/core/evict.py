@@ -11,7 +11,7 @@ from gpud.core.pending import needed_tasks
 from gpud.core.blockers import PREEMPT_OVER, PREEMPT_SHARE
 from gpud.core.queues import QueueState
 from gpud.core.state import ClusterState, Victim
-from gpud.core.victim_rooms import NodeRoom, cheapest_room, enough_held
+from gpud.core.victim_rooms import NodeRoom, cheapest_room, enough_held, least_must, must_gpu_on
 from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, RESOURCES, Blocker, Evicted, JobSpec, Resources, TaskPlacement
 
@@ -496,12 +496,16 @@ class _RoomMaking:
         must = limit.must_free(task_need) if limit is not None else None
         if must is not None and max(must) <= EPS:
             must = None
-        placement = self.placer.find(self.job) if must is None else None
+        least = least_must(self.state, self.job, must) if must is not None else None
+        placement = self.placer.find(self.job) if least is None or max(least) <= EPS else None
+        if placement is not None and must is not None and must_gpu_on(must[0], task_need.gpu,
+                                                                       placement.gpu_share) > EPS:
+            placement = None  # a memory slice on a GPU too small to go without evictions
         while placement is None:
             # The node whose victims come first; were one of them refused when its turn came (its
             # queue no longer over its level), the node is chosen again without it.
             refused = self.refused
-            ordered = self._searched(must, holdings)
+            ordered = self._searched(least, holdings)
             choice = ordered if not refused else _without(ordered, refused)
             room = cheapest_room(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
                                  must, holdings, self.lists.weighs_lost_work)
@@ -514,8 +518,9 @@ class _RoomMaking:
         return placement
 
     def _searched(self, must: tuple[float, float, float] | None, holdings: VictimsByNode | None) -> Iterable[Victim]:
-        """The victims the search for a node walks: with ``must``, where ``holdings`` was made from the very
-        list of victims (no plugin may veto one), only those sitting on a node whose victims hold ``must``.
+        """The victims the search for a node walks: with ``must`` (the least of it, ``least_must``), where
+        ``holdings`` was made from the very list of victims (no plugin may veto one), only those sitting on a
+        node whose victims hold ``must``.
 
         The search passes over every other node (``cheapest_room``), so a
         victim with no task on such a node changes nothing it finds.

@@ -15,6 +15,7 @@ from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
 from gpud.core.queues import UNLIMITED, QueueState
 from gpud.core.state import Victim
+from gpud.core.victim_rooms import least_must
 from gpud.core.victims_by_node import VictimsByNode
 from gpud.model import EPS, NON_PREEMPTIBLE_PRIORITY, RESOURCES, Evicted, JobSpec, Resources
 
@@ -131,7 +132,7 @@ class Preempt:
         if refused is None:
             # The first task alone may take the queue over the limit: then its victims must free the
             # excess on the node it goes to, and make_room would fail, evicting nothing, where none can.
-            must = limit.must_free(state.task_need(job))
+            must = least_must(state, job, limit.must_free(state.task_need(job)))
             if max(must) <= EPS or self.lists.may_free_on_one_node(queue, job.priority, must[0], must[1], must[2]):
                 must = None
         if must is None and make_room(self.session, job, candidates, RULE, preemptor.eligible, self.lists,

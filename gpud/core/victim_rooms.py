@@ -98,7 +98,10 @@ def cheapest_room(state: ClusterState, placer: Placer, job: JobSpec, ordered: It
     of the job at all. With ``must``, the victims' tasks on the node must
     also hold at least that many GPUs, CPUs and memory; ``holdings``, at least
     what the victims hold by node, then passes over nodes where they cannot.
-    A node a filter plugin refuses the job (``Placer.allows``) is never chosen.
+    A memory slice takes less of a larger GPU than ``ClusterState.task_need``
+    counts, so where it goes on one, its victims need free that much fewer
+    GPUs (``must_gpu_on``). A node a filter plugin refuses the job
+    (``Placer.allows``) is never chosen.
     """
     choice = _NodeChoice(state, placer, job, usable, must, holdings)
     return choice.least_lost_room(ordered) if weigh else choice.first_room(ordered)
@@ -126,6 +129,8 @@ class _NodeChoice:
             (must[0] - EPS, must[1] - EPS, must[2] - EPS) if must is not None else (0.0, 0.0, 0.0))
         self.holdings = holdings if must is not None else None
         self.enough = enough_held(must) if must is not None else _NOTHING
+        # For a memory slice: the GPUs its queue counts it for (on the smallest GPU that holds it), -1 otherwise.
+        self.slice_need = state.task_need(job).gpu if must is not None and request.gpu_memory_gib is not None else -1.0
 
     def first_room(self, ordered: Iterable[Victim]) -> NodeRoom | None:
         """Count the victims' tasks as gone, one victim after the other, from the nodes they sit on; the
@@ -242,6 +247,11 @@ class _NodeChoice:
         if self.holdings is None:
             return True
         gpu, cpu, mem = self.enough
+        if self.slice_need >= 0.0:
+            want = self._wanted_share(self.state.nodes[name])
+            if want is None:
+                return False
+            gpu = must_gpu_on(gpu, self.slice_need, want + EPS)
         return self.holdings.holds(name, gpu, cpu, mem)
 
     def _wanted_share(self, node: NodeState) -> float | None:
@@ -255,9 +265,14 @@ class _NodeChoice:
         """Whether the room would hold one task of the job, its victims freeing at least ``must``."""
         if self.cpus > room.cpu or self.mem > room.mem:
             return False
-        if self.must is not None and (room.freed_gpu < self.must_gpu or room.freed_cpu < self.must_cpu
-                                      or room.freed_mem < self.must_mem):
-            return False
+        if self.must is not None:
+            must_gpu = self.must_gpu
+            if self.slice_need >= 0.0:
+                if room.want is None:
+                    return False
+                must_gpu = must_gpu_on(must_gpu, self.slice_need, room.want + EPS)
+            if room.freed_gpu < must_gpu or room.freed_cpu < self.must_cpu or room.freed_mem < self.must_mem:
+                return False
         if not self.uses_gpu:
             return True
         if self.shared:
@@ -272,6 +287,25 @@ def enough_held(must: tuple[float, float, float]) -> tuple[float, float, float]:
     """What the victims on a node must hold at least (GPUs, CPUs, memory) for their eviction to free ``must``
     there: ``must`` less the tolerance, and one more, as the sums by node may round apart from a room's."""
     return must[0] - EPS - EPS, must[1] - EPS - EPS, must[2] - EPS - EPS
+
+
+def must_gpu_on(must_gpu: float, counted: float, share: float) -> float:
+    """The GPUs victims must free (``must_gpu``, worked out for a task counted as ``counted`` GPUs) where
+    the task takes ``share`` of one GPU instead: a memory slice on a GPU larger than the one it was
+    counted on takes its queue that much less over. At most ``must_gpu``; may be below zero (nothing)."""
+    return must_gpu - (counted - share)
+
+
+def least_must(state: ClusterState, job: JobSpec,
+               must: tuple[float, float, float]) -> tuple[float, float, float]:
+    """``must`` (what victims must free where one task of ``job`` goes) where it is least: on the largest
+    GPU of the job's pool for a memory slice (``must_gpu_on``), else ``must`` itself."""
+    request = job.request
+    index = state.indexes.get(state.pool_of(job))
+    if request.gpu_memory_gib is None or must[0] <= 0.0 or index is None or not index.gpu_memories:
+        return must
+    least = must_gpu_on(must[0], state.task_need(job).gpu, request.gpu_share_on(index.gpu_memories[-1]))
+    return (least if least > 0.0 else 0.0), must[1], must[2]
 
 
 def _cost(room: NodeRoom) -> tuple[int, float]:

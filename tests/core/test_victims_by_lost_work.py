@@ -328,8 +328,11 @@ def _within_share(case: Case, plan, preemptor: JobSpec, gone: JobSpec, node: str
     levels += [(r, department_total(case.policy, held, department)) for r in plan.queues
                if r.kind == "department" and r.name == department]
     freed = _held_on(gone, node)
-    need = Resources(preemptor.request.gpus if preemptor.request.gpu_memory_gib is None else 0.0,
-                     preemptor.request.cpus, preemptor.request.memory_gib)
+    request = preemptor.request
+    spec = next(n for n in snapshot.nodes if n.name == node)
+    # A memory slice holds its share of the node's GPU: less on a larger GPU.
+    gpus = request.gpus if request.gpu_memory_gib is None else request.gpu_share_on(spec.gpu_memory_gib)
+    need = Resources(gpus, request.cpus, request.memory_gib)
     for report, before in levels:
         for r in ("gpu", "cpu", "memory"):
             allowed = max(report.fair_share.get(r), before.get(r))
@@ -415,3 +418,26 @@ def test_two_half_gpu_victims_losing_more_than_one_whole_gpu_victim_stay():
         assert [b.job for b in plan.binds] == ["wants"]
         if order == LEAST_LOST_WORK:
             assert not costlier_than_one(Case(policy, snapshot, 1))
+
+
+def test_a_memory_slice_over_its_share_evicts_what_it_takes_of_the_larger_gpu():
+    """A 20 GiB slice takes half a 40 GiB GPU but a quarter of an 80 GiB one. Its project holds more than its
+    fair share, so its victims must free what the slice will hold where it goes: on the 80 GiB GPU, the
+    quarter-GPU job alone (250 GPU-s lost), not a half-GPU job on the 40 GiB GPU (500)."""
+    def running(job_id: str, node: str, share: float, seq: int) -> JobSpec:
+        return JobSpec(id=job_id, project="p", request=TaskRequest(gpus=share), priority=25, submitted=0.0,
+                       started=0.0, placements=(TaskPlacement(node, (0,), share),), seq=seq)
+    jobs = (running("a", "small", 0.5, 1), running("b", "small", 0.5, 2), running("quarter", "large", 0.25, 3),
+            running("most", "large", 0.75, 4))
+    wants = JobSpec(id="wants", project="p", request=TaskRequest(gpus=0.0, gpu_memory_gib=20.0), priority=75,
+                    submitted=NOW, seq=9)
+    nodes = (NodeSpec("small", gpus=1, gpu_memory_gib=40.0, pool=POOL),
+             NodeSpec("large", gpus=1, gpu_memory_gib=80.0, pool=POOL))
+    policy = Policy(departments={"default": Department("default", implicit=True)},
+                    projects={"p": Project("p", quota={POOL: Resources(0.0)}, over_quota_weight=0.0)},
+                    min_runtime_s=0.0, victim_order=LEAST_LOST_WORK)
+    snapshot = Snapshot(nodes, (*jobs, wants), NOW)
+    plan = schedule(snapshot, policy, PM)
+    assert [e.job for e in plan.evictions] == ["quarter"]
+    assert [(b.job, b.placement.node, b.placement.gpu_share) for b in plan.binds] == [("wants", "large", 0.25)]
+    assert not costlier_than_one(Case(policy, snapshot, 1))
