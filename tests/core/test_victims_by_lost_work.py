@@ -369,6 +369,10 @@ def costlier_than_one(case: Case) -> list[str]:
     evicted = {(e.job, task) for e in mine for task in e.tasks}
     if any(b.job != "wants" and (b.job, b.task) not in evicted for b in plan.binds):
         return []  # another job started or grew before the preemptor's turn: the room it saw is not the snapshot's
+    others = dataclasses.replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.id != "wants"))
+    without = schedule(others, case.policy, PM)
+    if without.binds or without.evictions:
+        return []  # so did one that the preemptor then evicted again (an elastic job grown by a task, say)
     jobs = {j.id: j for j in snapshot.jobs}
     chosen = [jobs[job_id] for job_id in dict.fromkeys(e.job for e in mine)]
     total = sum(lost(v, NOW) for v in chosen)
