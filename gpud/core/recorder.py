@@ -207,12 +207,13 @@ class ReasonRecorder:
             return None
         if group in self._restated:
             return self._restated[group]
-        found: Found | None = None
         job = self.state.jobs.get(job_id)
-        if job is not None:
-            learnt = kept if kept is not None else self._queues[group.queue].of(job)
-            if learnt is not None:
-                found = learnt.queue, restate_learnt(self.state, job, learnt.tasks, learnt.blocker, learnt.free)
+        if job is None:  # it left since the cycle: the group's reason is worked out from a job still known
+            return None
+        found: Found | None = None
+        learnt = kept if kept is not None else self._queues[group.queue].of(job)
+        if learnt is not None:
+            found = learnt.queue, restate_learnt(self.state, job, learnt.tasks, learnt.blocker, learnt.free)
         self._restated[group] = found
         return found
 

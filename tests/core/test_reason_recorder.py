@@ -143,6 +143,25 @@ def test_a_warm_schedulers_spared_reasons_read_later_are_the_ones_restated_at_on
             j: r for j, r in then.items() if j in known}
 
 
+def test_a_plan_read_after_jobs_of_a_group_left_still_tells_the_others_why():
+    """A plan read later, as a caller may while the scheduler moves on: the reason of a group passed over
+    with its queue is worked out from a job still known, never from one that finished since (which would
+    leave the others "not considered")."""
+    policy = Policy(departments={"d": Department("d")}, projects={"p1": Project("p1", department="d")})
+    nodes = tuple(NodeSpec(f"n{i}", gpus=1) for i in range(3))
+    jobs = tuple(JobSpec(f"j{i}", "p1", TaskRequest(gpus=0.5), tasks=3, seq=i) for i in range(5))
+    scheduler = Scheduler(Snapshot(nodes, jobs, 0.0), policy, PM)
+    eager = Scheduler(Snapshot(nodes, jobs, 0.0), policy, PM)
+    first = scheduler.cycle()
+    told_at_once = dict(pending_texts(eager.cycle()))
+    assert "waiting for GPUs" in told_at_once["j4"]
+    for _ in range(2):  # the two running jobs end, two waiting ones start; then again
+        for job_id in [j.id for j in scheduler.jobs() if j.is_running]:
+            scheduler.finish(job_id)
+        scheduler.cycle()
+    assert dict(pending_texts(first))["j4"] == told_at_once["j4"]
+
+
 # --- precedence, recorded through a real session -------------------------------------------------
 
 def session_of(jobs: tuple[JobSpec, ...]) -> tuple[Scheduler, Session]:
