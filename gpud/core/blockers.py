@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpud.model import Blocker, Resources
+from gpud.model import EPS, RESOURCES, Blocker, Resources
 
 NO_NODES: Final = "no_nodes"
 CONSTRAINT: Final = "constraint"
@@ -29,6 +29,16 @@ def restated(blocker: Blocker, need: Resources) -> Blocker:
     b = blocker
     return Blocker(b.rule, b.pool, b.level, b.name, b.resource, b.free, need, b.held, b.bound, b.over, b.tasks,
                    b.request, b.nodes_now, b.selector, b.evicted, b.runs, b.of_tasks, b.jobs, b.most)
+
+
+def over_share(blocker: Blocker, need: Resources) -> Blocker:
+    """A ``preempt_share`` blocker for a job needing ``need`` (one task), learnt from another job's: the
+    resources it names are those in which the level, holding ``held``, would go over the larger of its
+    fair share and what it holds, as the job's own try would name them (the learnt ones if none)."""
+    b = blocker
+    over = tuple(r for r in RESOURCES if b.held.get(r) + need.get(r) > max(b.bound.get(r), b.held.get(r)) + EPS)
+    return Blocker(b.rule, b.pool, b.level, b.name, b.resource, b.free, need, b.held, b.bound, over or b.over,
+                   b.tasks, b.request, b.nodes_now, b.selector, b.evicted, b.runs, b.of_tasks, b.jobs, b.most)
 
 
 def running(blocker: Blocker, runs: int, of_tasks: int) -> Blocker:

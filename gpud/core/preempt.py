@@ -49,14 +49,15 @@ class Preempt:
         # Requests no node's victims could make room for, by the one resource they fell short of;
         # stamped with the department's (or the project's) ``changes`` (see ``_bounded``).
         self.short: Memo[QueueState, FailedShapes] = Memo()
-        self.hopeless = _Hopeless(session, self.failed, self.over_quota, self.short, self.lists)
         self.lowest: dict[QueueState, int] = {}  # by queue: the lowest priority among its victims
         self.priority_first = state.backlog.order.priority_first
+        self.hopeless = _Hopeless(session, self.failed, self.over_quota, self.short, self.lists,
+                                  self.lowest if self.priority_first else None)
 
     def run(self) -> None:
         """Serve the queues that have victims, each job evicting lower-priority jobs of its queue."""
         state = self.state
-        self.lowest = self.lowest_priorities()
+        self.lowest.update(self.lowest_priorities())
         walk = QueueWalk(state, state.backlog, queues=self.lowest, admit=self.admit)
         for job in walk:
             skip = self.visit(job)
@@ -205,19 +206,26 @@ class _Preemptor:
 
 
 class _Hopeless(Skip):
-    """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high."""
+    """Passes over a group whose next job failed as an earlier one of its queue did, at a priority as high;
+    with ``lowest`` (the job order sorts by priority first), one whose next job, and so every job after
+    it, is no higher than every victim of its queue."""
 
     def __init__(self, session: Session, failed: dict[QueueState, FailedShapes],
                  over_quota: dict[QueueState, FailedShapes], short: Memo[QueueState, FailedShapes],
-                 lists: VictimLists) -> None:
+                 lists: VictimLists, lowest: dict[QueueState, int] | None) -> None:
         self.state = session.state
         self.reasons = session.reasons
         self.failed = failed
         self.over_quota = over_quota
         self.short = short
         self.lists = lists
+        self.lowest = lowest  # by queue: the lowest priority among its victims
 
     def holds(self, job: JobSpec, queue: QueueState, group: Group | None = None) -> bool:
+        if self.lowest is not None and job.priority <= self.lowest[queue]:
+            # It may preempt none of its queue's victims: it waits for the reason allocation gave, not
+            # for what an earlier job of its group failed to free.
+            return True
         state = self.state
         tasks = gang_tasks(state, job)
         number = state.shapes.of_group(group) if group is not None else -1

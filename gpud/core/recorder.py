@@ -18,7 +18,7 @@ import dataclasses
 
 from gpud.core.backlog import Group
 from gpud.core.blockers import (EVICTED, FRAGMENTED_RULE, GANG, NODE_SIZE, NOT_CONSIDERED, PREEMPT_SHARE, SHORTAGE,
-                                restated, running)
+                                over_share, restated, running)
 from gpud.core.placement import explain_unplaced, free_room, largest_fit, matching_nodes, shortage
 from gpud.core.queues import QueueState
 from gpud.core.shapes import Failure
@@ -243,7 +243,7 @@ def restate_learnt(state: ClusterState, job: JobSpec, tasks: int, blocker: Block
     if blocker.rule == SHORTAGE:
         return restated(blocker, state.need(job, tasks))
     if blocker.rule == PREEMPT_SHARE:  # the fair share is weighed against what one task needs
-        return restated(blocker, state.task_need(job))
+        return over_share(blocker, state.task_need(job))
     if blocker.rule == NODE_SIZE:  # a task at least as large fits no node either: it is told of its own
         return Blocker(NODE_SIZE, blocker.pool, tasks=tasks, request=job.request, selector=blocker.selector)
     if blocker.rule not in (FRAGMENTED_RULE, GANG):

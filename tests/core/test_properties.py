@@ -400,6 +400,30 @@ def test_what_preemption_sums_up_by_node_never_changes_a_plan(case):
     assert_plans_unchanged_with(case, VictimLists, "holdings", _every_node_holds_all)
 
 
+@python_core_only
+def test_a_job_that_may_preempt_no_victim_keeps_allocations_reason_with_sums_by_node_or_without():
+    """Jobs of one request at priorities 75 and 50 share a group; the one victim runs at 50. Whether the
+    75 is passed over for what an earlier job's victims could not free (the sums by node) or tries and
+    fails, the 50 behind it may preempt nothing: it keeps the reason allocation gave. And the 75, told
+    what the earlier job (which also asked for memory) met, hears of the GPUs alone, as its own try says."""
+    policy = Policy(departments={"default": Department("default", implicit=True)},
+                    projects={"p1": Project("p1", quota={POOL: Resources(0.0)}, over_quota_weight=0.0)},
+                    min_runtime_s=0.0)
+    def request(gpus: float, memory_gib: float = 0.0) -> TaskRequest:
+        return TaskRequest(gpus=gpus, cpus=0.0, memory_gib=memory_gib)
+    running = JobSpec("j0", "p1", request(0.25), priority=50, started=0.0,
+                      placements=(TaskPlacement("n1", (0,), 0.25),), seq=0)
+    with_memory = JobSpec("j1", "p1", request(1.0, memory_gib=1.0), priority=75, seq=1)
+    low = [JobSpec(f"j{i}", "p1", request(1.0), priority=50, seq=i) for i in (2, 3, 4)]
+    high = JobSpec("j5", "p1", request(1.0), priority=75, seq=5)
+    snapshot = Snapshot((NodeSpec("n1", gpus=1, cpus=2.0, memory_gib=8.0, pool=POOL),),
+                        (running, with_memory, *low, high), NOW)
+    texts = dict(pending_texts(schedule(snapshot, policy, PM)))
+    assert "waiting for GPUs" in texts["j2"]
+    assert "GiB memory" not in texts["j5"] and "within its fair share" in texts["j5"]
+    assert_plans_unchanged_with(Case(policy, snapshot, 1), VictimLists, "holdings", _every_node_holds_all)
+
+
 def _picked_out_anew(self, queue, priority):
     """The victims of ``queue`` below ``priority`` that run now, picked out of the whole list at every call."""
     placements, touched = self.state.placements, self.state.touched
