@@ -74,7 +74,11 @@ class Charger:
         return found.department if found is not None else "default"
 
     def run_ended(self, job: Job, run: TaskRun, end: float) -> None:
-        """A task stops holding its placement at ``end``: keep what it used since the last charge."""
+        """A task stops holding its placement at ``end``: keep what it used since the last charge.
+
+        A node may tell of an exit late, after a charge counted the task as
+        running past ``end``: what was charged after ``end`` is given back.
+        """
         if run.placement is None:
             return
         pool, department = self.pool_of(run.placement.node), self.department_of(job.project)
@@ -82,7 +86,11 @@ class Charger:
         if self._counting is not None and id(run) in self._counting[1]:
             start, _, counted = self._counting  # the charge under way counted it up to its instant
             counted += run_charges(job, run, self.as_of, start, pool, department)
-        self.tails += run_charges(job, run, start, end, pool, department)
+        if end >= start:
+            self.tails += run_charges(job, run, start, end, pool, department)
+        else:
+            self.tails += [(key, (-gpu, -cpu, -memory))
+                           for key, (gpu, cpu, memory) in run_charges(job, run, end, start, pool, department)]
 
     def pending(self, now: float) -> list[tuple[UsageKey, Amount]]:
         """What is owed since the last charge: stopped tasks' last stretches and running tasks up to ``now``."""

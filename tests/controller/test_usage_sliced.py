@@ -30,6 +30,8 @@ POLICY = Policy(projects={"a": Project("a"), "b": Project("b")}, usage_half_life
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("start"), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from(["a", "b"])),
     st.tuples(st.just("stop"), st.integers(0, 20)),
+    # A stop the node tells of late: the task ended this many seconds ago (not before it started).
+    st.tuples(st.just("stop late"), st.integers(0, 20), st.floats(0.0, 50.0)),
     st.tuples(st.just("advance"), st.floats(0.0, 100.0)),
     st.tuples(st.just("charge"),),
     st.tuples(st.just("cancel"),),
@@ -54,6 +56,8 @@ def start(running: list[tuple[Job, TaskRun]], gpus: float, project: str, now: fl
 @example(2, [("advance", 10.0), ("stop", 0), ("charge",), ("turn", 3), ("advance", 5.0), ("stop", 0),
              ("advance", 3.0)])
 @example(2, [("advance", 10.0), ("charge",), ("turn", 1), ("advance", 5.0), ("stop", 0), ("cancel",), ("advance", 3.0)])
+# Charged up to now, then told that a task ended 4 s ago: those 4 s come back.
+@example(1, [("advance", 10.0), ("charge",), ("turn", 3), ("advance", 1.0), ("stop late", 0, 4.0)])
 def test_tasks_that_stop_or_start_during_a_charge_are_charged_once(first, steps):
     with tempfile.TemporaryDirectory() as tmp:
         SQLiteStore(Path(tmp)).close()
@@ -73,10 +77,12 @@ def test_tasks_that_stop_or_start_during_a_charge_are_charged_once(first, steps)
             for step in steps:
                 if step[0] == "start":
                     start(running, step[1], step[2], clock[0])
-                elif step[0] == "stop" and running:
+                elif step[0] in ("stop", "stop late") and running:
                     job, run = running.pop(step[1] % len(running))
-                    charger.run_ended(job, run, clock[0])
-                    held += job.gpus * (clock[0] - run.since)
+                    assert run.since is not None
+                    ended = max(run.since, clock[0] - step[2]) if step[0] == "stop late" else clock[0]
+                    charger.run_ended(job, run, ended)
+                    held += job.gpus * (ended - run.since)
                     run.since = None
                 elif step[0] == "advance":
                     clock[0] += step[1]
