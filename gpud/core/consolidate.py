@@ -124,7 +124,7 @@ class Consolidate:
         placer, lists = self.placer, self.lists
         weigh = lists.weighs_lost_work
         bound = move_loss_bound(self.state.policy.max_move_lost_hours, job) if weigh else math.inf
-        best: tuple[int, list[tuple], NodeState, list[Movable]] | None = None
+        best: tuple[int, list[tuple], NodeState, list[Movable], list[Movable]] | None = None
         tried = 0
         for node in self.most_free_first(self.state.pool_of(job)):
             self.state.turns.step()
@@ -141,7 +141,7 @@ class Consolidate:
             found = self._trial(stmt, job, task, node, movable)
             if found is None:
                 continue
-            if self._within(movable[:found[0]], bound) and (best is None or found[:2] < best[:2]):
+            if self._within(found[4], bound) and (best is None or found[:2] < best[:2]):
                 best = found
             if weigh:
                 for item in self._checkpointed_in_order(movable):
@@ -171,18 +171,18 @@ class Consolidate:
         return total
 
     def _trial(self, stmt: Statement, job: JobSpec, task: int, node: NodeState,
-               order: list[Movable]) -> tuple[int, list[tuple], NodeState, list[Movable]] | None:
+               order: list[Movable]) -> tuple[int, list[tuple], NodeState, list[Movable], list[Movable]] | None:
         """What moving tasks of ``order`` off ``node``, in order, would take (nothing is changed): how many
-        move, their victim keys (the last in the victim order first), the node and the order; None when
-        that makes no room for the task."""
+        move, their victim keys (the last in the victim order first), the node, the order and the tasks
+        that move; None when that makes no room for the task."""
         mark = stmt.checkpoint()
-        moves = self.try_node(stmt, job, task, node, order)
+        moved = self.try_node(stmt, job, task, node, order)
         stmt.rollback(mark)
-        if moves is None:
+        if moved is None:
             return None
         lists = self.lists
-        keys = sorted([lists.key_of(other, [other_task]) for other, other_task in order[:moves]], reverse=True)
-        return moves, keys, node, order
+        keys = sorted([lists.key_of(other, [other_task]) for other, other_task in moved], reverse=True)
+        return len(moved), keys, node, order, moved
 
     def _checkpointed_in_order(self, movable: list[Movable]) -> list[Movable]:
         """The movable tasks whose jobs checkpointed since they last started, first in the victim order first."""
@@ -258,17 +258,19 @@ class Consolidate:
             yield entry[2]
 
     def try_node(self, stmt: Statement, job: JobSpec, task: int, node: NodeState,
-                 movable: list[Movable]) -> int | None:
+                 movable: list[Movable]) -> list[Movable] | None:
         """Move tasks off ``node``, in order, until task ``task`` of ``job`` fits there, then place each
-        moved task elsewhere; how many moved, or None (nothing changed) when that does not work out."""
+        taken task again; the tasks that moved (one placed again where it was did not), or None (nothing
+        changed) when that does not work out."""
         placer, placements = self.placer, self.state.placements
         mark = stmt.checkpoint()
-        moved: list[tuple[JobSpec, int, float]] = []  # each moved task and the GPUs it held
+        taken: list[tuple[JobSpec, int, TaskPlacement]] = []  # each task taken off and where it was
         placement = None
         for other, other_task in movable:
-            held = _gpus_held(placements[other.id][other_task])
+            was = placements[other.id][other_task]
+            assert was is not None, f"task {other_task} of {other.id} is movable but not placed"
             stmt.evict(other, other_task, RULE, Evicted(RULE, job.id, node=node.name), job.id)
-            moved.append((other, other_task, held))
+            taken.append((other, other_task, was))
             placement = placer.fit_on(job, node)
             if placement is not None:
                 break
@@ -276,13 +278,16 @@ class Consolidate:
             stmt.rollback(mark)
             return None
         stmt.bind(job, task, placement)
-        for other, other_task, held in moved:
+        moved: list[Movable] = []
+        for other, other_task, was in taken:
             found = placer.find(other)
-            if found is None or self._past_limit(other, found, held):
+            if found is None or self._past_limit(other, found, _gpus_held(was)):
                 stmt.rollback(mark)
                 return None
             stmt.bind(other, other_task, found)
-        return len(moved)
+            if found != was:
+                moved.append((other, other_task))
+        return moved
 
     def _past_limit(self, job: JobSpec, placement: TaskPlacement, held: float) -> bool:
         """Whether the moved task, holding more GPUs where it lands than before (a memory slice on smaller

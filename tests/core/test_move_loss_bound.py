@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
@@ -120,3 +121,26 @@ def test_a_job_that_just_checkpointed_moves_within_the_bound():
     saved = Snapshot(snapshot.nodes, tuple(dataclasses.replace(j, checkpointed=LATER - 60.0) if j.id == "old"
                                            else j for j in snapshot.jobs), snapshot.now)
     assert _moves(saved, _policy(LEAST_LOST_WORK, 300.0)) == [("old", True)]
+
+
+def test_a_task_taken_off_and_placed_back_where_it_was_is_no_move_under_the_bound():
+    """n3 holds two half-GPU jobs on its two GPUs and a quarter one. To make a whole GPU there, its tasks
+    come off in order: the half on GPU 1 first, then the half on GPU 0; the first goes back where it was.
+    Only the second moves (500 GPU-s lost, within the 720 of a 0.2-hour bound), as it does without one."""
+    def share(job_id: str, node: str, gpu: int, gpus: float, seq: int, started: float = 0.0) -> JobSpec:
+        return JobSpec(id=job_id, project="p", request=TaskRequest(gpus=gpus), priority=50, submitted=started,
+                       started=started, placements=(TaskPlacement(node, (gpu,), gpus),), seq=seq)
+    jobs = (share("j0", "n1", 0, 0.25, 0), share("j1", "n1", 0, 0.25, 1, started=701.0),
+            share("j2", "n2", 0, 0.5, 2), share("j3", "n2", 1, 0.75, 3),
+            share("moves", "n3", 0, 0.5, 4), share("quarter", "n3", 1, 0.25, 5), share("stays", "n3", 1, 0.5, 6))
+    want = JobSpec(id="want", project="p", request=TaskRequest(gpus=1.0), priority=50, submitted=999.0, seq=7)
+    nodes = (NodeSpec("n1", gpus=1, cpus=13.0, memory_gib=32.0, pool=POOL),
+             NodeSpec("n2", gpus=2, cpus=8.0, memory_gib=33.0, pool=POOL),
+             NodeSpec("n3", gpus=2, cpus=8.0, memory_gib=32.0, pool=POOL))
+    snapshot = Snapshot(nodes, (*jobs, want), 1000.0)
+    policy = dataclasses.replace(_policy(LEAST_LOST_WORK, 300.0), max_move_lost_hours=0.2)
+    plan = schedule(snapshot, policy, PM)
+    assert [(e.job, e.rule) for e in plan.evictions] == [("moves", "consolidate")]
+    assert [(b.job, b.placement.node) for b in plan.binds] == [("moves", "n2"), ("want", "n3")]
+    assert lost_by_moves(snapshot, plan) == pytest.approx(500.0)
+    assert plan == schedule(snapshot, dataclasses.replace(policy, max_move_lost_hours=1e9), PM)
