@@ -505,7 +505,7 @@ class _RoomMaking:
             # The node whose victims come first; were one of them refused when its turn came (its
             # queue no longer over its level), the node is chosen again without it.
             refused = self.refused
-            ordered = self._searched(least, holdings)
+            ordered = self._searched(must, holdings)
             choice = ordered if not refused else _without(ordered, refused)
             room = cheapest_room(self.state, self.placer, self.job, choice, self.lists.usable_nodes(self.job),
                                  must, holdings, self.lists.weighs_lost_work)
@@ -518,16 +518,16 @@ class _RoomMaking:
         return placement
 
     def _searched(self, must: tuple[float, float, float] | None, holdings: VictimsByNode | None) -> Iterable[Victim]:
-        """The victims the search for a node walks: with ``must`` (the least of it, ``least_must``), where
-        ``holdings`` was made from the very list of victims (no plugin may veto one), only those sitting on a
-        node whose victims hold ``must``.
+        """The victims the search for a node walks: with ``must``, where ``holdings`` was made from the very
+        list of victims (no plugin may veto one), only those sitting on a node whose victims hold ``must``
+        (the least of it on any node, ``least_must``).
 
         The search passes over every other node (``cheapest_room``), so a
         victim with no task on such a node changes nothing it finds.
         """
         if must is None or holdings is None or self.ordered is not holdings.victims:
             return self.ordered
-        gpu, cpu, mem = enough_held(must)
+        gpu, cpu, mem = enough_held(least_must(self.state, self.job, must))
         return holdings.sitting_on(holdings.nodes_holding(gpu, cpu, mem))
 
     def _clear(self, room: NodeRoom) -> TaskPlacement | None:
