@@ -301,8 +301,10 @@ def least_must(state: ClusterState, job: JobSpec,
     """``must`` (what victims must free where one task of ``job`` goes) where it is least: on the largest
     GPU of the job's pool for a memory slice (``must_gpu_on``), else ``must`` itself."""
     request = job.request
+    if request.gpu_memory_gib is None or must[0] <= 0.0:
+        return must
     index = state.indexes.get(state.pool_of(job))
-    if request.gpu_memory_gib is None or must[0] <= 0.0 or index is None or not index.gpu_memories:
+    if index is None or not index.gpu_memories:
         return must
     least = must_gpu_on(must[0], state.task_need(job).gpu, request.gpu_share_on(index.gpu_memories[-1]))
     return (least if least > 0.0 else 0.0), must[1], must[2]
