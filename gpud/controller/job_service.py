@@ -30,6 +30,9 @@ from gpud.submission import Submission
 
 log = logging.getLogger("gpud.controller")
 RECENTLY_ENDED = 10_000
+# Jobs staged between two pauses of a submit: 200 take about 1 ms (a few ms on a busy machine), within the
+# loop's slice of long work (gpud.controller.slices).
+STAGE_PART = 200
 
 
 class JobService:
@@ -97,8 +100,9 @@ class JobService:
         return [job for part in self.stage_in_parts(submissions, finished_states) for job in part]
 
     def stage_in_parts(self, submissions: list[Submission], finished_states: dict[str, str],
-                       part: int = 2000) -> Iterator[list[Job]]:
-        """``stage``, yielding the staged jobs about ``part`` at a time, so a caller may pause between parts.
+                       part: int = STAGE_PART) -> Iterator[list[Job]]:
+        """``stage``, yielding the staged jobs ``part`` at a time (the last part may be shorter), so a
+        caller may pause between parts, whether they come from many jobs or from one array.
 
         Ids are given as the parts are made; staged jobs are invisible to
         everyone else, so pausing changes nothing another request can see.
@@ -106,27 +110,32 @@ class JobService:
         now = self.clock()
         added: list[Job] = []
         for submission in submissions:
-            seq = self.next_seq
-            self.next_seq += 1
-            template = submission.job
-            if submission.array_indices is None:
-                template.id, template.seq, template.submitted = str(seq), seq, now
-                template.uid = new_uid()
-                added.append(template)
-                continue
-            array_id = str(seq)
-            span = slurm_env.array_span(submission.array_indices)
-            for index in submission.array_indices:
-                job = _new_job(template, f"{seq}_{index}", seq, now)
-                job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
-                job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index),
-                           **slurm_env.array_vars(array_id, index, span)}
+            for job in self._jobs_of(submission, now):
                 added.append(job)
                 if len(added) >= part:
                     yield self._stage_part(added, finished_states)
                     added = []
         if added:
             yield self._stage_part(added, finished_states)
+
+    def _jobs_of(self, submission: Submission, now: float) -> Iterator[Job]:
+        """The submission's job with its id, or its array's elements, numbered when first asked for."""
+        seq = self.next_seq
+        self.next_seq += 1
+        template = submission.job
+        if submission.array_indices is None:
+            template.id, template.seq, template.submitted = str(seq), seq, now
+            template.uid = new_uid()
+            yield template
+            return
+        array_id = str(seq)
+        span = slurm_env.array_span(submission.array_indices)
+        for index in submission.array_indices:
+            job = _new_job(template, f"{seq}_{index}", seq, now)
+            job.array_id, job.array_index, job.array_limit = array_id, index, submission.array_limit
+            job.env = {**job.env, "GPUD_ARRAY_JOB_ID": array_id, "GPUD_ARRAY_TASK_ID": str(index),
+                       **slurm_env.array_vars(array_id, index, span)}
+            yield job
 
     def _stage_part(self, added: list[Job], finished_states: dict[str, str]) -> list[Job]:
         for job in added:

@@ -124,12 +124,15 @@ class Submits:
         """The submissions staged as jobs (ids given, arrays expanded), a part at a time with the loop free
         between parts; none stays staged if this is interrupted."""
         jobs: list[Job] = []
+        slices = Slices()
         try:
             for part in self.job_service.stage_in_parts(submissions, finished):
                 jobs.extend(part)
                 if len(jobs) >= FREEZE_AFTER:
                     gc.freeze()  # see commit_new; without it each part's collection walks every part before it
-                await asyncio.sleep(0)  # a 100,000-element array is made a part at a time, the loop free between
+                # A batch of 2,000 jobs, or a 100,000-element array, is made a part at a time: the loop turns
+                # whenever this turn's share of long work is spent.
+                await slices.pause()
         except BaseException:
             self.job_service.drop(jobs)
             raise

@@ -267,6 +267,22 @@ def test_a_dependency_that_ends_while_a_submit_is_staged_in_parts_counts_as_it_e
     assert [cluster.jobs[j.id].depends[0].met for j in staged] == [True] * 5
 
 
+def test_a_batch_of_single_jobs_is_staged_in_parts_numbered_in_order(cluster):
+    jobs = [Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1) for _ in range(5)]
+    array = Job(id="", user="u", project="b", workdir="/tmp", command=["true"], gpus=1)
+    submissions = [Submission(job) for job in jobs[:3]] + [Submission(array, array_indices=(0, 1))]
+    submissions += [Submission(job) for job in jobs[3:]]
+    parts = list(cluster.job_service.stage_in_parts(submissions, {}, part=2))
+    assert [len(part) for part in parts] == [2, 2, 2, 1]  # a part never waits for a submission's end
+    ids = [job.id for part in parts for job in part]
+    first = int(ids[0])
+    assert ids == [str(first), str(first + 1), str(first + 2), f"{first + 3}_0", f"{first + 3}_1",
+                   str(first + 4), str(first + 5)]
+    assert not any(job_id in cluster.jobs for job_id in ids)  # staged only: nowhere until accepted
+    cluster.job_service.accept([job for part in parts for job in part])
+    assert all(cluster.jobs[job_id].state == "PENDING" for job_id in ids)
+
+
 def test_a_silent_nodes_requeued_job_runs_nowhere_before_the_nodes_lease_and_grace_are_over(cluster):
     cluster.node_messages.register(NodeRecord("n2", cpus=8, memory_gib=64, gpus=[Gpu(0, "GPU-0")]), tasks=[])
     job_id = submit(cluster, "a")
