@@ -8,7 +8,7 @@ news does to a job (ended, requeued, unblocked) is the job service's move.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpud.controller.completing import Completing
 from gpud.controller.core_sync import CoreSync
@@ -52,6 +52,7 @@ class NodeMessages:
         self.fenced = fenced
         self.wake = wake
         self._largest: Capacity | None = None  # the largest node's resources, until a node changes
+        self._sizes: dict[str, NodeSize] = {}  # each node's labels and sizes, as ``_largest`` folds them
 
     def restore(self, nodes: list[NodeRecord], now: float) -> None:
         """Take back the nodes the store held: each waits to register again, what it was stopping still counts."""
@@ -62,24 +63,24 @@ class NodeMessages:
                 self.completing.add(node.name, key, now)
         self.nodes_changed()
 
-    def nodes_changed(self) -> None:
-        """A node was added or its resources changed: the largest node is worked out again when asked."""
+    def nodes_changed(self, name: str | None = None) -> None:
+        """Node ``name`` was added or its resources changed (every node, when None): the largest node is
+        worked out again when asked."""
+        if name is None:
+            self._sizes = {node.name: node_size(node) for node in self.nodes.values()}
+        else:
+            self._sizes[name] = node_size(self.nodes[name])
         self._largest = None
 
     def largest_node(self) -> Capacity:
         """The largest resources any node has (None everywhere when no node ever registered).
 
-        Worked out once per change of the nodes, not per submit: a cluster
-        of a thousand nodes would otherwise walk them all for every job.
+        Worked out once per change of the nodes, not per submit, from each
+        node's sizes as kept when it changed: a fleet of 2,000 nodes took
+        10 ms to walk whole, in one stretch of the event loop.
         """
         if self._largest is None:
-            nodes = list(self.nodes.values())
-            self._largest = Capacity() if not nodes else Capacity(
-                max_gpus=max(len(n.gpus) for n in nodes),
-                max_gpu_memory_gib=max((g.memory_gib for n in nodes for g in n.gpus), default=0.0),
-                max_cpus=max(n.cpus for n in nodes), max_memory_gib=max(n.memory_gib for n in nodes),
-                labels=tuple(sorted({tuple(sorted(n.labels.items())) for n in nodes})),
-                sized=_sized(nodes))
+            self._largest = capacity_of(self._sizes.values())
         return self._largest
 
     def register(self, node: NodeRecord, tasks: list[dict], checkpoints: list[str] | None = None) -> None:
@@ -102,7 +103,7 @@ class NodeMessages:
         if known is None or known.inventory() != node.inventory():
             self.core.rebuild()
         self.nodes[node.name] = node
-        self.nodes_changed()
+        self.nodes_changed(node.name)
         self.runs.connected.add(node.name)
         self.events.record("registered", f"node registered: {len(node.gpus)} GPUs, {node.cpus:g} CPUs",
                            node=node.name)
@@ -126,7 +127,7 @@ class NodeMessages:
         node.last_seen = now
         if gpus is not None and gpus != node.gpus:
             node.gpus = gpus
-            self.nodes_changed()
+            self.nodes_changed(name)
             self.core.rebuild()
             self.persist.node(name, node.to_json)
             self.wake()
@@ -296,7 +297,7 @@ class NodeMessages:
                            node=node.name)
         node.state, node.reason = UP, node.drain_reason if node.drain else ""
         self.runs.connected.add(node.name)
-        self.nodes_changed()
+        self.nodes_changed(node.name)
         self.persist.node(node.name, node.to_json)
         self.core.rebuild()
         self.wake()
@@ -367,13 +368,29 @@ def _add_gpu_sample(job: Job, report: dict) -> None:
         job.gpu_memory_peak_gib = max(job.gpu_memory_peak_gib or 0.0, float(memory))
 
 
-def _sized(nodes: list[NodeRecord]) -> tuple:
-    """Each distinct set of node labels with the largest sizes a node carrying it has."""
+# A node's labels (sorted), GPUs, largest GPU memory, CPUs and memory, as the largest node is worked out.
+NodeSize = tuple[tuple[tuple[str, str], ...], int, float, float, float]
+
+
+def node_size(node: NodeRecord) -> NodeSize:
+    """The node's labels and sizes."""
+    return (tuple(sorted(node.labels.items())), len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0),
+            node.cpus, node.memory_gib)
+
+
+def capacity_of(sizes: Iterable[NodeSize]) -> Capacity:
+    """The largest resources of nodes of these sizes, overall and for each distinct set of labels."""
     largest: dict[tuple, tuple[int, float, float, float]] = {}
-    for node in nodes:
-        labels = tuple(sorted(node.labels.items()))
-        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+    for labels, gpus, gpu_memory, cpus, memory in sizes:
         old = largest.get(labels)
-        largest[labels] = size if old is None else (max(old[0], size[0]), max(old[1], size[1]),
-                                                    max(old[2], size[2]), max(old[3], size[3]))
-    return tuple((labels, *size) for labels, size in sorted(largest.items()))
+        largest[labels] = ((gpus, gpu_memory, cpus, memory) if old is None else
+                           (max(old[0], gpus), max(old[1], gpu_memory), max(old[2], cpus), max(old[3], memory)))
+    if not largest:
+        return Capacity()
+    sizes_by_labels = sorted(largest.items())
+    return Capacity(max_gpus=max(size[0] for size in largest.values()),
+                    max_gpu_memory_gib=max(size[1] for size in largest.values()),
+                    max_cpus=max(size[2] for size in largest.values()),
+                    max_memory_gib=max(size[3] for size in largest.values()),
+                    labels=tuple(labels for labels, _ in sizes_by_labels),
+                    sized=tuple((labels, *size) for labels, size in sizes_by_labels))

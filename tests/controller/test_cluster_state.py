@@ -337,3 +337,39 @@ def test_a_drained_node_back_from_silence_keeps_its_drain_reason(cluster):
     assert (back.state, back.reason, back.drain) == ("up", "bad fan", True)
     cluster.node_messages.resume(back, "admin")
     assert back.reason == ""
+
+
+NODE_CHANGES = st.lists(st.tuples(
+    st.sampled_from(["register", "heartbeat"]), st.sampled_from(["n1", "n2", "n3"]), st.integers(0, 4),
+    st.sampled_from([8, 32, 64]), st.sampled_from([40.0, 80.0]), st.sampled_from([{}, {"zone": "a"}, {"ib": "yes"}])),
+    max_size=12)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(changes=NODE_CHANGES)
+def test_the_largest_node_is_what_the_nodes_hold_now_after_any_changes(changes):
+    clock = Clock()
+    cluster = Cluster(parse_policy(POLICY, "test"), make_plugin_manager(), Persister(None, None), clock)
+    messages = cluster.node_messages
+    for verb, name, gpus, cpus, gpu_memory, labels in changes:
+        inventory = [Gpu(i, f"GPU-{name}-{i}", memory_gib=gpu_memory) for i in range(gpus)]
+        if verb == "register" or name not in cluster.nodes:
+            messages.register(NodeRecord(name, cpus=cpus, memory_gib=cpus * 8, gpus=inventory, labels=labels), tasks=[])
+        else:
+            messages.heartbeat(name, inventory, tasks=[])  # GPUs reported anew: some gone, or larger
+        messages.largest_node()  # asked between changes, so a stale answer would be kept
+    nodes = list(cluster.nodes.values())
+    largest = messages.largest_node()
+    if not nodes:
+        assert largest.max_gpus is None and largest.sized is None
+        return
+    by_labels: dict = {}
+    for node in nodes:
+        labels = tuple(sorted(node.labels.items()))
+        size = (len(node.gpus), max((g.memory_gib for g in node.gpus), default=0.0), node.cpus, node.memory_gib)
+        by_labels[labels] = tuple(map(max, zip(by_labels.get(labels, size), size)))
+    assert largest.max_gpus == max(len(n.gpus) for n in nodes)
+    assert largest.max_gpu_memory_gib == max((g.memory_gib for n in nodes for g in n.gpus), default=0.0)
+    assert (largest.max_cpus, largest.max_memory_gib) == (max(n.cpus for n in nodes), max(n.memory_gib for n in nodes))
+    assert largest.labels == tuple(sorted(by_labels))
+    assert largest.sized == tuple((labels, *size) for labels, size in sorted(by_labels.items()))
