@@ -63,8 +63,13 @@ class PlanApplier:
         """
         self.last_plan = plan
         now = self.clock()
-        sizes = {job.id: placed(job) for job in self.jobs.values() if job.min_tasks is not None
-                 and job.state == RUNNING}
+        # The running elastic gangs the plan grows or shrinks, with their sizes before: looked up by the plan's
+        # jobs, not by a walk of every job at each cycle.
+        sizes = {}
+        for job_id in dict.fromkeys([e.job for e in plan.evictions] + [b.job for b in plan.binds]):
+            job = self.jobs.get(job_id)
+            if job is not None and job.min_tasks is not None and job.state == RUNNING:
+                sizes[job_id] = placed(job)
         self._evict(plan.evictions, skip, now)
         yield
         binds: dict[str, list[Bind]] = defaultdict(list)
