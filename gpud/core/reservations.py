@@ -15,12 +15,13 @@ ends: nothing is kept that a restart could lose.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from typing import Callable, Final, Iterator
 
 from gpud.core.nodes import NodeIndex, NodeState
 from gpud.core.shapes import FailedShapes
-from gpud.core.state import ClusterState, Statement
+from gpud.core.state import ClusterState, Statement, moved
 from gpud.model import EPS, JobSpec, Reservation, TaskPlacement, TaskRequest
 from gpud.policy import Reservations
 
@@ -386,13 +387,17 @@ class PoolPlan:
         profile.version += 1
 
     def _running_on(self, node: NodeState) -> list[Occupant]:
-        """The tasks on the node as occupants until their jobs' limits end (room held is none of them)."""
-        jobs, now = self.state.jobs, self.now
+        """The tasks on the node as occupants until their jobs' limits end (room held is none of them); a job
+        moved this cycle starts again now, and so does its limit."""
+        state, now = self.state, self.now
+        jobs, touched, placements = state.jobs, state.touched, state.placements
         found = []
         for (job_id, _), placement in node.tasks.items():
             job = jobs.get(job_id)
             if job is None:
                 continue
+            if job_id in touched and job.started is not None and moved(job, placements[job_id]):
+                job = dataclasses.replace(job, started=now)
             request = job.request
             found.append(Occupant(placement.gpu_index, placement.gpu_share, request.cpus, request.memory_gib,
                                   -FOREVER, end_of(job, now), -FOREVER, predicted_end(job, now), RUNNING, job_id))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import pluggy
 
@@ -243,7 +243,7 @@ class ClusterState:
         backlog, jobs = self.backlog, self.jobs
         for job, current, running, waiting in self._changed():
             # A job that ran on, not moved, keeps its start; one moved restarts now (a move is a stop and a start).
-            started = ((job.started if job.is_running and not _moved(job, current) else self.now) if running
+            started = ((job.started if job.is_running and not moved(job, current) else self.now) if running
                        else None)
             updated = _with_placements(job, current, started)
             jobs[job.id] = updated
@@ -506,8 +506,9 @@ class ClusterState:
             index.free_mem += sign * request.memory_gib
 
 
-def _moved(job: JobSpec, placements: tuple[TaskPlacement | None, ...]) -> bool:
-    """True when a task that ran before the cycle runs elsewhere after it (consolidation moved it)."""
+def moved(job: JobSpec, placements: Sequence[TaskPlacement | None]) -> bool:
+    """True when a task of the job that ran before the cycle runs elsewhere in ``placements`` (a move: the job
+    stops and starts again, so its run, and its time limit, begin anew)."""
     for task, before in enumerate(job.placements):
         if before is not None and task < len(placements):
             after = placements[task]

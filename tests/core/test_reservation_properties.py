@@ -157,6 +157,26 @@ def test_the_replay_gives_reservations_and_keeps_them():
     assert all(started[f"s{i}"] == EPOCH + 200.0 for i in range(4))
 
 
+def test_a_move_that_restarts_a_job_ahead_counts_against_a_reservation():
+    """Consolidation may move a running job to start a job behind a reservation only if the moved job's
+    restart (its time limit begins anew) leaves the reservation its start: here moving j0 for j4 would have
+    held n1 past j2's start. Found by the property above."""
+    policy = Policy(departments={"default": Department("default", implicit=True)}, projects={"p": Project("p")},
+                    min_runtime_s=0.0, reservations=Reservations(jobs=1), placement="spread")
+    nodes = (NodeSpec("n0", gpus=1, cpus=4.0, memory_gib=16.0), NodeSpec("n1", gpus=6, cpus=4.0, memory_gib=20.0))
+    shapes = [  # GPUs and GiB per task, tasks, submitted, time limit, run time
+        (1, 10, 2, 0, 600, 301), (1, 0, 3, 8, 250, 202), (2, 6, 2, 1, 30, 1), (2, 0, 2, 8, 60, 60),
+        (2, 1, 1, 1, 30, 1), (1, 1, 1, 0, 30, 14), (1, 0, 1, 0, 30, 1), (1, 0, 3, 18, 30, 30),
+        (1, 0, 1, 0, 30, 1), (1, 0, 1, 0, 30, 1), (1, 0, 1, 0, 30, 1), (3, 0, 1, 1, 600, 401)]
+    jobs = [JobSpec(f"j{seq}", "p", TaskRequest(gpus=float(gpus), cpus=0.0, memory_gib=float(memory)), tasks=tasks,
+                    submitted=EPOCH + submitted, seq=seq, time_limit=float(limit), placements=(None,) * tasks)
+            for seq, (gpus, memory, tasks, submitted, limit, _) in enumerate(shapes)]
+    runtimes = {f"j{seq}": float(shape[5]) for seq, shape in enumerate(shapes)}
+    reserved, started, _ = replay(policy, nodes, jobs, runtimes)
+    assert reserved["j2"][0] == EPOCH + 700.0
+    assert started["j2"] <= EPOCH + 700.0
+
+
 @st.composite
 def draining_cases(draw):
     """Nodes of one size full of 1-GPU jobs that end, early or at their limits, at random times; gangs of whole
