@@ -102,12 +102,26 @@ class Turns:
                 return time.thread_time()
             queue = self.deferred
 
-    def leave(self, began: float) -> None:
-        """The piece that :meth:`enter` let begin at ``began`` is done: its time counts against this turn."""
-        spent = time.thread_time() - began
+    def leave(self, began: float, counted: float | None = None) -> None:
+        """The piece that :meth:`enter` let begin at ``began`` is done: its time counts against this turn (what
+        :meth:`count` counted already, up to ``counted``, is not counted twice)."""
+        now = time.thread_time()
         self._open()
-        self.spent += spent
-        self.cost += (min(spent, self.slice_s) - self.cost) / 16
+        self.spent += now - (began if counted is None else counted)
+        self.cost += (min(now - began, self.slice_s) - self.cost) / 16
+
+    def count(self, since: float) -> float:
+        """Count the CPU time a piece still under way took since ``since`` against this turn; the time now, to be
+        given as the next ``since``.
+
+        Many pieces may run in one turn each shorter than its own slice: what they took together is what
+        ends the turn's share (a hundred commits woken at once, each sending its commands in a millisecond,
+        held the loop for a hundred).
+        """
+        now = time.thread_time()
+        self._open()
+        self.spent += now - since
+        return now
 
     def used(self) -> float:
         """How much of this turn of the loop the pieces have taken so far."""
@@ -180,15 +194,16 @@ class Slices:
         self.turns = long_work_turns()
         self.began = time.perf_counter()
         self.began_cpu = time.thread_time()
+        self.counted_cpu = self.began_cpu  # this slice's time counted against the turn up to here
         self.pauses = 0
 
     async def pause(self) -> None:
-        """Let the loop turn when this slice's time is spent, or when this turn's share of long work is
-        (returns at once otherwise)."""
-        spent = time.perf_counter() - self.began
-        if spent < self.slice_s and self.turns.used() + spent < self.turns.budget:
+        """Let the loop turn when this slice's time is spent, or when this turn's share of long work is, by this
+        piece and every other one that ran in it (returns at once otherwise)."""
+        self.counted_cpu = self.turns.count(self.counted_cpu)
+        if time.perf_counter() - self.began < self.slice_s and self.turns.used() < self.turns.budget:
             return
         self.pauses += 1
-        self.turns.leave(self.began_cpu)
-        self.began_cpu = await self.turns.later()
+        self.turns.leave(self.began_cpu, self.counted_cpu)
+        self.began_cpu = self.counted_cpu = await self.turns.later()
         self.began = time.perf_counter()

@@ -233,3 +233,30 @@ async def test_long_work_gives_way_to_a_request_every_slice():
     asyncio.get_running_loop().call_soon(lambda: seen_at.append(len(done)))
     await asyncio.gather(*pieces)
     assert seen_at and seen_at[0] - before <= MOST_S / STEP_S + 2, (before, seen_at)
+
+
+async def test_many_short_pieces_of_long_work_woken_at_once_take_one_slice_a_turn():
+    # A write that a hundred commits wait for wakes them all in one turn, and each sends its few commands, one at a
+    # time under one lock, well within a slice of its own: what they take together ends the turn's share of long
+    # work, or the hundred held the loop for a hundred steps.
+    done: list[tuple[int, int]] = []
+    written = asyncio.get_running_loop().create_future()
+    sending = asyncio.Lock()
+
+    async def commit(number: int) -> None:
+        await written
+        async with sending:
+            slices = Slices()
+            for step in range(3):
+                busy(STEP_S)
+                done.append((number, step))
+                await slices.pause()
+
+    commits = [asyncio.ensure_future(commit(n)) for n in range(100)]
+    await asyncio.sleep(0)
+    counted = PerTurn(done)
+    written.set_result(None)
+    await asyncio.gather(*commits)
+    per_turn = counted.stop()
+    assert done == [(n, s) for n in range(100) for s in range(3)]
+    assert max(per_turn) <= MOST_S / STEP_S + 2, per_turn
