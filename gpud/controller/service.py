@@ -326,7 +326,8 @@ class Controller:
         now = self.clock()
         inline = self.last_cycle_s < INLINE_CYCLE_S and not cluster.core.heavy(INLINE_OPS)
         # In its thread, the core gives the loop's thread a turn every so many steps (gpud.controller.cycle_turns).
-        turn = None if inline else cycle_turns.give_turn
+        loop_first = cycle_turns.LoopFirst()
+        turn = None if inline else loop_first.give
         usage = self.charger.decayed_usage()
         ops, anew = cluster.core.begin()
         if anew:
@@ -342,7 +343,11 @@ class Controller:
             if inline:
                 plan = cycle()
             else:
-                plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, cycle)
+                loop_first.start()
+                try:
+                    plan = await asyncio.get_running_loop().run_in_executor(self.cycle_executor, cycle)
+                finally:
+                    loop_first.stop()
         except BaseException:
             cluster.core.running = False
             cluster.core.rebuild()
