@@ -15,7 +15,14 @@ every thread whatever the core does (the controller keeps them rare,
 gpud/controller/heap.py). Run it with the compiled core installed, from outside the source
 tree (PYTHONSAFEPATH=1); it says which core it ran.
 
-    python bench/cycle_turns.py [--size quick|big|huge] [--repeat 3] [--json] [--instructions]
+    python bench/cycle_turns.py [--size quick|big|huge] [--repeat 3] [--json] [--instructions] [--loop]
+
+With --loop, warm cycles also run in a thread from an asyncio loop, as the
+controller runs them, with the plain turn and with the loop's thread first
+(gpud.controller.cycle_turns.LoopFirst), alternated: on an idle loop (what
+standing aside costs a cycle) and on a loop busy with turns of 5 ms of CPU
+one after the other (how much longer than its CPU time each turn takes,
+and the cycle's time). Medians over --repeat.
 
 With --instructions, a fresh cycle runs once with the turn and once without
 under valgrind's callgrind, which counts the instructions it executes: what
@@ -25,6 +32,7 @@ the turns cost, the same at every run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -37,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -48,6 +57,7 @@ from gpud.core import COMPILED, Scheduler  # noqa: E402
 from gpud.plugins import make_plugin_manager  # noqa: E402
 
 TICK_S = 0.001
+LOOP_TURN_S = 0.005  # --loop: the CPU time of each turn of a busy loop
 
 
 def ticks_while(work: Callable[[], None]) -> tuple[list[float], float]:
@@ -93,8 +103,9 @@ def fresh(snapshot, policy, pm, turn: Callable[[], None] | None) -> dict:
     return figures(*ticks_while(work))
 
 
-def warm(scheduler: Scheduler, rng: random.Random, n: int, turn: Callable[[], None] | None) -> dict:
-    """100 completions and 100 submissions taken in, then a cycle 10 s later, in a thread (as the
+def warm_work(scheduler: Scheduler, rng: random.Random, n: int,
+              turn: Callable[[], None] | None) -> Callable[[], None]:
+    """100 completions and 100 submissions taken in, then a cycle 10 s later: the work a thread runs (as the
     controller's cycle thread does both)."""
     jobs = scheduler.jobs()
     done = rng.sample([j.id for j in jobs if j.is_running], 100)
@@ -109,7 +120,47 @@ def warm(scheduler: Scheduler, rng: random.Random, n: int, turn: Callable[[], No
         for job in new:
             scheduler.submit(job)
         scheduler.cycle(now, turn)
-    return figures(*ticks_while(work))
+    return work
+
+
+def warm(scheduler: Scheduler, rng: random.Random, n: int, turn: Callable[[], None] | None) -> dict:
+    """A warm cycle (``warm_work``) in a thread, the main thread ticking meanwhile."""
+    return figures(*ticks_while(warm_work(scheduler, rng, n, turn)))
+
+
+def on_a_loop(scheduler: Scheduler, rng: random.Random, n: int, loop_first: bool, busy: bool) -> dict:
+    """A warm cycle run in a thread from an asyncio loop, as the controller runs it, with the plain turn or the
+    loop's thread first (cycle_turns.LoopFirst); with ``busy`` the loop meanwhile runs turns of LOOP_TURN_S of its
+    thread's CPU one after the other, as a loop busy with a fleet's messages does. The cycle's wall seconds, and
+    the loop's turns' wall time per CPU time (median and p99: 1.0 is a loop that runs at full speed), and how long
+    the cycle's thread stood aside."""
+    first = cycle_turns.LoopFirst()
+    work = warm_work(scheduler, rng, n, first.give if loop_first else cycle_turns.give_turn)
+    stretches: list[float] = []
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        began = time.perf_counter()
+        first.start()
+        cycle = loop.run_in_executor(executor, work)
+        while busy and not cycle.done():
+            wall, cpu = time.perf_counter(), time.thread_time()
+            while time.thread_time() - cpu < LOOP_TURN_S:
+                pass
+            stretches.append((time.perf_counter() - wall) / (time.thread_time() - cpu))
+            await asyncio.sleep(0)
+        await cycle
+        first.stop()
+        return time.perf_counter() - began
+
+    with ThreadPoolExecutor(1) as executor:
+        seconds = asyncio.run(run())
+    result: dict = {"cycle_s": round(seconds, 4), "stood_aside_s": round(first.aside, 4)}
+    if stretches:
+        stretches.sort()
+        result.update({"loop_turns": len(stretches), "stretch_median": round(statistics.median(stretches), 2),
+                        "stretch_p99": round(stretches[int(len(stretches) * 0.99)], 2)})
+    return result
 
 
 # One fresh cycle, counted from the exec that runs it: argv is this folder, the size, and "with" or "without".
@@ -161,6 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--instructions", action="store_true",
                         help="count a fresh cycle's instructions under valgrind, with the turn and without")
+    parser.add_argument("--loop", action="store_true",
+                        help="also run warm cycles from an asyncio loop, idle or busy, with the plain turn and with "
+                             "the loop's thread first (cycle_turns.LoopFirst), alternated")
     args = parser.parse_args(argv)
     if args.instructions:
         counts = count_instructions(args.size)
@@ -190,6 +244,13 @@ def main(argv: list[str] | None = None) -> None:
         for label, turn in (("without", None), ("with", give)):
             out[f"warm_{label}_turns"].append(warm(scheduler, rng, n, turn))
             n += 1
+    if args.loop:
+        for _ in range(args.repeat):
+            for busy in (False, True):
+                for label, loop_first in (("plain", False), ("loop_first", True)):
+                    out.setdefault(f"loop_{'busy' if busy else 'idle'}_{label}", []).append(
+                        on_a_loop(scheduler, rng, n, loop_first, busy))
+                    n += 1
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -197,7 +258,14 @@ def main(argv: list[str] | None = None) -> None:
           f"{GIL_SWITCH_INTERVAL_S * 1000:g} ms, a turn every {cycle_turns.TURN_EVERY} steps; main thread's "
           f"tick gaps (ms) while a cycle runs in a thread:")
     for key, runs in out.items():
-        if isinstance(runs, list):
+        if isinstance(runs, list) and key.startswith("loop_"):
+            cycles = statistics.median(run["cycle_s"] for run in runs) * 1000
+            line = f"  {key:22} cycle median {cycles:7.1f} ms"
+            if "stretch_median" in runs[0]:
+                line += (f"   loop turn wall / CPU: median {statistics.median(r['stretch_median'] for r in runs):.2f}"
+                         f", p99 {statistics.median(r['stretch_p99'] for r in runs):.2f}")
+            print(line)
+        elif isinstance(runs, list):
             for run in runs:
                 print(f"  {key:22} median {run['median_ms']:6.2f}  p99 {run['p99_ms']:7.1f}  max {run['max_ms']:7.1f}"
                       f"   cycle CPU {run['cycle_cpu_s']:.3f} s")
