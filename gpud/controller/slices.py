@@ -34,9 +34,9 @@ from collections import deque
 # everything else: a /healthz waits for four to six turns, each those shares, the reads and requests ready and any
 # pass of the garbage collector. Long work's share is SLICE_S; node messages' is SLICE_S, or as much as the rest of
 # the turn took, up to MOST_S: on a busy loop the nodes' answers keep about a third of it, while long work (a fill's
-# plan, its commands and rows), which nothing waits on by the millisecond, keeps a turn short (with up to MOST_S of
-# it, a /healthz during a fill of 2,000 nodes took 150-220 ms; with SLICE_S and the cycle's thread standing aside,
-# gpud.controller.cycle_turns, 105-125 ms, the fill as fast).
+# plan, its commands and rows), which nothing waits on by the millisecond, keeps a turn short (a /healthz during a
+# fill of 2,000 nodes took 168-178 ms at worst with up to MOST_S of it and the interpreter's lock shared evenly with
+# a cycle; 130-134 ms with SLICE_S and the cycle's thread standing aside, gpud.controller.cycle_turns; as fast a fill).
 SLICE_S = 0.003
 MOST_S = 0.006
 
