@@ -107,9 +107,7 @@ class Turns:
     def leave(self, began: float, counted: float | None = None) -> None:
         """The piece that :meth:`enter` let begin at ``began`` is done: its time counts against this turn (what
         :meth:`count` counted already, up to ``counted``, is not counted twice)."""
-        now = time.thread_time()
-        self._open()
-        self.spent += now - (began if counted is None else counted)
+        now = self.count(began if counted is None else counted)
         self.cost += (min(now - began, self.slice_s) - self.cost) / 16
 
     def count(self, since: float) -> float:
