@@ -34,7 +34,9 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
   (bench/loop_stretches.py);
 - gc_full_passes_all, gc_full_pass_longest_ms, gc_freezes: the garbage
   collector's full passes over the controller's whole life, from its
-  /metrics (gpud.controller.heap), read at the end.
+  /metrics (gpud.controller.heap), read at the end; event_loop: the loop
+  the controller ran on, from the same page (uvloop; asyncio with
+  GPUD_EVENT_LOOP=asyncio in this script's environment, or --stretches).
 
 The controller's CPU is its own: the emulators, this script and the
 machine's other load are not in it (the load average is printed beside).
@@ -268,15 +270,24 @@ def profile(pid: int, path: str) -> subprocess.Popen | None:
 
 
 def metrics(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    """The values of these unlabelled metrics on the controller's /metrics (those it does not show are left out)."""
+    """The values of these metrics on the controller's /metrics, by series (the name with its labels, as
+    written there); those it does not show are left out."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=60) as answer:
         lines = answer.read().decode().splitlines()
     found = {}
     for line in lines:
-        name, _, value = line.partition(" ")
-        if name in names:
-            found[name] = float(value)
+        series, _, value = line.partition(" ")
+        if series.partition("{")[0] in names:
+            found[series] = float(value)
     return found
+
+
+def event_loop_of(collected: dict[str, float]) -> str | None:
+    """The controller's event loop, as its gpud_event_loop_info series in ``collected`` labels it."""
+    for series in collected:
+        if series.startswith('gpud_event_loop_info{loop="'):
+            return series.split('"')[1]
+    return None
 
 
 def tail(root: str, name: str) -> str:
@@ -354,7 +365,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         # The history answers at most MAX_HISTORY of the latest jobs; the emulators count every task's end.
         history = api.get("history", {"limit": min(args.jobs, MAX_HISTORY)})["jobs"]
         collector = metrics(url, ("gpud_gc_full_passes_total", "gpud_gc_full_pass_longest_seconds",
-                                  "gpud_gc_freezes_total"))
+                                  "gpud_gc_freezes_total", "gpud_event_loop_info"))
     except ClientError as exc:
         raise SystemExit(f"fleet: {exc}\n{tail(root, 'controller.log')}") from None
     finally:
@@ -393,7 +404,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         "fill_s": round(filled - submit_began, 2), "drain_s": round(drained - first_end, 2),
         "controller_cpu_s": round(cpu_drained - cpu_registered, 2),
         "heartbeat_p99_ms": heartbeats["p99"], "healthz_max_ms": round(probes[-1], 1) if probes else None,
-        "core_compiled": compiled, "gpus_per_node": args.gpus_per_node, "tasks": tasks, "gpus_asked": gpus_asked, "mix": args.mix,
+        "core_compiled": compiled, "event_loop": event_loop_of(collector), "gpus_per_node": args.gpus_per_node, "tasks": tasks, "gpus_asked": gpus_asked, "mix": args.mix,
         "task_s": args.task_s, "submit_s": round(submitted - submit_began, 2),
         "drain_lag_s": round(drained - last_end, 2), "register_s": round(registered - began, 2),
         "register_cpu_s": round(cpu_registered - cpu_start, 2),
@@ -472,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"fleet: {figures['nodes']} emulated nodes x {figures['gpus_per_node']} GPUs "
               f"({figures['emulators']} emulator processes), scheduling core "
-              f"{'compiled' if figures['core_compiled'] else 'in Python'}, {figures['jobs']} jobs "
+              f"{'compiled' if figures['core_compiled'] else 'in Python'}, event loop {figures['event_loop']}, "
+              f"{figures['jobs']} jobs "
               f"({'mixed' if figures['mix'] else 'one GPU each'}, {figures['tasks']} tasks, `sleep {args.task_s:g}`)")
         print(f"  registration: {figures['register_s']} s, controller CPU {figures['register_cpu_s']} s")
         print(f"  fill (first submit to every task started): {figures['fill_s']} s (goal < {GOAL_FILL_S:g} s; "

@@ -13,7 +13,9 @@ by its coroutine and the lines of gpud it ran from and to, or by its
 callback), and the collector's full passes, which stop the loop when they
 run on its thread: how many, the longest and their CPU time in all.
 SIGUSR1 starts the count afresh; SIGUSR2 writes OUT.json now (so that
-what a caller then asks of the daemon is left out).
+what a caller then asks of the daemon is left out). The daemon runs on
+asyncio's own loop here (GPUD_EVENT_LOOP=asyncio), whose handles are timed,
+not on uvloop's.
 
 From SIGUSR1 on, a probe on the loop also asks to wake every LAG_EVERY_S
 and notes each wake-up late by LAG_STALL_S or more (a request arriving
@@ -254,6 +256,8 @@ def main() -> None:
     """Measure the loop's callbacks of ``gpud ARGS``, writing the figures to the first argument at exit (and on
     SIGUSR2; SIGUSR1 starts afresh)."""
     out = sys.argv.pop(1)
+    # The callbacks are timed through asyncio's handles, which uvloop's loop (the controller's default) does not use.
+    os.environ["GPUD_EVENT_LOOP"] = "asyncio"
     asyncio.events.Handle._run = _timed  # type: ignore[method-assign]
     signal.signal(signal.SIGUSR1, lambda *_: _reset())
     signal.signal(signal.SIGUSR2, lambda *_: _write_once(out))

@@ -35,6 +35,10 @@ With [tls] cert and key in controller.toml (or --tls-cert and --tls-key)
 the API, the nodes' WebSocket and the dashboard are served over TLS only
 (https://, wss://); `gpud cert` makes a CA and certificates. Listening on
 an address other than loopback without TLS is allowed, with a warning.
+
+The controller runs on uvloop's event loop; GPUD_EVENT_LOOP=asyncio in its
+environment runs Python's own asyncio loop instead (/metrics says which:
+gpud_event_loop_info).
 """
 
 
@@ -68,12 +72,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the configuration and serve until SIGINT or SIGTERM; exit 2 on a bad configuration."""
     from gpud.controller.app import make_app
+    from gpud.controller import event_loop
     from gpud.controller.config import load_config
     from gpud.controller.state_dir import StateError
     from gpud.errors import ConfigError
     from gpud.tls import TlsFileError, server_context
 
     setup_logging(args.log_level, args.log_format)
+    try:
+        event_loop.chosen()
+    except event_loop.EventLoopError as exc:
+        print(f"gpud controller: {exc}", file=sys.stderr)
+        return 2
     try:
         config = replace(load_config(args.config, listen=args.listen, state_dir=args.state_dir, policy=args.policy,
                                      tls_cert=args.tls_cert, tls_key=args.tls_key, store=args.store),
@@ -90,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1
     try:
-        asyncio.run(serve(app, config, tls))
+        event_loop.run(serve(app, config, tls))
     except StateError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1
