@@ -37,7 +37,8 @@ the API, the nodes' WebSocket and the dashboard are served over TLS only
 an address other than loopback without TLS is allowed, with a warning.
 
 The controller runs on uvloop's event loop; GPUD_EVENT_LOOP=asyncio in its
-environment runs Python's own asyncio loop instead (/metrics says which:
+environment runs Python's own asyncio loop instead, as it does, with a
+warning, where uvloop cannot be imported (/metrics says which:
 gpud_event_loop_info).
 """
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level, args.log_format)
     try:
-        event_loop.chosen()
+        loop_factory = event_loop.loop_factory()
     except event_loop.EventLoopError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 2
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1
     try:
-        event_loop.run(serve(app, config, tls))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(app, config, tls))
     except StateError as exc:
         print(f"gpud controller: {exc}", file=sys.stderr)
         return 1

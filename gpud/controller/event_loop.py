@@ -9,23 +9,27 @@ filled by 16,000 jobs (``bench/fleet.py``), ``/healthz`` answered within
 
 ``GPUD_EVENT_LOOP=asyncio`` runs asyncio's own loop instead: for
 ``bench/loop_stretches.py``, which times each callback through asyncio's
-handles, and for comparing the two side by side.
+handles, and for comparing the two side by side. Where uvloop cannot be
+imported (an install without it), the controller says so and runs on
+asyncio's loop, unless ``GPUD_EVENT_LOOP=uvloop`` asked for it by name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from typing import Any, Callable, Coroutine, TypeVar
-
-T = TypeVar("T")
+from typing import Callable
 
 ENV = "GPUD_EVENT_LOOP"
 LOOPS = ("uvloop", "asyncio")
 
 
+log = logging.getLogger("gpud.controller")
+
+
 class EventLoopError(ValueError):
-    """GPUD_EVENT_LOOP names no loop gpud knows."""
+    """GPUD_EVENT_LOOP names no loop gpud knows, or uvloop, which cannot be imported."""
 
 
 def chosen() -> str:
@@ -36,18 +40,21 @@ def chosen() -> str:
     return name
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` to its end on a new loop of the chosen kind (:func:`chosen`), as ``asyncio.run`` does."""
-    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes the chosen loop (None: asyncio's own). Without uvloop installed, asyncio's own with a warning,
+    or EventLoopError when GPUD_EVENT_LOOP named uvloop."""
+    if chosen() == "asyncio":
+        return None
     try:
-        if chosen() == "uvloop":
-            import uvloop
-            factory = uvloop.new_event_loop
-    except BaseException:
-        main.close()  # never awaited: closed, so Python does not warn about it
-        raise
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+        import uvloop
+    except ImportError as exc:
+        if os.environ.get(ENV, "").strip():
+            raise EventLoopError(f"{ENV}=uvloop, but uvloop cannot be imported ({exc}); "
+                                 f"install it (pip install uvloop) or unset {ENV}") from None
+        log.warning("uvloop cannot be imported (%s): serving on asyncio's own event loop, whose turns are "
+                    "longer under many nodes; install uvloop (pip install uvloop)", exc)
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def running_loop_name() -> str:
