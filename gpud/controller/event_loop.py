@@ -21,11 +21,10 @@ import logging
 import os
 from typing import Callable
 
+log = logging.getLogger("gpud.controller")
+
 ENV = "GPUD_EVENT_LOOP"
 LOOPS = ("uvloop", "asyncio")
-
-
-log = logging.getLogger("gpud.controller")
 
 
 class EventLoopError(ValueError):

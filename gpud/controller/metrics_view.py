@@ -82,8 +82,9 @@ async def render(ctrl: Controller) -> str:
     lines += metric("gpud_loop_lag_seconds", "gauge", "How late the controller's event loop ran at worst over the "
                     f"last {WINDOW_S:g} seconds (every request and node message waits for it).",
                     [({}, round(ctrl.loop_lag.worst_s(asyncio.get_running_loop().time()), 6))])
-    lines += metric("gpud_event_loop_info", "gauge", "The event loop the controller runs on (uvloop, or asyncio's "
-                    "own with GPUD_EVENT_LOOP=asyncio).", [({"loop": running_loop_name()}, 1)])
+    lines += metric("gpud_event_loop_info", "gauge", "The event loop the controller runs on: uvloop, or asyncio "
+                    "(Python's own) with GPUD_EVENT_LOOP=asyncio or without uvloop.",
+                    [({"loop": running_loop_name()}, 1)])
     passes = ctrl.full_passes
     if passes is not None:
         lines += metric("gpud_gc_full_passes_total", "counter", "Full passes of Python's garbage collector (each "
