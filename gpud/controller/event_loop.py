@@ -31,23 +31,20 @@ class EventLoopError(ValueError):
     """GPUD_EVENT_LOOP names no loop gpud knows, or uvloop, which cannot be imported."""
 
 
-def chosen() -> str:
-    """The loop GPUD_EVENT_LOOP asks for ("uvloop" when unset); EventLoopError for any other value."""
-    name = os.environ.get(ENV, "").strip() or LOOPS[0]
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes the loop GPUD_EVENT_LOOP asks for, uvloop's when unset (None: asyncio's own). EventLoopError for
+    a loop gpud does not know; without uvloop installed, asyncio's own with a warning, or EventLoopError when
+    GPUD_EVENT_LOOP named uvloop."""
+    asked = os.environ.get(ENV, "").strip()
+    name = asked or LOOPS[0]
     if name not in LOOPS:
         raise EventLoopError(f"{ENV}={name!r} is not a loop gpud knows: use {' or '.join(LOOPS)}")
-    return name
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """What makes the chosen loop (None: asyncio's own). Without uvloop installed, asyncio's own with a warning,
-    or EventLoopError when GPUD_EVENT_LOOP named uvloop."""
-    if chosen() == "asyncio":
+    if name == "asyncio":
         return None
     try:
         import uvloop
     except ImportError as exc:
-        if os.environ.get(ENV, "").strip():
+        if asked:
             raise EventLoopError(f"{ENV}=uvloop, but uvloop cannot be imported ({exc}); "
                                  f"install it (pip install uvloop) or unset {ENV}") from None
         log.warning("uvloop cannot be imported (%s): serving on asyncio's own event loop, whose turns are "
@@ -57,6 +54,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def running_loop_name() -> str:
-    """The kind of the loop running now, as :func:`chosen` names them (by the module that made it)."""
+    """The kind of the loop running now, as GPUD_EVENT_LOOP names them (by the module that made it)."""
     module = type(asyncio.get_running_loop()).__module__
     return "uvloop" if module.startswith("uvloop") else "asyncio"
