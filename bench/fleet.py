@@ -16,7 +16,8 @@ half-GPU fractions and gangs of 2 tasks x 4 GPUs), each running
   drain_lag_s: the last task's end to every job finished;
 - controller_cpu_s: the controller process's CPU time (all its threads)
   from the first submit to the end of the drain (register_cpu_s: while the
-  nodes registered);
+  nodes registered; register_builds: how many times the controller built
+  its scheduler anew meanwhile, from its /metrics);
 - heartbeat_p99_ms: heartbeat sent to its lease answer, at the nodes,
   over the whole run;
 - healthz_max_ms: the slowest of the /healthz requests made every 100 ms
@@ -342,6 +343,8 @@ def _run(args: argparse.Namespace, root: str) -> dict:
              and prober.nodes == args.nodes, args.timeout)
         registered = time.time()
         cpu_registered = cpu_seconds(controller.pid)
+        builds = metrics(url, ("gpud_scheduler_builds_total",)).get("gpud_scheduler_builds_total")
+        builds = None if builds is None else int(builds)
         submit_began = time.time()
         for start in range(0, len(jobs), BATCH):
             api.post("jobs/batch", {"jobs": jobs[start:start + BATCH]})
@@ -407,7 +410,7 @@ def _run(args: argparse.Namespace, root: str) -> dict:
         "core_compiled": compiled, "event_loop": event_loop_of(collector), "gpus_per_node": args.gpus_per_node, "tasks": tasks, "gpus_asked": gpus_asked, "mix": args.mix,
         "task_s": args.task_s, "submit_s": round(submitted - submit_began, 2),
         "drain_lag_s": round(drained - last_end, 2), "register_s": round(registered - began, 2),
-        "register_cpu_s": round(cpu_registered - cpu_start, 2),
+        "register_cpu_s": round(cpu_registered - cpu_start, 2), "register_builds": builds,
         "heartbeat_p50_ms": heartbeats["p50"], "heartbeat_max_ms": heartbeats["max"], "heartbeats": len(rtts),
         "healthz_p99_ms": round(percentile(probes, 0.99), 1) if probes else None,
         "healthz_max_ms_by_phase": {phase: round(max(prober.between(start, end), default=0.0), 1) for phase, start, end
@@ -486,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'compiled' if figures['core_compiled'] else 'in Python'}, event loop {figures['event_loop']}, "
               f"{figures['jobs']} jobs "
               f"({'mixed' if figures['mix'] else 'one GPU each'}, {figures['tasks']} tasks, `sleep {args.task_s:g}`)")
-        print(f"  registration: {figures['register_s']} s, controller CPU {figures['register_cpu_s']} s")
+        print(f"  registration: {figures['register_s']} s, controller CPU {figures['register_cpu_s']} s, "
+              f"scheduler built anew {figures['register_builds']} times")
         print(f"  fill (first submit to every task started): {figures['fill_s']} s (goal < {GOAL_FILL_S:g} s; "
               f"submitting took {figures['submit_s']} s)")
         print(f"  drain (first task end to every job finished): {figures['drain_s']} s; "

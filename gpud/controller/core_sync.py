@@ -121,9 +121,13 @@ class CoreSync:
             return scheduler
         return apply
 
+    def builds_anew(self) -> bool:
+        """Whether the next cycle builds the scheduler anew."""
+        return self.rebuild_needed or self.scheduler is None
+
     def heavy(self, ops: int) -> bool:
         """Whether the next cycle has much to take in: a scheduler to build anew, or more than ``ops`` operations."""
-        return self.rebuild_needed or self.scheduler is None or len(self.ops) > ops
+        return self.builds_anew() or len(self.ops) > ops
 
     def finished(self, plan: Plan) -> tuple[Plan | None, set[str]]:
         """After a cycle: the plan to carry out (None when void) and the jobs whose actions to skip."""

@@ -66,6 +66,9 @@ async def render(ctrl: Controller) -> str:
                     "since the controller started.",
                     [({"project": p}, s) for p, s in sorted(cluster.plans.preemptions.lost_by_project.items())])
     lines += ctrl.cycle_seconds.render()
+    lines += metric("gpud_scheduler_builds_total", "counter", "Cycles that built the scheduler anew from every node "
+                    "and job (the first, then after a change of the nodes or the policy) since the controller started.",
+                    [({}, ctrl.builds)])
     lines += ctrl.api_seconds.render()
     lines += metric("gpud_store_batches_total", "counter", "Transactions written to the store.",
                     [({}, ctrl.persist.batches)])

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import getpass
 import logging
+import math
 import os
 import sqlite3
 import socket
@@ -47,6 +48,12 @@ log = logging.getLogger("gpud.controller")
 # Cycles start at least CYCLE_GAP_FACTOR times the last cycle's work apart
 # (so scheduling takes at most a third of the loop), and never more than
 # MAX_CYCLE_GAP_S: cheap cycles follow each change quickly, costly ones batch.
+# A cycle that builds the scheduler anew (nodes or the policy changed) starts
+# at least MIN_BUILD_GAP_S, and CYCLE_GAP_FACTOR times the last such cycle's
+# work, after the last one: a build costs what the whole cluster is, so a fleet
+# registering node by node is built anew a few times a second, not once per
+# cycle, and a new node waits at most that long to be scheduled on.
+MIN_BUILD_GAP_S = 0.25
 MAX_CYCLE_GAP_S = 0.01
 CYCLE_GAP_FACTOR = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -57,6 +64,12 @@ INLINE_CYCLE_S = 0.002
 # ... unless the scheduler is to be built anew or takes in more jobs than this: a burst of submits after idle
 # cycles made an inline cycle that held the event loop for seconds.
 INLINE_OPS = 32
+
+
+def build_spacing(last_build_work_s: float) -> float:
+    """The least time from the start of one cycle that built the scheduler anew to the start of the next such
+    cycle, in seconds, given what the last one took: MIN_BUILD_GAP_S, or CYCLE_GAP_FACTOR times as long."""
+    return max(MIN_BUILD_GAP_S, CYCLE_GAP_FACTOR * last_build_work_s)
 
 
 def load_policy_and_plugins(path: str) -> tuple[Policy, Any, dict]:
@@ -106,8 +119,11 @@ class Controller:
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
         self.api_seconds = Histogram("gpud_api_request_seconds", "API request latency by route.", "route")
         self.cycles = 0
+        self.builds = 0  # cycles that built the scheduler anew
         self.last_cycle_s = 1.0          # the first cycle may be a big one: give it the thread
         self.last_cycle_work_s = 1.0     # the same, with preparing it and applying its plan
+        self.last_build_work_s = 0.0     # the same, of the last cycle that built the scheduler anew
+        self.last_build_began = -math.inf  # when that cycle began (time.monotonic())
         self.started = clock()
         self.auth: Auth  # set when the state is opened, before the API answers
         self.idempotency = Idempotency(self._stored_answer)
@@ -294,13 +310,17 @@ class Controller:
         """Run a cycle when something changed (debounced) and on a timer, until cancelled.
 
         Cycles are spaced by what the last one cost (see CYCLE_GAP_FACTOR), so a
-        burst of submits is scheduled in a few cycles rather than one per submit.
+        burst of submits is scheduled in a few cycles rather than one per submit;
+        and those that build the scheduler anew by what the last such one cost, at
+        least MIN_BUILD_GAP_S apart, so a burst of node registrations is too.
         """
         last = 0.0
         while True:
             await wait_event(self.kick, self.config.interval_s)
             spacing = min(MAX_CYCLE_GAP_S, CYCLE_GAP_FACTOR * self.last_cycle_work_s)
             gap = last + spacing - time.monotonic()
+            if self.cluster.core.builds_anew():
+                gap = max(gap, self.last_build_began + build_spacing(self.last_build_work_s) - time.monotonic())
             if self.config.debounce_ms or gap > 0:
                 await asyncio.sleep(max(self.config.debounce_ms / 1000, gap))
             self.kick.clear()
@@ -331,6 +351,7 @@ class Controller:
         usage = self.charger.decayed_usage()
         ops, anew = cluster.core.begin()
         if anew:
+            self.last_build_began = time.monotonic()
             nodes, specs = await self._snapshot()
             ready = cluster.core.build_later(nodes, specs, now, usage, turn, cycle_turns.TURN_EVERY)
         else:
@@ -364,6 +385,9 @@ class Controller:
         else:
             self.kick.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
+        if anew:
+            self.builds += 1
+            self.last_build_work_s = self.last_cycle_work_s
         await self.commit()
 
     async def _snapshot(self) -> tuple[tuple[NodeSpec, ...], tuple[JobSpec, ...]]:
