@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from gpud.core.backlog import Backlog, Group
 from gpud.core.queues import QueueState
@@ -39,17 +39,60 @@ class Skip:
         raise NotImplementedError
 
 
+class _UserRun:
+    """One user's groups in a queue the user order sorts: a sorted run of (key, tiebreak, group) entries in
+    job order, read from ``next`` on, and a heap of the groups pushed back since, as in a plain queue.
+
+    ``usage`` is the user's decayed usage in the queue; ``gpus`` the GPUs it
+    held there and ``standing`` its usage plus the window times those GPUs,
+    when the walk last compared the users (``QueueWalk._choose``).
+    """
+
+    __slots__ = ("entries", "next", "heap", "held", "usage", "gpus", "standing")
+
+    def __init__(self, queue: QueueState, user: str, entries: list[Entry], usage: float) -> None:
+        self.entries = entries
+        self.next = 0
+        self.heap: list[Entry] = []
+        self.held = (queue, user)  # the user's key in ClusterState.user_gpus
+        self.usage = usage
+        self.gpus = 0.0
+        self.standing = usage
+
+    def top(self) -> Entry | None:
+        """The first entry of the run and the heap, or None when both are spent."""
+        entries, heap, i = self.entries, self.heap, self.next
+        if i < len(entries) and not (heap and heap[0] < entries[i]):
+            entry: Entry = entries[i]
+            return entry
+        if heap:
+            first: Entry = heap[0]
+            return first
+        return None
+
+    def pop(self) -> None:
+        """Take the first entry out."""
+        entries, heap, i = self.entries, self.heap, self.next
+        if i < len(entries) and not (heap and heap[0] < entries[i]):
+            self.next = i + 1
+        else:
+            heapq.heappop(heap)
+
+
 class _QueueCursor:
     """Where the walk stands in one queue: its groups by their next job, as (key, tiebreak, group).
 
     The groups come in a sorted run, read from ``next`` on, and a heap of
     the groups pushed since; the first of both is the first of the queue.
     ``at`` holds the index of a group's next job once it is past the first.
-    In a queue the user order sorts, the run is one entry long: the next
-    group of the user last taken, held ahead of the heap (``QueueWalk._lead``).
+    In a queue the user order sorts, each user's groups are a run and a heap
+    of their own (``users``): the first group is that of the user leading
+    (``lead``), the others wait in a heap by their next group (``others``),
+    as compared when the queue last had a bind or a release (``stamp``;
+    ``QueueWalk._lead``).
     """
 
-    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage", "runs")
+    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage", "runs", "users", "lead", "others", "stamp")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -60,9 +103,12 @@ class _QueueCursor:
         self.skip: Skip | None = None
         # Each waiting user's decayed usage in the queue, when the user order sorts it; else None.
         self.usage: dict[str, float] | None = None
-        # Then each user's groups in job order, and how many were taken out: the run and the heap hold
-        # at most one group of a user's run at a time (entries of four fields, the fourth the user).
-        self.runs: dict[str, list] = {}
+        # Then each user's groups, by user and in a list of those with a group left.
+        self.runs: dict[str, _UserRun] = {}
+        self.users: list[_UserRun] = []
+        self.lead: _UserRun | None = None
+        self.others: list[tuple] = []  # the other users with a group left, as (user-order key, _UserRun)
+        self.stamp = -1  # the queue's binds and releases (QueueState.changes) when the users were compared
 
     def top(self) -> Group | None:
         """The group of the first entry, or None when no group is left."""
@@ -146,7 +192,7 @@ class QueueWalk:
         dept = heapq.heappop(self._dept_heap)[-1]
         project = heapq.heappop(self._project_heaps[dept])[-1]
         cursor = self._cursors[project]
-        group = cursor.pop() if cursor.usage is None else self._take(cursor)
+        group = cursor.pop() if cursor.usage is None else self._take_lead(cursor)
         self._cursor, self._group, self._dept = cursor, group, dept
         return group.jobs[cursor.at.get(group, 0)]
 
@@ -175,7 +221,7 @@ class QueueWalk:
             else:
                 self._start_after_changes(cursor, backlog.heads.get(queue, []) if admit is None
                                           else admit(queue, backlog.heads.get(queue, [])))
-            if cursor.run or cursor.heap:
+            if self._top(cursor) is not None:
                 cursors[queue] = cursor
         project_heaps = self._project_heaps
         for project, cursor in cursors.items():
@@ -208,16 +254,13 @@ class QueueWalk:
         heapq.heapify(cursor.heap)
 
     def _merge_users(self, cursor: _QueueCursor, backlog: Backlog, admit: Admit | None) -> None:
-        """Set a user-ordered queue's cursor: a merge of the users' runs, each by its next group, in one heap."""
+        """Set a user-ordered queue's cursor: each user's groups a run of their own."""
         queue = cursor.queue
         assert cursor.usage is not None
-        cursor.run = []
-        for user in cursor.usage:
-            user_run = backlog.user_heads.get((queue, user), [])
-            cursor.runs[user] = [user_run if admit is None else admit(queue, user_run), 0]
-            entry = self._next_of(cursor, user)
-            if entry is not None:
-                self._lead(cursor, entry)
+        for user, usage in cursor.usage.items():
+            entries = backlog.user_heads.get((queue, user), [])
+            cursor.runs[user] = _UserRun(queue, user, entries if admit is None else admit(queue, entries), usage)
+        cursor.users = list(cursor.runs.values())
 
     def _user_usage(self, queue: QueueState) -> dict[str, float] | None:
         """Each waiting user's decayed usage in the queue, None when fewer than two users wait there."""
@@ -241,7 +284,7 @@ class QueueWalk:
         self._push_group(cursor, group)
         self._clean(cursor)
         heap = self._project_heaps[dept]
-        if cursor.top() is not None:
+        if self._top(cursor) is not None:
             heapq.heappush(heap, self._queue_entry(cursor.queue, cursor))
         if heap:
             heapq.heappush(self._dept_heap, self._queue_entry(dept, self._cursors[heap[0][-1]]))
@@ -256,18 +299,24 @@ class QueueWalk:
         return jobs[i] if i < len(jobs) else None
 
     def _push_group(self, cursor: _QueueCursor, group: Group) -> None:
-        """Put the group back into its queue's heap by its next waiting job, if it has one."""
+        """Put the group back into its queue's heap (its user's, in the user order) by its next waiting job,
+        if it has one."""
         if self._head(cursor, group) is not None:
             self._tiebreak += 1
-            heapq.heappush(cursor.heap, (self._key_at(cursor, group, cursor.at[group]), self._tiebreak - 1, group))
+            heap = cursor.heap if cursor.usage is None else cursor.runs[group.user].heap
+            heapq.heappush(heap, (group.keys[cursor.at[group]], self._tiebreak - 1, group))
 
     def _clean(self, cursor: _QueueCursor) -> None:
         """Bring the queue's first group to the top: groups with no job left waiting, or whose next job
         the queue's Skip holds for, are taken out; one whose next job's key went stale is put back by
         the current key. Or the whole queue is dropped, when ``drop`` says its Skip holds for every group."""
         skip, at, queue = cursor.skip, cursor.at, cursor.queue
-        if skip is not None and self._drop is not None and cursor.top() is not None and self._drop(queue):
-            cursor.run, cursor.next, cursor.heap, cursor.runs = [], 0, [], {}
+        if skip is not None and self._drop is not None and self._top(cursor) is not None and self._drop(queue):
+            cursor.run, cursor.next, cursor.heap = [], 0, []
+            cursor.runs, cursor.users, cursor.lead, cursor.others = {}, [], None, []
+            return
+        if cursor.usage is not None:
+            self._clean_users(cursor)
             return
         touched, placements = self._touched, self._placements
         # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
@@ -291,7 +340,7 @@ class QueueWalk:
             if first is not None and (skip is None or not skip.holds(first, queue, group)):
                 if i:
                     at[group] = i
-                current = group.keys[i] if cursor.usage is None else self._key_at(cursor, group, i)
+                current = group.keys[i]
                 if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
                     self._pop_top(cursor, at_run)  # its key went stale: pushed again with the current one
                     self._tiebreak += 1
@@ -302,16 +351,26 @@ class QueueWalk:
 
     def _pop_top(self, cursor: _QueueCursor, at_run: int) -> None:
         """Take the queue's first entry out: the run's at index ``at_run``, or the heap's when it is -1."""
-        if cursor.usage is not None:
-            self._take(cursor)
-        elif at_run >= 0:
+        if at_run >= 0:
             cursor.next = at_run + 1
         else:
             heapq.heappop(cursor.heap)
 
+    def _top(self, cursor: _QueueCursor) -> Group | None:
+        """The queue's first group, or None when no group is left."""
+        if cursor.usage is None:
+            return cursor.top()
+        lead = self._lead(cursor)
+        if lead is None:
+            return None
+        entry = lead.top()
+        assert entry is not None  # _lead found it
+        group: Group = entry[2]
+        return group
+
     def _queue_entry(self, queue: QueueState, cursor: _QueueCursor) -> tuple:
         """The queue's entry in its heap: its key with its next job, a tiebreak, then the queue itself."""
-        group = cursor.top()
+        group = self._top(cursor)
         assert group is not None, "a queue without pending groups has no key"
         job = group.jobs[cursor.at.get(group, 0)]
         state = self._state
@@ -324,72 +383,114 @@ class QueueWalk:
 
     # --- the user order ----------------------------------------------------------------------------
 
-    def _key_at(self, cursor: _QueueCursor, group: Group, i: int) -> Any:
-        """The key of the group's job ``i`` in its queue's order: the job order's, or the user order's."""
-        known = cursor.usage
-        if known is None:
-            return group.keys[i]
-        key = group.keys[i]
-        gpus = self._held.get((cursor.queue, group.user), 0.0)
-        return (key[0], known.get(group.user, 0.0) + self._window * gpus, gpus, key)
+    def _clean_users(self, cursor: _QueueCursor) -> None:
+        """``_clean`` in a queue the user order sorts: the groups the Skip holds for, first user first."""
+        skip, at, queue = cursor.skip, cursor.at, cursor.queue
+        while True:
+            self._state.turns.step()
+            lead = self._lead(cursor)
+            if lead is None:
+                return
+            entry = lead.top()
+            assert entry is not None  # _lead found it, its next job still waiting
+            group: Group = entry[2]
+            if skip is None or not skip.holds(group.jobs[at.get(group, 0)], queue, group):
+                return
+            lead.pop()
 
-    def _next_of(self, cursor: _QueueCursor, user: str) -> Entry | None:
-        """The entry of the next group of the user's run with a job still waiting, keyed in the user order,
-        taken out of the run; None when the run has none left."""
-        touched, placements = self._touched, self._placements
-        user_run = cursor.runs[user]
-        entries, i = user_run[0], user_run[1]
-        found: Entry | None = None
-        while i < len(entries):
-            group: Group = entries[i][2]
-            i += 1
-            jobs = group.jobs
-            j, n = cursor.at.get(group, 0), len(jobs)
-            while j < n and jobs[j].id in touched and None not in placements[jobs[j].id]:
-                j += 1
-            if j < n:
-                if j:
-                    cursor.at[group] = j
-                found = (self._key_at(cursor, group, j), group.seq, group, user)
-                break
-        user_run[1] = i
-        return found
-
-    def _lead(self, cursor: _QueueCursor, entry: Entry) -> None:
-        """Put a user's next entry into a user-ordered queue: ahead of the heap when the run's place is
-        free or it comes before the entry held there (which then goes into the heap), else into the heap.
-
-        Between two starts every user keeps its place in the user order, so
-        the user just taken is the likeliest to come first again: its groups
-        are then taken one after the other at one comparison each, where a
-        heap alone would take each group out and put the next one in.
-        """
-        run = cursor.run
-        if cursor.next >= len(run):
-            if run:
-                run[0] = entry
-            else:
-                run.append(entry)
-            cursor.next = 0
-        elif entry < run[cursor.next]:
-            heapq.heappush(cursor.heap, run[cursor.next])
-            run[cursor.next] = entry
-        else:
-            heapq.heappush(cursor.heap, entry)
-
-    def _take(self, cursor: _QueueCursor) -> Group:
-        """Take the first entry out of a user-ordered queue, the run's or the heap's; when it came from a
-        user's run, the user's next group takes its place (``_lead``). Its group."""
-        run, heap = cursor.run, cursor.heap
-        entry: Entry
-        if cursor.next < len(run) and not (heap and heap[0] < run[cursor.next]):
-            entry = run[cursor.next]
-            cursor.next += 1
-        else:
-            entry = heapq.heappop(heap)
-        if len(entry) == 4:
-            following = self._next_of(cursor, entry[3])
-            if following is not None:
-                self._lead(cursor, following)
+    def _take_lead(self, cursor: _QueueCursor) -> Group:
+        """Take the first group out of a queue the user order sorts; that group."""
+        lead = self._lead(cursor)
+        assert lead is not None, "a queue without pending groups has no first group"
+        entry = lead.top()
+        assert entry is not None  # _lead found it
+        lead.pop()
         group: Group = entry[2]
         return group
+
+    def _lead(self, cursor: _QueueCursor) -> _UserRun | None:
+        """The user whose next group comes first in the user order now, its first entry ready (``_ready``);
+        None when no user has a group left.
+
+        Between two binds or releases in the queue every user keeps its
+        standing, and every user but the one taken from keeps its next group:
+        the others wait in a heap by their next group's key (``others``), and
+        the user found first stays first, at one comparison a group, while its
+        next group comes before the first of theirs. Then it goes into the heap
+        by its next group, and the first of the heap leads.
+        """
+        lead = cursor.lead
+        if lead is None or cursor.stamp != cursor.queue.changes:
+            return self._choose(cursor)
+        entry = self._ready(cursor, lead)
+        others = cursor.others
+        if entry is not None and (not others or _before(lead, entry, others[0][0])):
+            return lead
+        if entry is not None:
+            heapq.heappush(others, (_user_key(lead, entry), lead))
+        cursor.lead = heapq.heappop(others)[1] if others else None
+        return cursor.lead
+
+    def _choose(self, cursor: _QueueCursor) -> _UserRun | None:
+        """Compare every user's next group in the user order (priority, the user's standing now, the GPUs it
+        holds, then the job order): the first user leads, the others wait in a heap by that key."""
+        held, window = self._held, self._window
+        others: list[tuple] = []
+        left: list[_UserRun] = []
+        for run in cursor.users:
+            entry = self._ready(cursor, run)
+            if entry is None:  # spent for good: only the user taken from has groups pushed back
+                continue
+            left.append(run)
+            gpus = held.get(run.held, 0.0)
+            run.gpus, run.standing = gpus, run.usage + window * gpus
+            others.append((_user_key(run, entry), run))
+        heapq.heapify(others)
+        cursor.users, cursor.others, cursor.stamp = left, others, cursor.queue.changes
+        cursor.lead = heapq.heappop(others)[1] if others else None
+        return cursor.lead
+
+    def _ready(self, cursor: _QueueCursor, run: _UserRun) -> Entry | None:
+        """The user's first entry whose group has a job still waiting, keyed by that job: groups with none
+        left are taken out, one whose next job changed is pushed back by its key. None when none is left."""
+        touched, placements, at = self._touched, self._placements, cursor.at
+        while True:
+            entry = run.top()
+            if entry is None:
+                return None
+            group: Group = entry[2]
+            i, jobs = at.get(group, 0), group.jobs
+            n = len(jobs)
+            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
+                i += 1
+            if i == n:
+                run.pop()
+                continue
+            if i:
+                at[group] = i
+            current = group.keys[i]
+            if current is not entry[0] and current != entry[0]:
+                run.pop()
+                self._tiebreak += 1
+                heapq.heappush(run.heap, (current, self._tiebreak - 1, group))
+                continue
+            return entry
+
+
+def _user_key(run: _UserRun, entry: Entry) -> tuple:
+    """The key in the user order of a user's entry, the user standing as last compared: the group's priority,
+    the user's standing, the GPUs it holds, the group's key in the job order, the entry's tiebreak."""
+    return (entry[0][0], run.standing, run.gpus, entry[0], entry[1])
+
+
+def _before(run: _UserRun, entry: Entry, other: tuple) -> bool:
+    """True when the run's entry comes before ``other``, a key in the user order, the run's user standing
+    as last compared: the fields compared one by one, no key made."""
+    key = entry[0]
+    if key[0] != other[0]:
+        return bool(key[0] < other[0])
+    if run.standing != other[1]:
+        return run.standing < other[1]
+    if run.gpus != other[2]:
+        return run.gpus < other[2]
+    return bool((key, entry[1]) < (other[3], other[4]))

@@ -1,22 +1,24 @@
 """The queue walk's merge of the users' runs, over random clusters of every job shape (hypothesis).
 
-Where the user order sorts a project, the walk merges each user's groups,
-keeping the group of the user last taken ahead of its heap while that
-user comes first (``QueueWalk._lead``). The order it takes jobs in must be
-the user order worked out from scratch, and a plain heap of every user's
-next group must give the very same plans, cycle after cycle.
+Where the user order sorts a project, the walk keeps each user's groups
+apart and takes from the user found first, comparing the users again only
+once that user's next group no longer comes before the others' first, or
+after a bind or a release (``QueueWalk._lead``). The order it takes jobs in
+must be the user order worked out from scratch, and comparing every user
+at every step, by their standing at that moment, must give the very same
+plans, cycle after cycle.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 from hypothesis import given, strategies as st
 
 from gpud.core import COMPILED
+from gpud.core.placement import Placer
 from gpud.core.queue_walk import QueueWalk, Skip
-from gpud.core.state import ClusterState
+from gpud.core.state import ClusterState, Statement
 from gpud.model import Snapshot
 
 from test_properties import PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases, python_core_only
@@ -38,18 +40,19 @@ def with_users(draw) -> Case:
     return Case(policy, Snapshot(case.snapshot.nodes, jobs, case.snapshot.now, usage), case.cycles)
 
 
-def _into_the_heap(self, cursor, entry) -> None:
-    """``QueueWalk._lead`` undone: every user's next group goes into the queue's heap."""
-    heapq.heappush(cursor.heap, entry)
+def _every_user_compared(self, cursor):
+    """``QueueWalk._lead`` undone: every user's next group compared at every step, by its standing then."""
+    return self._choose(cursor)
 
 
 @python_core_only
 @SETTINGS
 @given(with_users())
-def test_a_plain_heap_of_the_users_groups_gives_the_same_plans(case):
-    # The user last taken keeps its next group ahead of the heap. A heap that takes every user's next
-    # group in, cycle after cycle of binds, evictions and moves, must give the very same plans.
-    assert_plans_unchanged_with(case, QueueWalk, "_lead", _into_the_heap)
+def test_comparing_every_user_at_every_step_gives_the_same_plans(case):
+    # The user found first stays first, at one comparison a group, until its next group no longer comes
+    # before the others' first or a bind or release changes a standing. Comparing every user's next group
+    # at every step, cycle after cycle of binds, evictions and moves, must give the very same plans.
+    assert_plans_unchanged_with(case, QueueWalk, "_lead", _every_user_compared)
 
 
 class _HeldGroups(Skip):
@@ -97,3 +100,37 @@ def test_the_walk_takes_each_projects_jobs_in_the_user_order_worked_out_from_scr
                     if i == 0 or skip is None or not skip.passes_over(backlog.group_of[job.id])]
         mine = [job_id for job_id in taken if backlog.group_of[job_id].queue is queue]
         assert mine == expected, (queue.name, mine, expected)
+
+
+@SETTINGS
+@given(with_users(), st.randoms(use_true_random=False))
+def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
+    # Jobs are placed as the walk goes (each taken job whose tasks all find room, or as the draw says), so
+    # the users' standings change between takes: each job taken must come first among its project's jobs
+    # still waiting, by the user order worked out from the standings at that moment.
+    state = ClusterState(case.snapshot, case.policy, PM)
+    state.begin_cycle()
+    backlog, order, placer = state.backlog, state.backlog.order, Placer(state)
+    statement = Statement(state)
+    waiting = {job.id: job for group in backlog.group_of.values() for job in group.jobs}
+
+    def user_key(job, queue):
+        held = state.user_gpus.get((queue, job.user), 0.0)
+        usage = state.usage.get(("user", queue.pool, f"{queue.name}/{job.user}"), 0.0)
+        return (-job.priority, usage + WINDOW * held, held, order.key(job))
+
+    for job in QueueWalk(state, backlog):
+        queue = backlog.group_of[job.id].queue
+        rivals = [other for other in waiting.values() if backlog.group_of[other.id].queue is queue]
+        first = min(rivals, key=lambda other: user_key(other, queue))
+        assert job.id == first.id, (queue.name, job.id, first.id)
+        del waiting[job.id]
+        if rng.random() < 0.2:
+            continue  # left waiting, as a job that failed is
+        mark = statement.checkpoint()
+        for task in range(job.tasks):
+            placement = placer.find(job)
+            if placement is None:
+                statement.rollback(mark)
+                break
+            statement.bind(job, task, placement)
