@@ -163,6 +163,7 @@ class LiveCluster:
                 f.write(f'[tls]\ncert = "{tls_dir}/controller.pem"\nkey = "{tls_dir}/controller.key"\n')
         self.controller: Process | None = None
         self.nodes: dict[str, Process] = {}
+        self.emulator: subprocess.Popen | None = None
         self.workdir = root / "work"
         self.workdir.mkdir()
 
@@ -212,6 +213,20 @@ class LiveCluster:
                      START_TIMEOUT_S)
         return process
 
+    def start_emulator(self, nodes: int, gpus: int, ramp_s: float, *options: str) -> subprocess.Popen:
+        """Start ``nodes`` emulated nodes of ``gpus`` GPUs each in a process of their own (gpud.testing.fleet,
+        the real node protocol), connecting over ``ramp_s`` seconds; its output goes to fleet.log."""
+        with open(self.root / "fleet.log", "wb") as log:
+            self.emulator = subprocess.Popen([sys.executable, "-m", "gpud.testing.fleet", "--controller", self.url,
+                                              "--key-file", str(self.state_dir / "cluster.key"), "--nodes", str(nodes),
+                                              "--gpus-per-node", str(gpus), "--ramp-s", str(ramp_s), *options],
+                                             stdout=log, stderr=subprocess.STDOUT)
+        return self.emulator
+
+    def emulator_output(self) -> str:
+        """The end of the emulator's output."""
+        return (self.root / "fleet.log").read_text(errors="replace")[-3000:]
+
     def node_state(self, name: str) -> str | None:
         """The node's state as the controller lists it, or None when unknown."""
         status, body = self.api("GET", "/api/v1/nodes")
@@ -222,6 +237,9 @@ class LiveCluster:
 
     def close(self) -> None:
         """Stop every daemon and kill every task the nodes started."""
+        if self.emulator is not None and self.emulator.poll() is None:
+            self.emulator.send_signal(signal.SIGTERM)
+            self.emulator.wait(30)
         for process in self.nodes.values():
             process.stop(signal.SIGKILL)
         if self.controller is not None:

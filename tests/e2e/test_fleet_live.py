@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -37,27 +35,15 @@ TIMEOUT_S = 120.0
 @pytest.fixture
 def fleet(tmp_path):
     live = LiveCluster(tmp_path, policy=POLICY, node_timeout_s=30.0, heartbeat_s=0.5)
-    status, report = tmp_path / "fleet.status.json", tmp_path / "fleet.report.json"
-    emulator = None
+    live.status_file, live.report_file = tmp_path / "fleet.status.json", tmp_path / "fleet.report.json"
     try:
         live.start_controller()
-        with open(tmp_path / "fleet.log", "wb") as log:
-            emulator = subprocess.Popen([sys.executable, "-m", "gpud.testing.fleet", "--controller", live.url,
-                                         "--key-file", str(live.state_dir / "cluster.key"), "--nodes", str(NODES),
-                                         "--gpus-per-node", str(GPUS), "--ramp-s", "0.5", "--status", str(status),
-                                         "--report", str(report)], stdout=log, stderr=subprocess.STDOUT)
-        live.emulator, live.status_file, live.report_file = emulator, status, report
-        wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n{_log(tmp_path)}", TIMEOUT_S)
+        live.start_emulator(NODES, GPUS, 0.5, "--status", str(live.status_file), "--report", str(live.report_file))
+        wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}",
+                 TIMEOUT_S)
         yield live
     finally:
-        if emulator is not None and emulator.poll() is None:
-            os.kill(emulator.pid, signal.SIGTERM)
-            emulator.wait(30)
         live.close()
-
-
-def _log(root) -> str:
-    return (root / "fleet.log").read_text(errors="replace")[-3000:]
 
 
 def _up(live: LiveCluster) -> int:

@@ -9,10 +9,6 @@ cycle, and every node is scheduled on once the fleet is up.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -35,20 +31,11 @@ TIMEOUT_S = 120.0
 @pytest.fixture
 def live(tmp_path):
     cluster = LiveCluster(tmp_path, policy=POLICY, node_timeout_s=60.0, heartbeat_s=1.0)
-    emulator = None
     try:
         cluster.start_controller()
-        cluster.emulator_log = tmp_path / "fleet.log"
-        with open(cluster.emulator_log, "wb") as log:
-            emulator = subprocess.Popen([sys.executable, "-m", "gpud.testing.fleet", "--controller", cluster.url,
-                                         "--key-file", str(cluster.state_dir / "cluster.key"), "--nodes", str(NODES),
-                                         "--gpus-per-node", str(GPUS), "--ramp-s", str(RAMP_S)],
-                                        stdout=log, stderr=subprocess.STDOUT)
+        cluster.start_emulator(NODES, GPUS, RAMP_S)
         yield cluster
     finally:
-        if emulator is not None and emulator.poll() is None:
-            os.kill(emulator.pid, signal.SIGTERM)
-            emulator.wait(30)
         cluster.close()
 
 
@@ -69,8 +56,7 @@ def _builds(live: LiveCluster) -> int:
 def test_a_fleet_registering_node_by_node_is_built_anew_a_few_times_a_second(live):
     began = time.monotonic()
     before = _builds(live)
-    wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n"
-             f"{live.emulator_log.read_text(errors='replace')[-3000:]}", TIMEOUT_S)
+    wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}", TIMEOUT_S)
     registering_s = time.monotonic() - began
     # The emulator submits nothing: every build since is for nodes that registered, at most one per gap (and
     # the one a registration may start right away, after a quiet spell). Once per cycle, it was every 10 ms.
