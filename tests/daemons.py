@@ -227,6 +227,11 @@ class LiveCluster:
         """The end of the emulator's output."""
         return (self.root / "fleet.log").read_text(errors="replace")[-3000:]
 
+    def nodes_up(self) -> int:
+        """How many nodes the controller lists up."""
+        _, body = self.api("GET", "/api/v1/nodes")
+        return sum(1 for node in body.get("nodes", []) if node["state"] == "up")
+
     def node_state(self, name: str) -> str | None:
         """The node's state as the controller lists it, or None when unknown."""
         status, body = self.api("GET", "/api/v1/nodes")

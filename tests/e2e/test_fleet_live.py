@@ -39,16 +39,11 @@ def fleet(tmp_path):
     try:
         live.start_controller()
         live.start_emulator(NODES, GPUS, 0.5, "--status", str(live.status_file), "--report", str(live.report_file))
-        wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}",
+        wait_for(lambda: live.nodes_up() == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}",
                  TIMEOUT_S)
         yield live
     finally:
         live.close()
-
-
-def _up(live: LiveCluster) -> int:
-    _, body = live.api("GET", "/api/v1/nodes")
-    return sum(1 for node in body["nodes"] if node["state"] == "up")
 
 
 def _status(live: LiveCluster) -> dict:
@@ -123,7 +118,7 @@ def test_the_fleet_fills_stops_and_drains_with_no_node_lost(fleet):
     assert counts["started"] == counts["ended"] + counts["stopped"], counts
 
     # No node went down or reconnected, no lease ran out, nothing was refused.
-    assert _up(live) == NODES
+    assert live.nodes_up() == NODES
     os.kill(live.emulator.pid, signal.SIGTERM)
     assert live.emulator.wait(30) == 0
     report = json.loads(live.report_file.read_text())

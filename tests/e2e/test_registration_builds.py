@@ -39,11 +39,6 @@ def live(tmp_path):
         cluster.close()
 
 
-def _up(live: LiveCluster) -> int:
-    _, body = live.api("GET", "/api/v1/nodes")
-    return sum(1 for node in body["nodes"] if node["state"] == "up")
-
-
 def _builds(live: LiveCluster) -> int:
     status, text = live.api("GET", "/metrics", token=None)
     assert status == 200, (status, text)
@@ -56,7 +51,8 @@ def _builds(live: LiveCluster) -> int:
 def test_a_fleet_registering_node_by_node_is_built_anew_a_few_times_a_second(live):
     began = time.monotonic()
     before = _builds(live)
-    wait_for(lambda: _up(live) == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}", TIMEOUT_S)
+    wait_for(lambda: live.nodes_up() == NODES, f"{NODES} emulated nodes to register\n{live.emulator_output()}",
+             TIMEOUT_S)
     registering_s = time.monotonic() - began
     # The emulator submits nothing: every build since is for nodes that registered, at most one per gap (and
     # the one a registration may start right away, after a quiet spell). Once per cycle, it was every 10 ms.
