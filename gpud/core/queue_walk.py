@@ -426,9 +426,10 @@ class QueueWalk:
         others = cursor.others
         if entry is not None and (not others or _before(lead, entry, others[0][0])):
             return lead
-        if entry is not None:
-            heapq.heappush(others, (_user_key(lead, entry), lead))
-        cursor.lead = heapq.heappop(others)[1] if others else None
+        if entry is None:
+            cursor.lead = heapq.heappop(others)[1] if others else None
+        else:  # behind the first of the others: the two change places in one pass of the heap
+            cursor.lead = heapq.heapreplace(others, (_user_key(lead, entry), lead))[1]
         return cursor.lead
 
     def _choose(self, cursor: _QueueCursor) -> _UserRun | None:
