@@ -43,7 +43,9 @@ class TaskTable:
                 continue
             self._states[key] = state
         for key in list(self._states):
-            self._states[key] = self._check(self._states[key])
+            state = self._states[key] = self._check(self._states[key])
+            if state.state == EXITED and not self.launcher.supervisor_alive(state):
+                _remove_left_cgroups(self.layout.task_dir(key))
         cgspares.remove_stale(self.layout.tasks_dir)  # those of a supervisor that died with the node
         return sorted(self._states.values(), key=lambda s: s.key)
 
@@ -307,3 +309,12 @@ def _thaw_for_good(task_dir: str, pid: int) -> None:
     """Thaw a task about to be killed, and mark it stopping so that no slicer freezes it again before it dies."""
     failsafe.mark_stopping(task_dir)
     freezer_for(task_dir, pid).thaw()
+
+
+def _remove_left_cgroups(task_dir: str) -> None:
+    """Remove the cgroups an exited task still has under its name: its supervisor died before it removed
+    them, or while it kept them as spares, renaming them one hierarchy at a time."""
+    group = cgroups.recorded(task_dir)
+    if group is not None:
+        group.kill()  # an exited task's groups are empty; whatever is there must not run unwatched
+        group.remove()

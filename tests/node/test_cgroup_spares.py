@@ -197,6 +197,32 @@ def test_the_spares_of_a_killed_supervisor_are_removed_when_the_node_daemon_star
         first.launcher.close()
 
 
+def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_when_the_node_daemon_starts_again(
+        state_dir, workdir):
+    first = TaskTable(Layout(str(state_dir)))
+    first.adopt()
+    key = TaskKey(f"h{os.getpid()}", 0, 0)
+    first.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(first, key)
+    task_dir = first.layout.task_dir(key)
+    recorded = cgroups.recorded(task_dir)
+    assert recorded is not None and recorded.v1
+    wait_for(lambda: len(_spares(first)) == len(recorded.v1))  # every hierarchy's group kept as a spare
+    supervisor = read_state(task_dir).supervisor_pid
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not procs.same_process(supervisor, None))
+    # Killed between two renames, a supervisor leaves one hierarchy's group under the task's name.
+    spare = _one_v1(_spares(first))
+    os.rename(spare, os.path.join(os.path.dirname(spare), recorded.name))
+    second = TaskTable(Layout(str(state_dir)))
+    try:
+        second.adopt()
+        assert _groups(second.layout.tasks_dir) == []
+    finally:
+        second.launcher.close()
+        first.launcher.close()
+
+
 def test_the_spares_of_a_supervisor_that_died_are_removed_by_the_daemon_that_started_it(table, workdir):
     key = TaskKey(f"g{os.getpid()}", 0, 0)
     table.start(key, _task_spec(workdir, ["true"]))
