@@ -295,26 +295,34 @@ class ShareLimit:
 
     The levels compared are the queue and its department; what each may
     hold, per resource, is the larger of its fair share and what it holds
-    when the limit is made. ``refusal`` says, for people, why the limit
+    when the limit is made. ``explain`` says, for people, why the limit
     stopped the preemptor (a blocker, as data).
     """
 
     def __init__(self, queue: QueueState) -> None:
         # (level, GPUs, CPUs, memory it may hold): plain numbers, made at every preemption tried.
         self.levels = [_may_hold(queue)] if queue.parent is None else [_may_hold(queue), _may_hold(queue.parent)]
-        self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str]] | None = None
+        # The first excess found: the level, what it held, the need, the resources over, its fair share then.
+        self._refused: tuple[QueueState, tuple[float, float, float], Resources, list[str], Resources] | None = None
         self._over: Blocker | None = None
+        self._explained: Blocker | None = None
 
     @property
-    def refusal(self) -> Blocker | None:
-        """Why the limit stopped the preemptor, with the numbers; None when it did not."""
+    def stopped(self) -> bool:
+        """True when the limit stopped the preemptor, told without making the blocker that says why (``explain``)."""
+        return self._over is not None or self._refused is not None
+
+    def explain(self) -> Blocker:
+        """Why the limit stopped the preemptor (``stopped``), with the numbers as they were: made once, when
+        first asked. A cycle's preemptions fail by the hundred, and few of their reasons are ever read."""
         if self._over is not None:
             return self._over
-        if self._refused is None:
-            return None
-        level, held, need, over = self._refused
-        return Blocker(PREEMPT_SHARE, level.pool, level.kind, level.name, need=need,
-                       held=Resources(held[0], held[1], held[2]), bound=level.fair_share, over=tuple(over))
+        if self._explained is None:
+            assert self._refused is not None, "the limit stopped nothing"
+            level, held, need, over, bound = self._refused
+            self._explained = Blocker(PREEMPT_SHARE, level.pool, level.kind, level.name, need=need,
+                                      held=Resources(held[0], held[1], held[2]), bound=bound, over=tuple(over))
+        return self._explained
 
     def must_free(self, need: Resources) -> tuple[float, float, float]:
         """What evictions must free (GPUs, CPUs, memory) for the queue to take ``need`` more and stay within."""
@@ -332,7 +340,8 @@ class ShareLimit:
             if self._refused is None and (over_gpu > EPS or over_cpu > EPS or over_mem > EPS):
                 # The numbers of the first excess found; the blocker is made only if someone asks why.
                 over = [r for r, amount in zip(RESOURCES, (over_gpu, over_cpu, over_mem)) if amount > EPS]
-                self._refused = (level, (level.alloc_gpu, level.alloc_cpu, level.alloc_mem), need, over)
+                self._refused = (level, (level.alloc_gpu, level.alloc_cpu, level.alloc_mem), need, over,
+                                 level.fair_share)
         return gpu, cpu, mem
 
     def refuse(self) -> bool:

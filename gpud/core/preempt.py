@@ -160,9 +160,10 @@ class Preempt:
         such a resource fails too while nothing in the department is placed
         or released, when the queue has no hard bound (``_bounded``).
         """
-        refused_by_limit = limit.refusal
-        self.session.reasons.overrule(job.id, queue, refused_by_limit)
-        self.failed[queue].add(job, tasks, refused_by_limit, own=-job.priority)
+        explain = limit.explain if limit.stopped else None  # the blocker is made only if someone asks why
+        if explain is not None:
+            self.session.reasons.overrule_when_read(job.id, queue, explain)
+        self.failed[queue].add(job, tasks, None, own=-job.priority, explain=explain)
         if short_of is None or _bounded(queue):
             return
         stamp = (queue.parent or queue).changes
@@ -172,7 +173,7 @@ class Preempt:
         most = self.lists.most_held(queue, job.priority)
         for resource, held, must in zip(RESOURCES, most, short_of):
             if held < must - 2 * EPS:
-                short.add(job, tasks, refused_by_limit, own=-job.priority, binding=(resource,))
+                short.add(job, tasks, None, own=-job.priority, binding=(resource,), explain=explain)
 
 
 class _Preemptor:
@@ -240,7 +241,7 @@ class _Hopeless(Skip):
                     # as its own try would have left it, not for what a higher job's victims fell short of.
                     return True
         if found is not None:  # learnt from an earlier job: said in this one's terms when read
-            self.reasons.spared(job, queue, tasks, found.blocker)
+            self.reasons.spared(job, queue, tasks, found)
             return True
         refused = self.over_quota.get(queue)
         return not job.preemptible and refused is not None and refused.find(job, tasks, 0, number) is not None

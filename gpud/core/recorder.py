@@ -9,12 +9,14 @@ its shape to find no room, whichever smaller job taught the core. A cycle
 passes over thousands of groups and few of their reasons are read, so a
 group's or a queue's reason is restated only when first read, with the free
 room of the moment it was passed over; so is the reason of a job preemption
-passes over for an earlier job's failure, which needs no free room.
+passes over for an earlier job's failure, which needs no free room. A
+preemptor's own blocker may be left to be made when read, too (``Explained``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from gpud.core.backlog import Group
 from gpud.core.blockers import (EVICTED, FRAGMENTED_RULE, GANG, NODE_SIZE, NOT_CONSIDERED, PREEMPT_SHARE, SHORTAGE,
@@ -45,16 +47,27 @@ class Learnt:
 
 
 class Spared:
-    """A blocker a job is told without a try of its own, learnt from an earlier job of its queue: said in
-    the job's terms when read (``restate_learnt``, without the free room), as the job was when recorded."""
+    """A blocker a job is told without a try of its own, learnt from an earlier job of its queue (the
+    ``failure`` it met): said in the job's terms when read (``restate_learnt``, without the free room),
+    as the job was when recorded."""
 
-    __slots__ = ("queue", "job", "tasks", "blocker")
+    __slots__ = ("queue", "job", "tasks", "failure")
 
-    def __init__(self, queue: QueueState, job: JobSpec, tasks: int, blocker: Blocker) -> None:
+    def __init__(self, queue: QueueState, job: JobSpec, tasks: int, failure: Failure) -> None:
         self.queue = queue
         self.job = job
         self.tasks = tasks
-        self.blocker = blocker
+        self.failure = failure
+
+
+class Explained:
+    """A job's own blocker, made when first read by ``explain`` (``ShareLimit.explain``)."""
+
+    __slots__ = ("queue", "explain")
+
+    def __init__(self, queue: QueueState, explain: Callable[[], Blocker]) -> None:
+        self.queue = queue
+        self.explain = explain
 
 
 class PassedOver:
@@ -83,8 +96,9 @@ class ReasonRecorder:
         # Jobs of unknown projects, as the cycle began: the plan lists them, and no action takes them.
         # dict.copy(), not dict(): a dict that jobs left has holes, and only copy() clones it whole.
         self.orphans: dict[str, Blocker] = state.orphans.copy()
-        # A job's own reason, or one learnt from an earlier job, restated when first read (``Spared``).
-        self._jobs: dict[str, Found | Spared] = {}
+        # A job's own reason, or one learnt from an earlier job, restated when first read (``Spared``), or
+        # one made when first read (``Explained``).
+        self._jobs: dict[str, Found | Spared | Explained] = {}
         # A group passed over whole: its jobs share their shape, hence one reason, or one to restate.
         self._groups: dict[Group, Found | Learnt] = {}
         self._queues: dict[QueueState, PassedOver] = {}
@@ -104,13 +118,17 @@ class ReasonRecorder:
         if blocker is not None:
             self._jobs[job_id] = (queue, blocker)
 
-    def spared(self, job: JobSpec, queue: QueueState, tasks: int, blocker: Blocker | None) -> None:
+    def overrule_when_read(self, job_id: str, queue: QueueState, explain: Callable[[], Blocker]) -> None:
+        """``overrule`` with a blocker that ``explain`` makes when the job's reason is first read."""
+        self._jobs[job_id] = Explained(queue, explain)
+
+    def spared(self, job: JobSpec, queue: QueueState, tasks: int, failure: Failure) -> None:
         """Record, as ``overrule`` would, a later action's blocker for a job it passed over without a try
-        (``tasks`` of its tasks must start together), learnt from an earlier job: said in the job's terms
-        when read, as ``restate_learnt`` says it without the free room. A passed-over queue sees
-        thousands of such jobs in a cycle, and few of their reasons are read."""
-        if blocker is not None:
-            self._jobs[job.id] = Spared(queue, job, tasks, blocker)
+        (``tasks`` of its tasks must start together), learnt from an earlier job's ``failure``: said in the
+        job's terms when read, as ``restate_learnt`` says it without the free room. A passed-over queue
+        sees thousands of such jobs in a cycle, and few of their reasons are read."""
+        if failure.has_blocker:
+            self._jobs[job.id] = Spared(queue, job, tasks, failure)
 
     def learnt(self, job: JobSpec, queue: QueueState, tasks: int, blocker: Blocker | None) -> None:
         """Record that a job (``tasks`` of its tasks must start together) waits for a blocker learnt
@@ -187,14 +205,18 @@ class ReasonRecorder:
         if evicted is not None:
             return None, Blocker(EVICTED, evicted=evicted[1])
         kept = self._jobs.get(job_id)
-        found = self._restate_spared(job_id, kept) if isinstance(kept, Spared) else kept
+        found = self._said_when_read(job_id, kept) if isinstance(kept, (Spared, Explained)) else kept
         if found is None and group is not None:
             found = self._of_group(job_id, group)
         return found if found is not None else (None, Blocker(NOT_CONSIDERED))
 
-    def _restate_spared(self, job_id: str, spared: Spared) -> Found:
-        """A spared job's reason in its own terms, kept in its place once restated."""
-        found: Found = spared.queue, restate_learnt(self.state, spared.job, spared.tasks, spared.blocker, None)
+    def _said_when_read(self, job_id: str, kept: Spared | Explained) -> Found:
+        """A spared job's reason in its own terms, or a blocker left to be made: kept in its place once said."""
+        found: Found
+        if isinstance(kept, Explained):
+            found = kept.queue, kept.explain()
+        else:
+            found = kept.queue, restate_learnt(self.state, kept.job, kept.tasks, kept.failure.blocker, None)
         self._jobs[job_id] = found
         return found
 

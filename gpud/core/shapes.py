@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gpud.model import Blocker, JobSpec
 
@@ -69,18 +69,33 @@ def failure_dims(base: tuple[float, float, float], tasks: int, own: int = 0) -> 
 
 class Failure:
     """A request that failed: its dimensions (as ``Dims`` names them), the ``blocker`` it met (None
-    when the caller keeps no reason) and the ``kind`` of wait (the caller's word; "" when none)."""
+    when the caller keeps no reason) and the ``kind`` of wait (the caller's word; "" when none).
 
-    __slots__ = ("size", "cpu", "memory", "tasks", "own", "blocker", "kind")
+    A caller may give, instead of the blocker, ``explain``, which makes it:
+    it is then made when first read. ``has_blocker`` says whether there is
+    one without making it.
+    """
 
-    def __init__(self, dims: Dims, blocker: Blocker | None, kind: str) -> None:
+    __slots__ = ("size", "cpu", "memory", "tasks", "own", "kind", "has_blocker", "_blocker", "_explain")
+
+    def __init__(self, dims: Dims, blocker: Blocker | None, kind: str,
+                 explain: Callable[[], Blocker] | None = None) -> None:
         self.size: float = dims.size
         self.cpu: float = dims.cpu
         self.memory: float = dims.memory
         self.tasks: int = dims.tasks
         self.own: int = dims.own
-        self.blocker = blocker
         self.kind = kind
+        self.has_blocker = blocker is not None or explain is not None
+        self._blocker = blocker
+        self._explain = explain
+
+    @property
+    def blocker(self) -> Blocker | None:
+        """The blocker the request met, made now if it was left to ``explain``."""
+        if self._explain is not None:
+            self._blocker, self._explain = self._explain(), None
+        return self._blocker
 
     def covers(self, dims: Dims) -> bool:
         """True when a request of ``dims`` is at least as large as this failure."""
@@ -167,7 +182,7 @@ class FailedShapes:
         self._version = 0
 
     def add(self, job: JobSpec, tasks: int, detail: Blocker | None, kind: str = "", own: int = 0,
-            binding: tuple[str, ...] | None = None) -> None:
+            binding: tuple[str, ...] | None = None, explain: Callable[[], Blocker] | None = None) -> None:
         """Remember that ``tasks`` tasks of ``job`` failed, why, and the kind of wait.
 
         ``own`` adds a dimension of the caller's own (larger means harder).
@@ -175,6 +190,7 @@ class FailedShapes:
         whose amounts alone made the request fail: the others are remembered
         as none, so a request at least as large in those fails too, whatever
         it asks of the others. (A GPU request's size stands for its GPUs.)
+        ``explain``, instead of ``detail``, makes the blocker when first read.
         """
         index = self._index
         sid = index.of(job)
@@ -188,7 +204,7 @@ class FailedShapes:
         if frontier is None:
             frontier = self._frontier[klass] = []
         dims = Dims(size, cpu, mem, tasks, own)
-        failure = Failure(dims, detail, kind)
+        failure = Failure(dims, detail, kind, explain)
         covers_some = False
         for failed in frontier:
             if failed.covers(dims):

@@ -11,6 +11,7 @@ the plan would say, one precedence rule each.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 from unittest import mock
 
 from hypothesis import given
@@ -20,6 +21,7 @@ from gpud.core import Scheduler
 from gpud.core.blockers import EVICTED, FRAGMENTED_RULE, GANG, LIMIT, NODE_SIZE, NOT_CONSIDERED, SHORTAGE
 from gpud.core.recorder import ReasonRecorder, restate_learnt
 from gpud.core.session import Session
+from gpud.core.shapes import Failure
 from gpud.core.queues import QueueState
 from gpud.model import Blocker, Evicted, JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
 from gpud.policy import Department, Policy, Project
@@ -69,10 +71,18 @@ def test_a_job_stopped_by_an_eviction_is_told_why_it_was_evicted(case):
             assert blocker.evicted == eviction.why
 
 
-def spared_at_once(recorder: ReasonRecorder, job: JobSpec, queue: QueueState, tasks: int,
-                   blocker: Blocker | None) -> None:
+def spared_at_once(recorder: ReasonRecorder, job: JobSpec, queue: QueueState, tasks: int, failure: Failure) -> None:
     """``ReasonRecorder.spared`` without the wait: the blocker restated for the job as it is recorded."""
-    recorder.overrule(job.id, queue, restate_learnt(recorder.state, job, tasks, blocker, None))
+    recorder.overrule(job.id, queue, restate_learnt(recorder.state, job, tasks, failure.blocker, None))
+
+
+def made_at_once(recorder: ReasonRecorder, job_id: str, queue: QueueState, explain: Callable[[], Blocker]) -> None:
+    """``ReasonRecorder.overrule_when_read`` without the wait: the blocker made as it is recorded."""
+    recorder.overrule(job_id, queue, explain())
+
+
+# Every reason the core leaves to be worked out when read, worked out at once instead.
+AT_ONCE = {"spared": spared_at_once, "overrule_when_read": made_at_once}
 
 
 @python_core_only
@@ -82,6 +92,14 @@ def test_a_spared_jobs_reason_restated_when_read_is_the_one_restated_at_once(cas
     # Preemption passes over thousands of jobs a failure of their queue covers; each is told the
     # failure's blocker in its own terms only when its reason is read.
     assert_plans_unchanged_with(case, ReasonRecorder, "spared", spared_at_once)
+
+
+@python_core_only
+@SETTINGS
+@given(cases())
+def test_a_preemptors_reason_made_when_read_is_the_one_made_at_once(case):
+    # A preemption its queue's fair share stopped leaves the blocker saying so to be made when read.
+    assert_plans_unchanged_with(case, ReasonRecorder, "overrule_when_read", made_at_once)
 
 
 def larger_twins(draw, jobs: tuple[JobSpec, ...], prefix: str, seq: int, submitted: float) -> list[JobSpec]:
@@ -117,12 +135,12 @@ def churned(draw):
 @SETTINGS
 @given(churned())
 def test_a_warm_schedulers_spared_reasons_read_later_are_the_ones_restated_at_once(data):
-    # Two warm schedulers see the same churn, one restating at once. The lazy plans are read only
+    # Two warm schedulers see the same churn, one saying every reason at once. The lazy plans are read only
     # after the next cycle ran, as a caller may read them while the scheduler moves on.
     case, steps = data
     lazy, eager = Scheduler(case.snapshot, case.policy, PM), Scheduler(case.snapshot, case.policy, PM)
     plans = [lazy.cycle()]
-    with mock.patch.object(ReasonRecorder, "spared", spared_at_once):
+    with mock.patch.multiple(ReasonRecorder, **AT_ONCE):
         texts = [dict(pending_texts(eager.cycle()))]
     for new, finishing in steps:
         running = [j.id for j in lazy.jobs() if j.is_running][:finishing]
@@ -132,7 +150,7 @@ def test_a_warm_schedulers_spared_reasons_read_later_are_the_ones_restated_at_on
             for job in new:
                 scheduler.submit(job)
         plans.append(lazy.cycle())
-        with mock.patch.object(ReasonRecorder, "spared", spared_at_once):
+        with mock.patch.multiple(ReasonRecorder, **AT_ONCE):
             eager_plan = eager.cycle()
         assert (plans[-1].binds, plans[-1].evictions, plans[-1].queues) == (
             eager_plan.binds, eager_plan.evictions, eager_plan.queues)
