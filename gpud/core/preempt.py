@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Final, TYPE_CHECKING
 
-from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refusal
+from gpud.core.admission import NON_PREEMPTIBLE_ONLY, refuses
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import ShareLimit, VictimLists, make_room
@@ -122,8 +122,8 @@ class Preempt:
         if not self.lists.runs_any(candidates):  # whatever its size: no job of this priority or lower has a victim
             failures.add(job, 1, None, own=-job.priority, binding=())
             return self.hopeless
-        refused = refusal(queue, job, need)
-        if refused is not None and refused[1] == NON_PREEMPTIBLE_ONLY:
+        refused = refuses(queue, job, need)
+        if refused == NON_PREEMPTIBLE_ONLY:
             self.refuse_over_quota(job, queue, tasks, need)
             return self.hopeless
         preemptor = _Preemptor(self.lists, job, queue, need,
@@ -199,7 +199,7 @@ class _Preemptor:
 
     def ready(self) -> bool:
         """True once the queue's rules let it take the job (evictions may bring it back under them)."""
-        return refusal(self.queue, self.job, self.need) is None
+        return refuses(self.queue, self.job, self.need) is None
 
     def holdings(self) -> VictimsByNode:
         """At least what the victims below the job's priority hold, by node (``VictimLists.holdings``)."""

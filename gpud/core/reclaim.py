@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Final, TYPE_CHECKING
 
-from gpud.core.admission import refusal
+from gpud.core.admission import refuses
 from gpud.core.backlog import Group
 from gpud.core.shapes import FailedShapes
 from gpud.core.evict import VictimLists, judged, make_room
@@ -158,7 +158,7 @@ class Reclaim:
             for resource in queue.excess(queue.fair_share, need):
                 failures.add(job, tasks, None, binding=(resource,))
             return self.hopeless
-        if refusal(queue, job, need):
+        if refuses(queue, job, need) is not None:
             return None
         claim = _Claim(state, job, queue, tasks, need, len(pending))
         over_share, over_quota = self.givers(claim)
