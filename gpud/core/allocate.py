@@ -98,7 +98,7 @@ class Allocate:
         if known is not None and known.kind in ROOM_KINDS and planner.active and planner.may_borrow(job, tasks):
             known = None  # it found no room beside the room held, but it may borrow that
         if known is not None:
-            self.reasons.learnt(job, queue, tasks, known.blocker)
+            self.reasons.learnt(job, queue, tasks, known)
             return False
         waiting = state.pending_tasks(job.id) if planner.active else []
         stmt = self.session.statement()
@@ -176,7 +176,7 @@ class _BlockedAsBefore(Skip):
         if group is not None:
             self.reasons.group_learnt_from(group, job, queue, tasks, found, sid)
         else:
-            self.reasons.learnt(job, queue, tasks, found.blocker)
+            self.reasons.learnt(job, queue, tasks, found)
         return True
 
 

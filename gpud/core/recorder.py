@@ -47,17 +47,19 @@ class Learnt:
 
 
 class Spared:
-    """A blocker a job is told without a try of its own, learnt from an earlier job of its queue (the
-    ``failure`` it met): said in the job's terms when read (``restate_learnt``, without the free room),
-    as the job was when recorded."""
+    """A blocker a job is told without a try of its own, learnt from an earlier job (the ``failure`` it met):
+    said in the job's terms when read (``restate_learnt``, with the free GPUs and CPUs when it was recorded,
+    ``free``, where they matter), as the job was when recorded."""
 
-    __slots__ = ("queue", "job", "tasks", "failure")
+    __slots__ = ("queue", "job", "tasks", "failure", "free")
 
-    def __init__(self, queue: QueueState, job: JobSpec, tasks: int, failure: Failure) -> None:
+    def __init__(self, queue: QueueState, job: JobSpec, tasks: int, failure: Failure,
+                 free: tuple[float, float] | None = None) -> None:
         self.queue = queue
         self.job = job
         self.tasks = tasks
         self.failure = failure
+        self.free = free
 
 
 class Explained:
@@ -130,10 +132,17 @@ class ReasonRecorder:
         if failure.has_blocker:
             self._jobs[job.id] = Spared(queue, job, tasks, failure)
 
-    def learnt(self, job: JobSpec, queue: QueueState, tasks: int, blocker: Blocker | None) -> None:
-        """Record that a job (``tasks`` of its tasks must start together) waits for a blocker learnt
-        from an earlier, smaller job, said now in its own terms."""
-        self._jobs[job.id] = (queue, in_own_terms(self.state, job, tasks, blocker))
+    def learnt(self, job: JobSpec, queue: QueueState, tasks: int, failure: Failure) -> None:
+        """Record that a job (``tasks`` of its tasks must start together) waits for the blocker of a
+        failure learnt from an earlier, smaller job, in its own terms: a gang's count of nodes that could
+        hold one task is made now; any other blocker is restated when read, with the free room of now
+        (``in_own_terms``, which it equals)."""
+        blocker = failure.blocker
+        if blocker is not None and blocker.rule == GANG:
+            self._jobs[job.id] = (queue, in_own_terms(self.state, job, tasks, blocker))
+        else:
+            free = free_room(self.state, job) if blocker is not None and blocker.rule == FRAGMENTED_RULE else None
+            self._jobs[job.id] = Spared(queue, job, tasks, failure, free)
 
     def group_learnt(self, group: Group, job: JobSpec, queue: QueueState, tasks: int,
                      blocker: Blocker | None) -> None:
@@ -211,12 +220,13 @@ class ReasonRecorder:
         return found if found is not None else (None, Blocker(NOT_CONSIDERED))
 
     def _said_when_read(self, job_id: str, kept: Spared | Explained) -> Found:
-        """A spared job's reason in its own terms, or a blocker left to be made: kept in its place once said."""
+        """A spared or learnt job's reason in its own terms, or a blocker left to be made: kept in its place
+        once said."""
         found: Found
         if isinstance(kept, Explained):
             found = kept.queue, kept.explain()
         else:
-            found = kept.queue, restate_learnt(self.state, kept.job, kept.tasks, kept.failure.blocker, None)
+            found = kept.queue, restate_learnt(self.state, kept.job, kept.tasks, kept.failure.blocker, kept.free)
         self._jobs[job_id] = found
         return found
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from gpud.core import Scheduler
 from gpud.core.blockers import EVICTED, FRAGMENTED_RULE, GANG, LIMIT, NODE_SIZE, NOT_CONSIDERED, SHORTAGE
-from gpud.core.recorder import ReasonRecorder, restate_learnt
+from gpud.core.recorder import ReasonRecorder, in_own_terms, restate_learnt
 from gpud.core.session import Session
 from gpud.core.shapes import Failure
 from gpud.core.queues import QueueState
@@ -81,8 +81,13 @@ def made_at_once(recorder: ReasonRecorder, job_id: str, queue: QueueState, expla
     recorder.overrule(job_id, queue, explain())
 
 
+def learnt_at_once(recorder: ReasonRecorder, job: JobSpec, queue: QueueState, tasks: int, failure: Failure) -> None:
+    """``ReasonRecorder.learnt`` without the wait: the blocker said in the job's terms as it is recorded."""
+    recorder.waits(job.id, queue, in_own_terms(recorder.state, job, tasks, failure.blocker))
+
+
 # Every reason the core leaves to be worked out when read, worked out at once instead.
-AT_ONCE = {"spared": spared_at_once, "overrule_when_read": made_at_once}
+AT_ONCE = {"spared": spared_at_once, "overrule_when_read": made_at_once, "learnt": learnt_at_once}
 
 
 @python_core_only
@@ -92,6 +97,15 @@ def test_a_spared_jobs_reason_restated_when_read_is_the_one_restated_at_once(cas
     # Preemption passes over thousands of jobs a failure of their queue covers; each is told the
     # failure's blocker in its own terms only when its reason is read.
     assert_plans_unchanged_with(case, ReasonRecorder, "spared", spared_at_once)
+
+
+@python_core_only
+@SETTINGS
+@given(cases())
+def test_a_reason_learnt_from_a_smaller_job_said_when_read_is_the_one_said_at_once(case):
+    # Allocation passes over a job an earlier failure covers; it is told that failure in its own terms
+    # only when its reason is read, with the free room of the moment it was passed over.
+    assert_plans_unchanged_with(case, ReasonRecorder, "learnt", learnt_at_once)
 
 
 @python_core_only
@@ -178,6 +192,38 @@ def test_a_plan_read_after_jobs_of_a_group_left_still_tells_the_others_why():
             scheduler.finish(job_id)
         scheduler.cycle()
     assert dict(pending_texts(first))["j4"] == told_at_once["j4"]
+
+
+def test_a_job_another_projects_failure_covers_is_told_it_in_its_own_terms_when_read():
+    """Allocation learns from p2's job that no room is left, and passes over p1's larger job for it: the
+    larger job is told its own need when its reason is read, after the next cycle, as it would be at once."""
+    policy = Policy(departments={"d": Department("d")},
+                    projects={"p1": Project("p1", department="d"), "p2": Project("p2", department="d")})
+    nodes = (NodeSpec("n0", gpus=4),)
+    busy = JobSpec("busy", "p1", TaskRequest(gpus=3), priority=100, started=0.0,  # never evicted
+                   placements=(TaskPlacement("n0", (0, 1, 2)),))
+    # p2 holds nothing: its job is walked first.
+    small = JobSpec("small", "p2", TaskRequest(gpus=2), seq=1)
+    large = JobSpec("large", "p1", TaskRequest(gpus=3), seq=2)
+    snapshot = Snapshot(nodes, (busy, small, large), 10.0)
+    learnt: list[str] = []
+    recorded = ReasonRecorder.learnt
+
+    def noted(recorder: ReasonRecorder, job: JobSpec, *args: object) -> None:
+        learnt.append(job.id)
+        recorded(recorder, job, *args)  # type: ignore[arg-type]
+
+    lazy = Scheduler(snapshot, policy, PM)
+    with mock.patch.object(ReasonRecorder, "learnt", noted):
+        plan = lazy.cycle()
+    assert learnt == ["large"]
+    with mock.patch.multiple(ReasonRecorder, **AT_ONCE):
+        told_at_once = dict(pending_texts(Scheduler(snapshot, policy, PM).cycle()))
+    lazy.finish("busy")
+    lazy.cycle()  # the room is free now: the reason read after says what it was when passed over
+    blocker = plan.pending["large"].blocker
+    assert blocker is not None and blocker.rule == SHORTAGE and blocker.need.gpu == 3  # its own need, not 2
+    assert dict(pending_texts(plan)) == told_at_once
 
 
 # --- precedence, recorded through a real session -------------------------------------------------
