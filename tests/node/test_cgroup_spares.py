@@ -184,17 +184,9 @@ def test_the_spares_of_a_killed_supervisor_are_removed_when_the_node_daemon_star
     first.start(key, _task_spec(workdir, ["true"]))
     run_to_end(first, key)
     wait_for(lambda: _spares(first))
-    supervisor = read_state(first.layout.task_dir(key)).supervisor_pid
-    os.kill(supervisor, signal.SIGKILL)
-    wait_for(lambda: not procs.same_process(supervisor, None))
+    _kill_supervisor(first, key)
     assert _spares(first), "left behind by the killed supervisor"
-    second = TaskTable(Layout(str(state_dir)))
-    try:
-        second.adopt()
-        assert _groups(second.layout.tasks_dir) == []
-    finally:
-        second.launcher.close()
-        first.launcher.close()
+    _assert_started_again_leaves_no_group(first, state_dir)
 
 
 def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_when_the_node_daemon_starts_again(
@@ -208,12 +200,21 @@ def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_wh
     recorded = cgroups.recorded(task_dir)
     assert recorded is not None and recorded.v1
     wait_for(lambda: len(_spares(first)) == len(recorded.v1))  # every hierarchy's group kept as a spare
-    supervisor = read_state(task_dir).supervisor_pid
-    os.kill(supervisor, signal.SIGKILL)
-    wait_for(lambda: not procs.same_process(supervisor, None))
+    _kill_supervisor(first, key)
     # Killed between two renames, a supervisor leaves one hierarchy's group under the task's name.
     spare = _one_v1(_spares(first))
     os.rename(spare, os.path.join(os.path.dirname(spare), recorded.name))
+    _assert_started_again_leaves_no_group(first, state_dir)
+
+
+def _kill_supervisor(table: TaskTable, key: TaskKey) -> None:
+    supervisor = read_state(table.layout.task_dir(key)).supervisor_pid
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not procs.same_process(supervisor, None))
+
+
+def _assert_started_again_leaves_no_group(first: TaskTable, state_dir) -> None:
+    """The node daemon started again (a second table on ``first``'s state directory) leaves no cgroup of the node."""
     second = TaskTable(Layout(str(state_dir)))
     try:
         second.adopt()
