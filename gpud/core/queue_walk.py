@@ -143,9 +143,7 @@ class QueueWalk:
     state as it is when made. ``admit``, given a queue and its groups as
     sorted (key, tiebreak, group) entries, returns those to walk: the others
     are not taken at all, nor are queues left out of ``queues`` when given.
-    Jobs that stopped waiting earlier in the cycle are passed over; one that
-    waits again (evicted during the walk) is taken if its group's turn is
-    still to come.
+    Jobs that stopped waiting earlier in the cycle are passed over.
 
     After a job is taken, ``pass_over(skip)`` says that from then on a group
     of its queue whose next job ``skip`` holds for is passed over whole (the
@@ -210,20 +208,19 @@ class QueueWalk:
         state, cursors = self._state, self._cursors
         chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                              if q in backlog.by_queue}
-        # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they
-        # are. After, a group whose first job started is put back by its next job when it comes to the top.
-        changed = state.changes != state.changes_at_begin
+        # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they are.
+        untouched = admit is None and state.changes == state.changes_at_begin
         for queue in chosen:
             state.turns.step()
             cursor = _QueueCursor(queue)
             cursor.usage = self._user_usage(queue)
             if cursor.usage is not None:
                 self._merge_users(cursor, backlog, admit)
+            elif untouched:
+                cursor.run = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
             else:
-                heads = backlog.heads.get(queue, [])
-                cursor.run = heads if admit is None else admit(queue, heads)  # only read: the backlog changes
-                if changed:
-                    self._clean(cursor)
+                self._start_after_changes(cursor, backlog.heads.get(queue, []) if admit is None
+                                          else admit(queue, backlog.heads.get(queue, [])))
             if self._top(cursor) is not None:
                 cursors[queue] = cursor
         project_heaps = self._project_heaps
@@ -233,6 +230,28 @@ class QueueWalk:
             heapq.heappush(project_heaps[dept], self._queue_entry(project, cursor))
         self._dept_heap = [self._queue_entry(dept, cursors[heap[0][-1]]) for dept, heap in project_heaps.items()]
         heapq.heapify(self._dept_heap)
+
+    def _start_after_changes(self, cursor: _QueueCursor, heads: list[Entry]) -> None:
+        """Set a queue's cursor from its groups sorted by first job (``Backlog.heads``) once the cycle
+        placed some jobs: only groups whose first job started are placed again, by their next job.
+        Ties keep the order the groups were made in, and every entry pushed later comes after them."""
+        touched, placements = self._touched, self._placements
+        at, entries = cursor.at, cursor.run
+        turns = self._state.turns
+        for entry in heads:
+            turns.step()
+            group: Group = entry[2]
+            jobs = group.jobs
+            if jobs[0].id not in touched or None in placements[jobs[0].id]:
+                entries.append(entry)
+                continue
+            i, n = 1, len(jobs)
+            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
+                i += 1
+            at[group] = i
+            if i < n:
+                cursor.heap.append((group.keys[i], group.seq, group))
+        heapq.heapify(cursor.heap)
 
     def _merge_users(self, cursor: _QueueCursor, backlog: Backlog, admit: Admit | None) -> None:
         """Set a user-ordered queue's cursor: each user's groups a run of their own."""
@@ -323,15 +342,9 @@ class QueueWalk:
                     at[group] = i
                 current = group.keys[i]
                 if current is not top[0] and current != top[0]:  # the very key as a rule: no fields compared
-                    # Its key went stale: pushed again with the current one. A group of the sorted heads
-                    # keeps its tiebreak (ties keep the order the groups were made in); one pushed back gets
-                    # a new one, after every entry pushed before.
-                    self._pop_top(cursor, at_run)
-                    if at_run >= 0:
-                        heapq.heappush(heap, (current, top[1], group))
-                    else:
-                        self._tiebreak += 1
-                        heapq.heappush(heap, (current, self._tiebreak - 1, group))
+                    self._pop_top(cursor, at_run)  # its key went stale: pushed again with the current one
+                    self._tiebreak += 1
+                    heapq.heappush(heap, (current, self._tiebreak - 1, group))
                     continue
                 return
             self._pop_top(cursor, at_run)
