@@ -84,7 +84,9 @@ class _QueueCursor:
 
     The groups come in a sorted run, read from ``next`` on, and a heap of
     the groups pushed since; the first of both is the first of the queue.
-    ``at`` holds the index of a group's next job once it is past the first.
+    ``at`` holds the index of a group's next job once it is past the first;
+    a group put back into the heap when the walk began (its first job had
+    started) is in ``moved``, and its entry in the run is passed over.
     In a queue the user order sorts, each user's groups are a run and a heap
     of their own (``users``): the first group is that of the user leading
     (``lead``), the others wait in a heap by their next group (``others``),
@@ -92,7 +94,8 @@ class _QueueCursor:
     ``QueueWalk._lead``).
     """
 
-    __slots__ = ("queue", "run", "next", "heap", "at", "skip", "usage", "runs", "users", "lead", "others", "stamp")
+    __slots__ = ("queue", "run", "next", "heap", "at", "moved", "skip", "usage", "runs", "users", "lead", "others",
+                 "stamp")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -100,6 +103,7 @@ class _QueueCursor:
         self.next = 0
         self.heap: list[Entry] = []
         self.at: dict[Group, int] = {}
+        self.moved: set[Group] = set()  # groups put back by their next job: their entries in the run are passed over
         self.skip: Skip | None = None
         # Each waiting user's decayed usage in the queue, when the user order sorts it; else None.
         self.usage: dict[str, float] | None = None
@@ -141,7 +145,8 @@ class QueueWalk:
     among departments, then among the department's projects; a queue's key
     is worked out again after each of its jobs. The walk starts from the
     state as it is when made. ``admit``, given a queue and its groups as
-    sorted (key, tiebreak, group) entries, returns those to walk: the others
+    sorted (key, tiebreak, group) entries, returns those to walk, judging
+    each entry on its own (it may be given any sorted part of them): the others
     are not taken at all, nor are queues left out of ``queues`` when given.
     Jobs that stopped waiting earlier in the cycle are passed over.
 
@@ -208,19 +213,26 @@ class QueueWalk:
         state, cursors = self._state, self._cursors
         chosen = backlog.by_queue if queues is None else {q: backlog.by_queue[q] for q in queues
                                                              if q in backlog.by_queue}
-        # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they are.
-        untouched = admit is None and state.changes == state.changes_at_begin
+        # Before anything changed in the cycle, every group's first job waits: the sorted heads serve as they
+        # are. After, the groups whose first job started are put back by their next job (``_restart``).
+        changed = state.changes != state.changes_at_begin
+        made: dict[QueueState, _QueueCursor] = {}
+        plain: dict[QueueState, _QueueCursor] = {}
         for queue in chosen:
             state.turns.step()
-            cursor = _QueueCursor(queue)
+            cursor = made[queue] = _QueueCursor(queue)
             cursor.usage = self._user_usage(queue)
             if cursor.usage is not None:
                 self._merge_users(cursor, backlog, admit)
-            elif untouched:
-                cursor.run = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
-            else:
-                self._start_after_changes(cursor, backlog.heads.get(queue, []) if admit is None
-                                          else admit(queue, backlog.heads.get(queue, [])))
+                continue
+            heads = backlog.heads.get(queue, [])
+            cursor.run = heads if admit is None else admit(queue, heads)  # only read: the backlog changes between cycles
+            plain[queue] = cursor
+        if changed:
+            self._restart(plain, backlog, admit)
+        for queue, cursor in made.items():
+            if changed and cursor.usage is None:
+                self._clean(cursor)  # a group put back may have left its entry in the heads at the top
             if self._top(cursor) is not None:
                 cursors[queue] = cursor
         project_heaps = self._project_heaps
@@ -231,27 +243,32 @@ class QueueWalk:
         self._dept_heap = [self._queue_entry(dept, cursors[heap[0][-1]]) for dept, heap in project_heaps.items()]
         heapq.heapify(self._dept_heap)
 
-    def _start_after_changes(self, cursor: _QueueCursor, heads: list[Entry]) -> None:
-        """Set a queue's cursor from its groups sorted by first job (``Backlog.heads``) once the cycle
-        placed some jobs: only groups whose first job started are placed again, by their next job.
-        Ties keep the order the groups were made in, and every entry pushed later comes after them."""
-        touched, placements = self._touched, self._placements
-        at, entries = cursor.at, cursor.run
-        turns = self._state.turns
-        for entry in heads:
+    def _restart(self, plain: dict[QueueState, _QueueCursor], backlog: Backlog, admit: Admit | None) -> None:
+        """Once the cycle placed jobs, put each group whose first job started back into its queue's cursor by
+        its next job (if it has one waiting); its entry in the sorted heads is passed over (``moved``). Only
+        the jobs touched since the cycle began are looked at, not every group. Ties keep the order the groups
+        were made in, and every entry pushed later comes after them."""
+        touched, placements, group_of, turns = self._touched, self._placements, backlog.group_of, self._state.turns
+        started: dict[QueueState, list[Entry]] = defaultdict(list)
+        for job_id in touched:
             turns.step()
-            group: Group = entry[2]
-            jobs = group.jobs
-            if jobs[0].id not in touched or None in placements[jobs[0].id]:
-                entries.append(entry)
+            group = group_of.get(job_id)
+            if (group is None or group.jobs[0].id != job_id or group.queue not in plain
+                    or None in placements[job_id]):
                 continue
-            i, n = 1, len(jobs)
-            while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
-                i += 1
-            at[group] = i
-            if i < n:
-                cursor.heap.append((group.keys[i], group.seq, group))
-        heapq.heapify(cursor.heap)
+            started[group.queue].append((group.keys[0], group.seq, group))
+        for queue, entries in started.items():
+            cursor = plain[queue]
+            for _, seq, group in (entries if admit is None else admit(queue, sorted(entries))):
+                jobs = group.jobs
+                i, n = 1, len(jobs)
+                while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
+                    i += 1
+                cursor.at[group] = i
+                cursor.moved.add(group)
+                if i < n:
+                    cursor.heap.append((group.keys[i], seq, group))
+            heapq.heapify(cursor.heap)
 
     def _merge_users(self, cursor: _QueueCursor, backlog: Backlog, admit: Admit | None) -> None:
         """Set a user-ordered queue's cursor: each user's groups a run of their own."""
@@ -320,7 +337,7 @@ class QueueWalk:
             return
         touched, placements = self._touched, self._placements
         # cursor.top() and cursor.pop(), inline: every group a Skip passes over comes through here.
-        run, heap = cursor.run, cursor.heap
+        run, heap, moved = cursor.run, cursor.heap, cursor.moved
         while True:
             self._state.turns.step()
             at_run = cursor.next
@@ -332,6 +349,9 @@ class QueueWalk:
             else:
                 return
             group: Group = top[2]
+            if at_run >= 0 and moved and group in moved:  # put back by its next job when the walk began
+                cursor.next = at_run + 1
+                continue
             i, jobs = at.get(group, 0), group.jobs
             n = len(jobs)
             while i < n and jobs[i].id in touched and None not in placements[jobs[i].id]:
