@@ -194,18 +194,32 @@ def test_a_plan_read_after_jobs_of_a_group_left_still_tells_the_others_why():
     assert dict(pending_texts(first))["j4"] == told_at_once["j4"]
 
 
-def test_a_job_another_projects_failure_covers_is_told_it_in_its_own_terms_when_read():
-    """Allocation learns from p2's job that no room is left, and passes over p1's larger job for it: the
-    larger job is told its own need when its reason is read, after the next cycle, as it would be at once."""
+def covered_by_another_project() -> tuple[Snapshot, Policy]:
+    """One node of 4 GPUs, 3 of them held for good; p2 (holding nothing, so walked first) waits for 2 GPUs,
+    p1 for 3: allocation learns from p2's job that no room is left, and passes over p1's for it."""
     policy = Policy(departments={"d": Department("d")},
                     projects={"p1": Project("p1", department="d"), "p2": Project("p2", department="d")})
-    nodes = (NodeSpec("n0", gpus=4),)
     busy = JobSpec("busy", "p1", TaskRequest(gpus=3), priority=100, started=0.0,  # never evicted
                    placements=(TaskPlacement("n0", (0, 1, 2)),))
-    # p2 holds nothing: its job is walked first.
     small = JobSpec("small", "p2", TaskRequest(gpus=2), seq=1)
     large = JobSpec("large", "p1", TaskRequest(gpus=3), seq=2)
-    snapshot = Snapshot(nodes, (busy, small, large), 10.0)
+    return Snapshot((NodeSpec("n0", gpus=4),), (busy, small, large), 10.0), policy
+
+
+def test_a_job_another_projects_failure_covers_is_told_its_own_need_when_read_later():
+    snapshot, policy = covered_by_another_project()
+    scheduler = Scheduler(snapshot, policy, PM)
+    plan = scheduler.cycle()
+    scheduler.finish("busy")
+    scheduler.cycle()  # the room is free now: the reason read after says what it was when passed over
+    blocker = plan.pending["large"].blocker
+    assert blocker is not None and blocker.rule == SHORTAGE and blocker.need.gpu == 3  # its own need, not 2
+    assert blocker.free == 1
+
+
+@python_core_only
+def test_a_reason_learnt_from_another_projects_failure_is_the_one_said_at_once():
+    snapshot, policy = covered_by_another_project()
     learnt: list[str] = []
     recorded = ReasonRecorder.learnt
 
@@ -220,9 +234,7 @@ def test_a_job_another_projects_failure_covers_is_told_it_in_its_own_terms_when_
     with mock.patch.multiple(ReasonRecorder, **AT_ONCE):
         told_at_once = dict(pending_texts(Scheduler(snapshot, policy, PM).cycle()))
     lazy.finish("busy")
-    lazy.cycle()  # the room is free now: the reason read after says what it was when passed over
-    blocker = plan.pending["large"].blocker
-    assert blocker is not None and blocker.rule == SHORTAGE and blocker.need.gpu == 3  # its own need, not 2
+    lazy.cycle()
     assert dict(pending_texts(plan)) == told_at_once
 
 
