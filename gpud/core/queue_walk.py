@@ -225,8 +225,8 @@ class QueueWalk:
             if cursor.usage is not None:
                 self._merge_users(cursor, backlog, admit)
                 continue
-            heads = backlog.heads.get(queue, [])
-            cursor.run = heads if admit is None else admit(queue, heads)  # only read: the backlog changes between cycles
+            heads = backlog.heads.get(queue, [])  # only read: the backlog changes between cycles
+            cursor.run = heads if admit is None else admit(queue, heads)
             plain[queue] = cursor
         if changed:
             self._restart(plain, backlog, admit)
