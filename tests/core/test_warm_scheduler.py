@@ -143,7 +143,12 @@ def test_a_started_job_keeps_every_field_of_its_spec():
     # (selector, pool, gang minimum, order, ...) must come back exactly as submitted.
     node = NodeSpec("n1", gpus=4, labels={"rack": "r1"}, pool="fast")
     job = JobSpec("j", "p1", TaskRequest(1, cpus=2, memory_gib=3), priority=75, tasks=2, min_tasks=1,
-                  submitted=5.0, placements=(None, None), node_selector={"rack": "r1"}, pool="fast", seq=42)
+                  submitted=5.0, placements=(None, None), node_selector={"rack": "r1"}, pool="fast", seq=42,
+                  user="ada", checkpointed=4.0, time_limit=600.0, predicted_runtime=300.0)
+    defaults = JobSpec("d", "p", TaskRequest(1))
+    kept = [f.name for f in dataclasses.fields(JobSpec) if f.name not in ("id", "project", "request", "started")]
+    assert [name for name in kept if getattr(job, name) == getattr(defaults, name)] == [], \
+        "every field a job keeps is set apart from its default here"
     project = Project("p1", quota={"fast": Resources(gpu=4)}, department="d")
     policy = Policy(departments={"d": Department("d")}, projects={"p1": project}, pools={"fast": NodePool("fast")},
                     default_pool="fast")
