@@ -91,11 +91,12 @@ class _QueueCursor:
     of their own (``users``): the first group is that of the user leading
     (``lead``), the others wait in a heap by their next group (``others``),
     as compared when the queue last had a bind or a release (``stamp``;
-    ``QueueWalk._lead``).
+    ``QueueWalk._lead``). ``settled`` says the lead was found since the
+    queue last had an entry taken or pushed: it leads until one is.
     """
 
     __slots__ = ("queue", "run", "next", "heap", "at", "moved", "skip", "usage", "runs", "users", "lead", "others",
-                 "stamp")
+                 "stamp", "settled")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -111,8 +112,9 @@ class _QueueCursor:
         self.runs: dict[str, _UserRun] = {}
         self.users: list[_UserRun] = []
         self.lead: _UserRun | None = None
-        self.others: list[tuple] = []  # the other users with a group left, as (user-order key, _UserRun)
+        self.others: list[tuple] = []  # the other users with a group left, by their entries in the user order
         self.stamp = -1  # the queue's binds and releases (QueueState.changes) when the users were compared
+        self.settled = False
 
     def top(self) -> Group | None:
         """The group of the first entry, or None when no group is left."""
@@ -322,6 +324,7 @@ class QueueWalk:
             self._tiebreak += 1
             heap = cursor.heap if cursor.usage is None else cursor.runs[group.user].heap
             heapq.heappush(heap, (group.keys[cursor.at[group]], self._tiebreak - 1, group))
+            cursor.settled = False
 
     def _clean(self, cursor: _QueueCursor) -> None:
         """Bring the queue's first group to the top: groups with no job left waiting, or whose next job
@@ -417,6 +420,7 @@ class QueueWalk:
             if skip is None or not skip.holds(group.jobs[at.get(group, 0)], queue, group):
                 return
             lead.pop()
+            cursor.settled = False
 
     def _take_lead(self, cursor: _QueueCursor) -> Group:
         """Take the first group out of a queue the user order sorts; that group."""
@@ -425,6 +429,7 @@ class QueueWalk:
         entry = lead.top()
         assert entry is not None  # _lead found it
         lead.pop()
+        cursor.settled = False
         group: Group = entry[2]
         return group
 
@@ -437,19 +442,24 @@ class QueueWalk:
         the others wait in a heap by their next group's key (``others``), and
         the user found first stays first, at one comparison a group, while its
         next group comes before the first of theirs. Then it goes into the heap
-        by its next group, and the first of the heap leads.
+        by its next group, and the first of the heap leads. Until an entry of
+        the queue is taken or pushed, the lead found stands (``settled``).
         """
         lead = cursor.lead
         if lead is None or cursor.stamp != cursor.queue.changes:
             return self._choose(cursor)
+        if cursor.settled:
+            return lead
         entry = self._ready(cursor, lead)
         others = cursor.others
-        if entry is not None and (not others or _before(lead, entry, others[0][0])):
+        if entry is not None and (not others or _before(lead, entry, others[0])):
+            cursor.settled = True
             return lead
         if entry is None:
-            cursor.lead = heapq.heappop(others)[1] if others else None
+            cursor.lead = heapq.heappop(others)[-1] if others else None
         else:  # behind the first of the others: the two change places in one pass of the heap
-            cursor.lead = heapq.heapreplace(others, (_user_key(lead, entry), lead))[1]
+            cursor.lead = heapq.heapreplace(others, _user_entry(lead, entry))[-1]
+        cursor.settled = cursor.lead is not None
         return cursor.lead
 
     def _choose(self, cursor: _QueueCursor) -> _UserRun | None:
@@ -465,10 +475,11 @@ class QueueWalk:
             left.append(run)
             gpus = held.get(run.held, 0.0)
             run.gpus, run.standing = gpus, run.usage + window * gpus
-            others.append((_user_key(run, entry), run))
+            others.append(_user_entry(run, entry))
         heapq.heapify(others)
         cursor.users, cursor.others, cursor.stamp = left, others, cursor.queue.changes
-        cursor.lead = heapq.heappop(others)[1] if others else None
+        cursor.lead = heapq.heappop(others)[-1] if others else None
+        cursor.settled = cursor.lead is not None
         return cursor.lead
 
     def _ready(self, cursor: _QueueCursor, run: _UserRun) -> Entry | None:
@@ -498,15 +509,17 @@ class QueueWalk:
             return entry
 
 
-def _user_key(run: _UserRun, entry: Entry) -> tuple:
-    """The key in the user order of a user's entry, the user standing as last compared: the group's priority,
-    the user's standing, the GPUs it holds, the group's key in the job order, the entry's tiebreak."""
-    return (entry[0][0], run.standing, run.gpus, entry[0], entry[1])
+def _user_entry(run: _UserRun, entry: Entry) -> tuple:
+    """The user's entry in the heap of users, by its first entry and the user's standing as last compared:
+    the group's priority, the user's standing, the GPUs it holds, the group's key in the job order, the
+    entry's tiebreak, then the run. One flat tuple, as ``FairQueueOrder.entry``: the heap compares the
+    fields one by one, never a key within a key twice."""
+    return (entry[0][0], run.standing, run.gpus, entry[0], entry[1], run)
 
 
 def _before(run: _UserRun, entry: Entry, other: tuple) -> bool:
-    """True when the run's entry comes before ``other``, a key in the user order, the run's user standing
-    as last compared: the fields compared one by one, no key made."""
+    """True when the run's entry comes before ``other``, another user's entry in the heap of users, the
+    run's user standing as last compared: the fields compared one by one, no key made."""
     key = entry[0]
     if key[0] != other[0]:
         return bool(key[0] < other[0])
