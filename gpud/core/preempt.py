@@ -13,7 +13,7 @@ from gpud.core.memo import Memo
 from gpud.core.orders import JobOrder
 from gpud.core.pending import gang_tasks, needed_tasks
 from gpud.core.queue_walk import Entry, QueueWalk, Skip
-from gpud.core.queues import UNLIMITED, QueueState
+from gpud.core.queues import QueueState
 from gpud.core.state import Victim
 from gpud.core.victim_rooms import least_must
 from gpud.core.victims_by_node import VictimsByNode
@@ -267,7 +267,4 @@ def _bounded(queue: QueueState) -> bool:
     victims hold enough of, while nothing in the department is placed or
     released, fails too (``Preempt.short``).
     """
-    for level in (queue, queue.parent):
-        if level is not None and not level.implicit and (level.limit != UNLIMITED or not level.settings.over_quota):
-            return True
-    return False
+    return queue.bounded or (queue.parent is not None and queue.parent.bounded)

@@ -22,7 +22,7 @@ class QueueState:
     __slots__ = ("name", "kind", "pool", "parent", "settings", "quota", "limit", "fair_share",
                  "demand", "alloc_gpu", "alloc_cpu", "alloc_mem", "fixed_gpu", "fixed_cpu", "fixed_mem",
                  "declared", "over_quota_priority",
-                 "implicit", "children", "quota_bound", "changes", "_allocated", "_allocated_at", "book")
+                 "implicit", "children", "quota_bound", "bounded", "changes", "_allocated", "_allocated_at", "book")
 
     def __init__(self, name: str, kind: str, pool: str, settings: QueueSettings, declared: int,
                  parent: QueueState | None = None, implicit: bool = False) -> None:
@@ -41,6 +41,8 @@ class QueueState:
         self.declared = declared
         self.over_quota_priority = settings.over_quota_priority
         self.implicit = implicit
+        # A hard limit, or no going over quota: what refuses a job here besides its own quota.
+        self.bounded = not implicit and (self.limit != UNLIMITED or not settings.over_quota)
         self.children: list[QueueState] = []
         self.changes = 0  # binds and releases here and below: what is derived from them holds until it moves
         self._allocated = ZERO  # ``allocated`` as made when ``changes`` was ``_allocated_at``
