@@ -46,7 +46,15 @@ class Learnt:
         self.free = free
 
 
-class Spared:
+class SaidWhenRead:
+    """A job's reason kept unsaid until first read: most of those a cycle records are never read."""
+
+    def say(self, state: ClusterState) -> Found:
+        """The reason, said now from what was kept when it was recorded (``state`` for the nodes' sizes)."""
+        raise NotImplementedError
+
+
+class Spared(SaidWhenRead):
     """A blocker a job is told without a try of its own, learnt from an earlier job (the ``failure`` it met):
     said in the job's terms when read (``restate_learnt``, with the free GPUs and CPUs when it was recorded,
     ``free``, where they matter), as the job was when recorded."""
@@ -61,8 +69,12 @@ class Spared:
         self.failure = failure
         self.free = free
 
+    def say(self, state: ClusterState) -> Found:
+        """The failure's blocker in the job's own terms."""
+        return self.queue, restate_learnt(state, self.job, self.tasks, self.failure.blocker, self.free)
 
-class Explained:
+
+class Explained(SaidWhenRead):
     """A job's own blocker, made when first read by ``explain`` (``ShareLimit.explain``)."""
 
     __slots__ = ("queue", "explain")
@@ -70,6 +82,10 @@ class Explained:
     def __init__(self, queue: QueueState, explain: Callable[[], Blocker]) -> None:
         self.queue = queue
         self.explain = explain
+
+    def say(self, state: ClusterState) -> Found:
+        """The blocker ``explain`` makes."""
+        return self.queue, self.explain()
 
 
 class PassedOver:
@@ -100,7 +116,7 @@ class ReasonRecorder:
         self.orphans: dict[str, Blocker] = state.orphans.copy()
         # A job's own reason, or one learnt from an earlier job, restated when first read (``Spared``), or
         # one made when first read (``Explained``).
-        self._jobs: dict[str, Found | Spared | Explained] = {}
+        self._jobs: dict[str, Found | SaidWhenRead] = {}
         # A group passed over whole: its jobs share their shape, hence one reason, or one to restate.
         self._groups: dict[Group, Found | Learnt] = {}
         self._queues: dict[QueueState, PassedOver] = {}
@@ -214,21 +230,14 @@ class ReasonRecorder:
         if evicted is not None:
             return None, Blocker(EVICTED, evicted=evicted[1])
         kept = self._jobs.get(job_id)
-        found = self._said_when_read(job_id, kept) if isinstance(kept, (Spared, Explained)) else kept
+        found: Found | None
+        if isinstance(kept, SaidWhenRead):
+            found = self._jobs[job_id] = kept.say(self.state)  # kept in its place once said
+        else:
+            found = kept
         if found is None and group is not None:
             found = self._of_group(job_id, group)
         return found if found is not None else (None, Blocker(NOT_CONSIDERED))
-
-    def _said_when_read(self, job_id: str, kept: Spared | Explained) -> Found:
-        """A spared or learnt job's reason in its own terms, or a blocker left to be made: kept in its place
-        once said."""
-        found: Found
-        if isinstance(kept, Explained):
-            found = kept.queue, kept.explain()
-        else:
-            found = kept.queue, restate_learnt(self.state, kept.job, kept.tasks, kept.failure.blocker, kept.free)
-        self._jobs[job_id] = found
-        return found
 
     def _of_group(self, job_id: str, group: Group) -> Found | None:
         """The reason recorded for the job's group or queue, restated for the group when first read."""
