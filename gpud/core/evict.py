@@ -84,11 +84,10 @@ class VictimLists:
         """The queue's running preemptible jobs old enough to be victims, as sorted (key, n, victim) entries."""
         order, turns = self._order, self.state.turns
         entries: list[VictimEntry] = []
-        for victim in self.state.victims(queue, preemptible_only=True):
+        for victim in self.state.victims(queue, preemptible_only=True, too_young=self.too_young):
             turns.step()
-            if not self.too_young(victim.job):
-                # (key, n) pairs are unique, so the victims themselves are never compared.
-                entries.append((order.key(victim), len(entries), victim))
+            # (key, n) pairs are unique, so the victims themselves are never compared.
+            entries.append((order.key(victim), len(entries), victim))
         return sorted(entries)
 
     def _start(self, queue: QueueState) -> tuple[list[VictimEntry], int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import pluggy
 
@@ -401,13 +401,16 @@ class ClusterState:
         """How many of the job's tasks wait for a placement."""
         return self.placements[job_id].count(None)
 
-    def victims(self, queue: QueueState, preemptible_only: bool = False) -> list[Victim]:
-        """The running jobs of one queue (only the preemptible ones if asked), as eviction candidates."""
+    def victims(self, queue: QueueState, preemptible_only: bool = False,
+                too_young: Callable[[JobSpec], bool] | None = None) -> list[Victim]:
+        """The running jobs of one queue (only the preemptible ones if asked, and none ``too_young`` says is
+        too young), as eviction candidates. A job too young is left out before a Victim is made for it:
+        after a burst of starts, most are."""
         turns = self.turns
         found = []
         for job_id, job in self.running[queue].items():
             turns.step()
-            if job.preemptible or not preemptible_only:
+            if (job.preemptible or not preemptible_only) and (too_young is None or not too_young(job)):
                 found.append(Victim(job, queue, self.running_tasks(job_id), self.now))
         return found
 
