@@ -114,31 +114,33 @@ def _give_back(room: Room, placements: list[TaskPlacement], request: TaskRequest
         room.mem[placement.node] += request.memory_gib
 
 
-def _tenants(snapshot: Snapshot) -> dict[tuple[str, int], list[str]]:
-    """The jobs holding a share of each GPU, by (node, GPU index)."""
-    held: dict[tuple[str, int], list[str]] = defaultdict(list)
+def _tenants(snapshot: Snapshot) -> dict[tuple[str, int], dict[str, float]]:
+    """The share each job holds of each GPU, by (node, GPU index)."""
+    held: dict[tuple[str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for job in snapshot.jobs:
         for p in job.placements:
             if p is not None:
                 for i in p.gpu_index:
-                    held[(p.node, i)].append(job.id)
+                    held[(p.node, i)][job.id] += p.gpu_share
     return held
 
 
-def _where(job: JobSpec, pair: set[str], tenants: dict[tuple[str, int], list[str]]) -> list:
-    """Where the job's tasks sit, with the other jobs on their GPUs (leaving out the pair compared)."""
-    return sorted((p.node, p.gpu_share, tuple(sorted(other for i in p.gpu_index for other in tenants[(p.node, i)]
-                                                     if other not in pair)))
-                  for p in job.placements if p is not None)
+def _where(job: JobSpec, partner: str, tenants: dict[tuple[str, int], dict[str, float]]) -> list:
+    """Each GPU the job holds a share of: its node, the job's share of it, the partner's (the other job of
+    the pair compared) and every other job's share of it."""
+    gpus = {(p.node, i) for p in job.placements if p is not None for i in p.gpu_index}
+    return sorted((node, held[job.id], held.get(partner, 0.0),
+                   tuple(sorted((other, share) for other, share in held.items() if other not in (job.id, partner))))
+                  for node, i in gpus for held in [tenants[(node, i)]])
 
 
-def _twins(a: JobSpec, b: JobSpec, tenants: dict[tuple[str, int], list[str]]) -> bool:
-    """Whether evicting ``b`` instead of ``a`` is allowed under every rule: the same project, priority and
-    shape, on the same nodes, sharing their GPUs with the very same other jobs."""
-    pair = {a.id, b.id}
+def _twins(a: JobSpec, b: JobSpec, tenants: dict[tuple[str, int], dict[str, float]]) -> bool:
+    """Whether evicting ``b`` instead of ``a`` is allowed under every rule and frees the same room: the same
+    project, priority and shape, holding the same shares of GPUs on the same nodes, each GPU shared with the
+    very same other jobs (and as much of the other's as the other holds of its own)."""
     return (a.project == b.project and a.priority == b.priority and a.request == b.request and a.tasks == b.tasks
             and a.min_tasks == b.min_tasks and dict(a.node_selector) == dict(b.node_selector) and a.pool == b.pool
-            and _where(a, pair, tenants) == _where(b, pair, tenants))
+            and _where(a, b.id, tenants) == _where(b, a.id, tenants))
 
 
 def must_give_back(policy: Policy, preemptor: JobSpec) -> bool:
