@@ -137,7 +137,8 @@ def _where(job: JobSpec, partner: str, tenants: dict[tuple[str, int], dict[str, 
 def _twins(a: JobSpec, b: JobSpec, tenants: dict[tuple[str, int], dict[str, float]]) -> bool:
     """Whether evicting ``b`` instead of ``a`` is allowed under every rule and frees the same room: the same
     project, priority and shape, holding the same shares of GPUs on the same nodes, each GPU shared with the
-    very same other jobs (and as much of the other's as the other holds of its own)."""
+    very same other jobs at the same shares. A GPU the two share matches one where each holds what the
+    other holds there."""
     return (a.project == b.project and a.priority == b.priority and a.request == b.request and a.tasks == b.tasks
             and a.min_tasks == b.min_tasks and dict(a.node_selector) == dict(b.node_selector) and a.pool == b.pool
             and _where(a, b.id, tenants) == _where(b, a.id, tenants))
