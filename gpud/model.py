@@ -1,4 +1,12 @@
-"""The immutable types the scheduling core reads (snapshots) and writes (plans)."""
+"""The immutable types the scheduling core reads (snapshots) and writes (plans).
+
+The types a cycle makes by the thousand (jobs copied at commit, amounts,
+placements, binds, evictions and their reasons) write their ``__init__``
+out, setting each field as a frozen dataclass's generated one does: a
+compiled core (GPUD_COMPILE) compiles a written ``__init__``, where the
+generated one stays an interpreted function, about 25 times slower to call.
+tests/test_model_init.py holds each to its fields, their order and defaults.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +26,11 @@ class Resources:
     gpu: float = 0.0
     cpu: float = 0.0
     memory: float = 0.0
+
+    def __init__(self, gpu: float = 0.0, cpu: float = 0.0, memory: float = 0.0) -> None:
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "cpu", cpu)
+        object.__setattr__(self, "memory", memory)
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
@@ -105,6 +118,11 @@ class TaskPlacement:
     gpu_index: tuple[int, ...] = ()
     gpu_share: float = 1.0
 
+    def __init__(self, node: str, gpu_index: tuple[int, ...] = (), gpu_share: float = 1.0) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpu_index", gpu_index)
+        object.__setattr__(self, "gpu_share", gpu_share)
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
@@ -128,6 +146,29 @@ class JobSpec:
     # how long it is expected to run, for start estimates only (None: to its limit).
     time_limit: float | None = None
     predicted_runtime: float | None = None
+
+    def __init__(self, id: str, project: str, request: TaskRequest, priority: int = 50, tasks: int = 1,
+                 min_tasks: int | None = None, submitted: float = 0.0, started: float | None = None,
+                 placements: tuple[TaskPlacement | None, ...] = (),
+                 node_selector: Mapping[str, str] | None = None, pool: str | None = None, seq: int = 0,
+                 user: str = "", checkpointed: float | None = None, time_limit: float | None = None,
+                 predicted_runtime: float | None = None) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "project", project)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "min_tasks", min_tasks)
+        object.__setattr__(self, "submitted", submitted)
+        object.__setattr__(self, "started", started)
+        object.__setattr__(self, "placements", placements)
+        object.__setattr__(self, "node_selector", {} if node_selector is None else node_selector)
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "user", user)
+        object.__setattr__(self, "checkpointed", checkpointed)
+        object.__setattr__(self, "time_limit", time_limit)
+        object.__setattr__(self, "predicted_runtime", predicted_runtime)
 
     @property
     def gang_minimum(self) -> int:
@@ -180,6 +221,11 @@ class Bind:
     task: int
     placement: TaskPlacement
 
+    def __init__(self, job: str, task: int, placement: TaskPlacement) -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "placement", placement)
+
 
 @dataclass(frozen=True, slots=True)
 class OverLevel:
@@ -192,6 +238,14 @@ class OverLevel:
     held: float
     level: float
     fair: bool
+
+    def __init__(self, kind: str, name: str, resource: str, held: float, level: float, fair: bool) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "held", held)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "fair", fair)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +269,21 @@ class Evicted:
     fair_share: float = 0.0
     node: str = ""
 
+    def __init__(self, rule: str, for_job: str, project: str = "", priority: int = 0, victim: str = "",
+                 victim_priority: int = 0, over: tuple[OverLevel, ...] = (), resource: str = "",
+                 after: float = 0.0, fair_share: float = 0.0, node: str = "") -> None:
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "for_job", for_job)
+        object.__setattr__(self, "project", project)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "victim", victim)
+        object.__setattr__(self, "victim_priority", victim_priority)
+        object.__setattr__(self, "over", over)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "after", after)
+        object.__setattr__(self, "fair_share", fair_share)
+        object.__setattr__(self, "node", node)
+
 
 @dataclass(frozen=True, slots=True)
 class Eviction:
@@ -226,6 +295,15 @@ class Eviction:
     why: Evicted | None
     for_job: str | None = None
     moved: bool = False
+
+    def __init__(self, job: str, tasks: tuple[int, ...], rule: str, why: Evicted | None, for_job: str | None = None,
+                 moved: bool = False) -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "why", why)
+        object.__setattr__(self, "for_job", for_job)
+        object.__setattr__(self, "moved", moved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +351,31 @@ class Blocker:
     jobs: int = 0
     most: int = 0
 
+    def __init__(self, rule: str, pool: str = "", level: str = "", name: str = "", resource: str = "",
+                 free: float = 0.0, need: Resources = ZERO, held: Resources = ZERO, bound: Resources = ZERO,
+                 over: tuple[str, ...] = (), tasks: int = 0, request: TaskRequest | None = None,
+                 nodes_now: int = -1, selector: tuple[tuple[str, str], ...] = (), evicted: Evicted | None = None,
+                 runs: int = 0, of_tasks: int = 0, jobs: int = 0, most: int = 0) -> None:
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "free", free)
+        object.__setattr__(self, "need", need)
+        object.__setattr__(self, "held", held)
+        object.__setattr__(self, "bound", bound)
+        object.__setattr__(self, "over", over)
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "nodes_now", nodes_now)
+        object.__setattr__(self, "selector", selector)
+        object.__setattr__(self, "evicted", evicted)
+        object.__setattr__(self, "runs", runs)
+        object.__setattr__(self, "of_tasks", of_tasks)
+        object.__setattr__(self, "jobs", jobs)
+        object.__setattr__(self, "most", most)
+
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
@@ -296,6 +399,18 @@ class QueueReport:
     allocated: Resources
     demand: Resources
     fixed: Resources = ZERO  # what its non-preemptible jobs hold (they run only within quota)
+
+    def __init__(self, name: str, kind: str, pool: str, department: str | None, quota: Resources, fair_share: Resources,
+                 allocated: Resources, demand: Resources, fixed: Resources = ZERO) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "department", department)
+        object.__setattr__(self, "quota", quota)
+        object.__setattr__(self, "fair_share", fair_share)
+        object.__setattr__(self, "allocated", allocated)
+        object.__setattr__(self, "demand", demand)
+        object.__setattr__(self, "fixed", fixed)
 
 
 @dataclass(frozen=True, slots=True)
