@@ -1,11 +1,12 @@
 """The immutable types the scheduling core reads (snapshots) and writes (plans).
 
-The types a cycle makes by the thousand (jobs copied at commit, amounts,
-placements, binds, evictions and their reasons) write their ``__init__``
-out, setting each field as a frozen dataclass's generated one does: a
-compiled core (GPUD_COMPILE) compiles a written ``__init__``, where the
-generated one stays an interpreted function, about 25 times slower to call.
-tests/test_model_init.py holds each to its fields, their order and defaults.
+The types made by the thousand (jobs copied at commit, amounts, placements,
+binds, evictions, and the reasons of jobs as a cycle finds them and as they
+are read) write their ``__init__`` out, setting each field as a frozen
+dataclass's generated one does: a compiled core (GPUD_COMPILE) compiles a
+written ``__init__``, where the generated one stays an interpreted function,
+about 25 times slower to call. tests/core/test_model_init.py holds each to
+its fields, their order and defaults.
 """
 
 from __future__ import annotations
@@ -384,6 +385,10 @@ class Waiting:
 
     blocker: Blocker | None
     queue: QueueReport | None = None
+
+    def __init__(self, blocker: Blocker | None, queue: QueueReport | None = None) -> None:
+        object.__setattr__(self, "blocker", blocker)
+        object.__setattr__(self, "queue", queue)
 
 
 @dataclass(frozen=True, slots=True)
