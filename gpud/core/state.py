@@ -375,17 +375,20 @@ class ClusterState:
             return ZERO
         return self.task_need(job).scaled(tasks)
 
-    def released_since(self, releases: int) -> list[str] | None:
+    def released_since(self, releases: int, most: int | None = None) -> list[str] | None:
         """The nodes where something was released since ``releases`` was the count (``self.releases``),
-        each once, the latest first; None when that count is from before this cycle."""
+        each once, the latest first; None when that count is from before this cycle, or when there are
+        more than ``most`` of them (when given)."""
         if releases < self._log_base:
             return None
         # Read from the end, as far back as ``releases``: as many steps as nodes released since, however
         # many releases there were (a cycle that evicts thousands asks this after each failed search).
-        names = []
+        names: list[str] = []
         for name, number in reversed(self._released.items()):
             if number <= releases:
                 break
+            if most is not None and len(names) == most:
+                return None
             names.append(name)
         return names
 

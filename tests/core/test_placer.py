@@ -1,7 +1,8 @@
 """The placer's memory of requests that found no room: it saves searches, never a placement.
 
 A request that found no room is searched again only when a node where something was released since
-could hold it; whatever it then finds must be what a placer with no memory finds.
+could hold it, or when too many were to look at each; whatever it then finds must be what a placer with no
+memory finds.
 """
 
 from __future__ import annotations
@@ -69,6 +70,31 @@ def test_room_released_on_several_nodes_is_chosen_as_without_memory():
         evict(state, stmt, job_id)
         assert placer.find(wide) == Placer(state).find(wide)
     assert placer.find(wide) is not None
+
+
+def test_room_released_on_many_nodes_at_once_is_found_as_without_memory():
+    # Sixteen busy nodes: past two released since its last search (one node in eight), a request that found
+    # no room is searched again rather than looked for node by node; below, node by node. Both find what a
+    # placer with no memory finds.
+    nodes = tuple(NodeSpec(f"n{i:02d}", gpus=2, cpus=8, memory_gib=64) for i in range(16))
+    jobs = tuple(running(f"x{i:02d}{half}", f"n{i:02d}", (gpu,)) for i in range(16) for gpu, half in enumerate("ab"))
+    jobs += (JobSpec("wide", "p", TaskRequest(2, cpus=1, memory_gib=1), placements=(None,)),)
+    policy = Policy(departments={"d": Department("d")}, projects={"p": Project("p", department="d")})
+    state = ClusterState(Snapshot(nodes, jobs, 0.0), policy, PM)
+    state.begin_cycle()
+    placer, stmt = Placer(state), Statement(state)
+    wide = state.jobs["wide"]
+    assert placer.find(wide) is None
+    # Each step's evictions, and whether a node then has both GPUs free: searched, looked at node by node
+    # (none, then n05), searched.
+    steps = ((("x00a", "x01a", "x02a"), False), (("x03a",), False), (("x04a", "x05a"), False),
+             (("x06a", "x07a", "x08a"), False), (("x05b",), True), (("x09a", "x09b", "x10a"), True))
+    for released, room in steps:
+        for job_id in released:
+            evict(state, stmt, job_id)
+        found = placer.find(wide)
+        assert found == Placer(state).find(wide)
+        assert (found is not None) == room
 
 
 def test_a_request_without_room_is_searched_again_after_the_cycle_ends():
