@@ -119,6 +119,8 @@ def test_the_nodes_released_since_a_count_are_each_named_once_latest_first():
     assert state.released_since(after_a1) == ["n3", "n1", "n2"]
     assert state.released_since(state.releases - 1) == ["n3"]
     assert state.released_since(state.releases) == []
+    assert state.released_since(start, most=3) == ["n3", "n1", "n2"]
+    assert state.released_since(start, most=2) is None  # more than that many: not listed
     stmt.rollback()  # the jobs bound again release nothing
     assert state.released_since(start) == ["n3", "n1", "n2"]
     state.begin_cycle()
