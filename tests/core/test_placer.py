@@ -85,8 +85,8 @@ def test_room_released_on_many_nodes_at_once_is_found_as_without_memory():
     placer, stmt = Placer(state), Statement(state)
     wide = state.jobs["wide"]
     assert placer.find(wide) is None
-    # Each step's evictions, and whether a node then has both GPUs free: searched, looked at node by node
-    # (none, then n05), searched.
+    # Each step's evictions, and whether a node then has both GPUs free. Three nodes released since the last
+    # search are searched (steps 1, 4 and 6); one or two are looked at node by node (2, 3, and 5, finding n05).
     steps = ((("x00a", "x01a", "x02a"), False), (("x03a",), False), (("x04a", "x05a"), False),
              (("x06a", "x07a", "x08a"), False), (("x05b",), True), (("x09a", "x09b", "x10a"), True))
     for released, room in steps:
