@@ -31,7 +31,8 @@ LEASE_GRACE_S = 1.0
 
 @pytest.fixture
 def run(tmp_path, monkeypatch):
-    """A started task that ignores SIGTERM, with a grace period of GRACE_S; killed after the test."""
+    """A started task that ignores SIGTERM, with a grace period of GRACE_S; killed after the test, and its
+    cgroups removed."""
     monkeypatch.chdir(os.getcwd())  # a TaskRun enters the work directory to check it
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -47,6 +48,8 @@ def run(tmp_path, monkeypatch):
     if task.leader_status is None:
         os.killpg(task.pid, signal.SIGKILL)
         os.waitpid(task.pid, 0)
+    if task.cgroup is not None:  # the task's groups go with it, as the supervisor's end of a task takes them
+        assert task.cgroup.remove(), task.cgroup.paths()
 
 
 def _ran_out(seconds_ago: float) -> lease.Lease:
