@@ -359,7 +359,7 @@ async def change_node(request: web.Request) -> web.Response:
 
 async def projects(request: web.Request) -> web.Response:
     ctrl = request.app[CONTROLLER]
-    plan = ctrl.cluster.last_plan
+    plan = await ctrl.plan_for_views()
     counts: dict[tuple[str, str], list[int]] = {}
     for job in ctrl.cluster.jobs.values():
         pool = job.pool or ctrl.policy.default_pool

@@ -64,6 +64,9 @@ INLINE_CYCLE_S = 0.002
 # ... unless the scheduler is to be built anew or takes in more jobs than this: a burst of submits after idle
 # cycles made an inline cycle that held the event loop for seconds.
 INLINE_OPS = 32
+# A view made from the plan (projects, usage) asked before the first cycle planned waits this long for it: at
+# start-up the first cycle comes within a build's spacing, and an empty view would read as "no projects".
+FIRST_PLAN_WAIT_S = 5.0
 
 
 def build_spacing(last_build_work_s: float) -> float:
@@ -114,6 +117,7 @@ class Controller:
         self.links: dict[str, Any] = {}
         self.log_requests: dict[str, asyncio.Future] = {}
         self.kick = asyncio.Event()
+        self.planned = asyncio.Event()  # set once a cycle's plan was carried out: the views have one to show
         self.cluster.wake = self.kick.set
         self.cluster.runs.resend_start_after_s = max(self.cluster.runs.resend_start_after_s, config.node_timeout_s)
         self.cycle_seconds = Histogram("gpud_scheduling_cycle_seconds", "Time of one scheduling cycle.", "")
@@ -384,11 +388,24 @@ class Controller:
                 await slices.pause()
         else:
             self.kick.set()
+        if cluster.last_plan is not None:
+            self.planned.set()
         self.last_cycle_work_s = time.perf_counter() - work_began
         if anew:
             self.builds += 1
             self.last_build_work_s = self.last_cycle_work_s
         await self.commit()
+
+    async def plan_for_views(self) -> Plan | None:
+        """The last cycle's plan, for a view made from it; before the first one, this leader asks for a cycle and
+        waits up to FIRST_PLAN_WAIT_S for its plan. None when there is none by then (a standby plans none)."""
+        if self.cluster.last_plan is None and self.role == "leader":
+            self.kick.set()
+            try:
+                await asyncio.wait_for(self.planned.wait(), FIRST_PLAN_WAIT_S)
+            except asyncio.TimeoutError:
+                pass
+        return self.cluster.last_plan
 
     async def _snapshot(self) -> tuple[tuple[NodeSpec, ...], tuple[JobSpec, ...]]:
         """The nodes and jobs the scheduler is built anew from, read a slice at a time (16,000 jobs take about

@@ -31,7 +31,7 @@ async def usage(request: web.Request) -> web.Response:
     pool, project, user = query.get("pool"), query.get("project"), query.get("user")
     if user is not None and not principal.admin and user != principal.user:
         raise ApiError(403, f"user {principal.user!r} may see only their own usage; another user's is for admins")
-    plan = ctrl.cluster.last_plan
+    plan = await ctrl.plan_for_views()
     fair = {(q.kind, q.pool, q.name): q.fair_share.gpu for q in (plan.queues if plan is not None else ())}
     pools = {ctrl.policy.default_pool} | set(ctrl.policy.pools) | {n.pool for n in ctrl.cluster.nodes.values()}
     rows = usage_rows(ctrl.policy, ctrl.charger.amounts(), fair, pools)

@@ -279,3 +279,17 @@ def test_default_state_dir_and_policy():
     assert set(policy.projects) == {"default", "alice-lab", "bob-lab"}
     assert not policy.projects["default"].users
     assert policy.projects["default"].quota_in("default").gpu == 8
+
+
+def test_projects_asked_the_moment_gpud_up_is_ready_list_the_policy(ups):
+    """The views made from the scheduler's plan answer in full from the start: asked before the first cycle
+    has planned, the controller waits for it rather than showing no project."""
+    up = ups("--fake-gpus", "2").start()
+    projects = up.gpuctl("projects", "--json")
+    usage = up.gpuctl("usage", "--json")
+    assert projects.returncode == 0, projects.stderr
+    queues = json.loads(projects.stdout)["queues"]
+    assert {q["name"] for q in queues if q["kind"] == "project"} >= {"default"}, queues
+    assert usage.returncode == 0, usage.stderr
+    rows = json.loads(usage.stdout)["rows"]
+    assert any(row["level"] == "project" and row["fair_share"] is not None for row in rows), rows
