@@ -17,7 +17,8 @@ removed. cgroup v2 groups cannot be renamed: a task always gets a new one.
 A spare's name says which supervisor keeps it (``TAG-spare-PID-START-N``,
 TAG the node's): the supervisor removes its spares when it exits, and a
 node daemon or fence removes those of a supervisor that died
-(:func:`remove_stale`). Task directory names always hold a dot; spare names
+(:func:`remove_stale`), and the groups still named after a task whose
+directory is gone. Task directory names always hold a dot; spare names
 never do.
 """
 
@@ -147,21 +148,37 @@ def _remove_paths(paths: list[str]) -> None:
 
 
 def remove_stale(tasks_dir: str, hierarchies: Hierarchies | None = None) -> int:
-    """Remove the spare groups of this node's supervisors that are no longer alive; returns how many."""
+    """Remove this node's cgroups that no live supervisor keeps; returns how many.
+
+    Those are the spares of supervisors no longer alive, and the groups
+    named after a task whose directory is gone: a supervisor that died
+    after the daemon forgot the ended task (deleting its directory, which
+    records the groups) but before it kept them as spares left them under
+    the task's name, where nothing else would ever find them.
+    """
     found = host() if hierarchies is None else hierarchies
     tag = cgroup_name(tasks_dir, "").rstrip("-")
     removed = 0
-    for base in found.v1.values():
+    for base in [*found.v1.values(), *([found.v2] if found.v2 else [])]:
         try:
             names = os.listdir(base)
         except OSError:
             continue
         for name in names:
-            match = _SPARE.match(name)
-            if match is None or match["tag"] != tag or procs.same_process(int(match["pid"]), int(match["start"])):
+            if not _unkept(name, tag, tasks_dir):
                 continue
             group = TaskCgroup(name, Hierarchies(v1={"any": base}))
-            group.kill()  # nothing should be in a spare; whatever is there must not outlive it unwatched
+            group.kill()  # nothing should be in it; whatever is there must not outlive it unwatched
             if group.remove():
                 removed += 1
     return removed
+
+
+def _unkept(name: str, tag: str, tasks_dir: str) -> bool:
+    """True for a group of the node tagged ``tag`` that no live supervisor keeps: a spare of one no longer alive,
+    or a group named after a task (its directory name holds a dot) whose directory is gone."""
+    spare = _SPARE.match(name)
+    if spare is not None:
+        return spare["tag"] == tag and not procs.same_process(int(spare["pid"]), int(spare["start"]))
+    owner, _, dirname = name.partition("-")
+    return owner == tag and "." in dirname and not os.path.isdir(os.path.join(tasks_dir, dirname))

@@ -7,6 +7,7 @@ test makes is gone when it ends.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,6 +205,27 @@ def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_wh
     # Killed between two renames, a supervisor leaves one hierarchy's group under the task's name.
     spare = _one_v1(_spares(first))
     os.rename(spare, os.path.join(os.path.dirname(spare), recorded.name))
+    _assert_started_again_leaves_no_group(first, state_dir)
+
+
+def test_the_groups_of_a_forgotten_task_its_killed_supervisor_never_kept_are_removed_when_the_node_daemon_starts_again(
+        state_dir, workdir):
+    first = TaskTable(Layout(str(state_dir)))
+    first.adopt()
+    key = TaskKey(f"f{os.getpid()}", 0, 0)
+    first.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(first, key)
+    task_dir = first.layout.task_dir(key)
+    recorded = cgroups.recorded(task_dir)
+    assert recorded is not None and recorded.v1
+    wait_for(lambda: len(_spares(first)) == len(recorded.v1))
+    _kill_supervisor(first, key)
+    # Killed after the daemon forgot the task (its directory, which records the groups, deleted) but before it
+    # kept the groups as spares: they are left under the task's name, and nothing records them.
+    for spare in _spares(first):
+        os.rename(spare, os.path.join(os.path.dirname(spare), recorded.name))
+    shutil.rmtree(task_dir)
+    assert _groups(first.layout.tasks_dir)
     _assert_started_again_leaves_no_group(first, state_dir)
 
 
