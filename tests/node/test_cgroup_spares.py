@@ -192,16 +192,7 @@ def test_the_spares_of_a_killed_supervisor_are_removed_when_the_node_daemon_star
 
 def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_when_the_node_daemon_starts_again(
         state_dir, workdir):
-    first = TaskTable(Layout(str(state_dir)))
-    first.adopt()
-    key = TaskKey(f"h{os.getpid()}", 0, 0)
-    first.start(key, _task_spec(workdir, ["true"]))
-    run_to_end(first, key)
-    task_dir = first.layout.task_dir(key)
-    recorded = cgroups.recorded(task_dir)
-    assert recorded is not None and recorded.v1
-    wait_for(lambda: len(_spares(first)) == len(recorded.v1))  # every hierarchy's group kept as a spare
-    _kill_supervisor(first, key)
+    first, _, recorded = _spares_of_a_killed_supervisor(state_dir, workdir, "h")
     # Killed between two renames, a supervisor leaves one hierarchy's group under the task's name.
     spare = _one_v1(_spares(first))
     os.rename(spare, os.path.join(os.path.dirname(spare), recorded.name))
@@ -210,16 +201,7 @@ def test_the_groups_a_supervisor_killed_while_keeping_spares_left_are_removed_wh
 
 def test_the_groups_of_a_forgotten_task_its_killed_supervisor_never_kept_are_removed_when_the_node_daemon_starts_again(
         state_dir, workdir):
-    first = TaskTable(Layout(str(state_dir)))
-    first.adopt()
-    key = TaskKey(f"f{os.getpid()}", 0, 0)
-    first.start(key, _task_spec(workdir, ["true"]))
-    run_to_end(first, key)
-    task_dir = first.layout.task_dir(key)
-    recorded = cgroups.recorded(task_dir)
-    assert recorded is not None and recorded.v1
-    wait_for(lambda: len(_spares(first)) == len(recorded.v1))
-    _kill_supervisor(first, key)
+    first, task_dir, recorded = _spares_of_a_killed_supervisor(state_dir, workdir, "f")
     # Killed after the daemon forgot the task (its directory, which records the groups, deleted) but before it
     # kept the groups as spares: they are left under the task's name, and nothing records them.
     for spare in _spares(first):
@@ -227,6 +209,22 @@ def test_the_groups_of_a_forgotten_task_its_killed_supervisor_never_kept_are_rem
     shutil.rmtree(task_dir)
     assert _groups(first.layout.tasks_dir)
     _assert_started_again_leaves_no_group(first, state_dir)
+
+
+def _spares_of_a_killed_supervisor(state_dir, workdir, prefix: str) -> tuple[TaskTable, str, cgroups.TaskCgroup]:
+    """A task run to its end on a node table of its own, every hierarchy's group kept as a spare, then its
+    supervisor killed: the table, the task's directory and the groups it recorded."""
+    first = TaskTable(Layout(str(state_dir)))
+    first.adopt()
+    key = TaskKey(f"{prefix}{os.getpid()}", 0, 0)
+    first.start(key, _task_spec(workdir, ["true"]))
+    run_to_end(first, key)
+    task_dir = first.layout.task_dir(key)
+    recorded = cgroups.recorded(task_dir)
+    assert recorded is not None and recorded.v1
+    wait_for(lambda: len(_spares(first)) == len(recorded.v1))
+    _kill_supervisor(first, key)
+    return first, task_dir, recorded
 
 
 def _kill_supervisor(table: TaskTable, key: TaskKey) -> None:
