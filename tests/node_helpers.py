@@ -85,12 +85,15 @@ def kill_everything(state_dir: str) -> None:
             supervisors.append(state.supervisor_pid)
         if state.pid and procs.group_is_ours(state.pid, state.pid_start):
             procs.signal_group(state.pid, signal.SIGKILL)
-    for name in os.listdir(tasks_dir):
-        group = cgroups.recorded(os.path.join(tasks_dir, name))
-        if group is not None:
-            group.kill()
-            group.remove()
+    groups = [group for group in (cgroups.recorded(os.path.join(tasks_dir, name)) for name in os.listdir(tasks_dir))
+              if group is not None]
+    for group in groups:
+        group.kill()
     deadline = time.monotonic() + 5
+    for group in groups:
+        # A killed process leaves its groups only once it has exited, which a loaded machine may take longer
+        # to get to than one removal's retries: killed again and removed again until then.
+        poll(lambda: group.kill() >= 0 and group.remove(), max(0.0, deadline - time.monotonic()))
     for name in os.listdir(tasks_dir):
         task_dir = os.path.join(tasks_dir, name)
         poll(lambda: freezer_group_removed(task_dir), max(0.0, deadline - time.monotonic()))
