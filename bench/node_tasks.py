@@ -48,37 +48,39 @@ def task_spec(workdir: str, gpu: int) -> TaskSpec:
             "gpu_indices": [gpu]})
 
 
+def stat_cpu(path: str) -> tuple[float, float] | None:
+    """User and system CPU seconds so far of the process or thread whose /proc ``stat`` file is ``path``; None
+    when it cannot be read."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def supervisor_cpu() -> tuple[float, float]:
     """User and system CPU seconds so far of this process's children (the supervisor); (0, 0) off Linux."""
     user = system = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     try:
         with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
             kids = f.read().split()
     except OSError:
         return 0.0, 0.0
     for kid in kids:
-        try:
-            with open(f"/proc/{kid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        user += int(fields[11]) / tick
-        system += int(fields[12]) / tick
+        used = stat_cpu(f"/proc/{kid}/stat")
+        if used is not None:
+            user += used[0]
+            system += used[1]
     return user, system
 
 
 def main_thread_cpu(pid: int | None) -> float:
     """User plus system CPU seconds so far of process ``pid``'s main thread (its other threads fork the tasks into
     their cgroups and reset and keep the groups of tasks that ended); 0 when it cannot be read."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/task/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    used = stat_cpu(f"/proc/{pid}/task/{pid}/stat") if pid is not None else None
+    return sum(used) if used is not None else 0.0
 
 
 def run(tasks: int, width: int, on: bool) -> dict:
