@@ -105,9 +105,10 @@ def test_the_walk_takes_each_projects_jobs_in_the_user_order_worked_out_from_scr
 @SETTINGS
 @given(with_users(), st.randoms(use_true_random=False))
 def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
-    # Jobs are placed as the walk goes (each taken job whose tasks all find room, or as the draw says), so
-    # the users' standings change between takes: each job taken must come first among its project's jobs
-    # still waiting, by the user order worked out from the standings at that moment.
+    # Jobs are placed as the walk goes (each taken job whose tasks all find room, or as the draw says), and
+    # other users' running tasks stop now and then, so the users' standings change between takes: each job
+    # taken must come first among its project's jobs still waiting, by the user order worked out from the
+    # standings at that moment.
     state = ClusterState(case.snapshot, case.policy, PM)
     state.begin_cycle()
     backlog, order, placer = state.backlog, state.backlog.order, Placer(state)
@@ -125,6 +126,13 @@ def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
         first = min(rivals, key=lambda other: user_key(other, queue))
         assert job.id == first.id, (queue.name, job.id, first.id)
         del waiting[job.id]
+        if rng.random() < 0.5:  # a running task of another user of the project stops, as a preemption stops one
+            running = [(other, task) for other in state.running[queue].values()
+                       if other.user != job.user and other.id not in state.touched
+                       for task in state.running_tasks(other.id)]
+            if running:
+                other, task = rng.choice(running)
+                statement.evict(other, task, "preempt", None, job.id)
         if rng.random() < 0.2:
             continue  # left waiting, as a job that failed is
         mark = statement.checkpoint()
