@@ -48,13 +48,13 @@ class _UserRun:
     when the walk last compared the users (``QueueWalk._choose``).
     """
 
-    __slots__ = ("entries", "next", "heap", "held", "usage", "gpus", "standing")
+    __slots__ = ("entries", "next", "heap", "user", "usage", "gpus", "standing")
 
-    def __init__(self, queue: QueueState, user: str, entries: list[Entry], usage: float) -> None:
+    def __init__(self, user: str, entries: list[Entry], usage: float) -> None:
         self.entries = entries
         self.next = 0
         self.heap: list[Entry] = []
-        self.held = (queue, user)  # the user's key in ClusterState.user_gpus
+        self.user = user
         self.usage = usage
         self.gpus = 0.0
         self.standing = usage
@@ -96,7 +96,7 @@ class _QueueCursor:
     """
 
     __slots__ = ("queue", "run", "next", "heap", "at", "moved", "skip", "usage", "runs", "users", "lead", "others",
-                 "stamp", "settled")
+                 "stamp", "settled", "held")
 
     def __init__(self, queue: QueueState) -> None:
         self.queue = queue
@@ -115,6 +115,7 @@ class _QueueCursor:
         self.others: list[tuple] = []  # the other users with a group left, by their entries in the user order
         self.stamp = -1  # the queue's binds and releases (QueueState.changes) when the users were compared
         self.settled = False
+        self.held: dict[str, float] = {}  # the GPUs each user holds in the queue (ClusterState.users_gpus)
 
     def top(self) -> Group | None:
         """The group of the first entry, or None when no group is left."""
@@ -171,7 +172,7 @@ class QueueWalk:
         # since (touched) may have stopped waiting. The small set is asked first, not every job's placements.
         self._touched = state.touched
         self._users = backlog.users if state.user_order and backlog.by_user else None
-        self._usage, self._held = state.usage, state.user_gpus
+        self._usage = state.usage
         self._window = state.policy.fair_share.entry_penalty_s
         self._cursors: dict[QueueState, _QueueCursor] = {}
         self._project_heaps: dict[QueueState, list[tuple]] = defaultdict(list)
@@ -276,9 +277,10 @@ class QueueWalk:
         """Set a user-ordered queue's cursor: each user's groups a run of their own."""
         queue = cursor.queue
         assert cursor.usage is not None
+        cursor.held = self._state.users_gpus(queue)
         for user, usage in cursor.usage.items():
             entries = backlog.user_heads.get((queue, user), [])
-            cursor.runs[user] = _UserRun(queue, user, entries if admit is None else admit(queue, entries), usage)
+            cursor.runs[user] = _UserRun(user, entries if admit is None else admit(queue, entries), usage)
         cursor.users = list(cursor.runs.values())
 
     def _user_usage(self, queue: QueueState) -> dict[str, float] | None:
@@ -444,10 +446,14 @@ class QueueWalk:
         next group comes before the first of theirs. Then it goes into the heap
         by its next group, and the first of the heap leads. Until an entry of
         the queue is taken or pushed, the lead found stands (``settled``).
+        After a bind or a release in the queue, the users whose GPUs changed
+        take their new standing (``_restand``) before the lead is compared.
         """
         lead = cursor.lead
-        if lead is None or cursor.stamp != cursor.queue.changes:
+        if lead is None:
             return self._choose(cursor)
+        if cursor.stamp != cursor.queue.changes:
+            self._restand(cursor, lead)
         if cursor.settled:
             return lead
         entry = self._ready(cursor, lead)
@@ -462,10 +468,29 @@ class QueueWalk:
         cursor.settled = cursor.lead is not None
         return cursor.lead
 
+    def _restand(self, cursor: _QueueCursor, lead: _UserRun) -> None:
+        """After binds or releases in the queue, each user whose GPUs there changed takes its new standing:
+        the leading user's, and those of the others in their heap. Every user keeps its next group: only the
+        leading user's groups are taken from, and a release stops a running job, not a waiting one."""
+        held, window, others = cursor.held, self._window, cursor.others
+        restood = False
+        for i, entry in enumerate(others):
+            run: _UserRun = entry[-1]
+            gpus = held.get(run.user, 0.0)
+            if gpus != run.gpus:
+                run.gpus, run.standing = gpus, run.usage + window * gpus
+                others[i] = _user_entry(run, entry[3:5])
+                restood = True
+        if restood:
+            heapq.heapify(others)
+        gpus = held.get(lead.user, 0.0)
+        lead.gpus, lead.standing = gpus, lead.usage + window * gpus
+        cursor.stamp, cursor.settled = cursor.queue.changes, False
+
     def _choose(self, cursor: _QueueCursor) -> _UserRun | None:
         """Compare every user's next group in the user order (priority, the user's standing now, the GPUs it
         holds, then the job order): the first user leads, the others wait in a heap by that key."""
-        held, window = self._held, self._window
+        held, window = cursor.held, self._window
         others: list[tuple] = []
         left: list[_UserRun] = []
         for run in cursor.users:
@@ -473,7 +498,7 @@ class QueueWalk:
             if entry is None:  # spent for good: only the user taken from has groups pushed back
                 continue
             left.append(run)
-            gpus = held.get(run.held, 0.0)
+            gpus = held.get(run.user, 0.0)
             run.gpus, run.standing = gpus, run.usage + window * gpus
             others.append(_user_entry(run, entry))
         heapq.heapify(others)

@@ -89,8 +89,9 @@ class ClusterState:
         # The user order needs a job order whose keys put priority first, and one user per group.
         self.user_order = policy.fair_share.user_order and self.policies.job_order.priority_first
         self.backlog = Backlog(self.policies.job_order, self.job_specific_plugins, self.user_order, turns)
-        # GPUs each user holds in each queue, kept while the user order is on (gpud.core.queue_walk).
-        self.user_gpus: dict[tuple[QueueState, str], float] = {}
+        # GPUs each user holds in each queue, by queue then user, kept while the user order is on
+        # (gpud.core.queue_walk): a queue's users are read together, by a key whose hash is kept.
+        self.user_gpus: dict[QueueState, dict[str, float]] = {}
         # The users' and projects' holdings against the policy's limits, when it sets any.
         self.book = LimitBook(policy) if policy.has_limits else None
         if self.book is not None:
@@ -400,6 +401,14 @@ class ClusterState:
         """Indices of the job's tasks that wait for a placement."""
         return [i for i, p in enumerate(self.placements[job_id]) if p is None]
 
+    def users_gpus(self, queue: QueueState) -> dict[str, float]:
+        """The GPUs each user holds in the queue (none: absent), kept up to date as tasks bind and release
+        while the user order is on; the same dict for the queue from its first asking on."""
+        held = self.user_gpus.get(queue)
+        if held is None:
+            held = self.user_gpus[queue] = {}
+        return held
+
     def pending_count(self, job_id: str) -> int:
         """How many of the job's tasks wait for a placement."""
         return self.placements[job_id].count(None)
@@ -445,8 +454,8 @@ class ClusterState:
             self.running[queue][job.id] = job
             self._add_pending(queue, job, -1)
             if self.user_order:
-                key = (queue, job.user)
-                self.user_gpus[key] = self.user_gpus.get(key, 0.0) + gpu
+                held = self.users_gpus(queue)
+                held[job.user] = held.get(job.user, 0.0) + gpu
 
     def _note_release(self, node: str) -> None:
         """Keep ``node`` as released at the count now (``releases``), after every node released before."""
@@ -481,8 +490,8 @@ class ClusterState:
             if self.book is not None:
                 self.book.change(job, -gpu, 0 if any(p is not None for p in self.placements[job.id]) else -1)
             if self.user_order:
-                key = (queue, job.user)
-                self.user_gpus[key] = self.user_gpus.get(key, 0.0) - gpu
+                held = self.users_gpus(queue)
+                held[job.user] = held.get(job.user, 0.0) - gpu
             if not any(p is not None for p in self.placements[job.id]):
                 del self.running[queue][job.id]
         return placement

@@ -19,9 +19,10 @@ from gpud.core import COMPILED
 from gpud.core.placement import Placer
 from gpud.core.queue_walk import QueueWalk, Skip
 from gpud.core.state import ClusterState, Statement
-from gpud.model import Snapshot
+from gpud.model import JobSpec, NodeSpec, Resources, Snapshot, TaskPlacement, TaskRequest
+from gpud.policy import Department, FairShare, Policy, Project
 
-from test_properties import PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases, python_core_only
+from test_properties import NOW, PM, POOL, SETTINGS, Case, assert_plans_unchanged_with, cases, python_core_only
 
 USERS = ("alice", "bob", "carol", "dave")
 WINDOW = 600.0
@@ -92,7 +93,7 @@ def test_the_walk_takes_each_projects_jobs_in_the_user_order_worked_out_from_scr
     order = backlog.order
     for queue, groups in backlog.by_queue.items():
         def user_key(job, queue=queue):
-            held = state.user_gpus.get((queue, job.user), 0.0)
+            held = state.users_gpus(queue).get(job.user, 0.0)
             usage = state.usage.get(("user", queue.pool, f"{queue.name}/{job.user}"), 0.0)
             return (-job.priority, usage + WINDOW * held, held, order.key(job))
         waiting = sorted((job for group in groups.values() for job in group.jobs), key=user_key)
@@ -116,7 +117,7 @@ def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
     waiting = {job.id: job for group in backlog.group_of.values() for job in group.jobs}
 
     def user_key(job, queue):
-        held = state.user_gpus.get((queue, job.user), 0.0)
+        held = state.users_gpus(queue).get(job.user, 0.0)
         usage = state.usage.get(("user", queue.pool, f"{queue.name}/{job.user}"), 0.0)
         return (-job.priority, usage + WINDOW * held, held, order.key(job))
 
@@ -126,9 +127,10 @@ def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
         first = min(rivals, key=lambda other: user_key(other, queue))
         assert job.id == first.id, (queue.name, job.id, first.id)
         del waiting[job.id]
-        if rng.random() < 0.5:  # a running task of another user of the project stops, as a preemption stops one
+        if rng.random() < 0.8:  # a running task of another user with jobs waiting stops, as a preemption stops one
+            users = {other.user for other in rivals if other.id in waiting} - {job.user}
             running = [(other, task) for other in state.running[queue].values()
-                       if other.user != job.user and other.id not in state.touched
+                       if other.user in users and other.id not in state.touched
                        for task in state.running_tasks(other.id)]
             if running:
                 other, task = rng.choice(running)
@@ -142,3 +144,31 @@ def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
                 statement.rollback(mark)
                 break
             statement.bind(job, task, placement)
+
+
+def test_a_user_whose_tasks_stop_during_the_walk_comes_before_the_users_it_trailed():
+    # alice holds no GPU, carol one, bob two: alice's job goes first, bob's last by the standings the walk
+    # set out with. Once alice's job is placed and bob's task stops (a preemption), bob holds none: his
+    # job comes next, before carol's earlier one, though the walk last compared him behind her.
+    one = TaskRequest(1, cpus=1, memory_gib=1)
+    running = [JobSpec("r-bob", "p", TaskRequest(2, cpus=1, memory_gib=1), submitted=0.0, started=0.0, seq=0,
+                       placements=(TaskPlacement("n0", (0, 1)),), user="bob"),
+               JobSpec("r-carol", "p", one, submitted=0.0, started=0.0, seq=1,
+                       placements=(TaskPlacement("n0", (2,)),), user="carol")]
+    waiting = [JobSpec(job_id, "p", one, submitted=float(seq), seq=10 + seq, user=user)
+               for seq, (job_id, user) in enumerate([("c1", "carol"), ("b1", "bob"), ("a1", "alice"),
+                                                     ("a2", "alice")])]
+    policy = Policy(departments={"default": Department("default", implicit=True)},
+                    projects={"p": Project("p", quota={POOL: Resources(gpu=8, cpu=64, memory=512)})},
+                    fair_share=FairShare(entry_penalty_s=WINDOW))
+    nodes = (NodeSpec("n0", gpus=8, gpu_memory_gib=80.0, cpus=64, memory_gib=512),)
+    state = ClusterState(Snapshot(nodes, tuple(running + waiting), NOW, {}), policy, PM)
+    state.begin_cycle()
+    walk, statement = QueueWalk(state, state.backlog), Statement(state)
+    first = next(walk)
+    assert first.id == "a1"
+    placement = Placer(state).find(first)
+    assert placement is not None
+    statement.bind(first, 0, placement)
+    statement.evict(running[0], 0, "preempt", None, first.id)
+    assert [job.id for job in walk] == ["b1", "c1", "a2"]

@@ -39,7 +39,8 @@ def books(state: ClusterState) -> dict:
     nodes = {name: (tuple(r(f) for f in n.free_share), r(n.free_cpu), r(n.free_mem))
              for name, n in state.nodes.items()}
     waiting = sorted(state.backlog.group_of)
-    user_gpus = {(queue.name, user): r(held) for (queue, user), held in state.user_gpus.items() if abs(held) > 1e-9}
+    user_gpus = {(queue.name, user): r(held) for queue, users in state.user_gpus.items()
+                 for user, held in users.items() if abs(held) > 1e-9}
     book = state.book
     limits = None if book is None else (
         {user: r(held) for user, held in book.user_gpus.items() if abs(held) > 1e-9},
