@@ -329,6 +329,28 @@ def test_what_a_warm_scheduler_remembers_never_changes_a_plan(data, step, draw):
                    for job_id, job in running.items())
 
 
+def test_a_warm_scheduler_weighs_the_work_a_victim_would_lose_at_each_cycles_time():
+    # Two preemptible jobs share a node: one GPU since t=0 and two GPUs since t=600. A job of a higher
+    # priority asking for one GPU stops the one that loses the fewer GPU-seconds: at t=1000 the two-GPU
+    # job (800 against 1000), at t=2000 the one-GPU job (2000 against 2800). A scheduler that made its
+    # victims at t=1000, when a job too large to ever fit tried to preempt, must weigh them again at t=2000.
+    policy = Policy(departments={"d": Department("d")},
+                    projects={"p": Project("p", quota={"default": Resources(gpu=3)}, department="d")})
+    running = (JobSpec("small", "p", TaskRequest(1), priority=50, submitted=0.0, started=0.0,
+                       placements=(TaskPlacement("n1", (0,)),)),
+               JobSpec("big", "p", TaskRequest(2), priority=50, submitted=600.0, started=600.0,
+                       placements=(TaskPlacement("n1", (1, 2)),)))
+    too_large = JobSpec("too-large", "p", TaskRequest(4), priority=75, submitted=900.0, seq=1)
+    snapshot = Snapshot((NodeSpec("n1", gpus=3),), (*running, too_large), now=1000.0)
+    scheduler = Scheduler(snapshot, policy, PM)
+    assert not scheduler.cycle().evictions
+    one = JobSpec("one", "p", TaskRequest(1), priority=75, submitted=1500.0, seq=2)
+    scheduler.submit(one)
+    assert [e.job for e in scheduler.cycle(2000.0).evictions] == ["small"]
+    fresh = schedule(Snapshot(snapshot.nodes, (*running, too_large, one), now=2000.0), policy, PM)
+    assert [e.job for e in fresh.evictions] == ["small"]
+
+
 def test_consolidation_sees_nodes_in_their_order_of_free_share_after_a_job_finished():
     # A node a finished job left emptier must come first in the next cycle, though nothing was placed since.
     from gpud.core.consolidate import Consolidate
