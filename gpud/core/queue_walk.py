@@ -479,7 +479,7 @@ class QueueWalk:
             gpus = held.get(run.user, 0.0)
             if gpus != run.gpus:
                 run.gpus, run.standing = gpus, run.usage + window * gpus
-                others[i] = _user_entry(run, entry[3:5])
+                others[i] = _user_entry(run, entry[3:5])  # its next group's key and tiebreak, as an Entry's
                 restood = True
         if restood:
             heapq.heapify(others)
