@@ -107,9 +107,9 @@ def test_the_walk_takes_each_projects_jobs_in_the_user_order_worked_out_from_scr
 @given(with_users(), st.randoms(use_true_random=False))
 def test_each_job_taken_comes_first_in_the_user_order_of_that_moment(case, rng):
     # Jobs are placed as the walk goes (each taken job whose tasks all find room, or as the draw says), and
-    # other users' running tasks stop now and then, so the users' standings change between takes: each job
-    # taken must come first among its project's jobs still waiting, by the user order worked out from the
-    # standings at that moment.
+    # after most takes a running task of another user with jobs waiting stops, so the users' standings change
+    # between takes: each job taken must come first among its project's jobs still waiting, by the user order
+    # worked out from the standings at that moment.
     state = ClusterState(case.snapshot, case.policy, PM)
     state.begin_cycle()
     backlog, order, placer = state.backlog, state.backlog.order, Placer(state)
