@@ -247,6 +247,11 @@ def _mkdir(path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
 
+def cpu_quota_us(cpus: float) -> int:
+    """The CPU time (us) a task of ``cpus`` CPUs may run per period of CPU_PERIOD_US (1 ms at least)."""
+    return max(1000, int(cpus * CPU_PERIOD_US))
+
+
 class TaskCgroup:
     """One task's cgroups (a directory named ``name`` in each hierarchy); every call tolerates a vanished group."""
 
@@ -292,9 +297,7 @@ class TaskCgroup:
                     _no_swap_accounting.add(self.hierarchies.v1["memory"])
                 except OSError:
                     pass
-        cpu = self.v1.get("cpu")
-        if cpu and limits.cpus:  # a new group's period is the kernel's default, CPU_PERIOD_US: the quota alone
-            _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
+        self.limit_cpu_time(limits)
         if "pids" in self.v1 and limits.pids_max:
             _write(os.path.join(self.v1["pids"], "pids.max"), str(limits.pids_max))
         devices = self.v1.get("devices")
@@ -308,6 +311,17 @@ class TaskCgroup:
                        *(f"c {NVIDIA_MAJOR}:{m} rwm" for m in limits.gpu_minors),
                        f"c {NVIDIA_MAJOR}:{NVIDIACTL_MINOR} rwm", f"c {NVIDIA_MAJOR}:{NVIDIA_MODESET_MINOR} rwm")
 
+    def limit_cpu_time(self, limits: Limits) -> None:
+        """Give the v1 cpu group the quota of ``limits.cpus`` per period, with the whole of it left for this period.
+
+        Writing the quota refills what the group may still run in the
+        current period: a reused group starts its task as a new one would,
+        not throttled for the CPU its earlier tasks used.
+        """
+        cpu = self.v1.get("cpu")
+        if cpu and limits.cpus:  # a new group's period is the kernel's default, CPU_PERIOD_US: the quota alone
+            _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(cpu_quota_us(limits.cpus)))
+
     def _limit_v2(self, limits: Limits) -> None:
         assert self.v2 is not None  # called for a cgroup v2 only
         controllers = self.hierarchies.v2_controllers
@@ -318,7 +332,7 @@ class TaskCgroup:
             except OSError:
                 pass
         if "cpu" in controllers and limits.cpus:
-            _write(os.path.join(self.v2, "cpu.max"), f"{max(1000, int(limits.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}")
+            _write(os.path.join(self.v2, "cpu.max"), f"{cpu_quota_us(limits.cpus)} {CPU_PERIOD_US}")
         if "cpuset" in controllers and limits.cpuset:
             _write(os.path.join(self.v2, "cpuset.cpus"), limits.cpuset)
         if "pids" in controllers and limits.pids_max:

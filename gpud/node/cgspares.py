@@ -78,6 +78,12 @@ class Spares:
             except OSError:
                 _remove_paths([p for c, p in spare.items() if os.path.isdir(p)])
                 return False
+        try:
+            # What the earlier tasks ran this period would count against this one: it could start throttled.
+            group.limit_cpu_time(limits)
+        except OSError:
+            group.remove()
+            return False
         return True
 
     def park(self, group: TaskCgroup, limits: Limits, reusable: bool) -> None:

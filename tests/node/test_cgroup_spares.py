@@ -16,7 +16,7 @@ import pytest
 
 from gpud.node import cgroups, cgspares, procs
 from gpud.node.spec import TaskKey
-from gpud.node.taskstate import Layout, read_state
+from gpud.node.taskstate import EXITED, Layout, read_state
 from gpud.node.tasks import TaskTable
 from node_helpers import kill_everything, run_to_end, running, spec, wait_for
 
@@ -251,3 +251,33 @@ def test_the_spares_of_a_supervisor_that_died_are_removed_by_the_daemon_that_sta
     wait_for(lambda: _spares(table))
     os.kill(read_state(table.layout.task_dir(key)).supervisor_pid, signal.SIGKILL)
     wait_for(lambda: table.refresh() is not None and _groups(table.layout.tasks_dir) == [])
+
+
+@pytest.mark.skipif("cpu" not in HOST.v1, reason="the host has no writable cpu cgroup")
+def test_a_task_in_a_spare_starts_with_its_whole_cpu_quota_whatever_the_earlier_tasks_ran_this_period(
+        table, workdir):
+    # A tenth of a CPU is 10 ms per 100 ms period. Each short task (and its start, forked inside its groups) runs
+    # about a millisecond: tens of them back to back in one set of groups run more than 10 ms in a period, which a
+    # reused group would count against the next task, throttling its start. Each task gets its own quota.
+    for n in range(40):
+        key = TaskKey(f"q{os.getpid()}-{n}", 0, 0)
+        table.start(key, spec(workdir, ["true"], cpus=0.1, memory_gib=0.5, gpu_uuids=["GPU-fake-0"], gpu_indices=[0]))
+        assert _ended(table, key).exit_code == 0
+    wait_for(lambda: _groups(table.layout.tasks_dir, "q") == [] and _spares(table))
+    throttled = {path: _keyed(os.path.join(path, "cpu.stat"), "nr_throttled")
+                 for path in _spares(table) if os.path.dirname(path) == HOST.v1["cpu"]}
+    assert throttled and not any(throttled.values()), throttled
+
+
+def _ended(table: TaskTable, key: TaskKey):
+    """The task's final state, looked for every millisecond (run_to_end looks every 20)."""
+    def ended():
+        table.refresh([key])
+        state = table.get(key)
+        return state if state is not None and state.state == EXITED else None
+    return wait_for(ended, interval=0.001)
+
+
+def _keyed(path: str, key: str) -> int:
+    with open(path) as f:
+        return next(int(value) for name, value in (line.split() for line in f) if name == key)
