@@ -6,7 +6,8 @@ group) is most of what a task's cgroups cost its start, besides moving
 processes. When a task has ended and its groups are empty, they are reset
 (peak memory, CPU time, the memory still charged to them past a little) and renamed to a
 spare name in place, which cgroup v1 allows; the next task with the same
-limits renames them to its own name and writes nothing. So every group is
+limits renames them to its own name and writes nothing but its CPU quota
+(which refills the current period's). So every group is
 named after the task it holds while it runs, and a task's groups are gone
 under its name once it ended, as without spares.
 
