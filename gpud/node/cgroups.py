@@ -610,10 +610,11 @@ class Confiner:
                     print(f"gpud supervisor: cannot leave the cgroup {group.v2}: {exc}", file=sys.stderr, flush=True)
 
     def later(self, work: Callable[[], object]) -> None:
-        """Run ``work`` (a cgroup reset or removal) on a worker thread, in order, off the supervisor's loop."""
+        """Run ``work`` (a cgroup reset or removal) on a worker thread, in order, off the supervisor's loop, once
+        the spawner thread is out of every task's groups: an empty group must look empty."""
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpud-cgroups")
-        self._worker.submit(_logged, work)
+        self._worker.submit(_logged, work if self._spawner is None else functools.partial(_when_home, self._spawner, work))
 
     def close(self) -> None:
         """Wait for the work handed to :meth:`later`; end the spawner thread."""
@@ -641,6 +642,11 @@ class Confiner:
         for cpu in chosen:
             if self.cpu_use.get(cpu, 0) > 0:
                 self.cpu_use[cpu] -= 1
+
+
+def _when_home(spawner: Spawner, work: Callable[[], object]) -> None:
+    spawner.wait_home()
+    work()
 
 
 def _logged(work: Callable[[], object]) -> None:

@@ -112,10 +112,15 @@ def test_a_running_tasks_groups_hold_the_task_alone_never_its_supervisor(table, 
     name = cgroups.cgroup_name(table.layout.tasks_dir, key.dirname)
     made = _made_for(name)
     assert {"memory", "pids"} <= set(made), made
+    # The spawner thread that forked the task leaves its groups once it has handed the task over.
     for path in made.values():
-        with open(os.path.join(path, "tasks")) as f:
-            assert [int(tid) for tid in f.read().split()] == [state.pid], path
+        wait_for(lambda: _thread_ids(path) == [state.pid], timeout=5)
     assert state.supervisor_pid not in cgroups.TaskCgroup(name, HOST).pids()
+
+
+def _thread_ids(group: str) -> list[int]:
+    with open(os.path.join(group, "tasks")) as f:
+        return [int(tid) for tid in f.read().split()]
 
 
 async def _run_inside(table: TaskTable, key: TaskKey, argv: list[str], run_root: str) -> tuple[bytes, dict]:
@@ -200,9 +205,37 @@ def test_the_spawner_thread_is_back_home_after_a_refusal_and_nothing_was_started
         assert open(os.path.join(pids_group, "tasks")).read() == ""
         where = spawner.spawn([pids_group], _thread_groups)
         assert where["pids"].endswith(f"/spawn-{os.getpid()}"), where
+        spawner.wait_home()
         assert open(os.path.join(pids_group, "tasks")).read() == ""
     finally:
         spawner.close()
+
+
+@pytest.mark.skipif("pids" not in HOST.v1, reason="no writable pids cgroup")
+def test_once_the_spawner_is_home_again_it_is_in_no_group_of_the_tasks_it_started(made):
+    # spawn returns the task as soon as it is forked; the thread goes back to the supervisor's groups after.
+    pids_group = os.path.join(HOST.v1["pids"], f"home-{os.getpid()}")
+    os.mkdir(pids_group)
+    made.append(pids_group)
+    spawner = cgspawn.Spawner(cgroups.own_cgroups(HOST))
+    try:
+        for _ in range(20):
+            assert spawner.spawn([pids_group], threading.get_native_id) != threading.get_native_id()
+            spawner.wait_home()
+            assert _thread_ids(pids_group) == []
+    finally:
+        spawner.close()
+
+
+def test_a_task_runs_at_the_niceness_and_policy_of_its_supervisor_not_of_the_thread_that_forked_it(table, workdir):
+    # The spawner thread takes precedence over the tasks it forks (SCHED_RESET_ON_FORK, a lower niceness): none of
+    # it may pass to a task. Fields 19 and 41 of /proc/PID/stat: the niceness and the scheduling policy.
+    key = TaskKey(f"p{os.getpid()}", 0, 0)
+    table.start(key, spec(workdir, ["cat", "/proc/self/stat"], cpus=0.5, memory_gib=0.25, output=str(workdir / "out")))
+    assert run_to_end(table, key).exit_code == 0
+    fields = (workdir / "out").read_text().rpartition(")")[2].split()
+    niceness, policy = int(fields[19 - 3]), int(fields[41 - 3])
+    assert (niceness, policy) == (max(0, os.getpriority(os.PRIO_PROCESS, 0)), os.SCHED_OTHER)
 
 
 @pytest.mark.skipif("pids" not in HOST.v1, reason="no writable pids cgroup")
